@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The single list of k3lab's dependencies, all Debian packages.
+# Idempotent: installs only what is missing and runs `apt-get update` at most once.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  g++ cmake ninja-build make pkg-config clang-format
+  # GEMM
+  libdnnl-dev
+  # collectives (the parallel layers)
+  libopenmpi-dev openmpi-bin
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # configs, safetensors headers, command line, run configs
+  nlohmann-json3-dev libcli11-dev libtomlplusplus-dev
+  # OpenMP runtime headers for g++ come with g++ (libgomp)
+  # reference tests only
+  python3-torch python3-numpy
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"

@@ -1,0 +1,10 @@
+// Each subcommand lives in its own file and registers itself on the CLI11 app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace k3::apps {
+
+void add_selfcheck(CLI::App& app);
+
+}  // namespace k3::apps

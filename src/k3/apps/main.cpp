@@ -1,0 +1,28 @@
+// k3lab: train and inspect Kimi-K3-style models.
+#include <cstdio>
+#include <exception>
+
+#include "k3/apps/commands.h"
+#include "k3/base/error.h"
+#include "k3/base/threads.h"
+
+int main(int argc, char** argv) {
+  k3::set_num_threads();
+  CLI::App app{"k3lab: train, inspect and plan Kimi-K3-style language models"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "k3lab 0.1");
+  k3::apps::add_selfcheck(app);
+  // Subcommands run from their callbacks inside parse(): one clear line for any error, no stack dump.
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const k3::Error& e) {
+    std::fprintf(stderr, "k3lab: error: %s\n", e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "k3lab: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,34 @@
+// GEMM, row-major, fp32: C = alpha * op(A) * op(B) + beta * C, with op(X) = X or Xᵀ.
+// op(A) is [M, K] (A is stored [K, M] when trans_a); op(B) is [K, N] (B stored [N, K] when trans_b).
+// beta = 1 accumulates into C (gradient accumulation). This is the one dispatch point for GEMM:
+// the CPU backend runs oneDNN.
+#pragma once
+
+#include <cstdint>
+
+namespace k3::kernels {
+
+struct GemmArgs {
+  bool trans_a = false, trans_b = false;
+  int64_t M = 0, N = 0, K = 0;
+  float alpha = 1.0f;
+  const float* A = nullptr;
+  int64_t lda = 0;
+  const float* B = nullptr;
+  int64_t ldb = 0;
+  float beta = 0.0f;
+  float* C = nullptr;
+  int64_t ldc = 0;
+};
+
+void gemm(const GemmArgs& g);
+
+// `batch` independent products; matrix i starts at A + i*stride_a (likewise B, C).
+void gemm_batched(const GemmArgs& g, int64_t batch, int64_t stride_a, int64_t stride_b,
+                  int64_t stride_c);
+
+// Shorthand for contiguous operands: lda/ldb/ldc follow from the shapes.
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          const float* B, float beta, float* C);
+
+}  // namespace k3::kernels

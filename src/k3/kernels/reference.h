@@ -1,0 +1,51 @@
+// Plain reference versions of every kernel, templated on the scalar type so tests can run them in
+// double precision and check the fast fp32 kernels and the backward passes against finite
+// differences. Written for clarity, not speed. Same layouts and semantics as the fast kernels.
+#pragma once
+
+#include <cstdint>
+
+#include "k3/kernels/attention.h"
+#include "k3/kernels/glu.h"
+
+namespace k3::ref {
+
+template <typename T>
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
+          int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
+
+template <typename T>
+void embedding_forward(const int32_t* tokens, int64_t n, const T* table, int64_t dim, T* out);
+template <typename T>
+void embedding_backward(const int32_t* tokens, int64_t n, const T* dout, int64_t dim, T* dtable);
+
+template <typename T>
+void rmsnorm_forward(const T* x, const T* weight, T* y, T* rstd, int64_t rows, int64_t dim, T eps);
+template <typename T>
+void rmsnorm_backward(const T* x, const T* weight, const T* rstd, const T* dy, T* dx, T* dweight,
+                      int64_t rows, int64_t dim);
+
+template <typename T>
+void glu_forward(const kernels::GluParams& p, const T* g, const T* u, T* h, int64_t n);
+template <typename T>
+void glu_backward(const kernels::GluParams& p, const T* g, const T* u, const T* dh, T* dg, T* du,
+                  int64_t n);
+
+// Naive causal attention: materializes every score (fine for tests).
+template <typename T>
+void attention_forward(const kernels::AttentionShape& s, const T* q, const T* k, const T* kr,
+                       const T* v, T* out, T* lse);
+template <typename T>
+void attention_backward(const kernels::AttentionShape& s, const T* q, const T* k, const T* kr,
+                        const T* v, const T* dout, T* dq, T* dk, T* dkr, T* dv);
+
+// Logits materialized: loss sum over counted tokens, dh written, dw accumulated.
+template <typename T>
+double lm_head_cross_entropy(const T* h, const T* w, const int32_t* targets, int64_t N, int64_t d,
+                             int64_t V, int32_t ignore_index, T grad_scale, T* dh, T* dw,
+                             int64_t* count);
+
+template <typename T>
+void adamw_step(const kernels::AdamWParams& p, T* param, const T* grad, T* m, T* v, int64_t n);
+
+}  // namespace k3::ref
