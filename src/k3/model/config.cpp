@@ -1,0 +1,137 @@
+#include "k3/model/config.h"
+
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "k3/base/error.h"
+#include "k3/base/fs.h"
+
+namespace k3 {
+
+using nlohmann::json;
+
+namespace {
+
+// One row per field: how to read it and write it. Adding a field is one line in kFields.
+struct Field {
+  const char* name;
+  bool required;
+  std::function<void(const json&, ModelConfig&)> read;
+  std::function<json(const ModelConfig&)> write;
+};
+
+template <typename T>
+Field field(const char* name, T ModelConfig::*member, bool required) {
+  return Field{name, required,
+               [member](const json& v, ModelConfig& c) {
+                 if constexpr (std::is_same_v<T, bool>) {
+                   K3_CHECK(v.is_boolean(), "expected true or false, found ", v.dump());
+                 } else if constexpr (std::is_integral_v<T>) {
+                   K3_CHECK(v.is_number_integer(), "expected an integer, found ", v.dump());
+                 } else if constexpr (std::is_floating_point_v<T>) {
+                   K3_CHECK(v.is_number(), "expected a number, found ", v.dump());
+                 } else {
+                   K3_CHECK(v.is_string(), "expected a string, found ", v.dump());
+                 }
+                 c.*member = v.get<T>();
+               },
+               [member](const ModelConfig& c) { return json(c.*member); }};
+}
+
+const std::vector<Field>& fields() {
+  static const std::vector<Field> kFields = {
+      field("vocab_size", &ModelConfig::vocab_size, true),
+      field("hidden_size", &ModelConfig::hidden_size, true),
+      field("num_hidden_layers", &ModelConfig::num_hidden_layers, true),
+      field("num_attention_heads", &ModelConfig::num_attention_heads, true),
+      field("head_dim", &ModelConfig::head_dim, false),
+      field("intermediate_size", &ModelConfig::intermediate_size, true),
+      field("hidden_act", &ModelConfig::hidden_act, false),
+      field("activation_situ_beta", &ModelConfig::activation_situ_beta, false),
+      field("activation_situ_linear_beta", &ModelConfig::activation_situ_linear_beta, false),
+      field("rms_norm_eps", &ModelConfig::rms_norm_eps, false),
+      field("initializer_range", &ModelConfig::initializer_range, false),
+      field("tie_word_embeddings", &ModelConfig::tie_word_embeddings, false),
+      field("max_position_embeddings", &ModelConfig::max_position_embeddings, false),
+      field("bos_token_id", &ModelConfig::bos_token_id, false),
+      field("eos_token_id", &ModelConfig::eos_token_id, false),
+      field("pad_token_id", &ModelConfig::pad_token_id, false),
+      field("ignore_index", &ModelConfig::ignore_index, false),
+  };
+  return kFields;
+}
+
+void validate(const ModelConfig& c) {
+  auto positive = [](const char* name, double v) {
+    K3_CHECK_CTX(v > 0, (ErrorContext{"", name, -1}), "must be positive, found ", v);
+  };
+  positive("vocab_size", double(c.vocab_size));
+  positive("hidden_size", double(c.hidden_size));
+  positive("num_hidden_layers", double(c.num_hidden_layers));
+  positive("num_attention_heads", double(c.num_attention_heads));
+  positive("intermediate_size", double(c.intermediate_size));
+  positive("rms_norm_eps", c.rms_norm_eps);
+  positive("initializer_range", c.initializer_range);
+  positive("max_position_embeddings", double(c.max_position_embeddings));
+  positive("activation_situ_beta", c.activation_situ_beta);
+  positive("activation_situ_linear_beta", c.activation_situ_linear_beta);
+  K3_CHECK_CTX(c.head_dim > 0, (ErrorContext{"", "head_dim", -1}),
+               "head_dim must be positive (or absent with hidden_size divisible by num_attention_heads)");
+  K3_CHECK_CTX(c.hidden_act == "situ" || c.hidden_act == "silu", (ErrorContext{"", "hidden_act", -1}),
+               "expected \"situ\" or \"silu\", found \"", c.hidden_act, "\"");
+  K3_CHECK_CTX(!c.tie_word_embeddings, (ErrorContext{"", "tie_word_embeddings", -1}),
+               "K3 has an untied LM head: expected false");
+  for (auto [name, id] : {std::pair{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_id},
+                          {"pad_token_id", c.pad_token_id}})
+    K3_CHECK_CTX(id < c.vocab_size, (ErrorContext{"", name, -1}), "token id ", id,
+                 " is outside the vocabulary of ", c.vocab_size);
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const json& root, const std::string& origin) {
+  K3_CHECK_CTX(root.is_object(), (ErrorContext{origin, "", -1}), "a model config must be a JSON object");
+  const json& j = root.contains("text_config") ? root.at("text_config") : root;
+  K3_CHECK_CTX(j.is_object(), (ErrorContext{origin, "text_config", -1}), "expected a JSON object");
+  ModelConfig c;
+  c.source = origin;
+  for (const Field& f : fields()) {
+    auto it = j.find(f.name);
+    if (it == j.end() || it->is_null()) {
+      K3_CHECK_CTX(!f.required, (ErrorContext{origin, f.name, -1}), "required field is missing");
+      continue;
+    }
+    try {
+      f.read(*it, c);
+    } catch (const Error& e) {
+      throw e.with_file(origin).with_field(f.name);
+    }
+  }
+  if (c.head_dim == 0 && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0)
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  try {
+    validate(c);
+  } catch (const Error& e) {
+    throw e.with_file(origin);
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& path) {
+  std::string text = read_file(path);
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception& e) {
+    throw Error(std::string("invalid JSON: ") + e.what(), ErrorContext{path, "", -1});
+  }
+  return parse_model_config(j, path);
+}
+
+json model_config_to_json(const ModelConfig& c) {
+  json j = json::object();
+  for (const Field& f : fields()) j[f.name] = f.write(c);
+  return j;
+}
+
+}  // namespace k3

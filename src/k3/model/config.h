@@ -1,0 +1,39 @@
+// The model configuration, read from HF-style JSON (a flat object, or K3's nesting under
+// "text_config"). Field names are Hugging Face's / Kimi K3's. Validation names the field at fault.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace k3 {
+
+struct ModelConfig {
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t num_hidden_layers = 0;
+  int64_t num_attention_heads = 0;
+  int64_t head_dim = 0;  // 0 in the file means hidden_size / num_attention_heads
+  int64_t intermediate_size = 0;
+  std::string hidden_act = "situ";  // "situ" or "silu"
+  double activation_situ_beta = 4.0;
+  double activation_situ_linear_beta = 25.0;
+  double rms_norm_eps = 1e-5;
+  double initializer_range = 0.02;
+  bool tie_word_embeddings = false;
+  int64_t max_position_embeddings = 4096;
+  int32_t bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;
+  int32_t ignore_index = -100;
+
+  std::string source;  // where it was read from, for error messages
+
+  int64_t attn_dim() const { return num_attention_heads * head_dim; }
+};
+
+// Throws k3::Error naming the file and field on a missing, mistyped or inconsistent field.
+ModelConfig parse_model_config(const nlohmann::json& j, const std::string& origin);
+ModelConfig load_model_config(const std::string& path);
+nlohmann::json model_config_to_json(const ModelConfig& c);
+
+}  // namespace k3

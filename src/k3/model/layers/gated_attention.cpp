@@ -1,0 +1,104 @@
+#include "k3/model/layers/gated_attention.h"
+
+#include <cmath>
+#include <vector>
+
+#include "k3/kernels/attention.h"
+#include "k3/kernels/elementwise.h"
+
+namespace k3 {
+
+GatedAttention::GatedAttention(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c)
+    : prefix_(prefix), heads_(c.num_attention_heads), head_dim_(c.head_dim), hidden_(c.hidden_size) {
+  const float std = static_cast<float>(c.initializer_range);
+  const int64_t p = c.attn_dim();
+  q_ = Linear(reg, prefix + ".q_proj", hidden_, p, std);
+  k_ = Linear(reg, prefix + ".k_proj", hidden_, p, std);
+  v_ = Linear(reg, prefix + ".v_proj", hidden_, p, std);
+  g_ = Linear(reg, prefix + ".g_proj", hidden_, p, std);
+  // Output projections are scaled down with depth, as in GPT-2.
+  o_ = Linear(reg, prefix + ".o_proj", p, hidden_,
+              std / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers)));
+}
+
+void GatedAttention::forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const {
+  const int64_t n = B * T, p = heads_ * head_dim_;
+  float *q = s.alloc(n * p), *k = s.alloc(n * p), *v = s.alloc(n * p), *g = s.alloc(n * p);
+  float *o = s.alloc(n * p), *lse = s.alloc(B * heads_ * T);
+  q_.forward(s, x, n, q);
+  k_.forward(s, x, n, k);
+  v_.forward(s, x, n, v);
+  g_.forward(s, x, n, g);
+  kernels::AttentionShape shape{B, T, heads_, head_dim_, 0, head_dim_, 0.f};
+  kernels::attention_forward(shape, q, k, nullptr, v, o, lse);
+  float* y = s.alloc(n * p);
+  kernels::sigmoid_gate_forward(o, g, y, n * p);
+  o_.forward(s, y, n, out);
+  for (auto [name, ptr, size] : {std::tuple{".x", const_cast<float*>(x), n * hidden_},
+                                 {".q", q, n * p}, {".k", k, n * p}, {".v", v, n * p}, {".g", g, n * p},
+                                 {".o", o, n * p}, {".lse", lse, B * heads_ * T}, {".y", y, n * p}})
+    s.save(prefix_ + name, ptr, size);
+}
+
+void GatedAttention::backward(const Step& s, const float* dout, int64_t B, int64_t T,
+                              float* dx) const {
+  ArenaScope scope(s.arena);
+  const int64_t n = B * T, p = heads_ * head_dim_;
+  const float *x = s.load(prefix_ + ".x"), *q = s.load(prefix_ + ".q"), *k = s.load(prefix_ + ".k");
+  const float *v = s.load(prefix_ + ".v"), *g = s.load(prefix_ + ".g"), *o = s.load(prefix_ + ".o");
+  const float *lse = s.load(prefix_ + ".lse"), *y = s.load(prefix_ + ".y");
+  float *dy = s.alloc(n * p), *d_o = s.alloc(n * p), *dg = s.alloc(n * p);
+  o_.backward(s, y, dout, n, dy, false);
+  kernels::sigmoid_gate_backward(o, g, dy, d_o, dg, n * p);
+  float *dq = s.alloc(n * p), *dk = s.alloc(n * p), *dv = s.alloc(n * p);
+  kernels::AttentionShape shape{B, T, heads_, head_dim_, 0, head_dim_, 0.f};
+  kernels::attention_backward(shape, q, k, nullptr, v, o, lse, d_o, dq, dk, nullptr, dv);
+  q_.backward(s, x, dq, n, dx, false);
+  k_.backward(s, x, dk, n, dx, true);
+  v_.backward(s, x, dv, n, dx, true);
+  g_.backward(s, x, dg, n, dx, true);
+}
+
+void GatedAttention::project_kv(const Step& s, const float* x, int64_t rows, float* k, float* v) const {
+  k_.forward(s, x, rows, k);
+  v_.forward(s, x, rows, v);
+}
+
+// Row r is the token at position first_pos + r; it sees cache positions [0, first_pos + r].
+void GatedAttention::decode(const Step& s, const float* x, int64_t rows, const float* k_cache,
+                            const float* v_cache, int64_t first_pos, float* out) const {
+  ArenaScope scope(s.arena);
+  const int64_t p = heads_ * head_dim_;
+  float *q = s.alloc(rows * p), *g = s.alloc(rows * p), *o = s.alloc(rows * p);
+  q_.forward(s, x, rows, q);
+  g_.forward(s, x, rows, g);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < heads_; ++h) {
+      const int64_t ctx = first_pos + r + 1;
+      const float* qh = q + r * p + h * head_dim_;
+      std::vector<float> w(static_cast<size_t>(ctx));
+      float mx = -INFINITY;
+      for (int64_t t = 0; t < ctx; ++t) {
+        const float* kt = k_cache + t * p + h * head_dim_;
+        float dot = 0;
+        for (int64_t i = 0; i < head_dim_; ++i) dot += qh[i] * kt[i];
+        w[static_cast<size_t>(t)] = dot * scale;
+        mx = std::max(mx, w[static_cast<size_t>(t)]);
+      }
+      float sum = 0;
+      for (auto& wt : w) sum += (wt = std::exp(wt - mx));
+      float* oh = o + r * p + h * head_dim_;
+      for (int64_t i = 0; i < head_dim_; ++i) oh[i] = 0;
+      for (int64_t t = 0; t < ctx; ++t) {
+        const float* vt = v_cache + t * p + h * head_dim_;
+        const float a = w[static_cast<size_t>(t)] / sum;
+        for (int64_t i = 0; i < head_dim_; ++i) oh[i] += a * vt[i];
+      }
+    }
+  kernels::sigmoid_gate_forward(o, g, o, rows * p);
+  o_.forward(s, o, rows, out);
+}
+
+}  // namespace k3

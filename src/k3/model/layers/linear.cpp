@@ -1,0 +1,22 @@
+#include "k3/model/layers/linear.h"
+
+#include "k3/kernels/gemm.h"
+
+namespace k3 {
+
+Linear::Linear(ParamRegistry& reg, const std::string& name, int64_t in, int64_t out, float std)
+    : w_(reg.add(name + ".weight", {out, in}, ParamInit::normal(std))), in_(in), out_(out) {}
+
+void Linear::forward(const Step& s, const float* x, int64_t rows, float* y) const {
+  kernels::gemm(false, true, rows, out_, in_, 1.f, x, s.params.value(w_).f32(), 0.f, y);
+}
+
+void Linear::backward(const Step& s, const float* x, const float* dy, int64_t rows, float* dx,
+                      bool accumulate_dx) const {
+  kernels::gemm(true, false, out_, in_, rows, 1.f, dy, x, 1.f, s.params.grad(w_).f32());
+  if (dx)
+    kernels::gemm(false, false, rows, in_, out_, 1.f, dy, s.params.value(w_).f32(),
+                  accumulate_dx ? 1.f : 0.f, dx);
+}
+
+}  // namespace k3

@@ -1,0 +1,28 @@
+// The dense GLU MLP: down_proj(act(gate_proj x) * up(up_proj x)), SiTU-GLU in K3.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "k3/kernels/glu.h"
+#include "k3/model/config.h"
+#include "k3/model/layers/linear.h"
+
+namespace k3 {
+
+class GluMlp {
+ public:
+  GluMlp() = default;
+  GluMlp(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c, int64_t width);
+
+  void forward(const Step& s, const float* x, int64_t rows, float* out) const;
+  void backward(const Step& s, const float* dout, int64_t rows, float* dx) const;  // dx written
+
+ private:
+  std::string prefix_;
+  int64_t hidden_ = 0, width_ = 0;
+  kernels::GluParams act_;
+  Linear gate_, up_, down_;
+};
+
+}  // namespace k3

@@ -1,0 +1,31 @@
+#include "k3/optim/clip.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+namespace k3 {
+
+double global_grad_norm(const float* g, size_t n) {
+  constexpr size_t kBlock = 1 << 16;
+  const int64_t blocks = static_cast<int64_t>((n + kBlock - 1) / kBlock);
+  std::vector<double> partial(static_cast<size_t>(blocks));
+#pragma omp parallel for schedule(static)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const size_t begin = static_cast<size_t>(b) * kBlock, end = std::min(n, begin + kBlock);
+    double s = 0;
+    for (size_t i = begin; i < end; ++i) s += static_cast<double>(g[i]) * g[i];
+    partial[static_cast<size_t>(b)] = s;
+  }
+  double total = 0;
+  for (double s : partial) total += s;
+  return std::sqrt(total);
+}
+
+float clip_factor(double norm, double max_norm) {
+  if (max_norm <= 0 || !(norm > max_norm)) return 1.0f;
+  return static_cast<float>(max_norm / (norm + 1e-6));
+}
+
+}  // namespace k3

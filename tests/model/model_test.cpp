@@ -1,0 +1,160 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/test_util.h"
+#include "k3/base/error.h"
+#include "k3/base/fs.h"
+#include "k3/base/philox.h"
+#include "k3/model/model.h"
+
+namespace k3 {
+namespace {
+
+std::string root() {
+  const char* r = std::getenv("K3LAB_ROOT");
+  return r ? r : ".";
+}
+
+ModelConfig tiny() { return load_model_config(root() + "/configs/dense-tiny.json"); }
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i)
+    t[static_cast<size_t>(i)] = static_cast<int32_t>(philox_uniform(seed, 9, static_cast<uint64_t>(i)) * vocab);
+  return t;
+}
+
+std::string error_of(const nlohmann::json& j) {
+  try {
+    parse_model_config(j, "cfg.json");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(ModelConfig, ErrorsNameTheField) {
+  nlohmann::json good = nlohmann::json::parse(read_file(root() + "/configs/dense-tiny.json"));
+  EXPECT_EQ(error_of(good), "");
+  auto without = good;
+  without.erase("hidden_size");
+  EXPECT_EQ(error_of(without), "file cfg.json, field hidden_size: required field is missing");
+  auto typed = good;
+  typed["num_hidden_layers"] = "two";
+  EXPECT_NE(error_of(typed).find("field num_hidden_layers: expected an integer"), std::string::npos);
+  auto uneven = good;
+  uneven["num_attention_heads"] = 5;  // 64 is not divisible by 5
+  EXPECT_NE(error_of(uneven).find("field head_dim"), std::string::npos);
+  auto tied = good;
+  tied["tie_word_embeddings"] = true;
+  EXPECT_NE(error_of(tied).find("field tie_word_embeddings"), std::string::npos);
+  auto act = good;
+  act["hidden_act"] = "gelu";
+  EXPECT_NE(error_of(act).find("field hidden_act"), std::string::npos);
+  // K3's nesting under text_config is read too.
+  EXPECT_EQ(error_of(nlohmann::json{{"text_config", good}}), "");
+}
+
+TEST(Model, NamesShapesAndDeterministicInit) {
+  Model a(tiny()), b(tiny());
+  a.initialize(5);
+  b.initialize(5);
+  const ParamRegistry& p = a.params();
+  EXPECT_GE(p.find("model.layers.1.self_attn.g_proj.weight"), 0);
+  EXPECT_EQ(p.info(p.find("model.layers.0.mlp.down_proj.weight")).shape, (Shape{64, 160}));
+  EXPECT_EQ(p.info(p.find("lm_head.weight")).shape, (Shape{259, 64}));
+  for (int i = 0; i < p.size(); ++i)
+    ASSERT_EQ(std::memcmp(p.value(i).data(), b.params().value(i).data(), p.value(i).nbytes()), 0);
+  // The norm weights start at one, matrices at N(0, 0.02²).
+  EXPECT_EQ(p.value(p.find("model.norm.weight")).f32()[3], 1.0f);
+}
+
+struct Fixture {
+  Model model{tiny()};
+  Arena arena{size_t{64} << 20, false};
+  ActivationManager acts;
+  int64_t B = 2, T = 16;
+  std::vector<int32_t> tokens, targets;
+  Fixture() {
+    model.initialize(11);
+    tokens = random_tokens(B * T, 259, 1);
+    targets = random_tokens(B * T, 259, 2);
+    targets[3] = -100;  // ignored position
+  }
+  TokenBatch batch() { return {tokens.data(), targets.data(), B, T}; }
+};
+
+TEST(Model, LossAtInitIsNearUniform) {
+  Fixture f;
+  kernels::LossSum l = f.model.forward_loss(f.arena, f.batch());
+  EXPECT_EQ(l.count, f.B * f.T - 1);
+  EXPECT_NEAR(l.sum / l.count, std::log(259.0), 0.1);
+}
+
+// The gradient along a random direction equals the finite difference of the loss along it.
+TEST(Model, DirectionalDerivativeMatchesFiniteDifference) {
+  Fixture f;
+  ParamRegistry& p = f.model.params();
+  const size_t n = p.flat_size();
+  p.zero_grads();
+  kernels::LossSum l = f.model.forward_backward(f.arena, f.acts, f.batch(), 1.0f);
+  (void)l;
+  std::vector<float> dir = testing::random_vec(n, 3);
+  double norm = 0, analytic = 0;
+  for (size_t i = 0; i < n; ++i) norm += double(dir[i]) * dir[i];
+  for (size_t i = 0; i < n; ++i) dir[i] = static_cast<float>(dir[i] / std::sqrt(norm));
+  for (size_t i = 0; i < n; ++i) analytic += double(dir[i]) * p.grads()[i];
+  std::vector<float> base(p.values(), p.values() + n);
+  auto loss_at = [&](float eps) {
+    for (size_t i = 0; i < n; ++i) p.values()[i] = base[i] + eps * dir[i];
+    return f.model.forward_loss(f.arena, f.batch()).sum;
+  };
+  const float eps = 1e-2f;
+  double numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
+  EXPECT_NEAR(numeric, analytic, 0.02 * std::abs(analytic) + 1e-3);
+}
+
+TEST(Model, ForwardBackwardIsDeterministic) {
+  Fixture f;
+  ParamRegistry& p = f.model.params();
+  p.zero_grads();
+  double l1 = f.model.forward_backward(f.arena, f.acts, f.batch(), 0.5f).sum;
+  std::vector<float> g1(p.grads(), p.grads() + p.flat_size());
+  p.zero_grads();
+  double l2 = f.model.forward_backward(f.arena, f.acts, f.batch(), 0.5f).sum;
+  EXPECT_EQ(l1, l2);
+  EXPECT_EQ(std::memcmp(g1.data(), p.grads(), g1.size() * sizeof(float)), 0);
+}
+
+TEST(Model, CachedDecodingMatchesFullForward) {
+  Fixture f;
+  const int64_t T = 12, V = 259;
+  std::vector<float> full(static_cast<size_t>(T * V)), step(static_cast<size_t>(V));
+  f.model.forward_logits(f.arena, f.tokens.data(), 1, T, full.data());
+  KVCache cache = f.model.make_cache(T);
+  // A prefill of 5 tokens, then one token at a time.
+  f.model.decode(f.arena, cache, f.tokens.data(), 5, step.data());
+  std::vector<float> want(full.begin() + 4 * V, full.begin() + 5 * V);
+  K3_EXPECT_CLOSE(step, want, 1e-4, 1e-4);
+  for (int64_t t = 5; t < T; ++t) {
+    f.model.decode(f.arena, cache, f.tokens.data() + t, 1, step.data());
+    std::vector<float> w(full.begin() + t * V, full.begin() + (t + 1) * V);
+    K3_EXPECT_CLOSE(step, w, 1e-4, 1e-4);
+  }
+  EXPECT_THROW(f.model.decode(f.arena, cache, f.tokens.data(), 1, step.data()), Error);
+}
+
+TEST(Model, RejectsTokensOutsideTheVocabulary) {
+  Fixture f;
+  f.tokens[5] = 300;
+  EXPECT_THROW(f.model.forward_loss(f.arena, f.batch()), Error);
+}
+
+}  // namespace
+}  // namespace k3
