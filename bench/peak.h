@@ -1,13 +1,21 @@
-// The machine's fp32 FMA peak, measured with a tiny loop at the start of every benchmark run, so
-// each figure can be printed as a fraction of what this host delivers right now.
+// Benchmarks state every figure as a fraction of the FMA peak measured in the same run.
 #pragma once
+
+#include <cstdio>
+
+#include "k3/base/fma_peak.h"
+#include "k3/base/threads.h"
 
 namespace k3::bench {
 
-// GFLOP/s (2 flops per FMA lane) over `threads` threads (0: all), measured for ~`seconds`.
-double measure_fma_peak_gflops(int threads = 0, double seconds = 0.3);
-
-// Measured once per process (all threads), then cached.
-double fma_peak_gflops();
+// The cached peak, printed once when first measured.
+inline double fma_peak_gflops() {
+  static const double peak = [] {
+    double p = k3::fma_peak_gflops();
+    std::printf("fp32 FMA peak measured: %.1f GFLOP/s on %d threads\n", p, num_threads());
+    return p;
+  }();
+  return peak;
+}
 
 }  // namespace k3::bench

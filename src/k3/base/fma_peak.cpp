@@ -1,14 +1,13 @@
-#include "peak.h"
+#include "k3/base/fma_peak.h"
 
 #include <immintrin.h>
 #include <omp.h>
 
-#include <cstdio>
 
 #include "k3/base/threads.h"
 #include "k3/base/timer.h"
 
-namespace k3::bench {
+namespace k3 {
 namespace {
 
 // 12 independent FMA chains: enough to cover FMA latency on two FMA ports.
@@ -56,12 +55,8 @@ double measure_fma_peak_gflops(int threads, double seconds) {
 }
 
 double fma_peak_gflops() {
-  static double peak = [] {
-    double p = measure_fma_peak_gflops();
-    std::printf("fp32 FMA peak measured: %.1f GFLOP/s on %d threads\n", p, num_threads());
-    return p;
-  }();
+  static const double peak = measure_fma_peak_gflops();
   return peak;
 }
 
-}  // namespace k3::bench
+}  // namespace k3

@@ -1,0 +1,13 @@
+// The machine's fp32 FMA peak, measured with a tiny loop, so throughput can be stated as a
+// fraction of what this host delivers now (benchmarks, and MFU in training metrics).
+#pragma once
+
+namespace k3 {
+
+// GFLOP/s (2 flops per FMA lane) over `threads` threads (0: all), measured for ~`seconds`.
+double measure_fma_peak_gflops(int threads = 0, double seconds = 0.3);
+
+// Measured once per process (all threads), then cached.
+double fma_peak_gflops();
+
+}  // namespace k3
