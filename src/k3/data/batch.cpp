@@ -1,0 +1,34 @@
+#include "k3/data/batch.h"
+
+#include <algorithm>
+#include <string>
+
+#include "k3/base/error.h"
+
+namespace k3::data {
+
+void Batch::resize(int64_t new_rows, int64_t new_seq_len) {
+  rows = new_rows;
+  seq_len = new_seq_len;
+  inputs.resize(rows * seq_len);
+  targets.resize(rows * seq_len);
+  starts.resize(rows);
+}
+
+void Batch::fill_row(int64_t r, std::span<const int32_t> tokens, int64_t start) {
+  const int32_t* window = tokens.data() + start;
+  std::copy(window, window + seq_len, inputs.begin() + r * seq_len);
+  std::copy(window + 1, window + 1 + seq_len, targets.begin() + r * seq_len);
+  starts[r] = start;
+}
+
+void check_batch_shape(int64_t num_tokens, int64_t batch_size, int64_t seq_len,
+                       std::string_view stream) {
+  K3_CHECK_CTX(batch_size >= 1, (ErrorContext{"", "batch_size", -1}),
+               "expected a batch size >= 1, got ", batch_size);
+  K3_CHECK_CTX(seq_len >= 1 && num_tokens >= seq_len + 1, (ErrorContext{"", "seq_len", -1}),
+               "a window of seq_len + 1 = ", seq_len + 1, " tokens does not fit in the ", stream,
+               " of ", num_tokens, " tokens");
+}
+
+}  // namespace k3::data

@@ -1,0 +1,30 @@
+// A batch of training sequences: row r is the window tokens[starts[r] .. starts[r] + seq_len + 1),
+// its first seq_len tokens the inputs and its last seq_len tokens the targets.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace k3::data {
+
+struct Batch {
+  int64_t rows = 0;
+  int64_t seq_len = 0;
+  std::vector<int32_t> inputs;   // rows x seq_len, row-major
+  std::vector<int32_t> targets;  // rows x seq_len, row-major
+  std::vector<int64_t> starts;   // per row, where its window begins in the token stream
+
+  // Sizes the batch for `rows` rows, reusing its memory.
+  void resize(int64_t rows, int64_t seq_len);
+  // Fills row r from the window starting at `start` (which must fit in tokens).
+  void fill_row(int64_t r, std::span<const int32_t> tokens, int64_t start);
+};
+
+// Throws a k3::Error (field "batch_size" or "seq_len") unless batch_size >= 1, seq_len >= 1 and a
+// window of seq_len + 1 tokens fits in the stream; `stream` names it in the message.
+void check_batch_shape(int64_t num_tokens, int64_t batch_size, int64_t seq_len,
+                       std::string_view stream);
+
+}  // namespace k3::data
