@@ -6,5 +6,8 @@
 namespace k3::apps {
 
 void add_selfcheck(CLI::App& app);
+void add_train(CLI::App& app);
+void add_eval(CLI::App& app);
+void add_sample(CLI::App& app);
 
 }  // namespace k3::apps

@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
   CLI::App app{"k3lab: train, inspect and plan Kimi-K3-style language models"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "k3lab 0.1");
+  k3::apps::add_train(app);
+  k3::apps::add_eval(app);
+  k3::apps::add_sample(app);
   k3::apps::add_selfcheck(app);
   // Subcommands run from their callbacks inside parse(): one clear line for any error, no stack dump.
   try {

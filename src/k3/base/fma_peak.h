@@ -5,7 +5,7 @@
 namespace k3 {
 
 // GFLOP/s (2 flops per FMA lane) over `threads` threads (0: all), measured for ~`seconds`.
-double measure_fma_peak_gflops(int threads = 0, double seconds = 0.3);
+double measure_fma_peak_gflops(int threads = 0, double seconds = 0.1);
 
 // Measured once per process (all threads), then cached.
 double fma_peak_gflops();

@@ -1,0 +1,31 @@
+// `k3lab eval --checkpoint PATH [--batches N]`: validation loss and perplexity of a checkpoint.
+#include <cmath>
+#include <cstdio>
+
+#include "k3/apps/commands.h"
+#include "k3/train/evaluate.h"
+
+namespace k3::apps {
+
+void add_eval(CLI::App& app) {
+  struct Args {
+    std::string checkpoint;
+    int64_t batches = 0;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("eval", "Validation loss of a checkpoint on its run's data");
+  cmd->add_option("--checkpoint", a->checkpoint, "A run directory or a checkpoint directory")->required();
+  cmd->add_option("--batches", a->batches, "Validation batches to use (0: all)");
+  cmd->callback([a] {
+    auto s = train::open_checkpoint_session(a->checkpoint);
+    data::TokenDataset ds = train::load_run_dataset(*s);
+    train::EvalResult e = train::evaluate(*s, ds.validation, a->batches);
+    std::printf("validation loss %.4f nats/token, perplexity %.3f over %lld tokens", e.loss, e.perplexity,
+                static_cast<long long>(e.tokens));
+    if (std::isfinite(s->loss_floor))
+      std::printf(" (entropy floor %.4f, gap %.4f)", s->loss_floor, e.loss - s->loss_floor);
+    std::printf("\n");
+  });
+}
+
+}  // namespace k3::apps

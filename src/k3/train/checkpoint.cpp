@@ -1,0 +1,227 @@
+#include "k3/train/checkpoint.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <filesystem>
+#include <optional>
+
+#include "k3/base/checksum.h"
+#include "k3/base/error.h"
+#include "k3/base/fs.h"
+#include "k3/base/log.h"
+#include "k3/tensor/safetensors.h"
+#include "k3/train/format.h"
+
+namespace k3::train {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+constexpr const char* kModelFile = "model.safetensors";
+constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kManifestFile = "manifest.json";
+constexpr const char* kLatestFile = "latest";
+constexpr const char* kCheckpointsDir = "checkpoints";
+constexpr std::string_view kStepPrefix = "step_";
+// Directories being written (or left behind by a crash) start with this; they are never loaded.
+constexpr std::string_view kTempPrefix = ".tmp.";
+
+std::optional<int64_t> step_of(const std::string& dir_name) {
+  if (!dir_name.starts_with(kStepPrefix)) return std::nullopt;
+  std::string_view digits = std::string_view(dir_name).substr(kStepPrefix.size());
+  if (digits.empty() ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return std::nullopt;
+  int64_t step = 0;
+  if (std::from_chars(digits.data(), digits.data() + digits.size(), step).ec != std::errc())
+    return std::nullopt;  // too many digits
+  return step;
+}
+
+// Makes renames and removals inside DIR durable.
+void sync_directory(const fs::path& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void write_recorded(const fs::path& dir, const char* name, const std::string& bytes, json& files) {
+  write_file_atomic((dir / name).string(), bytes);
+  files[name] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
+}
+
+// Puts the finished directory FROM at TO. A directory cannot be renamed over a non-empty one, so
+// an existing TO is first moved aside under a temporary name.
+void move_into_place(const fs::path& from, const fs::path& to) {
+  fs::path old;
+  if (fs::exists(to)) {
+    old = to.parent_path() / (std::string(kTempPrefix) + to.filename().string() + ".old." +
+                              std::to_string(::getpid()));
+    fs::remove_all(old);
+    fs::rename(to, old);
+  }
+  fs::rename(from, to);
+  sync_directory(to.parent_path());
+  if (!old.empty()) fs::remove_all(old);
+}
+
+// Keeps the checkpoint just written plus the keep_last - 1 newest others; removes what
+// interrupted writes left behind.
+void prune(const fs::path& root, const std::string& just_written, int keep_last) {
+  for (const auto& entry : fs::directory_iterator(root))
+    if (entry.path().filename().string().starts_with(kTempPrefix)) fs::remove_all(entry.path());
+  if (keep_last <= 0) return;
+  int kept = 1;
+  for (const std::string& dir : list_checkpoints(root.parent_path().string())) {
+    if (fs::path(dir).filename() == just_written) continue;
+    if (kept < keep_last) {
+      ++kept;
+      continue;
+    }
+    fs::remove_all(dir);
+  }
+  sync_directory(root);
+}
+
+const json& manifest_field(const json& manifest, const std::string& key, const std::string& path) {
+  auto it = manifest.find(key);
+  K3_CHECK_CTX(it != manifest.end(), (ErrorContext{path, key, -1}), "missing from the manifest");
+  return *it;
+}
+
+// Reads DIR/NAME and checks it against its manifest entry before decoding it.
+std::vector<std::pair<std::string, Tensor>> read_verified(const fs::path& dir, const char* name,
+                                                          const json& files,
+                                                          const std::string& manifest_path) {
+  const std::string path = (dir / name).string();
+  const ErrorContext ctx{path, "", -1};
+  const json& entry = manifest_field(files, name, manifest_path);
+  K3_CHECK_CTX(entry.is_object() && entry.contains("bytes") &&
+                   entry["bytes"].is_number_unsigned() && entry.contains("sha256") &&
+                   entry["sha256"].is_string(),
+               (ErrorContext{manifest_path, std::string("files.") + name, -1}),
+               "expected {\"bytes\": <size>, \"sha256\": <hex>}, found ", entry.dump());
+  K3_CHECK_CTX(file_exists(path), ctx, "missing: the checkpoint is incomplete");
+  const std::string bytes = read_file(path);
+  const uint64_t expected_size = entry["bytes"].get<uint64_t>();
+  K3_CHECK_CTX(bytes.size() == expected_size, ctx, "size mismatch (expected ", expected_size,
+               " bytes, found ", bytes.size(), "): the file is truncated or corrupt");
+  const std::string expected_sum = entry["sha256"].get<std::string>(),
+                    found_sum = sha256_hex(bytes);
+  K3_CHECK_CTX(found_sum == expected_sum, ctx, "checksum mismatch (expected sha256 ", expected_sum,
+               ", found ", found_sum, "): the checkpoint is corrupt");
+  return decode_safetensors(bytes, path).tensors;
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(int64_t step) {
+  return strprintf("step_%08lld", static_cast<long long>(step));
+}
+
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const Checkpoint& ck,
+                            int keep_last) {
+  K3_CHECK(step >= 0, "checkpoint step must be >= 0, got ", step);
+  K3_CHECK(ck.manifest.is_object(), "checkpoint manifest must be a JSON object, got ",
+           ck.manifest.type_name());
+  const fs::path root = fs::path(run_dir) / kCheckpointsDir;
+  const std::string name = checkpoint_dir_name(step);
+  const fs::path final_dir = root / name;
+  try {
+    fs::create_directories(root);
+    const fs::path tmp =
+        root / (std::string(kTempPrefix) + name + "." + std::to_string(::getpid()));
+    fs::remove_all(tmp);
+    fs::create_directory(tmp);
+
+    json manifest = ck.manifest, files = json::object();
+    write_recorded(tmp, kModelFile, encode_safetensors({ck.model, {}}), files);
+    write_recorded(tmp, kOptimizerFile, encode_safetensors({ck.optimizer, {}}), files);
+    manifest["step"] = step;
+    manifest["format_version"] = kCheckpointFormatVersion;
+    manifest["files"] = files;
+    write_file_atomic((tmp / kManifestFile).string(), manifest.dump(2) + "\n");
+
+    move_into_place(tmp, final_dir);
+    write_file_atomic((root / kLatestFile).string(), name + "\n");
+    prune(root, name, keep_last);
+  } catch (const fs::filesystem_error& e) {
+    throw Error(std::string("cannot write checkpoint: ") + e.code().message(),
+                ErrorContext{e.path1().empty() ? final_dir.string() : e.path1().string(), "", -1});
+  }
+  return final_dir.string();
+}
+
+Checkpoint load_checkpoint(const std::string& step_dir) {
+  const fs::path dir(step_dir);
+  const std::string manifest_path = (dir / kManifestFile).string();
+  const ErrorContext ctx{manifest_path, "", -1};
+  K3_CHECK_CTX(file_exists(manifest_path), ctx, "missing: not a complete checkpoint directory");
+  Checkpoint ck;
+  try {
+    ck.manifest = json::parse(read_file(manifest_path));
+  } catch (const json::exception& e) {
+    throw Error(std::string("malformed JSON (") + e.what() + "): the checkpoint is corrupt", ctx);
+  }
+  K3_CHECK_CTX(ck.manifest.is_object(), ctx, "expected a JSON object, found ",
+               ck.manifest.type_name());
+  const json& version = manifest_field(ck.manifest, "format_version", manifest_path);
+  K3_CHECK_CTX(version.is_number_integer() && version.get<int>() == kCheckpointFormatVersion,
+               (ErrorContext{manifest_path, "format_version", -1}), "expected ",
+               kCheckpointFormatVersion, ", found ", version.dump());
+  K3_CHECK_CTX(manifest_field(ck.manifest, "step", manifest_path).is_number_integer(),
+               (ErrorContext{manifest_path, "step", -1}), "expected an integer");
+  const json& files = manifest_field(ck.manifest, "files", manifest_path);
+  K3_CHECK_CTX(files.is_object(), (ErrorContext{manifest_path, "files", -1}), "expected an object");
+  ck.model = read_verified(dir, kModelFile, files, manifest_path);
+  ck.optimizer = read_verified(dir, kOptimizerFile, files, manifest_path);
+  return ck;
+}
+
+std::vector<std::string> list_checkpoints(const std::string& run_dir) {
+  const fs::path root = fs::path(run_dir) / kCheckpointsDir;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return {};
+  std::vector<std::pair<int64_t, std::string>> found;
+  for (const auto& entry : fs::directory_iterator(root)) {
+    auto step = step_of(entry.path().filename().string());
+    if (step && entry.is_directory()) found.emplace_back(*step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  std::vector<std::string> dirs;
+  for (auto& [step, dir] : found) dirs.push_back(dir);
+  return dirs;
+}
+
+std::string find_checkpoint(const std::string& run_dir_or_step_dir) {
+  fs::path path = fs::path(run_dir_or_step_dir).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();  // a trailing slash
+  const ErrorContext ctx{run_dir_or_step_dir, "", -1};
+  K3_CHECK_CTX(fs::is_directory(path), ctx,
+               "not a directory: expected a run directory or a checkpoint step directory");
+  if (step_of(path.filename().string()) || file_exists((path / kManifestFile).string()))
+    return run_dir_or_step_dir;
+
+  const fs::path root = path / kCheckpointsDir;
+  const std::string latest_path = (root / kLatestFile).string();
+  if (file_exists(latest_path)) {
+    std::string name = read_file(latest_path);
+    name.erase(
+        std::find_if(name.begin(), name.end(), [](char c) { return c == '\n' || c == '\r'; }),
+        name.end());
+    if (step_of(name) && fs::is_directory(root / name)) return (root / name).string();
+    log_warn("checkpoint: ", latest_path, " names '", name,
+             "', which is not a step directory; using the newest");
+  }
+  const std::vector<std::string> all = list_checkpoints(path.string());
+  K3_CHECK_CTX(!all.empty(), ctx, "no checkpoint found: expected ", kCheckpointsDir,
+               "/step_* directories");
+  return all.front();
+}
+
+}  // namespace k3::train

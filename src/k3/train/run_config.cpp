@@ -1,0 +1,356 @@
+#include "k3/train/run_config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+
+#include "k3/base/error.h"
+#include "k3/base/fs.h"
+#include "k3/train/format.h"
+
+namespace k3::train {
+namespace {
+
+namespace fs = std::filesystem;
+using SearchDirs = std::vector<fs::path>;
+
+template <typename T>
+std::string shortest(T v) {
+  char buf[32];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, end);
+}
+
+std::string format_value(int64_t v) { return std::to_string(v); }
+
+std::string format_value(double v) {
+  std::string s = shortest(v);
+  if (s.find_first_of(".en") == std::string::npos) s += ".0";  // TOML needs 1.0, not 1
+  return s;
+}
+
+std::string format_value(const std::string& v) {
+  std::string out = "\"";
+  for (unsigned char c : v) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      out += strprintf("\\u%04x", c);
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
+
+std::string describe(const toml::node& node) {
+  std::ostringstream os;
+  os << node.type();
+  node.visit([&os](const auto& v) {
+    if constexpr (toml::is_value<decltype(v)>) os << " " << v;
+  });
+  return os.str();
+}
+
+template <typename T>
+T from_node(const toml::node& node) {
+  if constexpr (std::is_same_v<T, int64_t>) {
+    K3_CHECK(node.is_integer(), "expected an integer, found ", describe(node));
+    return node.as_integer()->get();
+  } else if constexpr (std::is_same_v<T, double>) {
+    K3_CHECK(node.is_number(), "expected a number, found ", describe(node));
+    double v = node.is_integer() ? static_cast<double>(node.as_integer()->get())
+                                 : node.as_floating_point()->get();
+    K3_CHECK(std::isfinite(v), "expected a finite number, found ", describe(node));
+    return v;
+  } else {
+    K3_CHECK(node.is_string(), "expected a string, found ", describe(node));
+    return node.as_string()->get();
+  }
+}
+
+// What a field's value must satisfy, said in words for the error message. RESOLVE, when set,
+// turns a relative input path into an absolute one.
+template <typename T>
+struct Rule {
+  std::function<bool(const T&)> ok;
+  std::string expected;
+  std::function<T(const T&, const SearchDirs&)> resolve = nullptr;
+};
+
+template <typename T>
+Rule<T> above(T lo) {
+  return {[lo](const T& v) { return v > lo; }, "a value > " + shortest(lo)};
+}
+template <typename T>
+Rule<T> at_least(T lo) {
+  return {[lo](const T& v) { return v >= lo; }, "a value >= " + shortest(lo)};
+}
+
+// A value in the interval from lo to hi; each end open or closed.
+Rule<double> within(char open, double lo, double hi, char close) {
+  return {[=](const double& v) {
+            return (open == '[' ? v >= lo : v > lo) && (close == ']' ? v <= hi : v < hi);
+          },
+          std::string("a value in ") + open + shortest(lo) + ", " + shortest(hi) + close};
+}
+
+Rule<std::string> any_text() {
+  return {[](const std::string&) { return true; }, "a string"};
+}
+
+std::string find_input(const std::string& path, const SearchDirs& dirs) {
+  if (fs::path(path).is_absolute()) {
+    K3_CHECK(fs::exists(path), "file not found: ", path);
+    return path;
+  }
+  std::string tried;
+  for (const fs::path& dir : dirs) {
+    fs::path candidate = (dir / path).lexically_normal();
+    if (fs::exists(candidate)) return candidate.string();
+    tried += (tried.empty() ? "" : ", ") + candidate.string();
+  }
+  throw Error("file not found: " + path + " (looked for " + tried + ")");
+}
+
+// An existing file or directory, or KEYWORD (which is not a path).
+Rule<std::string> input_path(std::string keyword = "") {
+  return {[](const std::string& v) { return !v.empty(); }, "a path",
+          [keyword](const std::string& v, const SearchDirs& dirs) {
+            return !keyword.empty() && v == keyword ? v : find_input(v, dirs);
+          }};
+}
+
+// One configuration field, with its type erased.
+struct Field {
+  std::string key;  // "section.name"
+  std::string doc;
+  bool is_string;
+  std::function<void(RunConfig&, const toml::node&)> set;  // throws an Error without context
+  std::function<std::string(const RunConfig&)> format;
+  std::function<void(RunConfig&, const SearchDirs&)> resolve;  // empty unless an input path
+};
+
+template <typename Section, typename T>
+Field field(std::string key, Section RunConfig::*section, T Section::*member, Rule<T> rule,
+            std::string doc) {
+  Field f{std::move(key), std::move(doc), std::is_same_v<T, std::string>, {}, {}, {}};
+  f.set = [=](RunConfig& c, const toml::node& node) {
+    T v = from_node<T>(node);
+    K3_CHECK(rule.ok(v), "expected ", rule.expected, ", got ", format_value(v));
+    (c.*section).*member = std::move(v);
+  };
+  f.format = [=](const RunConfig& c) { return format_value((c.*section).*member); };
+  if (rule.resolve)
+    f.resolve = [=](RunConfig& c, const SearchDirs& dirs) {
+      (c.*section).*member = rule.resolve((c.*section).*member, dirs);
+    };
+  return f;
+}
+
+const std::vector<Field>& fields() {
+  using R = RunConfig;
+  using M = ModelSection;
+  using D = DataSection;
+  using T = TrainSection;
+  using E = EvalSection;
+  using C = CheckpointSection;
+  using S = SampleSection;
+  using N = RunSection;
+  using I = int64_t;
+  // clang-format off
+  static const std::vector<Field> table = {
+    field("model.config", &R::model, &M::config, input_path(), "HF-style model config (JSON)"),
+    field("model.seed", &R::model, &M::seed, at_least<I>(0), "initialization and data seed"),
+    field("data.source", &R::data, &D::source, input_path("builtin"),
+          "builtin, a .txt file or a directory"),
+    field("data.builtin_tokens", &R::data, &D::builtin_tokens, above<I>(0), "built-in corpus size"),
+    field("data.val_fraction", &R::data, &D::val_fraction, within('(', 0, 1, ')'),
+          "share held out for validation"),
+    field("data.seq_len", &R::data, &D::seq_len, above<I>(0), "tokens per sequence"),
+    field("train.steps", &R::train, &T::steps, above<I>(0), "optimizer steps"),
+    field("train.batch_size", &R::train, &T::batch_size, above<I>(0), "sequences per micro-batch"),
+    field("train.grad_accum", &R::train, &T::grad_accum, above<I>(0), "micro-batches per step"),
+    field("train.lr", &R::train, &T::lr, above(0.0), "peak learning rate"),
+    field("train.min_lr_ratio", &R::train, &T::min_lr_ratio, within('[', 0, 1, ']'),
+          "final lr / peak lr"),
+    field("train.warmup_steps", &R::train, &T::warmup_steps, at_least<I>(0), "linear warmup steps"),
+    field("train.warmup_fraction", &R::train, &T::warmup_fraction, within('[', 0, 1, ')'),
+          "share of steps; > 0 replaces warmup_steps"),
+    field("train.weight_decay", &R::train, &T::weight_decay, at_least(0.0),
+          "decoupled weight decay"),
+    field("train.beta1", &R::train, &T::beta1, within('[', 0, 1, ')'), "first-moment decay"),
+    field("train.beta2", &R::train, &T::beta2, within('[', 0, 1, ')'), "second-moment decay"),
+    field("train.eps", &R::train, &T::eps, above(0.0), "optimizer epsilon"),
+    field("train.grad_clip", &R::train, &T::grad_clip, at_least(0.0),
+          "gradient-norm limit; 0: off"),
+    field("train.threads", &R::train, &T::threads, at_least<I>(0), "worker threads; 0: all cores"),
+    field("eval.every", &R::eval, &E::every, at_least<I>(0), "steps between evaluations; 0: off"),
+    field("eval.batches", &R::eval, &E::batches, above<I>(0), "validation batches per evaluation"),
+    field("checkpoint.every", &R::checkpoint, &C::every, at_least<I>(0),
+          "steps between checkpoints; 0: off"),
+    field("checkpoint.keep_last", &R::checkpoint, &C::keep_last, at_least<I>(0),
+          "checkpoints kept; 0: all"),
+    field("sample.every", &R::sample, &S::every, at_least<I>(0), "steps between samples; 0: off"),
+    field("sample.max_tokens", &R::sample, &S::max_tokens, above<I>(0), "tokens per sample"),
+    field("sample.temperature", &R::sample, &S::temperature, at_least(0.0), "0: greedy"),
+    field("sample.top_k", &R::sample, &S::top_k, at_least<I>(0), "0: no top-k filter"),
+    field("sample.top_p", &R::sample, &S::top_p, within('(', 0, 1, ']'), "1: no nucleus filter"),
+    field("sample.prompt", &R::sample, &S::prompt, any_text(), "text the samples continue"),
+    field("run.dir", &R::run, &N::dir, any_text(), "run directory; empty: runs/<name>"),
+    field("run.name", &R::run, &N::name, any_text(), "empty: the TOML file's stem"),
+  };
+  // clang-format on
+  return table;
+}
+
+std::string section_of(const std::string& key) { return key.substr(0, key.find('.')); }
+
+const Field* find_field(const std::string& key) {
+  for (const Field& f : fields())
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+// "steps, batch_size, ..." for one section, or the section names when SECTION is empty.
+std::string known_names(const std::string& section) {
+  std::string names, previous;
+  for (const Field& f : fields()) {
+    std::string name = section.empty() ? section_of(f.key) : f.key.substr(f.key.find('.') + 1);
+    if ((!section.empty() && section_of(f.key) != section) || name == previous) continue;
+    names += (names.empty() ? "" : ", ") + name;
+    previous = name;
+  }
+  return names;
+}
+
+// Why KEY ("section.name" or "section") names no field, listing those that exist.
+std::string unknown_message(const std::string& key) {
+  const std::string section = section_of(key), names = known_names(section);
+  if (names.empty()) return "unknown section; expected one of: " + known_names("");
+  return "unknown key; [" + section + "] has: " + names;
+}
+
+std::string at_line(const toml::node& node) {
+  auto line = node.source().begin.line;
+  return line > 0 ? "line " + std::to_string(line) + ": " : "";
+}
+
+std::string trim(std::string_view s) {
+  auto is_space = [](char c) { return c == ' ' || c == '\t'; };
+  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
+  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
+  return std::string(s);
+}
+
+}  // namespace
+
+int64_t TrainSection::warmup() const {
+  int64_t w = warmup_fraction > 0 ? std::llround(warmup_fraction * static_cast<double>(steps))
+                                  : warmup_steps;
+  return std::min(w, steps);
+}
+
+RunConfig parse_run_config(const std::string& toml_text, const std::string& origin) {
+  toml::table root;
+  try {
+    root = toml::parse(std::string_view(toml_text), std::string_view(origin));
+  } catch (const toml::parse_error& e) {
+    throw Error("TOML syntax error at line " + std::to_string(e.source().begin.line) + ", column " +
+                    std::to_string(e.source().begin.column) + ": " + std::string(e.description()),
+                ErrorContext{origin, "", -1});
+  }
+  RunConfig config;
+  for (auto&& [section_key, section_node] : root) {
+    const std::string section(section_key.str());
+    K3_CHECK_CTX(!known_names(section).empty(), (ErrorContext{origin, section, -1}),
+                 at_line(section_node), unknown_message(section));
+    const toml::table* table = section_node.as_table();
+    K3_CHECK_CTX(table, (ErrorContext{origin, section, -1}), at_line(section_node),
+                 "expected a table [", section, "], found ", describe(section_node));
+    for (auto&& [name, value] : *table) {
+      const std::string key = section + "." + std::string(name.str());
+      const Field* f = find_field(key);
+      K3_CHECK_CTX(f, (ErrorContext{origin, key, -1}), at_line(value), unknown_message(key));
+      try {
+        f->set(config, value);
+      } catch (const Error& e) {
+        throw Error(at_line(value) + e.message(), ErrorContext{origin, key, -1});
+      }
+    }
+  }
+  return config;
+}
+
+void apply_override(RunConfig& config, const std::string& assignment) {
+  const size_t eq = assignment.find('=');
+  K3_CHECK_CTX(eq != std::string::npos, (ErrorContext{"", assignment, -1}),
+               "expected --set section.key=value, e.g. train.lr=1e-3");
+  const std::string key = trim(std::string_view(assignment).substr(0, eq));
+  const std::string text = trim(std::string_view(assignment).substr(eq + 1));
+  const Field* f = find_field(key);
+  K3_CHECK_CTX(f, (ErrorContext{"", key, -1}), "--set ", assignment, ": ", unknown_message(key));
+  // The value is read as TOML; other text (and any non-string, for a string field) as a string.
+  toml::table parsed;
+  try {
+    parsed = toml::parse(std::string_view("value = " + text));
+  } catch (const toml::parse_error&) {
+    // not TOML: taken as text below
+  }
+  const toml::node* value = parsed.get("value");
+  const toml::value<std::string> raw(text);
+  if (!value || (f->is_string && !value->is_string())) value = &raw;
+  try {
+    f->set(config, *value);
+  } catch (const Error& e) {
+    throw Error("--set " + assignment + ": " + e.message(), ErrorContext{"", key, -1});
+  }
+}
+
+RunConfig load_run_config(const std::string& toml_path, const std::vector<std::string>& overrides) {
+  RunConfig config =
+      toml_path.empty() ? RunConfig{} : parse_run_config(read_file(toml_path), toml_path);
+  for (const std::string& assignment : overrides) apply_override(config, assignment);
+  if (config.run.name.empty())
+    config.run.name = toml_path.empty() ? "run" : fs::path(toml_path).stem().string();
+  if (config.run.dir.empty()) config.run.dir = (fs::path("runs") / config.run.name).string();
+
+  SearchDirs dirs;
+  if (!toml_path.empty()) dirs.push_back(fs::absolute(toml_path).parent_path());
+  if (dirs.empty() || dirs[0] != fs::current_path()) dirs.push_back(fs::current_path());
+  for (const Field& f : fields()) {
+    if (!f.resolve) continue;
+    try {
+      f.resolve(config, dirs);
+    } catch (const Error& e) {
+      throw Error(e.message(), ErrorContext{toml_path, f.key, -1});
+    }
+  }
+  return config;
+}
+
+std::string to_toml(const RunConfig& config) {
+  std::string out = "# k3lab run configuration, fully resolved\n", section;
+  for (const Field& f : fields()) {
+    if (section_of(f.key) != section) {
+      section = section_of(f.key);
+      out += "\n[" + section + "]\n";
+    }
+    std::string line = f.key.substr(section.size() + 1) + " = " + f.format(config);
+    line.resize(std::max<size_t>(line.size() + 2, 40), ' ');
+    out += line + "# " + f.doc + "\n";
+  }
+  return out;
+}
+
+}  // namespace k3::train

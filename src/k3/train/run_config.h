@@ -1,0 +1,107 @@
+// The run configuration: a TOML file with one table per concern, command-line overrides
+// (`--set train.lr=1e-3`), validation that names the offending field, and the fully resolved
+// configuration written back as TOML into the run directory.
+//
+// Every field is declared once, in the field table of run_config.cpp (name, member, range,
+// description); parsing, overrides, validation and to_toml all work from that table.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace k3::train {
+
+struct ModelSection {
+  std::string config = "configs/dense-tiny.json";  // HF-style model JSON
+  int64_t seed = 1234;
+  bool operator==(const ModelSection&) const = default;
+};
+
+struct DataSection {
+  std::string source = "builtin";  // "builtin", a .txt file or a directory of them
+  int64_t builtin_tokens = 4000000;
+  double val_fraction = 0.05;
+  int64_t seq_len = 256;
+  bool operator==(const DataSection&) const = default;
+};
+
+struct TrainSection {
+  int64_t steps = 1000;
+  int64_t batch_size = 8;  // sequences per micro-batch
+  int64_t grad_accum = 1;  // micro-batches per optimizer step
+  double lr = 3e-3;        // peak learning rate
+  double min_lr_ratio = 0.1;
+  int64_t warmup_steps = 50;
+  double warmup_fraction = 0;  // when > 0, replaces warmup_steps: a fraction of steps
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double grad_clip = 1.0;  // global gradient norm limit; 0 disables clipping
+  int64_t threads = 0;     // 0: all cores
+
+  // Warmup length in steps: warmup_fraction * steps when set, else warmup_steps; at most steps.
+  int64_t warmup() const;
+  bool operator==(const TrainSection&) const = default;
+};
+
+struct EvalSection {
+  int64_t every = 100;  // steps between evaluations; 0 disables them
+  int64_t batches = 8;  // validation batches per evaluation
+  bool operator==(const EvalSection&) const = default;
+};
+
+struct CheckpointSection {
+  int64_t every = 200;    // steps between checkpoints; 0 disables periodic ones
+  int64_t keep_last = 2;  // 0 keeps all
+  bool operator==(const CheckpointSection&) const = default;
+};
+
+struct SampleSection {
+  int64_t every = 0;  // steps between generated samples; 0 disables them
+  int64_t max_tokens = 200;
+  double temperature = 0.8;  // 0: greedy
+  int64_t top_k = 40;        // 0: no top-k filter
+  double top_p = 0.95;       // 1: no nucleus filter
+  std::string prompt;
+  bool operator==(const SampleSection&) const = default;
+};
+
+struct RunSection {
+  std::string dir;   // empty: runs/<name>
+  std::string name;  // empty: the TOML file's stem, or "run"
+  bool operator==(const RunSection&) const = default;
+};
+
+struct RunConfig {
+  ModelSection model;
+  DataSection data;
+  TrainSection train;
+  EvalSection eval;
+  CheckpointSection checkpoint;
+  SampleSection sample;
+  RunSection run;
+  bool operator==(const RunConfig&) const = default;
+};
+
+// Parses TOML text; ORIGIN (a file name) is used in error messages only. Keys not in the text
+// keep their defaults. No file system access: paths are left as written.
+RunConfig parse_run_config(const std::string& toml_text, const std::string& origin = "");
+
+// Applies one "section.key=value" override. The value is read as TOML (1e-3, 8, "text"); for a
+// string field unquoted text is taken as is.
+void apply_override(RunConfig& config, const std::string& assignment);
+
+// The configuration a run uses: TOML_PATH parsed (defaults when TOML_PATH is empty), the
+// overrides applied in order, run.name and run.dir filled in, and the input paths (model.config,
+// data.source unless "builtin") made absolute: a relative path is looked up next to the TOML
+// file, then in the working directory, and must exist.
+RunConfig load_run_config(const std::string& toml_path,
+                          const std::vector<std::string>& overrides = {});
+
+// Every field, one table per section, with a comment describing each; parse_run_config reads
+// it back to an equal RunConfig.
+std::string to_toml(const RunConfig& config);
+
+}  // namespace k3::train

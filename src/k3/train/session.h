@@ -1,0 +1,47 @@
+// What train, eval and sample share: the model, tokenizer and step memory built from a resolved
+// run configuration, and the conversions between a model (+ optimizer) and a checkpoint.
+#pragma once
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "k3/activation/manager.h"
+#include "k3/base/arena.h"
+#include "k3/data/dataset.h"
+#include "k3/data/tokenizer.h"
+#include "k3/model/model.h"
+#include "k3/optim/adamw.h"
+#include "k3/train/checkpoint.h"
+#include "k3/train/run_config.h"
+
+namespace k3::train {
+
+struct Session {
+  RunConfig config;
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  std::unique_ptr<Model> model;
+  Arena arena;  // one micro-batch of batch_size x seq_len tokens
+  ActivationManager acts;
+  double loss_floor = NAN;  // nats per token when the data's entropy is known (the built-in corpus)
+};
+
+// Builds the session for a run configuration (its paths already resolved): model config read and
+// checked against the tokenizer, parameters allocated (not initialized), step arena mapped.
+std::unique_ptr<Session> open_session(const RunConfig& config);
+
+// The session of a checkpoint: the run configuration stored in its manifest, weights loaded.
+std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_path);
+
+data::TokenDataset load_run_dataset(const Session& s);
+
+// The parameters as the optimizer sees them (named ranges of the flat buffers).
+ParamSet param_set(ParamRegistry& params);
+
+// Weights by K3 name (views of the flat buffer) and optimizer state.
+Checkpoint make_checkpoint(const Model& model, const AdamW* optimizer, nlohmann::json manifest);
+// Copies checkpoint weights into the model; every parameter must be present with its shape.
+void restore_weights(Model& model, const Checkpoint& ck, const std::string& origin);
+void restore_optimizer(AdamW& optimizer, const Checkpoint& ck, const std::string& origin);
+
+}  // namespace k3::train

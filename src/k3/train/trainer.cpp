@@ -1,0 +1,240 @@
+#include "k3/train/trainer.h"
+
+#include <sys/resource.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "k3/base/error.h"
+#include "k3/base/fma_peak.h"
+#include "k3/base/fs.h"
+#include "k3/base/threads.h"
+#include "k3/base/timer.h"
+#include "k3/data/batcher.h"
+#include "k3/optim/clip.h"
+#include "k3/optim/schedule.h"
+#include "k3/train/evaluate.h"
+#include "k3/train/format.h"
+#include "k3/train/metrics.h"
+#include "k3/train/progress.h"
+#include "k3/train/svg_plot.h"
+
+namespace k3::train {
+namespace {
+
+double peak_rss_mib() {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<double>(ru.ru_maxrss) / 1024.0;
+}
+
+// After this many non-finite steps in a row the run stops: it is training on garbage.
+constexpr int kMaxBadStepsInARow = 5;
+
+class Run {
+ public:
+  Run(const RunConfig& config, const TrainOptions& opt)
+      : opt_(opt),
+        s_(open_session(config)),
+        dataset_(load_run_dataset(*s_)),
+        batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
+                 static_cast<uint64_t>(config.model.seed)),
+        optimizer_(param_set(s_->model->params()),
+                   AdamWConfig{static_cast<float>(config.train.beta1), static_cast<float>(config.train.beta2),
+                               static_cast<float>(config.train.eps),
+                               static_cast<float>(config.train.weight_decay)}),
+        schedule_{static_cast<float>(config.train.lr), config.train.warmup(), config.train.steps,
+                  static_cast<float>(config.train.min_lr_ratio)},
+        run_dir_(config.run.dir),
+        progress_(opt.quiet ? nullptr : std::make_unique<ProgressDisplay>()) {
+    std::filesystem::create_directories(run_dir_);
+    if (opt.resume) {
+      resume();
+    } else {
+      K3_CHECK_CTX(list_checkpoints(run_dir_).empty(), (ErrorContext{run_dir_, "", -1}),
+                   "the run directory already holds checkpoints: pass --resume to continue it, or "
+                   "choose another run.dir");
+      s_->model->initialize(static_cast<uint64_t>(config.model.seed));
+    }
+    write_file_atomic(run_dir_ + "/config.toml", to_toml(config));
+    write_file_atomic(run_dir_ + "/model.json", model_config_to_json(s_->model->config()).dump(2) + "\n");
+    metrics_ = std::make_unique<MetricsWriter>(run_dir_, opt.resume ? step_ : -1);
+    peak_gflops_ = fma_peak_gflops();
+  }
+
+  TrainSummary run();
+
+ private:
+  void resume();
+  double train_step();  // one optimizer step; returns the mean loss (NaN when skipped)
+  void evaluate_now(nlohmann::json& record);
+  std::string checkpoint_now();
+  std::string plot();
+  void say(const std::string& text) {
+    if (progress_) progress_->message(text);
+  }
+
+  TrainOptions opt_;
+  std::unique_ptr<Session> s_;
+  data::TokenDataset dataset_;
+  data::Batcher batcher_;
+  AdamW optimizer_;
+  CosineSchedule schedule_;
+  std::string run_dir_;
+  std::unique_ptr<ProgressDisplay> progress_;  // null when quiet
+  std::unique_ptr<MetricsWriter> metrics_;
+  int64_t step_ = 0, skipped_steps_ = 0, bad_in_a_row_ = 0;
+  double peak_gflops_ = 0, last_grad_norm_ = NAN, last_val_loss_ = NAN;
+  std::string last_checkpoint_;
+  std::vector<data::Batch> micro_;
+};
+
+void Run::resume() {
+  const std::string dir = find_checkpoint(run_dir_);
+  Checkpoint ck = load_checkpoint(dir);
+  restore_weights(*s_->model, ck, dir);
+  restore_optimizer(optimizer_, ck, dir);
+  step_ = ck.manifest.at("step").get<int64_t>();
+  skipped_steps_ = ck.manifest.value("skipped_steps", int64_t{0});
+  batcher_.seek(data::DataCursor::parse(ck.manifest.at("data_cursor").get<std::string>()));
+  last_checkpoint_ = dir;
+  say("resumed from " + dir + " at step " + std::to_string(step_));
+}
+
+double Run::train_step() {
+  const RunConfig& c = s_->config;
+  Model& model = *s_->model;
+  // Fetch every micro-batch first: the gradient is of the mean over all their counted tokens.
+  micro_.resize(static_cast<size_t>(c.train.grad_accum));
+  int64_t count = 0;
+  for (auto& b : micro_) {
+    batcher_.next(b);
+    for (int32_t t : b.targets) count += t != model.config().ignore_index;
+  }
+  model.params().zero_grads();
+  double loss_sum = 0;
+  const float grad_scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
+  for (auto& b : micro_) {
+    kernels::LossSum l = model.forward_backward(s_->arena, s_->acts,
+                                                {b.inputs.data(), b.targets.data(), b.rows, b.seq_len}, grad_scale);
+    loss_sum += l.sum;
+  }
+  const double loss = count > 0 ? loss_sum / static_cast<double>(count) : NAN;
+  last_grad_norm_ = global_grad_norm(model.params().grads(), model.params().flat_size());
+  if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_)) {
+    ++skipped_steps_;
+    ++bad_in_a_row_;
+    say(strprintf("step %lld: non-finite loss (%g) or gradient norm (%g): step skipped, nothing applied",
+                  static_cast<long long>(step_ + 1), loss, last_grad_norm_));
+    K3_CHECK(bad_in_a_row_ < kMaxBadStepsInARow, bad_in_a_row_,
+             " steps in a row produced a non-finite loss or gradient: stopping rather than training "
+             "on garbage (lower train.lr or check the data)");
+    return NAN;
+  }
+  bad_in_a_row_ = 0;
+  optimizer_.step(schedule_.lr(step_), clip_factor(last_grad_norm_, c.train.grad_clip));
+  return loss;
+}
+
+void Run::evaluate_now(nlohmann::json& record) {
+  EvalResult e = evaluate(*s_, dataset_.validation, s_->config.eval.batches);
+  last_val_loss_ = e.loss;
+  record["val_loss"] = e.loss;
+  record["val_perplexity"] = e.perplexity;
+  std::string line = strprintf("step %lld: validation loss %.4f, perplexity %.3f",
+                               static_cast<long long>(step_), e.loss, e.perplexity);
+  if (std::isfinite(s_->loss_floor))
+    line += strprintf(" (floor %.4f, +%.4f)", s_->loss_floor, e.loss - s_->loss_floor);
+  say(line);
+}
+
+std::string Run::checkpoint_now() {
+  nlohmann::json manifest = {{"step", step_},
+                             {"optimizer", "adamw"},
+                             {"optimizer_steps", optimizer_.steps_taken()},
+                             {"skipped_steps", skipped_steps_},
+                             {"data_cursor", batcher_.cursor().to_string()},
+                             {"seed", s_->config.model.seed},
+                             {"rng", "philox4x32-10; stateless, keyed by (seed, stream, index)"},
+                             {"layout", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"ep", 1}, {"cp", 1}}},
+                             {"model_config", model_config_to_json(s_->model->config())},
+                             {"run_config", to_toml(s_->config)}};
+  last_checkpoint_ = save_checkpoint(run_dir_, step_, make_checkpoint(*s_->model, &optimizer_, manifest),
+                                     static_cast<int>(s_->config.checkpoint.keep_last));
+  return last_checkpoint_;
+}
+
+std::string Run::plot() {
+  auto m = read_metrics(metrics_path(run_dir_));
+  LinePlot p;
+  p.title = "k3lab: " + s_->config.run.name;
+  p.x_label = "step";
+  p.y_label = "loss (nats/token)";
+  for (auto [key, label] : {std::pair{"loss", "train"}, {"val_loss", "validation"}})
+    if (m.count(key)) p.series.push_back({label, m[key].steps, m[key].values});
+  if (std::isfinite(s_->loss_floor) && m.count("loss") && !m["loss"].steps.empty())
+    p.series.push_back({"entropy floor", {m["loss"].steps.front(), m["loss"].steps.back()},
+                        {s_->loss_floor, s_->loss_floor}});
+  const std::string path = run_dir_ + "/loss.svg";
+  write_svg(path, render_line_plot(p));
+  return path;
+}
+
+TrainSummary Run::run() {
+  const RunConfig& c = s_->config;
+  const int64_t tokens_per_step = c.train.batch_size * c.data.seq_len * c.train.grad_accum;
+  const double flops_per_token = s_->model->train_flops_per_token(c.data.seq_len);
+  TrainSummary out;
+  out.run_dir = run_dir_;
+  out.loss_floor = s_->loss_floor;
+  Timer since_start;
+  int64_t first_step = step_;
+  while (step_ < c.train.steps) {
+    Timer t;
+    double loss = train_step();
+    ++step_;
+    const double secs = t.seconds(), tok_s = static_cast<double>(tokens_per_step) / secs;
+    out.train_loss = loss;
+    nlohmann::json rec = {{"step", step_},
+                          {"loss", loss},
+                          {"lr", schedule_.lr(step_ - 1)},
+                          {"grad_norm", last_grad_norm_},
+                          {"tokens_per_second", tok_s},
+                          {"mfu", flops_per_token * tok_s / (peak_gflops_ * 1e9)},
+                          {"step_seconds", secs},
+                          {"peak_memory_mib", peak_rss_mib()},
+                          {"skipped_steps", skipped_steps_}};
+    if (c.eval.every > 0 && (step_ % c.eval.every == 0 || step_ == c.train.steps)) evaluate_now(rec);
+    metrics_->write(rec);
+    if (progress_) {
+      const double elapsed = since_start.seconds();
+      progress_->update({step_, c.train.steps, loss, s_->loss_floor, schedule_.lr(step_ - 1), tok_s,
+                        elapsed / static_cast<double>(step_ - first_step) *
+                            static_cast<double>(c.train.steps - step_)});
+    }
+    if (c.sample.every > 0 && step_ % c.sample.every == 0 && step_ != c.train.steps)
+      say("sample: " + sample_text(*s_, c.sample.prompt, c.sample.max_tokens, c.sample.temperature,
+                                   c.sample.top_k, c.sample.top_p, static_cast<uint64_t>(step_)));
+    if ((c.checkpoint.every > 0 && step_ % c.checkpoint.every == 0) || step_ == c.train.steps)
+      checkpoint_now();
+  }
+  if (progress_) progress_->finish();
+  out.steps = step_;
+  out.validation_loss = last_val_loss_;
+  out.last_checkpoint = last_checkpoint_;
+  out.loss_plot = plot();
+  if (c.sample.max_tokens > 0)
+    out.sample = sample_text(*s_, c.sample.prompt, c.sample.max_tokens, c.sample.temperature,
+                             c.sample.top_k, c.sample.top_p, static_cast<uint64_t>(step_));
+  return out;
+}
+
+}  // namespace
+
+TrainSummary train(const RunConfig& config, const TrainOptions& options) {
+  if (config.train.threads > 0) set_num_threads(static_cast<int>(config.train.threads));
+  Run run(config, options);
+  return run.run();
+}
+
+}  // namespace k3::train
