@@ -1,0 +1,191 @@
+#include "k3/train/checkpoint.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "k3/base/error.h"
+#include "k3/base/fs.h"
+#include "k3/base/log.h"
+
+namespace k3::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    run_dir_ = fs::temp_directory_path() /
+               ("k3_checkpoint_" + std::to_string(::getpid()) + "_" +
+                ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(run_dir_);
+    fs::create_directories(run_dir_);
+  }
+  void TearDown() override { fs::remove_all(run_dir_); }
+
+  std::string run_dir() const { return run_dir_.string(); }
+
+  // A small checkpoint whose values depend on STEP, so checkpoints can be told apart.
+  static Checkpoint make(int64_t step) {
+    Checkpoint ck;
+    Tensor w = Tensor::empty({3, 4});
+    for (int i = 0; i < 12; ++i) w.f32()[i] = static_cast<float>(step * 100 + i);
+    Tensor m = Tensor::zeros({3, 4});
+    m.f32()[5] = 0.5f;
+    ck.model = {{"model.embed_tokens.weight", w}};
+    ck.optimizer = {{"model.embed_tokens.weight.exp_avg", m}};
+    ck.manifest = {{"data_cursor", step * 7}, {"rng", {{"seed", 1234}}}};
+    return ck;
+  }
+
+  static void expect_error_mentions(const std::string& step_dir, const std::string& file,
+                                    const std::string& what) {
+    try {
+      load_checkpoint(step_dir);
+      FAIL() << "expected an error about " << what;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.context().file, step_dir + "/" + file) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  }
+
+ private:
+  fs::path run_dir_;
+};
+
+TEST_F(CheckpointTest, RoundTrip) {
+  const std::string dir = save_checkpoint(run_dir(), 123, make(123));
+  EXPECT_EQ(dir, run_dir() + "/checkpoints/step_00000123");
+  EXPECT_EQ(read_file(run_dir() + "/checkpoints/latest"), "step_00000123\n");
+
+  Checkpoint loaded = load_checkpoint(dir);
+  ASSERT_EQ(loaded.model.size(), 1u);
+  EXPECT_EQ(loaded.model[0].first, "model.embed_tokens.weight");
+  EXPECT_EQ(loaded.model[0].second.shape(), (Shape{3, 4}));
+  EXPECT_EQ(loaded.model[0].second.f32()[11], 12311.f);
+  ASSERT_EQ(loaded.optimizer.size(), 1u);
+  EXPECT_EQ(loaded.optimizer[0].second.f32()[5], 0.5f);
+  EXPECT_EQ(loaded.manifest["data_cursor"], 861);
+  EXPECT_EQ(loaded.manifest["rng"]["seed"], 1234);
+  EXPECT_EQ(loaded.manifest["step"], 123);
+  EXPECT_EQ(loaded.manifest["format_version"], kCheckpointFormatVersion);
+  EXPECT_EQ(loaded.manifest["files"]["model.safetensors"]["bytes"],
+            fs::file_size(dir + "/model.safetensors"));
+  EXPECT_EQ(find_checkpoint(run_dir()), dir);
+  EXPECT_EQ(find_checkpoint(dir), dir);
+}
+
+TEST_F(CheckpointTest, SavingTheSameStepAgainReplacesIt) {
+  save_checkpoint(run_dir(), 5, make(5));
+  Checkpoint again = make(5);
+  again.manifest["data_cursor"] = -1;
+  const std::string dir = save_checkpoint(run_dir(), 5, again);
+  EXPECT_EQ(load_checkpoint(dir).manifest["data_cursor"], -1);
+  EXPECT_EQ(list_checkpoints(run_dir()).size(), 1u);
+}
+
+TEST_F(CheckpointTest, TruncatedFileIsNamed) {
+  const std::string dir = save_checkpoint(run_dir(), 1, make(1));
+  const std::string path = dir + "/model.safetensors";
+  fs::resize_file(path, fs::file_size(path) - 10);
+  expect_error_mentions(dir, "model.safetensors", "size mismatch");
+}
+
+TEST_F(CheckpointTest, FlippedBitIsDetected) {
+  const std::string dir = save_checkpoint(run_dir(), 1, make(1));
+  const std::string path = dir + "/optimizer.safetensors";
+  std::string bytes = read_file(path);
+  bytes[bytes.size() - 3] ^= 0x10;
+  write_file_atomic(path, bytes);
+  expect_error_mentions(dir, "optimizer.safetensors", "checksum mismatch");
+}
+
+TEST_F(CheckpointTest, MissingFileAndMalformedManifest) {
+  const std::string dir = save_checkpoint(run_dir(), 1, make(1));
+  fs::remove(dir + "/model.safetensors");
+  expect_error_mentions(dir, "model.safetensors", "missing");
+
+  write_file_atomic(dir + "/manifest.json", "{\"step\": 1, \"files\": ");
+  expect_error_mentions(dir, "manifest.json", "malformed JSON");
+
+  fs::remove(dir + "/manifest.json");
+  expect_error_mentions(dir, "manifest.json", "missing");
+}
+
+TEST_F(CheckpointTest, PreviousCheckpointSurvivesCorruptionOfTheNewest) {
+  save_checkpoint(run_dir(), 10, make(10));
+  const std::string newest = save_checkpoint(run_dir(), 20, make(20));
+  std::string bytes = read_file(newest + "/model.safetensors");
+  bytes[100] ^= 1;
+  write_file_atomic(newest + "/model.safetensors", bytes);
+  EXPECT_THROW(load_checkpoint(find_checkpoint(run_dir())), Error);
+
+  const std::vector<std::string> all = list_checkpoints(run_dir());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0], newest);
+  Checkpoint previous = load_checkpoint(all[1]);
+  EXPECT_EQ(previous.manifest["step"], 10);
+  EXPECT_EQ(previous.model[0].second.f32()[0], 1000.f);
+}
+
+TEST_F(CheckpointTest, InterruptedWritesAreIgnored) {
+  const std::string done = save_checkpoint(run_dir(), 100, make(100));
+  // A crash while writing step 200: a half-filled temporary directory and a stray temp file.
+  const std::string root = run_dir() + "/checkpoints";
+  fs::create_directories(root + "/.tmp.step_00000200.999");
+  std::ofstream(root + "/.tmp.step_00000200.999/model.safetensors") << "partial";
+  std::ofstream(root + "/latest.tmp.999") << "step_00000200";
+  EXPECT_EQ(find_checkpoint(run_dir()), done);
+  EXPECT_EQ(list_checkpoints(run_dir()), std::vector<std::string>{done});
+
+  // Without `latest`, the newest complete step directory is used.
+  fs::remove(root + "/latest");
+  EXPECT_EQ(find_checkpoint(run_dir()), done);
+
+  // The next save clears what the crash left behind.
+  save_checkpoint(run_dir(), 300, make(300));
+  EXPECT_FALSE(fs::exists(root + "/.tmp.step_00000200.999"));
+}
+
+TEST_F(CheckpointTest, StaleLatestFallsBackToNewest) {
+  save_checkpoint(run_dir(), 1, make(1));
+  const std::string two = save_checkpoint(run_dir(), 2, make(2));
+  write_file_atomic(run_dir() + "/checkpoints/latest", "step_00000009\n");
+  const LogLevel level = log_level();
+  set_log_level(LogLevel::Error);  // the fallback warns
+  EXPECT_EQ(find_checkpoint(run_dir()), two);
+  set_log_level(level);
+}
+
+TEST_F(CheckpointTest, KeepLastPrunesOldest) {
+  for (int64_t step : {1, 2, 3, 4}) save_checkpoint(run_dir(), step * 10, make(step), 2);
+  const std::vector<std::string> all = list_checkpoints(run_dir());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(fs::path(all[0]).filename(), "step_00000040");
+  EXPECT_EQ(fs::path(all[1]).filename(), "step_00000030");
+
+  save_checkpoint(run_dir(), 50, make(5), 0);  // 0 keeps everything
+  EXPECT_EQ(list_checkpoints(run_dir()).size(), 3u);
+}
+
+TEST_F(CheckpointTest, KeepLastAlwaysKeepsTheOneJustWritten) {
+  save_checkpoint(run_dir(), 100, make(1));
+  save_checkpoint(run_dir(), 200, make(2));
+  // Resumed from step 100 and saving step 150: step 200 belongs to the abandoned continuation.
+  const std::string dir = save_checkpoint(run_dir(), 150, make(3), 1);
+  EXPECT_EQ(list_checkpoints(run_dir()), std::vector<std::string>{dir});
+  EXPECT_EQ(find_checkpoint(run_dir()), dir);
+}
+
+TEST_F(CheckpointTest, NothingToFind) {
+  EXPECT_THROW(find_checkpoint(run_dir()), Error);
+  EXPECT_THROW(find_checkpoint(run_dir() + "/does-not-exist"), Error);
+  EXPECT_TRUE(list_checkpoints(run_dir()).empty());
+}
+
+}  // namespace
+}  // namespace k3::train
