@@ -145,6 +145,22 @@ void Model::decode(Arena& arena, KVCache& cache, const int32_t* tokens, int64_t 
   kernels::gemm(false, true, 1, config_.vocab_size, d, 1.f, t, params_.value(head_).f32(), 0.f, logits);
 }
 
+size_t Model::step_arena_bytes(int64_t B, int64_t T) const {
+  const int64_t n = B * T, d = config_.hidden_size, p = config_.attn_dim();
+  const int64_t I = config_.intermediate_size, H = config_.num_attention_heads;
+  // Per layer and token: 6 residual-width buffers, q k v g o y, lse, gate/up/h, two rstd.
+  const int64_t per_layer = 6 * d + 6 * p + H + 3 * I + 2;
+  // Outside the layers: embedding, final norm, the gradient ping-pong buffers.
+  const int64_t outside = 5 * d + 1;
+  // One layer's backward scratch at a time.
+  const int64_t scratch = 6 * p + 3 * I + 2 * d;
+  const int64_t floats = n * (config_.num_hidden_layers * per_layer + outside + scratch) +
+                         lm_head_chunk() * config_.vocab_size;
+  // 64-byte alignment of each allocation (~16 per layer) plus headroom.
+  return static_cast<size_t>(floats) * sizeof(float) * 9 / 8 +
+         static_cast<size_t>(config_.num_hidden_layers + 4) * 64 * 64 + (size_t{4} << 20);
+}
+
 int64_t Model::matmul_params() const {
   int64_t n = 0;
   for (int i = 0; i < params_.size(); ++i)

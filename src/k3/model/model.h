@@ -49,6 +49,9 @@ class Model {
   // Feeds n tokens at positions cache.length..; writes the logits of the last one [vocab].
   void decode(Arena& arena, KVCache& cache, const int32_t* tokens, int64_t n, float* logits);
 
+  // Bytes of step arena one micro-batch of B x T tokens needs (activations, scratch, logits chunk).
+  size_t step_arena_bytes(int64_t B, int64_t T) const;
+
   // Training FLOPs per token: 6 × matmul parameters + attention (12 · layers · attn_dim · T / 2).
   double train_flops_per_token(int64_t T) const;
   int64_t matmul_params() const;
