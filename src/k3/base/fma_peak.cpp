@@ -17,9 +17,13 @@ __attribute__((noinline)) float fma_loop(int64_t iters, float seed) {
   const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
   for (int64_t it = 0; it < iters; ++it)
     for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  alignas(64) float lanes[16];
   __m512 s = acc[0];
   for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
+  _mm512_store_ps(lanes, s);
+  float total = 0;
+  for (float x : lanes) total += x;
+  return total;
 }
 
 }  // namespace
