@@ -57,6 +57,19 @@ const std::vector<Field>& fields() {
       field("eos_token_id", &ModelConfig::eos_token_id, false),
       field("pad_token_id", &ModelConfig::pad_token_id, false),
       field("ignore_index", &ModelConfig::ignore_index, false),
+      field("q_lora_rank", &ModelConfig::q_lora_rank, false),
+      field("kv_lora_rank", &ModelConfig::kv_lora_rank, false),
+      field("qk_nope_head_dim", &ModelConfig::qk_nope_head_dim, false),
+      field("qk_rope_head_dim", &ModelConfig::qk_rope_head_dim, false),
+      field("v_head_dim", &ModelConfig::v_head_dim, false),
+      field("num_experts", &ModelConfig::num_experts, false),
+      field("num_experts_per_token", &ModelConfig::num_experts_per_token, false),
+      field("moe_intermediate_size", &ModelConfig::moe_intermediate_size, false),
+      field("routed_expert_hidden_size", &ModelConfig::routed_expert_hidden_size, false),
+      field("num_shared_experts", &ModelConfig::num_shared_experts, false),
+      field("first_k_dense_replace", &ModelConfig::first_k_dense_replace, false),
+      field("routed_scaling_factor", &ModelConfig::routed_scaling_factor, false),
+      field("attn_res_block_size", &ModelConfig::attn_res_block_size, false),
   };
   return kFields;
 }
