@@ -137,7 +137,7 @@ TEST(Model, CachedDecodingMatchesFullForward) {
   const int64_t T = 12, V = 259;
   std::vector<float> full(static_cast<size_t>(T * V)), step(static_cast<size_t>(V));
   f.model.forward_logits(f.arena, f.tokens.data(), 1, T, full.data());
-  KVCache cache = f.model.make_cache(T);
+  ModelCache cache = f.model.make_cache(T);
   // A prefill of 5 tokens, then one token at a time.
   f.model.decode(f.arena, cache, f.tokens.data(), 5, step.data());
   std::vector<float> want(full.begin() + 4 * V, full.begin() + 5 * V);

@@ -12,7 +12,9 @@ namespace k3 {
 
 void* map_buffer(size_t bytes, bool prefault) {
   if (bytes == 0) return nullptr;
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // Without pre-faulting the mapping only reserves address space: pages come on first touch.
+  const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (prefault ? 0 : MAP_NORESERVE);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
   K3_CHECK(p != MAP_FAILED, "cannot map ", bytes, " bytes: ", std::strerror(errno));
 #ifdef MADV_HUGEPAGE
   madvise(p, bytes, MADV_HUGEPAGE);  // advisory: ignored where transparent huge pages are off

@@ -13,6 +13,7 @@ class Arena {
   static constexpr size_t kAlign = 64;
 
   Arena() = default;
+  // prefault = false reserves address space only (pages are faulted in on first use, then reused).
   explicit Arena(size_t capacity_bytes, bool prefault = true);
   ~Arena();
   Arena(const Arena&) = delete;

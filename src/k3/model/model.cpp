@@ -1,6 +1,7 @@
 #include "k3/model/model.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "k3/base/error.h"
@@ -16,11 +17,17 @@ Model::Model(ModelConfig c) : config_(std::move(c)) {
   embed_ = params_.add("model.embed_tokens.weight", {V, d}, ParamInit::normal(std));
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
-    layers_.push_back(Layer{RMSNorm(params_, p + ".input_layernorm", d, eps),
-                            RMSNorm(params_, p + ".post_attention_layernorm", d, eps),
-                            GatedAttention(params_, p + ".self_attn", config_),
-                            GluMlp(params_, p + ".mlp", config_, config_.intermediate_size)});
+    Layer L{l, attn_res() && l % config_.attn_res_block_size == 0, RMSNorm(params_, p + ".input_layernorm", d, eps),
+            RMSNorm(params_, p + ".post_attention_layernorm", d, eps), nullptr, nullptr, {}, {}};
+    if (attn_res()) {
+      L.self_res = AttnResMix(params_, p + ".self_attention_res", d, eps);  // no effect at layer 0
+      L.mlp_res = AttnResMix(params_, p + ".mlp_res", d, eps);
+    }
+    L.mixer = make_mixer(params_, p, config_, l);
+    L.ffn = make_ffn(params_, p, config_, l);
+    layers_.push_back(std::move(L));
   }
+  if (attn_res()) output_res_ = AttnResMix(params_, "model.output_attn_res", d, eps);
   final_norm_ = RMSNorm(params_, "model.norm", d, eps);
   head_ = params_.add("lm_head.weight", {V, d}, ParamInit::normal(std));
   params_.allocate();
@@ -31,30 +38,135 @@ int64_t Model::lm_head_chunk() const {
   return std::clamp<int64_t>((int64_t{8} << 20) / config_.vocab_size, 64, 1024);
 }
 
-static void check_tokens(const int32_t* t, int64_t n, int64_t vocab, const char* what) {
-  for (int64_t i = 0; i < n; ++i)
-    K3_CHECK(t[i] >= 0 && t[i] < vocab, what, "[", i, "] = ", t[i], " is outside the vocabulary of ", vocab);
+std::string Model::key(const Layer& L, const char* what) const {
+  return "model.layers." + std::to_string(L.index) + "." + what;
 }
 
-float* Model::forward_hidden(const Step& s, const int32_t* tokens, int64_t B, int64_t T) {
-  const int64_t n = B * T, d = config_.hidden_size;
-  check_tokens(tokens, n, config_.vocab_size, "token");
-  float* x = s.alloc(n * d);
-  kernels::embedding_forward(tokens, n, s.params.value(embed_).f32(), config_.vocab_size, d, x);
+float* Model::embed(const Step& s, const int32_t* tokens, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    K3_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "token[", i, "] = ", tokens[i],
+             " is outside the vocabulary of ", config_.vocab_size);
+  float* x = s.alloc(n * config_.hidden_size);
+  kernels::embedding_forward(tokens, n, s.params.value(embed_).f32(), config_.vocab_size, config_.hidden_size, x);
+  return x;
+}
+
+// P is the running state: the residual stream, or with Attention Residuals the partial sum of
+// the current block, whose snapshots at block starts form the bank (spec §2).
+float* Model::run_stack(const Step& s, float* P, int64_t n, MixFn mix, void* ctx) {
+  const int64_t d = config_.hidden_size;
+  std::vector<const float*> bank;
+  auto with = [&bank](const float* last) {
+    std::vector<const float*> rows = bank;
+    rows.push_back(last);
+    return rows;
+  };
   for (const Layer& L : layers_) {
-    float *a_in = s.alloc(n * d), *a = s.alloc(n * d), *mid = s.alloc(n * d);
-    L.input_norm.forward(s, x, n, a_in);
-    L.attn.forward(s, a_in, B, T, a);
-    kernels::add(x, a, mid, n * d);
-    float *m_in = s.alloc(n * d), *f = s.alloc(n * d), *next = s.alloc(n * d);
-    L.post_norm.forward(s, mid, n, m_in);
-    L.mlp.forward(s, m_in, n, f);
-    kernels::add(mid, f, next, n * d);
-    x = next;
+    s.save(key(L, "P_in"), P, n * d);
+    float* a_in = s.alloc(n * d);
+    if (attn_res() && !bank.empty()) {
+      float* agg = s.alloc(n * d);
+      L.self_res.forward(s, with(P), n, agg);
+      L.input_norm.forward(s, agg, n, a_in);
+    } else {
+      L.input_norm.forward(s, P, n, a_in);
+    }
+    if (L.starts_block) bank.push_back(P);
+    float* A = s.alloc(n * d);
+    mix(s, *L.mixer, L.index, a_in, A, ctx);
+    float* mid = A;
+    if (!L.starts_block) {
+      mid = s.alloc(n * d);
+      kernels::add(P, A, mid, n * d);
+    }
+    s.save(key(L, "mid"), mid, n * d);
+    float* m_in = s.alloc(n * d);
+    if (attn_res()) {
+      float* agg = s.alloc(n * d);
+      L.mlp_res.forward(s, with(mid), n, agg);
+      L.post_norm.forward(s, agg, n, m_in);
+    } else {
+      L.post_norm.forward(s, mid, n, m_in);
+    }
+    float *F = s.alloc(n * d), *next = s.alloc(n * d);
+    L.ffn->forward(s, m_in, n, F);
+    kernels::add(mid, F, next, n * d);
+    P = next;
   }
-  float* h = s.alloc(n * d);
-  final_norm_.forward(s, x, n, h);
-  return h;
+  s.save("model.P_out", P, n * d);
+  float* h = P;
+  if (attn_res()) {
+    h = s.alloc(n * d);
+    output_res_.forward(s, with(P), n, h);
+  }
+  float* out = s.alloc(n * d);
+  final_norm_.forward(s, h, n, out);
+  return out;
+}
+
+// Mirrors run_stack in reverse. dbank[j] gathers the gradient of bank entry j from every mixing
+// point that read it; it flows into P at the layer that took the snapshot.
+void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int64_t B, int64_t T) {
+  const int64_t n = B * T, d = config_.hidden_size, size = n * d;
+  std::vector<const float*> bank;
+  for (const Layer& L : layers_)
+    if (L.starts_block) bank.push_back(s.load(key(L, "P_in")));
+  std::vector<float*> dbank;
+  for (size_t j = 0; j < bank.size(); ++j) {
+    dbank.push_back(s.alloc(size));
+    std::memset(dbank.back(), 0, static_cast<size_t>(size) * sizeof(float));
+  }
+  float *dP = s.alloc(size), *dP_in = s.alloc(size), *dmid = s.alloc(size), *tmp = s.alloc(size),
+        *da_in = s.alloc(size);
+  auto rows_of = [&](size_t count, const float* last) {
+    std::vector<const float*> rows(bank.begin(), bank.begin() + static_cast<int64_t>(count));
+    rows.push_back(last);
+    return rows;
+  };
+  auto grads_of = [&](size_t count, float* last) {
+    std::vector<float*> g(dbank.begin(), dbank.begin() + static_cast<int64_t>(count));
+    g.push_back(last);
+    return g;
+  };
+
+  final_norm_.backward(s, dh, n, tmp, false);
+  if (attn_res()) {
+    std::memset(dP, 0, static_cast<size_t>(size) * sizeof(float));
+    output_res_.backward(s, rows_of(bank.size(), s.load("model.P_out")), n, tmp, grads_of(bank.size(), dP));
+  } else {
+    std::swap(dP, tmp);
+  }
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    const Layer& L = *it;
+    const size_t nb_after = attn_res() ? static_cast<size_t>(L.index / config_.attn_res_block_size) + 1 : 0;
+    const size_t nb_before = nb_after - (L.starts_block ? 1 : 0);
+    // P_out = mid + ffn(post_norm(mix(bank, mid)))
+    L.ffn->backward(s, dP, n, tmp);
+    std::memcpy(dmid, dP, static_cast<size_t>(size) * sizeof(float));
+    if (attn_res()) {
+      L.post_norm.backward(s, tmp, n, da_in, false);
+      L.mlp_res.backward(s, rows_of(nb_after, s.load(key(L, "mid"))), n, da_in, grads_of(nb_after, dmid));
+    } else {
+      L.post_norm.backward(s, tmp, n, dmid, true);
+    }
+    // mid = A (a block start) or P_in + A
+    L.mixer->backward(s, dmid, B, T, da_in);
+    std::memcpy(dP_in, L.starts_block ? dbank[nb_after - 1] : dmid, static_cast<size_t>(size) * sizeof(float));
+    // a_in = input_norm(P_in), or input_norm(mix(bank, P_in)) once the bank is not empty
+    if (attn_res() && nb_before > 0) {
+      L.input_norm.backward(s, da_in, n, tmp, false);
+      L.self_res.backward(s, rows_of(nb_before, s.load(key(L, "P_in"))), n, tmp, grads_of(nb_before, dP_in));
+    } else {
+      L.input_norm.backward(s, da_in, n, dP_in, true);
+    }
+    std::swap(dP, dP_in);
+  }
+  kernels::embedding_backward(tokens, n, dP, config_.vocab_size, d, params_.grad(embed_).f32());
+}
+
+static void mix_forward(const Step& s, const Mixer& m, int64_t, const float* a_in, float* out, void* ctx) {
+  const auto* bt = static_cast<const int64_t*>(ctx);
+  m.forward(s, a_in, bt[0], bt[1], out);
 }
 
 kernels::LossSum Model::forward_backward(Arena& arena, ActivationManager& acts, const TokenBatch& b,
@@ -62,26 +174,16 @@ kernels::LossSum Model::forward_backward(Arena& arena, ActivationManager& acts, 
   ArenaScope scope(arena);
   Step s{arena, acts, params_, true};
   const int64_t n = b.B * b.T, d = config_.hidden_size;
-  float* h = forward_hidden(s, b.tokens, b.B, b.T);
-  float* dx = s.alloc(n * d);
+  float* x = embed(s, b.tokens, n);
+  int64_t bt[2] = {b.B, b.T};
+  float* h = run_stack(s, x, n, mix_forward, bt);
+  float* dh = s.alloc(n * d);
   const int64_t chunk = lm_head_chunk();
   kernels::LmHeadCeArgs ce{h, params_.value(head_).f32(), b.targets, n, d, config_.vocab_size,
                            config_.ignore_index, grad_scale, chunk,
-                           s.alloc(chunk * config_.vocab_size), dx, params_.grad(head_).f32()};
+                           s.alloc(chunk * config_.vocab_size), dh, params_.grad(head_).f32()};
   kernels::LossSum loss = kernels::lm_head_cross_entropy(ce);
-
-  // Backward through the stack: dx holds d(loss)/d(residual stream).
-  float* dh = s.alloc(n * d);
-  final_norm_.backward(s, dx, n, dh, false);
-  std::swap(dx, dh);
-  float* dbranch = s.alloc(n * d);
-  for (auto L = layers_.rbegin(); L != layers_.rend(); ++L) {
-    L->mlp.backward(s, dx, n, dbranch);
-    L->post_norm.backward(s, dbranch, n, dx, true);  // dx now = d/d(mid)
-    L->attn.backward(s, dx, b.B, b.T, dbranch);
-    L->input_norm.backward(s, dbranch, n, dx, true);  // dx now = d/d(layer input)
-  }
-  kernels::embedding_backward(b.tokens, n, dx, config_.vocab_size, d, params_.grad(embed_).f32());
+  backward_stack(s, b.tokens, dh, b.B, b.T);
   acts.clear();
   return loss;
 }
@@ -91,7 +193,8 @@ kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
   ActivationManager unused;
   Step s{arena, unused, params_, false};
   const int64_t n = b.B * b.T, d = config_.hidden_size;
-  float* h = forward_hidden(s, b.tokens, b.B, b.T);
+  int64_t bt[2] = {b.B, b.T};
+  float* h = run_stack(s, embed(s, b.tokens, n), n, mix_forward, bt);
   const int64_t chunk = lm_head_chunk();
   kernels::LmHeadCeArgs ce{h, params_.value(head_).f32(), b.targets, n, d, config_.vocab_size,
                            config_.ignore_index, 1.f, chunk, s.alloc(chunk * config_.vocab_size),
@@ -103,62 +206,41 @@ void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64
   ArenaScope scope(arena);
   ActivationManager unused;
   Step s{arena, unused, params_, false};
-  float* h = forward_hidden(s, tokens, B, T);
+  int64_t bt[2] = {B, T};
+  float* h = run_stack(s, embed(s, tokens, B * T), B * T, mix_forward, bt);
   kernels::gemm(false, true, B * T, config_.vocab_size, config_.hidden_size, 1.f, h,
                 params_.value(head_).f32(), 0.f, logits);
 }
 
-KVCache Model::make_cache(int64_t max_len) const {
-  KVCache c;
+ModelCache Model::make_cache(int64_t max_len) const {
+  ModelCache c;
   c.max_len = max_len;
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    c.k.push_back(Tensor::zeros({max_len, config_.attn_dim()}));
-    c.v.push_back(Tensor::zeros({max_len, config_.attn_dim()}));
-  }
+  for (const Layer& L : layers_) c.layers.push_back(L.mixer->make_cache(max_len));
   return c;
 }
 
-void Model::decode(Arena& arena, KVCache& cache, const int32_t* tokens, int64_t n, float* logits) {
+struct DecodeContext {
+  ModelCache* cache;
+  int64_t rows;
+};
+
+static void mix_decode(const Step& s, const Mixer& m, int64_t layer, const float* a_in, float* out, void* ctx) {
+  auto* c = static_cast<DecodeContext*>(ctx);
+  m.decode(s, a_in, c->rows, *c->cache->layers[static_cast<size_t>(layer)], out);
+}
+
+void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n, float* logits) {
   K3_CHECK(n > 0, "decode needs at least one token");
-  K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len,
-           " tokens");
-  check_tokens(tokens, n, config_.vocab_size, "token");
+  K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len, " tokens");
   ArenaScope scope(arena);
   ActivationManager unused;
   Step s{arena, unused, params_, false};
-  const int64_t d = config_.hidden_size, p = config_.attn_dim(), pos = cache.length;
-  float *x = s.alloc(n * d), *t = s.alloc(n * d), *a = s.alloc(n * d);
-  kernels::embedding_forward(tokens, n, params_.value(embed_).f32(), config_.vocab_size, d, x);
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const Layer& L = layers_[l];
-    float *kc = cache.k[l].f32(), *vc = cache.v[l].f32();
-    L.input_norm.forward(s, x, n, t);
-    L.attn.project_kv(s, t, n, kc + pos * p, vc + pos * p);
-    L.attn.decode(s, t, n, kc, vc, pos, a);
-    kernels::add_inplace(x, a, n * d);
-    L.post_norm.forward(s, x, n, t);
-    L.mlp.forward(s, t, n, a);
-    kernels::add_inplace(x, a, n * d);
-  }
+  const int64_t d = config_.hidden_size;
+  DecodeContext ctx{&cache, n};
+  float* h = run_stack(s, embed(s, tokens, n), n, mix_decode, &ctx);
   cache.length += n;
-  final_norm_.forward(s, x + (n - 1) * d, 1, t);
-  kernels::gemm(false, true, 1, config_.vocab_size, d, 1.f, t, params_.value(head_).f32(), 0.f, logits);
-}
-
-size_t Model::step_arena_bytes(int64_t B, int64_t T) const {
-  const int64_t n = B * T, d = config_.hidden_size, p = config_.attn_dim();
-  const int64_t I = config_.intermediate_size, H = config_.num_attention_heads;
-  // Per layer and token: 6 residual-width buffers, q k v g o y, lse, gate/up/h, two rstd.
-  const int64_t per_layer = 6 * d + 6 * p + H + 3 * I + 2;
-  // Outside the layers: embedding, final norm, the gradient ping-pong buffers.
-  const int64_t outside = 5 * d + 1;
-  // One layer's backward scratch at a time.
-  const int64_t scratch = 6 * p + 3 * I + 2 * d;
-  const int64_t floats = n * (config_.num_hidden_layers * per_layer + outside + scratch) +
-                         lm_head_chunk() * config_.vocab_size;
-  // 64-byte alignment of each allocation (~16 per layer) plus headroom.
-  return static_cast<size_t>(floats) * sizeof(float) * 9 / 8 +
-         static_cast<size_t>(config_.num_hidden_layers + 4) * 64 * 64 + (size_t{4} << 20);
+  kernels::gemm(false, true, 1, config_.vocab_size, d, 1.f, h + (n - 1) * d, params_.value(head_).f32(), 0.f,
+                logits);
 }
 
 int64_t Model::matmul_params() const {

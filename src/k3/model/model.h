@@ -1,6 +1,8 @@
-// The decoder: embedding → N × [RMSNorm → gated attention → RMSNorm → GLU MLP] → RMSNorm →
-// untied LM head, with K3's tensor names. The loss comes from the fused LM-head + cross-entropy,
-// so the [tokens, vocab] logits never exist during training.
+// The decoder, with K3's tensor names: embedding → N layers → final RMSNorm → untied LM head.
+// Layer l is [RMSNorm → sequence mixer (gated attention, gated MLA or KDA) → RMSNorm →
+// feed-forward (dense GLU MLP or Stable LatentMoE)], joined either by ordinary residual
+// connections or, when attn_res_block_size > 0, by Attention Residuals (spec §2). The loss comes
+// from the fused LM-head + cross-entropy, so the [tokens, vocab] logits never exist in training.
 #pragma once
 
 #include <cstdint>
@@ -9,8 +11,8 @@
 
 #include "k3/kernels/cross_entropy.h"
 #include "k3/model/config.h"
-#include "k3/model/layers/gated_attention.h"
-#include "k3/model/layers/mlp.h"
+#include "k3/model/layer_factory.h"
+#include "k3/model/layers/attn_res_mix.h"
 #include "k3/model/layers/norm.h"
 
 namespace k3 {
@@ -21,15 +23,15 @@ struct TokenBatch {
   int64_t B = 0, T = 0;
 };
 
-// Keys and values of every layer for generation: [max_len, heads * head_dim] per layer.
-struct KVCache {
+// Every layer's decoding state for one sequence.
+struct ModelCache {
   int64_t max_len = 0, length = 0;
-  std::vector<Tensor> k, v;
+  std::vector<std::unique_ptr<DecodeCache>> layers;
 };
 
 class Model {
  public:
-  explicit Model(ModelConfig config);  // registers, allocates, but does not initialize parameters
+  explicit Model(ModelConfig config);  // registers and allocates parameters, does not initialize them
   void initialize(uint64_t seed) { params_.initialize(seed); }
 
   const ModelConfig& config() const { return config_; }
@@ -45,12 +47,9 @@ class Model {
   // Full logits [B*T, vocab] (tests and small-scale inspection only).
   void forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T, float* logits);
 
-  KVCache make_cache(int64_t max_len) const;
+  ModelCache make_cache(int64_t max_len) const;
   // Feeds n tokens at positions cache.length..; writes the logits of the last one [vocab].
-  void decode(Arena& arena, KVCache& cache, const int32_t* tokens, int64_t n, float* logits);
-
-  // Bytes of step arena one micro-batch of B x T tokens needs (activations, scratch, logits chunk).
-  size_t step_arena_bytes(int64_t B, int64_t T) const;
+  void decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n, float* logits);
 
   // Training FLOPs per token: 6 × matmul parameters + attention (12 · layers · attn_dim · T / 2).
   double train_flops_per_token(int64_t T) const;
@@ -58,18 +57,28 @@ class Model {
 
  private:
   struct Layer {
+    int64_t index;
+    bool starts_block;  // Attention Residuals: the layer opens a new block
     RMSNorm input_norm, post_norm;
-    GatedAttention attn;
-    GluMlp mlp;
+    std::unique_ptr<Mixer> mixer;
+    std::unique_ptr<FeedForward> ffn;
+    AttnResMix self_res, mlp_res;  // only with Attention Residuals
   };
-  // Embedding and the layers; returns the final normalized hidden states [B*T, hidden].
-  float* forward_hidden(const Step& s, const int32_t* tokens, int64_t B, int64_t T);
+  // Runs layer l's mixer on a_in: a training forward, or a decoding step.
+  using MixFn = void (*)(const Step&, const Mixer&, int64_t layer, const float* a_in, float* out, void* ctx);
+
+  float* run_stack(const Step& s, float* x, int64_t n, MixFn mix, void* ctx);
+  void backward_stack(const Step& s, const int32_t* tokens, float* dh, int64_t B, int64_t T);
+  float* embed(const Step& s, const int32_t* tokens, int64_t n);
   int64_t lm_head_chunk() const;
+  bool attn_res() const { return config_.attn_res_block_size > 0; }
+  std::string key(const Layer& L, const char* what) const;
 
   ModelConfig config_;
   ParamRegistry params_;
   int embed_ = -1, head_ = -1;
   std::vector<Layer> layers_;
+  AttnResMix output_res_;
   RMSNorm final_norm_;
 };
 

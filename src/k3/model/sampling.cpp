@@ -49,7 +49,7 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, flo
 std::vector<int32_t> generate(Model& model, Arena& arena, const std::vector<int32_t>& prompt,
                               int64_t max_new, const SamplingParams& p, int32_t stop_token) {
   K3_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
-  KVCache cache = model.make_cache(static_cast<int64_t>(prompt.size()) + max_new);
+  ModelCache cache = model.make_cache(static_cast<int64_t>(prompt.size()) + max_new);
   std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
   model.decode(arena, cache, prompt.data(), static_cast<int64_t>(prompt.size()), logits.data());
   std::vector<int32_t> out;

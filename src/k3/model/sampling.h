@@ -9,7 +9,6 @@
 namespace k3 {
 
 class Model;
-struct KVCache;
 class Arena;
 
 struct SamplingParams {

@@ -33,9 +33,7 @@ std::string sample_text(Session& s, const std::string& prompt, int64_t max_token
   std::vector<int32_t> ids = prompt.empty() ? std::vector<int32_t>{s.tokenizer->eos_id()}
                                             : s.tokenizer->encode(prompt);
   SamplingParams p{static_cast<float>(temperature), top_k, static_cast<float>(top_p), seed};
-  // Decoding gets its own arena, sized for the prompt: the step arena is sized for training batches.
-  Arena arena(s.model->step_arena_bytes(1, static_cast<int64_t>(ids.size())));
-  std::vector<int32_t> out = generate(*s.model, arena, ids, max_tokens, p, s.tokenizer->eos_id());
+  std::vector<int32_t> out = generate(*s.model, s.arena, ids, max_tokens, p, s.tokenizer->eos_id());
   if (!out.empty() && out.back() == s.tokenizer->eos_id()) out.pop_back();
   return prompt + s.tokenizer->decode(out);
 }

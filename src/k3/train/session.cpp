@@ -8,6 +8,8 @@
 
 namespace k3::train {
 
+Arena step_arena() { return Arena(kStepArenaReserve, /*prefault=*/false); }
+
 std::unique_ptr<Session> open_session(const RunConfig& config) {
   auto s = std::make_unique<Session>();
   s->config = config;
@@ -21,7 +23,7 @@ std::unique_ptr<Session> open_session(const RunConfig& config) {
                (ErrorContext{"", "data.seq_len", -1}), "seq_len ", config.data.seq_len,
                " exceeds the model's max_position_embeddings ", mc.max_position_embeddings);
   s->model = std::make_unique<Model>(mc);
-  s->arena = Arena(s->model->step_arena_bytes(config.train.batch_size, config.data.seq_len));
+  s->arena = step_arena();
   if (config.data.source == "builtin") s->loss_floor = data::corpus_entropy_nats_per_token();
   return s;
 }

@@ -17,11 +17,16 @@
 
 namespace k3::train {
 
+// The step arena reserves address space only: the pages one micro-batch touches are faulted in
+// by the first step and reused by every later one (allocate once, reuse).
+constexpr size_t kStepArenaReserve = size_t{64} << 30;
+Arena step_arena();
+
 struct Session {
   RunConfig config;
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::unique_ptr<Model> model;
-  Arena arena;  // one micro-batch of batch_size x seq_len tokens
+  Arena arena;  // step memory: activations and scratch of one micro-batch
   ActivationManager acts;
   double loss_floor = NAN;  // nats per token when the data's entropy is known (the built-in corpus)
 };

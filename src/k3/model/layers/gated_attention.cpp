@@ -3,6 +3,7 @@
 #include <cmath>
 #include <vector>
 
+#include "k3/base/error.h"
 #include "k3/kernels/attention.h"
 #include "k3/kernels/elementwise.h"
 
@@ -59,14 +60,30 @@ void GatedAttention::backward(const Step& s, const float* dout, int64_t B, int64
   g_.backward(s, x, dg, n, dx, true);
 }
 
-void GatedAttention::project_kv(const Step& s, const float* x, int64_t rows, float* k, float* v) const {
-  k_.forward(s, x, rows, k);
-  v_.forward(s, x, rows, v);
+namespace {
+struct KVCache final : DecodeCache {
+  int64_t max_len;
+  Tensor k, v;
+};
+}  // namespace
+
+std::unique_ptr<DecodeCache> GatedAttention::make_cache(int64_t max_len) const {
+  auto c = std::make_unique<KVCache>();
+  c->max_len = max_len;
+  c->k = Tensor::zeros({max_len, heads_ * head_dim_});
+  c->v = Tensor::zeros({max_len, heads_ * head_dim_});
+  return c;
 }
 
 // Row r is the token at position first_pos + r; it sees cache positions [0, first_pos + r].
-void GatedAttention::decode(const Step& s, const float* x, int64_t rows, const float* k_cache,
-                            const float* v_cache, int64_t first_pos, float* out) const {
+void GatedAttention::decode(const Step& s, const float* x, int64_t rows, DecodeCache& base, float* out) const {
+  auto& cache = static_cast<KVCache&>(base);
+  K3_CHECK(cache.length + rows <= cache.max_len, "generation exceeds the cache of ", cache.max_len, " tokens");
+  const int64_t first_pos = cache.length;
+  const float *k_cache = cache.k.f32(), *v_cache = cache.v.f32();
+  k_.forward(s, x, rows, cache.k.f32() + first_pos * heads_ * head_dim_);
+  v_.forward(s, x, rows, cache.v.f32() + first_pos * heads_ * head_dim_);
+  cache.length += rows;
   ArenaScope scope(s.arena);
   const int64_t p = heads_ * head_dim_;
   float *q = s.alloc(rows * p), *g = s.alloc(rows * p), *o = s.alloc(rows * p);

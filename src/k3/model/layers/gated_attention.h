@@ -8,24 +8,19 @@
 
 #include "k3/model/config.h"
 #include "k3/model/layers/linear.h"
+#include "k3/model/layers/mixer.h"
 
 namespace k3 {
 
-class GatedAttention {
+class GatedAttention final : public Mixer {
  public:
-  GatedAttention() = default;
   GatedAttention(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c);
 
-  // x, out: [B*T, hidden]. Saves what backward needs under prefix.
-  void forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const;
-  // dx is written.
-  void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const;
-
-  // Decode support: the keys and values of `rows` new tokens (for a cache), and the gated output
-  // for queries attending to `ctx` cached positions.
-  void project_kv(const Step& s, const float* x, int64_t rows, float* k, float* v) const;
-  void decode(const Step& s, const float* x, int64_t rows, const float* k_cache,
-              const float* v_cache, int64_t first_pos, float* out) const;
+  void forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const override;
+  void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const override;
+  // The cache holds every token's keys and values: [max_len, heads * head_dim] each.
+  std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const override;
+  void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache, float* out) const override;
 
  private:
   std::string prefix_;

@@ -7,16 +7,16 @@
 #include "k3/kernels/glu.h"
 #include "k3/model/config.h"
 #include "k3/model/layers/linear.h"
+#include "k3/model/layers/mixer.h"
 
 namespace k3 {
 
-class GluMlp {
+class GluMlp final : public FeedForward {
  public:
-  GluMlp() = default;
   GluMlp(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c, int64_t width);
 
-  void forward(const Step& s, const float* x, int64_t rows, float* out) const;
-  void backward(const Step& s, const float* dout, int64_t rows, float* dx) const;  // dx written
+  void forward(const Step& s, const float* x, int64_t rows, float* out) const override;
+  void backward(const Step& s, const float* dout, int64_t rows, float* dx) const override;
 
  private:
   std::string prefix_;

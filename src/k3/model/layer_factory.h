@@ -1,0 +1,26 @@
+// Which layer fills each slot of decoder layer l, decided by the configuration alone.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "k3/model/config.h"
+#include "k3/model/layers/mixer.h"
+
+namespace k3 {
+
+enum class MixerKind { GatedAttention, GatedMLA, KDA };
+enum class FfnKind { DenseMlp, LatentMoE };
+
+MixerKind mixer_kind(const ModelConfig& c, int64_t layer);  // 0-based layer
+FfnKind ffn_kind(const ModelConfig& c, int64_t layer);
+const char* mixer_kind_name(MixerKind k);
+
+// `prefix` is the layer's, e.g. "model.layers.3".
+std::unique_ptr<Mixer> make_mixer(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
+                                  int64_t layer);
+std::unique_ptr<FeedForward> make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
+                                      int64_t layer);
+
+}  // namespace k3

@@ -1,0 +1,38 @@
+// The two slots of a decoder layer, as interfaces the stack drives without knowing which layer
+// fills them: a sequence mixer (gated attention, gated MLA or KDA) and a feed-forward block
+// (the dense GLU MLP or the Stable LatentMoE).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "k3/model/step.h"
+
+namespace k3 {
+
+// Whatever a mixer keeps between decoding calls (keys and values, MLA's latents, KDA's states).
+struct DecodeCache {
+  virtual ~DecodeCache() = default;
+  int64_t length = 0;  // tokens already fed
+};
+
+class Mixer {
+ public:
+  virtual ~Mixer() = default;
+  // x, out: [B*T, hidden]. Forward saves what backward needs under the layer's name.
+  virtual void forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const = 0;
+  // dx is written; parameter gradients accumulate.
+  virtual void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const = 0;
+  virtual std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const = 0;
+  // Feeds `rows` tokens of one sequence at positions cache.length..; advances cache.length.
+  virtual void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache, float* out) const = 0;
+};
+
+class FeedForward {
+ public:
+  virtual ~FeedForward() = default;
+  virtual void forward(const Step& s, const float* x, int64_t rows, float* out) const = 0;
+  virtual void backward(const Step& s, const float* dout, int64_t rows, float* dx) const = 0;
+};
+
+}  // namespace k3

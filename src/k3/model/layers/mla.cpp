@@ -1,0 +1,220 @@
+#include "k3/model/layers/mla.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "k3/base/arena.h"
+#include "k3/base/error.h"
+#include "k3/kernels/attention.h"
+#include "k3/kernels/elementwise.h"
+#include "k3/kernels/gemm.h"
+
+namespace k3 {
+namespace {
+
+// src [rows, na + nb] -> a [rows, na], b [rows, nb].
+void split_columns(const float* src, int64_t rows, int64_t na, int64_t nb, float* a, float* b) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = src + r * (na + nb);
+    std::copy(row, row + na, a + r * na);
+    std::copy(row + na, row + na + nb, b + r * nb);
+  }
+}
+
+// a [rows, na], b [rows, nb] -> dst [rows, na + nb].
+void join_columns(const float* a, const float* b, int64_t rows, int64_t na, int64_t nb,
+                  float* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = dst + r * (na + nb);
+    std::copy(a + r * na, a + (r + 1) * na, row);
+    std::copy(b + r * nb, b + (r + 1) * nb, row + na);
+  }
+}
+
+// In place, over each row of x [rows, cols].
+void softmax_rows(float* x, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = x + r * cols;
+    const float mx = *std::max_element(row, row + cols);
+    float sum = 0;
+    for (int64_t j = 0; j < cols; ++j) sum += (row[j] = std::exp(row[j] - mx));
+    for (int64_t j = 0; j < cols; ++j) row[j] /= sum;
+  }
+}
+
+}  // namespace
+
+GatedMLA::GatedMLA(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c)
+    : prefix_(prefix),
+      hidden_(c.hidden_size),
+      heads_(c.num_attention_heads),
+      d_n_(c.qk_nope_head_dim),
+      d_r_(c.qk_rope_head_dim),
+      d_v_(c.v_head_dim),
+      r_kv_(c.kv_lora_rank) {
+  for (auto [field, value] : {std::pair{"hidden_size", c.hidden_size},
+                              {"num_attention_heads", c.num_attention_heads},
+                              {"q_lora_rank", c.q_lora_rank},
+                              {"kv_lora_rank", c.kv_lora_rank},
+                              {"qk_nope_head_dim", c.qk_nope_head_dim},
+                              {"qk_rope_head_dim", c.qk_rope_head_dim},
+                              {"v_head_dim", c.v_head_dim}})
+    K3_CHECK_CTX(value > 0, (ErrorContext{c.source, field, -1}),
+                 "gated MLA needs a positive value, got ", value);
+  const float std = static_cast<float>(c.initializer_range);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  q_a_ = Linear(reg, prefix + ".q_a_proj", hidden_, c.q_lora_rank, std);
+  q_norm_ = RMSNorm(reg, prefix + ".q_a_layernorm", c.q_lora_rank, eps);
+  q_b_ = Linear(reg, prefix + ".q_b_proj", c.q_lora_rank, heads_ * (d_n_ + d_r_), std);
+  kv_a_ = Linear(reg, prefix + ".kv_a_proj_with_mqa", hidden_, r_kv_ + d_r_, std);
+  kv_norm_ = RMSNorm(reg, prefix + ".kv_a_layernorm", r_kv_, eps);
+  kv_b_ = Linear(reg, prefix + ".kv_b_proj", r_kv_, heads_ * (d_n_ + d_v_), std);
+  g_ = Linear(reg, prefix + ".g_proj", hidden_, heads_ * d_v_, std);
+  // Output projections are scaled down with depth, as in GatedAttention.
+  o_ = Linear(reg, prefix + ".o_proj", heads_ * d_v_, hidden_,
+              std / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers)));
+}
+
+void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const {
+  const int64_t n = B * T, r_q = q_a_.out(), dqk = d_n_ + d_r_, p = heads_ * d_v_;
+  // Queries [n, H, d_n + d_r].
+  float *q_lat = s.alloc(n * r_q), *q_lat_n = s.alloc(n * r_q), *q = s.alloc(n * heads_ * dqk);
+  q_a_.forward(s, x, n, q_lat);
+  q_norm_.forward(s, q_lat, n, q_lat_n);
+  q_b_.forward(s, q_lat_n, n, q);
+  // kv_a_proj_with_mqa writes [c_kv | k_r] per token and kv_b_proj [k_n | v] per head; the
+  // attention kernel wants each part contiguous.
+  float *c = s.alloc(n * (r_kv_ + d_r_)), *c_kv = s.alloc(n * r_kv_), *k_r = s.alloc(n * d_r_);
+  kv_a_.forward(s, x, n, c);
+  split_columns(c, n, r_kv_, d_r_, c_kv, k_r);
+  float *c_kv_n = s.alloc(n * r_kv_), *kv = s.alloc(n * heads_ * (d_n_ + d_v_));
+  kv_norm_.forward(s, c_kv, n, c_kv_n);
+  kv_b_.forward(s, c_kv_n, n, kv);
+  float *k_n = s.alloc(n * heads_ * d_n_), *v = s.alloc(n * p);
+  split_columns(kv, n * heads_, d_n_, d_v_, k_n, v);
+
+  float *g = s.alloc(n * p), *o = s.alloc(n * p), *lse = s.alloc(B * heads_ * T),
+        *y = s.alloc(n * p);
+  g_.forward(s, x, n, g);
+  kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
+  kernels::attention_forward(shape, q, k_n, k_r, v, o, lse);
+  kernels::sigmoid_gate_forward(o, g, y, n * p);
+  o_.forward(s, y, n, out);
+  for (auto [name, ptr, size] : {std::tuple{".x", const_cast<float*>(x), n * hidden_},
+                                 {".q_lat_n", q_lat_n, n * r_q},
+                                 {".q", q, n * heads_ * dqk},
+                                 {".c_kv_n", c_kv_n, n * r_kv_},
+                                 {".k_n", k_n, n * heads_ * d_n_},
+                                 {".k_r", k_r, n * d_r_},
+                                 {".v", v, n * p},
+                                 {".g", g, n * p},
+                                 {".o", o, n * p},
+                                 {".lse", lse, B * heads_ * T},
+                                 {".y", y, n * p}})
+    s.save(prefix_ + name, ptr, size);
+}
+
+void GatedMLA::backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const {
+  ArenaScope scope(s.arena);
+  const int64_t n = B * T, r_q = q_a_.out(), dqk = d_n_ + d_r_, p = heads_ * d_v_;
+  auto load = [&](const char* name) { return s.load(prefix_ + name); };
+  const float *x = load(".x"), *q_lat_n = load(".q_lat_n"), *q = load(".q");
+  const float *c_kv_n = load(".c_kv_n"), *k_n = load(".k_n"), *k_r = load(".k_r"), *v = load(".v");
+  const float *g = load(".g"), *o = load(".o"), *lse = load(".lse"), *y = load(".y");
+
+  float *dy = s.alloc(n * p), *d_o = s.alloc(n * p), *dg = s.alloc(n * p);
+  o_.backward(s, y, dout, n, dy, false);
+  kernels::sigmoid_gate_backward(o, g, dy, d_o, dg, n * p);
+  float *dq = s.alloc(n * heads_ * dqk), *dk_n = s.alloc(n * heads_ * d_n_);
+  float *dk_r = s.alloc(n * d_r_), *dv = s.alloc(n * p);
+  kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
+  kernels::attention_backward(shape, q, k_n, k_r, v, o, lse, d_o, dq, dk_n, dk_r, dv);
+
+  float *dq_lat_n = s.alloc(n * r_q), *dq_lat = s.alloc(n * r_q);
+  q_b_.backward(s, q_lat_n, dq, n, dq_lat_n, false);
+  q_norm_.backward(s, dq_lat_n, n, dq_lat, false);
+  q_a_.backward(s, x, dq_lat, n, dx, false);
+
+  // Back to the projections' interleaved layouts.
+  float* dkv = s.alloc(n * heads_ * (d_n_ + d_v_));
+  join_columns(dk_n, dv, n * heads_, d_n_, d_v_, dkv);
+  float *dc_kv_n = s.alloc(n * r_kv_), *dc_kv = s.alloc(n * r_kv_),
+        *dc = s.alloc(n * (r_kv_ + d_r_));
+  kv_b_.backward(s, c_kv_n, dkv, n, dc_kv_n, false);
+  kv_norm_.backward(s, dc_kv_n, n, dc_kv, false);
+  join_columns(dc_kv, dk_r, n, r_kv_, d_r_, dc);
+  kv_a_.backward(s, x, dc, n, dx, true);
+  g_.backward(s, x, dg, n, dx, true);
+}
+
+std::unique_ptr<DecodeCache> GatedMLA::make_cache(int64_t max_len) const {
+  K3_CHECK(max_len >= 0, prefix_, ": cache length must not be negative, got ", max_len);
+  auto cache = std::make_unique<MlaCache>();
+  cache->max_len = max_len;
+  cache->c_kv = Tensor::zeros({max_len, r_kv_});
+  cache->k_r = Tensor::zeros({max_len, d_r_});
+  return cache;
+}
+
+// Weight absorption: with W_kb,h [d_n, r_kv] and W_vb,h [d_v, r_kv] the rows of kv_b_proj that
+// make head h's k_n and v, q_n·k_n,t = (W_kb,hᵀ q_n)·c_t and Σ_t α_t v_t = W_vb,h Σ_t α_t c_t,
+// where c_t is the cached normalized latent. So per-head keys and values are never formed, and each
+// query reads the cache once for all heads: O(ctx · H · (r_kv + d_r)) per token.
+void GatedMLA::decode(const Step& s, const float* x, int64_t rows, DecodeCache& base,
+                      float* out) const {
+  auto* latent = dynamic_cast<MlaCache*>(&base);
+  K3_CHECK(latent, prefix_, ": decode needs the cache from this layer's make_cache");
+  MlaCache& cache = *latent;
+  K3_CHECK(rows >= 0 && cache.length + rows <= cache.max_len, prefix_, ": decoding ", rows,
+           " tokens at position ", cache.length, " overflows the cache of ", cache.max_len);
+  ArenaScope scope(s.arena);
+  const Step infer{s.arena, s.acts, s.params, false};  // decode saves nothing for backward
+  const int64_t start = cache.length, r_q = q_a_.out(), dqk = d_n_ + d_r_, p = heads_ * d_v_;
+  float *ckv = cache.c_kv.f32(), *kr = cache.k_r.f32();
+
+  // Append the new tokens first: each one attends to itself.
+  float *c = s.alloc(rows * (r_kv_ + d_r_)), *c_kv = s.alloc(rows * r_kv_);
+  kv_a_.forward(infer, x, rows, c);
+  split_columns(c, rows, r_kv_, d_r_, c_kv, kr + start * d_r_);
+  kv_norm_.forward(infer, c_kv, rows, ckv + start * r_kv_);
+
+  float *q_lat = s.alloc(rows * r_q), *q_lat_n = s.alloc(rows * r_q),
+        *q = s.alloc(rows * heads_ * dqk);
+  q_a_.forward(infer, x, rows, q_lat);
+  q_norm_.forward(infer, q_lat, rows, q_lat_n);
+  q_b_.forward(infer, q_lat_n, rows, q);
+
+  // Per head: qc [rows, H, r_kv] = q_n W_kb,h.
+  const float* w_kvb = s.params.value(kv_b_.weight()).f32();  // [H, d_n + d_v, r_kv]
+  const int64_t head_rows = (d_n_ + d_v_) * r_kv_;
+  float* qc = s.alloc(rows * heads_ * r_kv_);
+  kernels::gemm_batched({false, false, rows, r_kv_, d_n_, 1.f, q, heads_ * dqk, w_kvb, r_kv_, 0.f,
+                         qc, heads_ * r_kv_},
+                        heads_, dqk, head_rows, r_kv_);
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dqk));
+  float *scores = s.alloc(heads_ * (start + rows)), *ctx_lat = s.alloc(rows * heads_ * r_kv_);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t ctx = start + r + 1;
+    // scores [H, ctx] = scale (qc·c_t + q_r·k_r,t), then the weighted latent [H, r_kv].
+    kernels::gemm({false, true, heads_, ctx, r_kv_, scale, qc + r * heads_ * r_kv_, r_kv_, ckv,
+                   r_kv_, 0.f, scores, ctx});
+    kernels::gemm({false, true, heads_, ctx, d_r_, scale, q + r * heads_ * dqk + d_n_, dqk, kr,
+                   d_r_, 1.f, scores, ctx});
+    softmax_rows(scores, heads_, ctx);
+    kernels::gemm({false, false, heads_, r_kv_, ctx, 1.f, scores, ctx, ckv, r_kv_, 0.f,
+                   ctx_lat + r * heads_ * r_kv_, r_kv_});
+  }
+  // Per head: o [rows, H, d_v] = ctx_lat W_vb,hᵀ.
+  float *o = s.alloc(rows * p), *g = s.alloc(rows * p);
+  kernels::gemm_batched({false, true, rows, d_v_, r_kv_, 1.f, ctx_lat, heads_ * r_kv_,
+                         w_kvb + d_n_ * r_kv_, r_kv_, 0.f, o, p},
+                        heads_, r_kv_, head_rows, d_v_);
+  g_.forward(infer, x, rows, g);
+  kernels::sigmoid_gate_forward(o, g, o, rows * p);
+  o_.forward(infer, o, rows, out);
+  cache.length += rows;
+}
+
+}  // namespace k3

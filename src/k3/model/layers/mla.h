@@ -1,0 +1,53 @@
+// Gated multi-head latent attention, no positional encoding (spec §4): the full-attention layer of
+// K3. Queries and keys/values come through low-rank bottlenecks; the keys share one d_r-wide part
+// k_r across heads, so a decode cache needs only the kv latent and k_r per token. The output is
+// gated like GatedAttention's: out = o_proj(attn ⊙ sigmoid(g_proj x)).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "k3/model/config.h"
+#include "k3/model/layers/linear.h"
+#include "k3/model/layers/mixer.h"
+#include "k3/model/layers/norm.h"
+#include "k3/tensor/tensor.h"
+
+namespace k3 {
+
+// What decoding keeps of one sequence: r_kv + d_r floats per token, whatever the head count.
+struct MlaCache final : DecodeCache {
+  int64_t max_len = 0;
+  Tensor c_kv;  // [max_len, r_kv]: kv_a_layernorm(c_kv), i.e. normalized and weighted
+  Tensor k_r;   // [max_len, d_r]
+};
+
+class GatedMLA final : public Mixer {
+ public:
+  // prefix: model.layers.N.self_attn. Throws k3::Error naming the first MLA field that is not
+  // positive.
+  GatedMLA(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c);
+
+  // x, out: [B*T, hidden]. Saves what backward needs under prefix.
+  void forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const override;
+  // dx is written; parameter gradients are accumulated.
+  void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const override;
+
+  // An MlaCache.
+  std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const override;
+  // Appends `rows` tokens of one sequence at positions cache.length.. (each attends to every cached
+  // position up to its own) and advances cache.length. cache must come from make_cache.
+  // x, out: [rows, hidden]. Saves nothing.
+  void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache,
+              float* out) const override;
+
+ private:
+  std::string prefix_;
+  int64_t hidden_ = 0, heads_ = 0;
+  int64_t d_n_ = 0, d_r_ = 0, d_v_ = 0, r_kv_ = 0;
+  Linear q_a_, q_b_, kv_a_, kv_b_, g_, o_;
+  RMSNorm q_norm_, kv_norm_;
+};
+
+}  // namespace k3
