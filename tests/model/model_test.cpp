@@ -76,12 +76,12 @@ TEST(Model, NamesShapesAndDeterministicInit) {
 }
 
 struct Fixture {
-  Model model{tiny()};
+  Model model;
   Arena arena{size_t{64} << 20, false};
   ActivationManager acts;
   int64_t B = 2, T = 16;
   std::vector<int32_t> tokens, targets;
-  Fixture() {
+  explicit Fixture(ModelConfig c = tiny()) : model(std::move(c)) {
     model.initialize(11);
     tokens = random_tokens(B * T, 259, 1);
     targets = random_tokens(B * T, 259, 2);
@@ -97,9 +97,23 @@ TEST(Model, LossAtInitIsNearUniform) {
   EXPECT_NEAR(l.sum / l.count, std::log(259.0), 0.1);
 }
 
-// The gradient along a random direction equals the finite difference of the loss along it.
-TEST(Model, DirectionalDerivativeMatchesFiniteDifference) {
-  Fixture f;
+// A dense stack joined by Attention Residuals: 5 layers in blocks of 2, pseudo-queries moved off
+// zero so the mixing weights are not uniform.
+ModelConfig attn_res_config() {
+  ModelConfig c = tiny();
+  c.num_hidden_layers = 5;
+  c.attn_res_block_size = 2;
+  return c;
+}
+
+void perturb_attn_res(Model& m) {
+  ParamRegistry& p = m.params();
+  for (int i = 0; i < p.size(); ++i)
+    if (p.info(i).name.find("res_proj") != std::string::npos)
+      fill_normal(p.value(i).f32(), p.info(i).numel(), 3, stream_of(p.info(i).name), 0, 0.f, 0.5f);
+}
+
+void check_directional_derivative(Fixture& f) {
   ParamRegistry& p = f.model.params();
   const size_t n = p.flat_size();
   p.zero_grads();
@@ -120,6 +134,20 @@ TEST(Model, DirectionalDerivativeMatchesFiniteDifference) {
   EXPECT_NEAR(numeric, analytic, 0.02 * std::abs(analytic) + 1e-3);
 }
 
+// The gradient along a random direction equals the finite difference of the loss along it.
+TEST(Model, DirectionalDerivativeMatchesFiniteDifference) {
+  Fixture f;
+  check_directional_derivative(f);
+}
+
+TEST(AttnResStack, DirectionalDerivativeMatchesFiniteDifference) {
+  Fixture f(attn_res_config());
+  perturb_attn_res(f.model);
+  EXPECT_GE(f.model.params().find("model.layers.0.self_attention_res_proj.weight"), 0);
+  EXPECT_GE(f.model.params().find("model.output_attn_res_norm.weight"), 0);
+  check_directional_derivative(f);
+}
+
 TEST(Model, ForwardBackwardIsDeterministic) {
   Fixture f;
   ParamRegistry& p = f.model.params();
@@ -132,8 +160,7 @@ TEST(Model, ForwardBackwardIsDeterministic) {
   EXPECT_EQ(std::memcmp(g1.data(), p.grads(), g1.size() * sizeof(float)), 0);
 }
 
-TEST(Model, CachedDecodingMatchesFullForward) {
-  Fixture f;
+void check_decoding(Fixture& f) {
   const int64_t T = 12, V = 259;
   std::vector<float> full(static_cast<size_t>(T * V)), step(static_cast<size_t>(V));
   f.model.forward_logits(f.arena, f.tokens.data(), 1, T, full.data());
@@ -148,6 +175,17 @@ TEST(Model, CachedDecodingMatchesFullForward) {
     K3_EXPECT_CLOSE(step, w, 1e-4, 1e-4);
   }
   EXPECT_THROW(f.model.decode(f.arena, cache, f.tokens.data(), 1, step.data()), Error);
+}
+
+TEST(Model, CachedDecodingMatchesFullForward) {
+  Fixture f;
+  check_decoding(f);
+}
+
+TEST(AttnResStack, CachedDecodingMatchesFullForward) {
+  Fixture f(attn_res_config());
+  perturb_attn_res(f.model);
+  check_decoding(f);
 }
 
 TEST(Model, RejectsTokensOutsideTheVocabulary) {
