@@ -9,5 +9,7 @@ void add_selfcheck(CLI::App& app);
 void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_sample(CLI::App& app);
+void add_op(CLI::App& app);
+void add_model(CLI::App& app);
 
 }  // namespace k3::apps

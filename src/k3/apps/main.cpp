@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   k3::apps::add_train(app);
   k3::apps::add_eval(app);
   k3::apps::add_sample(app);
+  k3::apps::add_op(app);
+  k3::apps::add_model(app);
   k3::apps::add_selfcheck(app);
   // Subcommands run from their callbacks inside parse(): one clear line for any error, no stack dump.
   try {

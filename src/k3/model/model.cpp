@@ -11,7 +11,7 @@
 
 namespace k3 {
 
-Model::Model(ModelConfig c) : config_(std::move(c)) {
+Model::Model(ModelConfig c, bool allocate) : config_(std::move(c)) {
   const int64_t d = config_.hidden_size, V = config_.vocab_size;
   const float std = static_cast<float>(config_.initializer_range), eps = static_cast<float>(config_.rms_norm_eps);
   embed_ = params_.add("model.embed_tokens.weight", {V, d}, ParamInit::normal(std));
@@ -30,7 +30,7 @@ Model::Model(ModelConfig c) : config_(std::move(c)) {
   if (attn_res()) output_res_ = AttnResMix(params_, "model.output_attn_res", d, eps);
   final_norm_ = RMSNorm(params_, "model.norm", d, eps);
   head_ = params_.add("lm_head.weight", {V, d}, ParamInit::normal(std));
-  params_.allocate();
+  if (allocate) params_.allocate();
 }
 
 int64_t Model::lm_head_chunk() const {

@@ -31,12 +31,15 @@ struct ModelCache {
 
 class Model {
  public:
-  explicit Model(ModelConfig config);  // registers and allocates parameters, does not initialize them
+  // Registers every parameter and, when `allocate`, maps their flat buffers (not initialized).
+  // Without allocation the model only describes itself (inventory of the full-size config).
+  explicit Model(ModelConfig config, bool allocate = true);
   void initialize(uint64_t seed) { params_.initialize(seed); }
 
   const ModelConfig& config() const { return config_; }
   ParamRegistry& params() { return params_; }
   const ParamRegistry& params() const { return params_; }
+  MixerKind layer_mixer(int64_t layer) const { return mixer_kind(config_, layer); }
 
   // One micro-batch: forward, loss, backward. Parameter gradients accumulate (they are not
   // zeroed); gradients are those of grad_scale * (sum of token losses).

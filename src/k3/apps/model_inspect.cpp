@@ -1,0 +1,41 @@
+// `k3lab model inspect CONFIG [--tensors]`: parameters per component, total and active, and the
+// full tensor list, without allocating any tensor.
+#include <cstdio>
+
+#include "k3/apps/commands.h"
+#include "k3/model/inventory.h"
+
+namespace k3::apps {
+
+void add_model(CLI::App& app) {
+  auto* model = app.add_subcommand("model", "Describe a model configuration");
+  model->require_subcommand(1);
+  struct Args {
+    std::string config;
+    bool tensors = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* inspect = model->add_subcommand("inspect", "Parameter counts and tensor list of a model config");
+  inspect->add_option("config", a->config, "Model configuration (HF-style JSON)")->required();
+  inspect->add_flag("--tensors", a->tensors, "List every tensor: name, shape, dtype");
+  inspect->callback([a] {
+    Model m(load_model_config(a->config), /*allocate=*/false);
+    const ModelConfig& c = m.config();
+    std::printf("%s: %lld layers, hidden %lld, vocabulary %lld\n", a->config.c_str(),
+                static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
+                static_cast<long long>(c.vocab_size));
+    std::printf("%-22s %20s %20s\n", "component", "total", "active");
+    for (const ComponentCount& cc : parameter_counts(m))
+      std::printf("%-22s %20lld %20lld\n", cc.component.c_str(), static_cast<long long>(cc.total),
+                  static_cast<long long>(cc.active));
+    if (!a->tensors) return;
+    std::printf("\n%-72s %-18s %s\n", "tensor", "shape", "dtype");
+    for (const TensorEntry& t : tensor_inventory(m))
+      std::printf("%-72s %-18s %s\n", t.name.c_str(), shape_str(t.shape).c_str(), t.release_dtype.c_str());
+    if (c.num_experts > 0)
+      std::printf("\nrouted experts are listed in their logical shapes; the released checkpoint packs them as "
+                  "MXFP4 (weight_packed: two 4-bit values per byte, weight_scale: one E8M0 scale per 32 values)\n");
+  });
+}
+
+}  // namespace k3::apps

@@ -1,0 +1,70 @@
+#include "k3/model/inventory.h"
+
+#include <map>
+
+namespace k3 {
+namespace {
+
+bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+
+int64_t layer_of(const std::string& name) {
+  const std::string prefix = "model.layers.";
+  if (name.rfind(prefix, 0) != 0) return -1;
+  return std::stoll(name.substr(prefix.size()));
+}
+
+std::string component_of(const Model& m, const std::string& name) {
+  if (has(name, "embed_tokens")) return "embedding";
+  if (name.rfind("lm_head", 0) == 0) return "lm_head";
+  if (has(name, "_res_")) return "attn_res";
+  if (has(name, ".self_attn.")) return mixer_kind_name(m.layer_mixer(layer_of(name)));
+  if (has(name, ".block_sparse_moe.experts.")) return "moe.routed_experts";
+  if (has(name, ".block_sparse_moe.shared_experts.")) return "moe.shared_experts";
+  if (has(name, ".block_sparse_moe.gate")) return "moe.router";
+  if (has(name, ".block_sparse_moe.")) return "moe.latent";
+  if (has(name, ".mlp.")) return "dense_mlp";
+  return "norms";
+}
+
+// K3 keeps the KDA convolutions, decay parameters, output norm and the router bias in fp32.
+std::string release_dtype(const std::string& name) {
+  for (const char* part : {"conv1d", "A_log", "dt_bias", "o_norm", "e_score_correction_bias"})
+    if (has(name, part)) return "fp32";
+  return "bf16";
+}
+
+}  // namespace
+
+std::vector<TensorEntry> tensor_inventory(const Model& model) {
+  std::vector<TensorEntry> out;
+  const ParamRegistry& p = model.params();
+  for (int i = 0; i < p.size(); ++i) {
+    const std::string& name = p.info(i).name;
+    out.push_back({name, p.info(i).shape, release_dtype(name), component_of(model, name)});
+  }
+  return out;
+}
+
+std::vector<ComponentCount> parameter_counts(const Model& model) {
+  const ModelConfig& c = model.config();
+  std::map<std::string, ComponentCount> by;
+  for (const TensorEntry& t : tensor_inventory(model)) {
+    ComponentCount& cc = by[t.component];
+    cc.component = t.component;
+    const int64_t n = shape_numel(t.shape);
+    cc.total += n;
+    // A token passes through k of the E routed experts.
+    cc.active += t.component == "moe.routed_experts" ? n * c.num_experts_per_token / c.num_experts : n;
+  }
+  std::vector<ComponentCount> out;
+  ComponentCount total{"total", 0, 0};
+  for (auto& [name, cc] : by) {
+    out.push_back(cc);
+    total.total += cc.total;
+    total.active += cc.active;
+  }
+  out.push_back(total);
+  return out;
+}
+
+}  // namespace k3
