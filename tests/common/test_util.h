@@ -2,6 +2,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <cstdint>
@@ -24,6 +25,27 @@ template <typename To, typename From>
 std::vector<To> cast_vec(const std::vector<From>& v) {
   return std::vector<To>(v.begin(), v.end());
 }
+
+// Uniform integers in [0, vocab): token ids and class targets.
+inline std::vector<int32_t> random_tokens(size_t n, int32_t vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> dist(0, vocab - 1);
+  std::vector<int32_t> v(n);
+  for (auto& t : v) t = dist(rng);
+  return v;
+}
+
+// Sets the OpenMP thread count for the enclosing scope (determinism across thread counts).
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ScopedThreads() { omp_set_num_threads(saved_); }
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+
+ private:
+  int saved_;
+};
 
 // max_i |a_i - b_i| / (atol + rtol * |b_i|) <= 1 means "close".
 template <typename A, typename B>

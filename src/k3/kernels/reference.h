@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "k3/kernels/adamw.h"
 #include "k3/kernels/attention.h"
 #include "k3/kernels/glu.h"
 
@@ -47,5 +48,28 @@ double lm_head_cross_entropy(const T* h, const T* w, const int32_t* targets, int
 
 template <typename T>
 void adamw_step(const kernels::AdamWParams& p, T* param, const T* grad, T* m, T* v, int64_t n);
+
+}  // namespace k3::ref
+
+namespace k3::ref {
+
+template <typename T>
+void sigmoid_gate_forward(const T* x, const T* g, T* y, int64_t n);
+template <typename T>
+void sigmoid_gate_backward(const T* x, const T* g, const T* dy, T* dx, T* dg, int64_t n);
+
+}  // namespace k3::ref
+
+namespace k3::ref {
+
+// Attention Residuals aggregation (kernels/attn_res.h): rows are n pointers to [N, d] arrays.
+template <typename T>
+void attn_res_forward(const T* const* rows, int64_t n, int64_t N, int64_t d, const T* norm_weight,
+                      const T* proj_weight, T eps, T* out);
+// Accumulates into d_rows, d_norm_weight, d_proj_weight.
+template <typename T>
+void attn_res_backward(const T* const* rows, int64_t n, int64_t N, int64_t d, const T* norm_weight,
+                       const T* proj_weight, T eps, const T* dout, T* const* d_rows, T* d_norm_weight,
+                       T* d_proj_weight);
 
 }  // namespace k3::ref

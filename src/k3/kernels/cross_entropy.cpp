@@ -1,0 +1,87 @@
+#include "k3/kernels/cross_entropy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "k3/base/error.h"
+#include "k3/kernels/fast_math.h"
+#include "k3/kernels/gemm.h"
+
+namespace k3::kernels {
+
+// One row in place: logits become (softmax - onehot) * grad_scale; returns -log p(target).
+static double row_forward_backward(float* x, int32_t target, int64_t V, float grad_scale) {
+  float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[j]);
+  const float x_target = x[target];
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t j = 0; j < V; ++j) {
+    x[j] = fast::exp(x[j] - mx);
+    sum += x[j];
+  }
+  const float scale = grad_scale / sum;
+#pragma omp simd
+  for (int64_t j = 0; j < V; ++j) x[j] *= scale;
+  x[target] -= grad_scale;
+  return static_cast<double>(mx) + std::log(static_cast<double>(sum)) - x_target;
+}
+
+// Counts the tokens that are not ignored; throws on a target outside the vocabulary. Run before
+// any work, as an exception must not escape an OpenMP region.
+static int64_t count_targets(const int32_t* targets, int64_t N, int64_t V, int32_t ignore_index) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    if (targets[i] == ignore_index) continue;
+    K3_CHECK(targets[i] >= 0 && targets[i] < V, "cross_entropy: target ", targets[i], " of row ", i,
+             " is outside [0, ", V, ") and is not ignore_index ", ignore_index);
+    ++count;
+  }
+  return count;
+}
+
+LossSum cross_entropy_forward_backward(float* logits, const int32_t* targets, int64_t N, int64_t V,
+                                       int32_t ignore_index, float grad_scale) {
+  K3_CHECK(N >= 0 && V > 0, "cross_entropy: bad shape N=", N, " V=", V);
+  LossSum out;
+  out.count = count_targets(targets, N, V, ignore_index);
+  // Per-row losses summed afterwards in row order: the same sum for any thread count.
+  std::vector<double> loss(static_cast<size_t>(N), 0.0);
+#pragma omp parallel for schedule(static) if (N * V > 65536)
+  for (int64_t i = 0; i < N; ++i) {
+    float* x = logits + i * V;
+    if (targets[i] == ignore_index)
+      std::fill(x, x + V, 0.0f);
+    else
+      loss[i] = row_forward_backward(x, targets[i], V, grad_scale);
+  }
+  for (double l : loss) out.sum += l;
+  return out;
+}
+
+LossSum lm_head_cross_entropy(const LmHeadCeArgs& a) {
+  K3_CHECK(a.N >= 0 && a.d > 0 && a.V > 0 && a.chunk > 0,
+           "lm_head_cross_entropy: bad sizes N=", a.N, " d=", a.d, " V=", a.V, " chunk=", a.chunk);
+  K3_CHECK(a.h && a.w && a.targets && a.workspace,
+           "lm_head_cross_entropy: null input or workspace");
+  count_targets(a.targets, a.N, a.V, a.ignore_index);  // before dW is touched
+  LossSum total;
+  for (int64_t c0 = 0; c0 < a.N; c0 += a.chunk) {
+    const int64_t n = std::min(a.chunk, a.N - c0);
+    const float* h = a.h + c0 * a.d;
+    float* logits = a.workspace;
+    gemm(false, true, n, a.V, a.d, 1.0f, h, a.w, 0.0f, logits);  // h Wᵀ
+    const LossSum part = cross_entropy_forward_backward(logits, a.targets + c0, n, a.V,
+                                                        a.ignore_index, a.grad_scale);
+    total.sum += part.sum;
+    total.count += part.count;
+    if (a.dh) gemm(false, false, n, a.d, a.V, 1.0f, logits, a.w, 0.0f, a.dh + c0 * a.d);
+    if (a.dw) gemm(true, false, a.V, a.d, n, 1.0f, logits, h, 1.0f, a.dw);
+  }
+  return total;
+}
+
+}  // namespace k3::kernels
