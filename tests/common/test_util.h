@@ -8,9 +8,14 @@
 #include <cstdint>
 #include <functional>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace k3::testing {
+
+// The source tree (configs/), and the shared folder beside it (reference/, data/).
+inline std::string source_dir() { return K3LAB_SOURCE_DIR; }
+inline std::string shared_dir() { return source_dir() + "/../shared"; }
 
 template <typename T = float>
 std::vector<T> random_vec(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {

@@ -16,10 +16,7 @@
 namespace k3 {
 namespace {
 
-std::string root() {
-  const char* r = std::getenv("K3LAB_ROOT");
-  return r ? r : ".";
-}
+std::string root() { return testing::source_dir(); }
 
 ModelConfig tiny() { return load_model_config(root() + "/configs/dense-tiny.json"); }
 
@@ -59,6 +56,24 @@ TEST(ModelConfig, ErrorsNameTheField) {
   EXPECT_NE(error_of(act).find("field hidden_act"), std::string::npos);
   // K3's nesting under text_config is read too.
   EXPECT_EQ(error_of(nlohmann::json{{"text_config", good}}), "");
+}
+
+TEST(ModelConfig, LayerListsMustPartitionTheLayers) {
+  nlohmann::json k3 = nlohmann::json::parse(read_file(root() + "/configs/k3-nano.json"));
+  EXPECT_EQ(error_of(k3), "");
+  auto overlap = k3;
+  overlap["linear_attn_config"]["kda_layers"].push_back(4);
+  EXPECT_NE(error_of(overlap).find("layer 4 appears twice"), std::string::npos);
+  auto missing = k3;
+  missing["linear_attn_config"]["full_attn_layers"] = {4};
+  EXPECT_NE(error_of(missing).find("layer 8 is in neither"), std::string::npos);
+  auto beyond = k3;
+  beyond["num_hidden_layers"] = 7;
+  EXPECT_NE(error_of(beyond).find("field linear_attn_config.full_attn_layers: layer 8 is outside"),
+            std::string::npos);
+  auto topk = k3;
+  topk["num_experts_per_token"] = 8;
+  EXPECT_NE(error_of(topk).find("field num_experts_per_token"), std::string::npos);
 }
 
 TEST(Model, NamesShapesAndDeterministicInit) {

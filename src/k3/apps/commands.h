@@ -11,5 +11,6 @@ void add_eval(CLI::App& app);
 void add_sample(CLI::App& app);
 void add_op(CLI::App& app);
 void add_model(CLI::App& app);
+void add_report(CLI::App& app);
 
 }  // namespace k3::apps

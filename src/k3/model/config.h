@@ -1,9 +1,11 @@
 // The model configuration, read from HF-style JSON (a flat object, or K3's nesting under
-// "text_config"). Field names are Hugging Face's / Kimi K3's. Validation names the field at fault.
+// "text_config"). Field names are Hugging Face's / Kimi K3's; fields of nested objects are named
+// with dots ("linear_attn_config.head_dim"). Validation names the field at fault.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -41,9 +43,18 @@ struct ModelConfig {
   // Attention Residuals (spec §2); 0 means ordinary residual connections.
   int64_t attn_res_block_size = 0;
 
+  // KDA (spec §3), read from the nested "linear_attn_config"; kda_num_heads == 0 means no KDA.
+  int64_t kda_num_heads = 0, kda_head_dim = 0, kda_short_conv_kernel_size = 4;
+  double kda_gate_lower_bound = -5.0;
+  bool kda_unbounded_gate = false;  // Kimi-Linear's −exp(A_log)·softplus(f + dt_bias) instead
+  // 1-based layer lists (linear_attn_config.kda_layers / full_attn_layers): KDA layers and
+  // full-attention (MLA) layers. Empty lists mean every layer is full attention.
+  std::vector<int64_t> kda_layers, full_attn_layers;
+
   std::string source;  // where it was read from, for error messages
 
   int64_t attn_dim() const { return num_attention_heads * head_dim; }
+  int64_t kda_dim() const { return kda_num_heads * kda_head_dim; }
 };
 
 // Throws k3::Error naming the file and field on a missing, mistyped or inconsistent field.

@@ -1,12 +1,16 @@
 #include "k3/model/layer_factory.h"
 
+#include <algorithm>
+
 #include "k3/model/layers/gated_attention.h"
+#include "k3/model/layers/kda.h"
 #include "k3/model/layers/mla.h"
 #include "k3/model/layers/mlp.h"
 
 namespace k3 {
 
-MixerKind mixer_kind(const ModelConfig& c, int64_t) {
+MixerKind mixer_kind(const ModelConfig& c, int64_t layer) {
+  if (std::find(c.kda_layers.begin(), c.kda_layers.end(), layer + 1) != c.kda_layers.end()) return MixerKind::KDA;
   return c.q_lora_rank > 0 ? MixerKind::GatedMLA : MixerKind::GatedAttention;
 }
 
@@ -26,6 +30,8 @@ const char* mixer_kind_name(MixerKind k) {
 std::unique_ptr<Mixer> make_mixer(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
                                   int64_t layer) {
   switch (mixer_kind(c, layer)) {
+    case MixerKind::KDA:
+      return std::make_unique<KimiDeltaAttention>(reg, prefix + ".self_attn", c);
     case MixerKind::GatedMLA:
       return std::make_unique<GatedMLA>(reg, prefix + ".self_attn", c);
     case MixerKind::GatedAttention:

@@ -1,0 +1,191 @@
+// The gated delta rule of KDA, forward + backward, B = 1, H = 4, K = V = 128, T = 1K, 4K, 16K:
+// the chunked WY algorithm against the recurrent reference (tokens/s and their ratio), and the
+// chunked path's GFLOP/s next to an sgemm measured in the same run; then the extra memory of a
+// chunked forward + backward at T = 16K. The host is shared and noisy, so the three are timed
+// in turns and each figure is the best of its turns.
+//
+// FLOPs of the chunked algorithm per head and chunk of L = 64 tokens, each product counted at the
+// size the algorithm needs (triangular products at their triangle, L(L+1)/2 ≈ L²/2 pairs):
+//   forward   6·L·K·V    [Γ⊙Q; Γ⊙K]·S, (e^{G_L−G}⊙K)ᵀ·Ṽ
+//           + 2·K·L²     Aqk, Pkk
+//           + 2·V·L²     Ṽ = X·Diag(β)(V − (Γ⊙K)S), Aqk·Ṽ
+//           + L³/3       X = (I + Diag(β) Pkk)⁻¹
+//   backward 14·L·K·V    (Γ⊙K)·S, (e^{G_L−G}⊙K)·dS, [dO; −dR]·Sᵀ, Ṽ·dSᵀ, [Γ⊙Q; Γ⊙K]ᵀ·[dO; −dR]
+//           + 6·K·L²     Aqk, Pkk again; their gradients to both sides
+//           + 5·V·L²     Ṽ again, Aqkᵀ·dO, Xᵀ·dṼ, [Y; dO]·Ṽᵀ
+//           + L³/3       X again
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "k3/base/arena.h"
+#include "k3/base/threads.h"
+#include "k3/base/timer.h"
+#include "k3/kernels/gemm.h"
+#include "k3/kernels/kda/delta_rule.h"
+#include "peak.h"
+
+namespace {
+
+namespace kda = k3::kernels::kda;
+
+constexpr int64_t kHeads = 4, kDim = 128;
+
+double chunked_flops_per_token(double K, double V) {
+  const double L = static_cast<double>(kda::kChunk);
+  const double forward = 6 * L * K * V + 2 * K * L * L + 2 * V * L * L + L * L * L / 3;
+  const double backward = 14 * L * K * V + 6 * K * L * L + 5 * V * L * L + L * L * L / 3;
+  return (forward + backward) / L;
+}
+
+// Pre-faulted memory on huge pages where the kernel allows, as the model's arenas provide it.
+template <typename T>
+struct MappedAllocator {
+  using value_type = T;
+  MappedAllocator() = default;
+  template <typename U>
+  MappedAllocator(const MappedAllocator<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(k3::map_buffer(n * sizeof(T))); }
+  void deallocate(T* p, size_t n) { k3::unmap_buffer(p, n * sizeof(T)); }
+  bool operator==(const MappedAllocator&) const { return true; }
+};
+using Floats = std::vector<float, MappedAllocator<float>>;
+
+// Inputs shaped like the KDA layer's: unit q, k (q scaled by K^−1/2), bounded decay, β in (0, 1).
+struct Problem {
+  kda::DeltaRuleShape s;
+  Floats q, k, v, g, beta, dout, out, final_state, dq, dk, dv, dg, dbeta, states;
+
+  explicit Problem(int64_t T) {
+    s.B = 1, s.T = T, s.H = kHeads, s.K = kDim, s.V = kDim;
+    const auto rows = static_cast<size_t>(T * kHeads);
+    std::mt19937_64 rng(1);
+    std::normal_distribution<float> normal;
+    for (auto* x : {&q, &k, &v, &g, &dout}) {
+      x->resize(rows * kDim);
+      for (auto& e : *x) e = normal(rng);
+    }
+    for (size_t r = 0; r < rows; ++r) {
+      float* qr = &q[r * kDim];
+      float* kr = &k[r * kDim];
+      float nq = 0, nk = 0;
+      for (int64_t c = 0; c < kDim; ++c) nq += qr[c] * qr[c], nk += kr[c] * kr[c];
+      for (int64_t c = 0; c < kDim; ++c) qr[c] /= std::sqrt(nq * kDim), kr[c] /= std::sqrt(nk);
+    }
+    for (auto& x : g) x = -5.0f / (1.0f + std::exp(3.0f - x));
+    beta.resize(rows);
+    for (auto& x : beta) x = 1.0f / (1.0f + std::exp(-normal(rng)));
+    for (auto* x : {&out, &dq, &dk, &dv, &dg}) x->assign(rows * kDim, 0.0f);
+    dbeta.assign(rows, 0.0f);
+    final_state.assign(static_cast<size_t>(kHeads * kDim * kDim), 0.0f);
+  }
+  kda::DeltaRuleInputs<float> inputs() const {
+    return {q.data(), k.data(), v.data(), g.data(), beta.data()};
+  }
+  kda::DeltaRuleGrads<float> grads() {
+    return {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data()};
+  }
+
+  void chunked() {
+    states.resize(static_cast<size_t>(kda::chunk_state_floats(s)));
+    kda::chunk_forward(s, inputs(), out.data(), final_state.data(), states.data());
+    kda::chunk_backward(s, inputs(), states.data(), dout.data(), nullptr, grads());
+  }
+  void recurrent() {
+    kda::recurrent_forward(s, inputs(), out.data(), final_state.data());
+    kda::recurrent_backward<float>(s, inputs(), dout.data(), nullptr, grads());
+  }
+};
+
+// Multi-threaded 2048³ product.
+class Sgemm {
+ public:
+  Sgemm() : a_(kN * kN, 0.01f), b_(kN * kN, 0.02f), c_(kN * kN) {}
+  void run() {
+    k3::kernels::gemm(false, false, kN, kN, kN, 1.0f, a_.data(), b_.data(), 0.0f, c_.data());
+  }
+  static double flops() { return 2.0 * kN * kN * kN; }
+
+ private:
+  static constexpr int64_t kN = 2048;
+  Floats a_, b_, c_;
+};
+
+template <typename Body>
+double seconds(Body&& body) {
+  k3::Timer t;
+  body();
+  return t.seconds();
+}
+
+void compare(int64_t T, int chunked_turns, int recurrent_turns, Sgemm& sgemm) {
+  Problem p(T);
+  p.chunked();  // warm the per-thread buffers and oneDNN's kernels
+  sgemm.run();
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  double chunked = kInf, recurrent = kInf, gemm = kInf;
+  for (int turn = 0; turn < std::max(chunked_turns, recurrent_turns); ++turn) {
+    if (turn < chunked_turns) {
+      chunked = std::min(chunked, seconds([&] { p.chunked(); }));
+      gemm = std::min(gemm, seconds([&] { sgemm.run(); }));
+    }
+    if (turn < recurrent_turns) recurrent = std::min(recurrent, seconds([&] { p.recurrent(); }));
+  }
+  const double tokens = static_cast<double>(T);
+  const double gflops = tokens * kHeads * chunked_flops_per_token(kDim, kDim) / chunked / 1e9;
+  const double sgemm_gflops = Sgemm::flops() / gemm / 1e9;
+  std::printf(
+      "T=%-6lld chunked %8.0f tokens/s (%7.1f ms, %5.1f GFLOP/s = %.2f x sgemm %5.1f)   "
+      "recurrent %7.0f tokens/s (%7.1f ms)   chunked/recurrent %.1fx\n",
+      static_cast<long long>(T), tokens / chunked, chunked * 1e3, gflops, gflops / sgemm_gflops,
+      sgemm_gflops, tokens / recurrent, recurrent * 1e3, recurrent / chunked);
+}
+
+// Resident memory in bytes from /proc/self/status: VmRSS (now) or VmHWM (peak since the last
+// reset_peak()).
+size_t status_bytes(const char* field) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(line.find(':') + 1)) * 1024;
+  return 0;
+}
+bool reset_peak() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
+
+// Extra resident memory of one chunked forward + backward at T = 16K beyond its inputs and
+// outputs: the saved chunk states, the per-thread workspaces, oneDNN's buffers.
+void report_memory() {
+  Problem p(16384);
+  const bool exact = reset_peak();
+  const size_t before = status_bytes("VmRSS");
+  p.chunked();
+  const size_t peak = status_bytes("VmHWM");
+  const double mib = 1024.0 * 1024.0;
+  std::printf(
+      "T=16384 chunked forward + backward: %.1f MiB above inputs and outputs (peak RSS%s), of "
+      "which chunk states %.1f MiB (%lld chunks x %lld heads x K x V)\n",
+      static_cast<double>(peak - before) / mib, exact ? "" : ", not resettable: upper bound",
+      static_cast<double>(p.states.size() * sizeof(float)) / mib,
+      static_cast<long long>(kda::chunk_state_floats(p.s) / (kHeads * kDim * kDim)),
+      static_cast<long long>(kHeads));
+}
+
+}  // namespace
+
+int main() {
+  k3::set_num_threads();
+  report_memory();
+  k3::bench::fma_peak_gflops();
+  std::printf("B=1 H=%lld K=V=%lld, forward + backward, %d threads\n",
+              static_cast<long long>(kHeads), static_cast<long long>(kDim), k3::num_threads());
+  Sgemm sgemm;
+  compare(1024, 5, 3, sgemm);
+  compare(4096, 4, 2, sgemm);
+  compare(16384, 3, 1, sgemm);
+  return 0;
+}

@@ -1,0 +1,49 @@
+// `k3lab report RUN_DIR [--layer N]...`: expert load over training, drawn from the run's
+// expert_load.jsonl: RUN_DIR/expert_load.svg (maxvio of every MoE layer over the steps) and, per
+// --layer, RUN_DIR/expert_load_layer<N>.svg (each expert's load / mean load over the steps).
+#include <cstdio>
+#include <filesystem>
+#include <utility>
+#include <vector>
+
+#include "k3/apps/commands.h"
+#include "k3/base/error.h"
+#include "k3/train/expert_load.h"
+
+namespace k3::apps {
+
+void add_report(CLI::App& app) {
+  struct Args {
+    std::string run_dir;
+    std::vector<int64_t> layers;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("report", "Plot a run's expert load per MoE layer over training");
+  cmd->add_option("run_dir", a->run_dir, "The run directory")->required();
+  cmd->add_option("--layer", a->layers, "Also plot each expert of this MoE layer (repeatable)");
+  cmd->callback([a] {
+    const auto records = train::read_expert_load(train::expert_load_path(a->run_dir));
+    K3_CHECK_CTX(!records.empty(), (ErrorContext{train::expert_load_path(a->run_dir), "", -1}),
+                 "no expert-load records in the file");
+    // Every plot is made before any is written: a bad --layer leaves no partial report.
+    const auto dir = std::filesystem::path(a->run_dir);
+    std::vector<std::pair<std::string, train::Heatmap>> plots;
+    plots.emplace_back((dir / "expert_load.svg").string(), train::maxvio_heatmap(records));
+    for (int64_t layer : a->layers)
+      plots.emplace_back((dir / ("expert_load_layer" + std::to_string(layer) + ".svg")).string(),
+                         train::layer_load_heatmap(records, layer));
+    for (const auto& [path, map] : plots) {
+      train::write_svg(path, train::render_heatmap(map));
+      std::printf("%s\n", path.c_str());
+    }
+    const train::ExpertLoadRecord& last = records.back();
+    std::printf("expert load at step %lld:\n  layer  maxvio  min load  max load  idle\n",
+                static_cast<long long>(last.step));
+    for (const auto& [layer, st] : last.layers)
+      std::printf("  %5lld  %6.3f  %8lld  %8lld  %4lld\n", static_cast<long long>(layer), st.maxvio,
+                  static_cast<long long>(st.min_load), static_cast<long long>(st.max_load),
+                  static_cast<long long>(st.idle));
+  });
+}
+
+}  // namespace k3::apps

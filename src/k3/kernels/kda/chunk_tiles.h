@@ -1,0 +1,150 @@
+// Building blocks of the chunked delta rule (delta_rule.h): one chunk's inputs, per-thread
+// workspaces, the decayed pair products inside a chunk, the WY inverse, and the part of a chunk's
+// computation that forward and backward share.
+//
+// Inside a chunk, with G the cumulative log-decay from the chunk start, the pair products are
+//   Aqk[r,s] = Σ_c q_{r,c} e^{G_{r,c} − G_{s,c}} k_{s,c}  (s ≤ r),
+//   Pkk[r,s] = Σ_c k_{r,c} e^{G_{r,c} − G_{s,c}} k_{s,c}  (s < r; A_kk = Diag(β) Pkk).
+// They are dense tiles: the rows of each 16-token sub-chunk i are computed as one product
+// (x ⊙ e^{G − R_i}) · (k ⊙ e^{R_i − G})ᵀ against every column up to the sub-chunk's end, with the
+// exponent re-centred at R_i = G at the sub-chunk's middle token; each product term is then the
+// exact term times rounding, whatever the scale. Against earlier sub-chunks the column factor
+// e^{R_i − G_s} ≤ 1 (G only decreases) and the row factor ≤ e^{kMaxExponent}: nothing overflows,
+// and a column factor that underflows (exponent below −87) belongs to a pair whose true decay
+// e^{G_r − G_s} < e^{kMaxExponent − 87} ≈ 1e-19, harmless to drop. Inside the sub-chunk both
+// factors stay within e^{±kMaxExponent} as long as the decay over half a sub-chunk does: always
+// for the bounded form (g ≥ −5: at most 8 · 5 = 40), checked per sub-chunk and channel. A steeper
+// sub-chunk (the unbounded form) re-centres at its start instead, so every factor against earlier
+// columns is ≤ 1, and computes its 16×16 diagonal block pair by pair with one exponential per
+// pair and channel, each of G_r − G_s ≤ 0: no inf or NaN for any finite g ≤ 0.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "k3/kernels/kda/delta_rule.h"
+#include "k3/kernels/kda/delta_rule_layout.h"
+
+namespace k3::kernels::kda::chunk {
+
+inline constexpr int64_t kSub = 16;
+inline constexpr float kMaxExponent = 44.0f;
+
+// Matrices indexed by token pairs of one chunk are kChunk × kChunk, row stride kLd.
+inline constexpr int64_t kLd = kChunk;
+
+// One chunk: L tokens of one (sequence, head); row r of q is q + r * ldqk.
+struct ChunkRows {
+  int64_t L, K, V;
+  const float *q, *k, *v, *g, *beta;
+  int64_t ldqk, ldv, ldbeta;
+  float b(int64_t r) const { return beta[r * ldbeta]; }
+};
+
+// The chunk of (sequence, head) rows r starting at token t0 of the sequence.
+inline ChunkRows chunk_rows(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
+                            const layout::HeadRows& r, int64_t t0) {
+  return {.L = std::min(kChunk, r.length - t0),
+          .K = s.K,
+          .V = s.V,
+          .q = in.q + r.qk + t0 * r.ldqk,
+          .k = in.k + r.qk + t0 * r.ldqk,
+          .v = in.v + r.v + t0 * r.ldv,
+          .g = in.g + r.qk + t0 * r.ldqk,
+          .beta = in.beta + r.beta + t0 * r.ldbeta,
+          .ldqk = r.ldqk,
+          .ldv = r.ldv,
+          .ldbeta = r.ldbeta};
+}
+
+// Cuts named arrays out of one buffer, each 64-byte aligned. With a null base it only counts.
+class Carver {
+ public:
+  explicit Carver(float* base) : base_(base) {}
+  float* take(int64_t n) {
+    float* p = base_ ? base_ + used_ : nullptr;
+    used_ += static_cast<size_t>((n + 15) / 16 * 16);
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  float* base_;
+  size_t used_ = 0;
+};
+
+// At least n floats owned by the calling thread, 64-byte aligned, kept for later calls (first
+// touch of fresh pages is slow).
+float* thread_scratch(size_t n);
+
+// A workspace type built as Work(Carver&, K, V), laid out in this thread's scratch.
+template <typename Work>
+Work thread_work(int64_t K, int64_t V) {
+  Carver sizing(nullptr);
+  Work(sizing, K, V);
+  Carver carver(thread_scratch(sizing.used()));
+  return Work(carver, K, V);
+}
+
+// dst[c * ld_dst + r] = src[r * ld_src + c] for r < rows, c < cols.
+void transpose(int64_t rows, int64_t cols, const float* src, int64_t ld_src, float* dst,
+               int64_t ld_dst);
+
+// X = (I + Diag(β) P)⁻¹ for P strictly lower triangular, by forward substitution. X is unit lower
+// triangular with zeros above the diagonal (L×L, row stride kLd).
+void invert_unit_lower(const ChunkRows& x, const float* P, float* X);
+
+// The pair products of one chunk (see the top of this file).
+class DecayPairs {
+ public:
+  DecayPairs(Carver& carver, int64_t K);
+
+  // Picks each sub-chunk's reference and scales the row operands. G: cumulative decay, L×K.
+  void prepare(const ChunkRows& x, const float* G);
+  // Aqk and Pkk (L×L, row stride kLd), zero outside their triangles.
+  void products(float* Aqk, float* Pkk);
+  // After products(): adds the gradients reaching q and k through Aqk and Pkk, given dAqk and
+  // dPkk zero outside their triangles. The k side splits by the sign of G in its factor: rows
+  // (e^{+G_r}) go to dk_plus, columns (e^{−G_s}) to dk_minus, so that
+  // dG = q ⊙ dq + k ⊙ (dk_plus − dk_minus).
+  void backward(const float* dAqk, const float* dPkk, float* dq, float* dk_plus, float* dk_minus);
+
+ private:
+  struct Sub {
+    int64_t begin, end;
+    bool dense;       // diagonal block as a tile (else pair by pair)
+    int64_t columns;  // columns covered by the tile product: end when dense, else begin
+    int64_t offset;   // first row of this sub-chunk's column operands in kc_, col_factor_
+  };
+  void scale_columns(const Sub& sub, const float* ref);
+  void diagonal_pairs(const Sub& sub, float* Aqk, float* Pkk) const;
+  void diagonal_pairs_backward(const Sub& sub, const float* dAqk, const float* dPkk, float* dq,
+                               float* dk_plus, float* dk_minus) const;
+
+  ChunkRows x_{};
+  const float* G_ = nullptr;
+  int64_t K_, num_subs_ = 0;
+  Sub subs_[kChunk / kSub];
+  float* refs_;        // [sub][K]: R_i
+  float* row_factor_;  // [L][K]: e^{G_r − R_i} of the row's sub-chunk
+  float *qt_, *kt_;    // [L][K]: q, k rows times row_factor
+  // Column operands of every sub-chunk, sub-chunk i from row offset: e^{R_i − G_s} for s below
+  // `columns`, and k times it.
+  float *col_factor_, *kc_;
+  float* kct_;                // [K][kLd]: one sub-chunk's kc transposed
+  float *dqt_, *dkt_, *dkc_;  // [L][K]: gradients w.r.t. qt, kt, kc
+};
+
+// What forward and backward both compute for a chunk with entry state S (K×V):
+//   G, Γ = e^G, gq = [Γ⊙Q; Γ⊙K] (2L×K), ks = gq · S (2L×V; the (Γ⊙Q) S half only when asked),
+//   Aqk, Pkk, X = (I + Diag(β) Pkk)⁻¹, vb = Diag(β) (V − (Γ⊙K) S), vt = X vb (= Ṽ, L×V),
+//   exit = e^{G_L − G} and kbar = exit ⊙ K (L×K).
+struct ChunkCore {
+  float *G, *gamma, *gq, *ks, *Aqk, *Pkk, *X, *vb, *vt, *exit, *kbar;
+  DecayPairs pairs;
+  ChunkCore(Carver& carver, int64_t K, int64_t V);
+  void compute(const ChunkRows& x, const float* S, bool q_state);
+};
+
+}  // namespace k3::kernels::kda::chunk

@@ -1,0 +1,198 @@
+// Chunked backward: each (sequence, head) walks its chunks from the last, recomputing a chunk's
+// forward quantities from its saved entry state S and carrying dS (the gradient w.r.t. the state
+// leaving the chunk) back to the chunk before. With Y = Xᵀ dṼ and dR = Diag(β) Y:
+//   dṼ  = Aqkᵀ dO + (e^{G_L−G}⊙K) dS         dV = dR
+//   dAqk = dO Ṽᵀ (s ≤ r)                      dPkk = −Diag(β) Y Ṽᵀ (s < r)
+//   d(Γ⊙Q) = dO Sᵀ,  d(Γ⊙K) = −dR Sᵀ,  d(e^{G_L−G}⊙K) = Ṽ dSᵀ
+//   dS ← Diag(Γ_L) dS + (Γ⊙Q)ᵀ dO − (Γ⊙K)ᵀ dR
+// Every G-dependence is a factor e^{±G}, so dG = q⊙dq + k⊙(dk_plus − dk_minus) plus the terms
+// of G_L, and dg is the reverse cumulative sum of dG over the chunk.
+#include <algorithm>
+
+#include "k3/base/error.h"
+#include "k3/kernels/attention_tiles.h"
+#include "k3/kernels/gemm.h"
+#include "k3/kernels/kda/chunk_tiles.h"
+#include "k3/kernels/kda/delta_rule_layout.h"
+
+namespace k3::kernels::kda {
+namespace {
+
+using attn::Band;
+using attn::tile_gemm;
+using chunk::ChunkRows;
+using chunk::kLd;
+
+struct BackwardWork {
+  float *dS, *dvt, *z, *vtt, *dA, *ds, *dkbar, *dq, *dkp, *dkm, *dG_last;
+  chunk::ChunkCore core;
+  BackwardWork(chunk::Carver& c, int64_t K, int64_t V)
+      : dS(c.take(K * V)),
+        dvt(c.take(kChunk * V)),
+        z(c.take(3 * kChunk * V)),
+        vtt(c.take(V * kLd)),
+        dA(c.take(2 * kChunk * kLd)),
+        ds(c.take(2 * kChunk * K)),
+        dkbar(c.take(kChunk * K)),
+        dq(c.take(kChunk * K)),
+        dkp(c.take(kChunk * K)),
+        dkm(c.take(kChunk * K)),
+        dG_last(c.take(K)),
+        core(c, K, V) {}
+};
+
+// Where one chunk's gradients go: row r of dq is dq + r * ldqk.
+struct ChunkGrads {
+  float *dq, *dk, *dv, *dg, *dbeta;
+};
+
+ChunkGrads chunk_grads(const DeltaRuleGrads<float>& d, const layout::HeadRows& r, int64_t t0) {
+  return {d.dq + r.qk + t0 * r.ldqk, d.dk + r.qk + t0 * r.ldqk, d.dv + r.v + t0 * r.ldv,
+          d.dg + r.qk + t0 * r.ldqk, d.dbeta + r.beta + t0 * r.ldbeta};
+}
+
+// z = [Y; dO; −dR] (3L×V) from Y = Xᵀ dṼ; writes dv and the dβ of the values, Y · (V − (Γ⊙K) S).
+void value_grads(const ChunkRows& x, const float* dout, BackwardWork& w, const ChunkGrads& d) {
+  const int64_t L = x.L, V = x.V;
+  const chunk::ChunkCore& core = w.core;
+  tile_gemm({L, V, L}, {core.X, kLd, true}, {w.dvt, V}, {w.z, V, false}, {Band::KGe, 0});
+  for (int64_t r = 0; r < L; ++r) {
+    const float *y = w.z + r * V, *v = x.v + r * x.ldv, *ks = core.ks + (L + r) * V;
+    const float* dor = dout + r * x.ldv;
+    const float beta = x.b(r);
+    float *dv = d.dv + r * x.ldv, *dO = w.z + (L + r) * V, *ndr = w.z + (2 * L + r) * V;
+    float dbeta = 0;
+#pragma omp simd reduction(+ : dbeta)
+    for (int64_t j = 0; j < V; ++j) {
+      dbeta += y[j] * (v[j] - ks[j]);
+      dv[j] = beta * y[j];
+      ndr[j] = -beta * y[j];
+      dO[j] = dor[j];
+    }
+    d.dbeta[r * x.ldbeta] = dbeta;
+  }
+}
+
+// dA = [Y Ṽᵀ; dO Ṽᵀ] becomes [dPkk; dAqk], masked to their triangles; adds the dβ of Pkk.
+void pair_grads(const ChunkRows& x, BackwardWork& w, const ChunkGrads& d) {
+  const int64_t L = x.L, V = x.V;
+  chunk::transpose(L, V, w.core.vt, V, w.vtt, kLd);
+  tile_gemm({L, L, V}, {w.z, V, false}, {w.vtt, kLd}, {w.dA, kLd, false}, {Band::ColLe, -1});
+  tile_gemm({L, L, V}, {w.z + L * V, V, false}, {w.vtt, kLd}, {w.dA + L * kLd, kLd, false},
+            {Band::ColLe, 0});
+  for (int64_t r = 0; r < L; ++r) {
+    float *dP = w.dA + r * kLd, *dAqk = w.dA + (L + r) * kLd;
+    const float* P = w.core.Pkk + r * kLd;
+    const float beta = x.b(r);
+    float dbeta = 0;
+    for (int64_t s = 0; s < r; ++s) {
+      dbeta -= dP[s] * P[s];
+      dP[s] *= -beta;
+    }
+    d.dbeta[r * x.ldbeta] += dbeta;
+    std::fill(dP + r, dP + L, 0.0f);
+    std::fill(dAqk + r + 1, dAqk + L, 0.0f);
+  }
+}
+
+// One chunk with entry state S: dS holds the gradient w.r.t. the state leaving the chunk on
+// entry and w.r.t. S on exit.
+void backward_chunk(const ChunkRows& x, const float* S, const float* dout, BackwardWork& w,
+                    const ChunkGrads& d) {
+  const int64_t L = x.L, K = x.K, V = x.V;
+  chunk::ChunkCore& core = w.core;
+  core.compute(x, S, false);
+
+  gemm(false, false, L, V, K, 1.0f, core.kbar, w.dS, 0.0f, w.dvt);
+  tile_gemm({L, V, L}, {core.Aqk, kLd, true}, {dout, x.ldv}, {w.dvt, V, true}, {Band::KGe, 0});
+  value_grads(x, dout, w, d);
+  pair_grads(x, w, d);
+  // ds = [dO; −dR] Sᵀ, dkbar = Ṽ dSᵀ.
+  gemm(false, true, 2 * L, K, V, 1.0f, w.z + L * V, S, 0.0f, w.ds);
+  gemm(false, true, L, K, V, 1.0f, core.vt, w.dS, 0.0f, w.dkbar);
+
+  // G_L's terms, then dS ← Diag(Γ_L) dS + [Γ⊙Q; Γ⊙K]ᵀ [dO; −dR].
+  std::fill(w.dG_last, w.dG_last + K, 0.0f);
+  for (int64_t r = 0; r < L; ++r) {
+    const float *kb = core.kbar + r * K, *dkb = w.dkbar + r * K;
+#pragma omp simd
+    for (int64_t c = 0; c < K; ++c) w.dG_last[c] += kb[c] * dkb[c];
+  }
+  for (int64_t c = 0; c < K; ++c) {
+    const float decay = core.gamma[(L - 1) * K + c];
+    const float* Sc = S + c * V;
+    float* dSc = w.dS + c * V;
+    float acc = 0;
+#pragma omp simd reduction(+ : acc)
+    for (int64_t j = 0; j < V; ++j) {
+      acc += Sc[j] * dSc[j];
+      dSc[j] *= decay;
+    }
+    w.dG_last[c] += decay * acc;
+  }
+  gemm(true, false, K, V, 2 * L, 1.0f, core.gq, w.z + L * V, 1.0f, w.dS);
+
+  for (int64_t r = 0; r < L; ++r) {
+    const float *gamma = core.gamma + r * K, *ex = core.exit + r * K, *dkb = w.dkbar + r * K;
+    const float *dsq = w.ds + r * K, *dsk = w.ds + (L + r) * K;
+    float *dq = w.dq + r * K, *dkp = w.dkp + r * K, *dkm = w.dkm + r * K;
+#pragma omp simd
+    for (int64_t c = 0; c < K; ++c) {
+      dq[c] = gamma[c] * dsq[c];
+      dkp[c] = gamma[c] * dsk[c];
+      dkm[c] = ex[c] * dkb[c];
+    }
+  }
+  core.pairs.backward(w.dA + L * kLd, w.dA, w.dq, w.dkp, w.dkm);
+
+  // dg[r] = Σ_{r' ≥ r} dG[r'], written from the last row up.
+  for (int64_t r = L - 1; r >= 0; --r) {
+    const float *q = x.q + r * x.ldqk, *k = x.k + r * x.ldqk;
+    const float *dq = w.dq + r * K, *dkp = w.dkp + r * K, *dkm = w.dkm + r * K;
+    float *dqo = d.dq + r * x.ldqk, *dko = d.dk + r * x.ldqk, *dgo = d.dg + r * x.ldqk;
+    float* acc = w.dG_last;  // running sum, starting from G_L's own terms
+#pragma omp simd
+    for (int64_t c = 0; c < K; ++c) {
+      acc[c] += q[c] * dq[c] + k[c] * (dkp[c] - dkm[c]);
+      dgo[c] = acc[c];
+      dqo[c] = dq[c];
+      dko[c] = dkp[c] + dkm[c];
+    }
+  }
+}
+
+}  // namespace
+
+void chunk_backward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
+                    const float* chunk_states, const float* dout, const float* dfinal_state,
+                    const DeltaRuleGrads<float>& grads) {
+  layout::check_shape("kda chunk_backward", s);
+  layout::check_pointers("kda chunk_backward", s, in.q, in.k, in.v, in.g, in.beta);
+  layout::check_pointers("kda chunk_backward", s, grads.dq, grads.dk, grads.dv, grads.dg,
+                         grads.dbeta);
+  K3_CHECK(s.B * s.T == 0 || (chunk_states && dout),
+           "kda chunk_backward: chunk_states and dout are required");
+  const int64_t KV = s.K * s.V, heads = s.num_sequences() * s.H;
+  const std::vector<int64_t> first_chunk = layout::first_chunks(s);
+#pragma omp parallel
+  {
+    auto work = chunk::thread_work<BackwardWork>(s.K, s.V);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < heads; ++i) {
+      const layout::HeadRows r = layout::head_rows(s, i);
+      if (dfinal_state)
+        std::copy(dfinal_state + r.state, dfinal_state + r.state + KV, work.dS);
+      else
+        std::fill(work.dS, work.dS + KV, 0.0f);
+      for (int64_t j = layout::num_chunks(r.length) - 1; j >= 0; --j) {
+        const int64_t t0 = j * kChunk;
+        backward_chunk(chunk::chunk_rows(s, in, r, t0),
+                       chunk_states + layout::chunk_state(s, first_chunk, i, j),
+                       dout + r.v + t0 * r.ldv, work, chunk_grads(grads, r, t0));
+      }
+      if (grads.dinitial_state) std::copy(work.dS, work.dS + KV, grads.dinitial_state + r.state);
+    }
+  }
+}
+
+}  // namespace k3::kernels::kda

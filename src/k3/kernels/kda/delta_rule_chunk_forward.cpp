@@ -1,0 +1,82 @@
+// Chunked forward (spec §3, "Chunkwise form"), per chunk with entry state S:
+//   Ṽ = (I + Diag(β) Pkk)⁻¹ Diag(β) (V − (Γ⊙K) S)     (= U − W S of the WY form)
+//   O = (Γ⊙Q) S + Aqk Ṽ
+//   S ← Diag(Γ_L) S + (e^{G_L − G} ⊙ K)ᵀ Ṽ
+// One work item per (sequence, head) walks its chunks in order; the state entering each chunk
+// is kept in place in chunk_states.
+#include <algorithm>
+
+#include "k3/kernels/attention_tiles.h"
+#include "k3/kernels/gemm.h"
+#include "k3/kernels/kda/chunk_tiles.h"
+#include "k3/kernels/kda/delta_rule_layout.h"
+
+namespace k3::kernels::kda {
+namespace {
+
+using chunk::ChunkRows;
+using chunk::kLd;
+
+struct ForwardWork {
+  float* S;
+  chunk::ChunkCore core;
+  ForwardWork(chunk::Carver& c, int64_t K, int64_t V) : S(c.take(K * V)), core(c, K, V) {}
+};
+
+// One chunk from entry state S: writes its outputs (row stride x.ldv) and the state leaving it
+// to next (which may be S).
+void forward_chunk(const ChunkRows& x, const float* S, float* next, float* out, ForwardWork& w) {
+  const int64_t L = x.L, K = x.K, V = x.V;
+  chunk::ChunkCore& core = w.core;
+  core.compute(x, S, true);
+  for (int64_t r = 0; r < L; ++r)
+    std::copy(core.ks + r * V, core.ks + (r + 1) * V, out + r * x.ldv);
+  attn::tile_gemm({L, V, L}, {core.Aqk, kLd, false}, {core.vt, V}, {out, x.ldv, true},
+                  {attn::Band::KLe, 0});
+
+  const float* decay = core.gamma + (L - 1) * K;
+  for (int64_t c = 0; c < K; ++c) {
+    const float* row = S + c * V;
+    float* dst = next + c * V;
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) dst[j] = decay[c] * row[j];
+  }
+  gemm(true, false, K, V, L, 1.0f, core.kbar, core.vt, 1.0f, next);
+}
+
+}  // namespace
+
+void chunk_forward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, float* out,
+                   float* final_state, float* chunk_states) {
+  layout::check_shape("kda chunk_forward", s);
+  layout::check_pointers("kda chunk_forward", s, in.q, in.k, in.v, in.g, in.beta);
+  const int64_t KV = s.K * s.V, heads = s.num_sequences() * s.H;
+  const std::vector<int64_t> first_chunk = layout::first_chunks(s);
+#pragma omp parallel
+  {
+    auto work = chunk::thread_work<ForwardWork>(s.K, s.V);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < heads; ++i) {
+      const layout::HeadRows r = layout::head_rows(s, i);
+      const int64_t chunks = layout::num_chunks(r.length);
+      auto saved = [&](int64_t j) {
+        return chunk_states && j < chunks ? chunk_states + layout::chunk_state(s, first_chunk, i, j)
+                                          : work.S;
+      };
+      float* S = saved(0);
+      if (in.initial_state)
+        std::copy(in.initial_state + r.state, in.initial_state + r.state + KV, S);
+      else
+        std::fill(S, S + KV, 0.0f);
+      for (int64_t j = 0; j < chunks; ++j) {
+        float* next = saved(j + 1);
+        const int64_t t0 = j * kChunk;
+        forward_chunk(chunk::chunk_rows(s, in, r, t0), S, next, out + r.v + t0 * r.ldv, work);
+        S = next;
+      }
+      if (final_state) std::copy(S, S + KV, final_state + r.state);
+    }
+  }
+}
+
+}  // namespace k3::kernels::kda

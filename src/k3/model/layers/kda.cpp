@@ -1,0 +1,298 @@
+#include "k3/model/layers/kda.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "k3/base/error.h"
+#include "k3/base/philox.h"
+#include "k3/kernels/kda/decode.h"
+#include "k3/kernels/kda/delta_rule.h"
+#include "k3/kernels/kda/gate.h"
+#include "k3/kernels/kda/head_norm.h"
+#include "k3/kernels/kda/output_norm.h"
+#include "k3/kernels/kda/sequences.h"
+#include "k3/kernels/kda/short_conv.h"
+
+namespace k3 {
+namespace kda = kernels::kda;
+
+namespace {
+
+// dt_bias = softplus⁻¹(dt) = dt + log(1 − e^{−dt}) with dt log-uniform in [1e-3, 0.1], so that the
+// unbounded gate starts with decay rates spread over two decades.
+ParamInit dt_bias_init() {
+  ParamInit p;
+  p.kind = ParamInit::Kind::Custom;
+  p.fill = [](float* out, int64_t first, int64_t n, uint64_t seed, uint64_t stream) {
+    const double lo = std::log(1e-3), hi = std::log(0.1);
+    for (int64_t i = 0; i < n; ++i) {
+      const double u = philox_uniform(seed, stream, static_cast<uint64_t>(first + i));
+      const double dt = std::exp(lo + u * (hi - lo));
+      out[i] = static_cast<float>(dt + std::log(-std::expm1(-dt)));
+    }
+  };
+  return p;
+}
+
+// Convolution weights uniform in ±1/sqrt(K_c) (PyTorch's default for a depthwise Conv1d).
+ParamInit conv_init(int64_t kernel) {
+  ParamInit p;
+  p.kind = ParamInit::Kind::Custom;
+  const float bound = 1.0f / std::sqrt(static_cast<float>(kernel));
+  p.fill = [bound](float* out, int64_t first, int64_t n, uint64_t seed, uint64_t stream) {
+    fill_uniform(out, n, seed, stream, static_cast<uint64_t>(first), -bound, bound);
+  };
+  return p;
+}
+
+void sigmoid(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
+}
+
+}  // namespace
+
+KimiDeltaAttention::KimiDeltaAttention(ParamRegistry& reg, const std::string& prefix,
+                                       const ModelConfig& c)
+    : prefix_(prefix),
+      hidden_(c.hidden_size),
+      heads_(c.kda_num_heads),
+      head_dim_(c.kda_head_dim),
+      conv_kernel_(c.kda_short_conv_kernel_size),
+      bounded_gate_(!c.kda_unbounded_gate),
+      lower_bound_(static_cast<float>(c.kda_gate_lower_bound)),
+      norm_eps_(static_cast<float>(c.rms_norm_eps)) {
+  for (auto [field, v] : {std::pair{"linear_attn_config.num_heads", heads_},
+                          {"linear_attn_config.head_dim", head_dim_},
+                          {"linear_attn_config.short_conv_kernel_size", conv_kernel_}})
+    K3_CHECK_CTX(v > 0, (ErrorContext{c.source, field, -1}),
+                 "a KDA layer needs a positive value, found ", v);
+  const float std = static_cast<float>(c.initializer_range);
+  const int64_t P = heads_ * head_dim_, D = head_dim_;
+  q_ = Linear(reg, prefix + ".q_proj", hidden_, P, std);
+  k_ = Linear(reg, prefix + ".k_proj", hidden_, P, std);
+  v_ = Linear(reg, prefix + ".v_proj", hidden_, P, std);
+  q_conv_ = reg.add(prefix + ".q_conv1d.weight", {P, 1, conv_kernel_}, conv_init(conv_kernel_));
+  k_conv_ = reg.add(prefix + ".k_conv1d.weight", {P, 1, conv_kernel_}, conv_init(conv_kernel_));
+  v_conv_ = reg.add(prefix + ".v_conv1d.weight", {P, 1, conv_kernel_}, conv_init(conv_kernel_));
+  f_a_ = Linear(reg, prefix + ".f_a_proj", hidden_, D, std);
+  f_b_ = Linear(reg, prefix + ".f_b_proj", D, P, std);
+  b_ = Linear(reg, prefix + ".b_proj", hidden_, heads_, std);
+  A_log_ = reg.add(prefix + ".A_log", {heads_}, ParamInit::zeros());
+  dt_bias_ = reg.add(prefix + ".dt_bias", {P}, dt_bias_init());
+  o_norm_ = reg.add(prefix + ".o_norm.weight", {D}, ParamInit::ones());
+  g_ = Linear(reg, prefix + ".g_proj", hidden_, P, std);
+  // Output projections are scaled down with depth, as in GatedAttention.
+  o_ = Linear(reg, prefix + ".o_proj", P, hidden_,
+              std / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers)));
+}
+
+void KimiDeltaAttention::forward(const Step& s, const float* x, int64_t B, int64_t T,
+                                 float* out) const {
+  run(s, x, B, T, {}, nullptr, out);
+}
+
+void KimiDeltaAttention::backward(const Step& s, const float* dout, int64_t B, int64_t T,
+                                  float* dx) const {
+  run_backward(s, dout, B, T, {}, dx);
+}
+
+void KimiDeltaAttention::forward(const Step& s, const float* x, int64_t T,
+                                 std::span<const int64_t> doc_starts, float* out) const {
+  run(s, x, 1, T, doc_starts, nullptr, out);
+}
+
+void KimiDeltaAttention::backward(const Step& s, const float* dout, int64_t T,
+                                  std::span<const int64_t> doc_starts, float* dx) const {
+  run_backward(s, dout, 1, T, doc_starts, dx);
+}
+
+void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T,
+                             std::span<const int64_t> doc_starts, KdaCache* cache,
+                             float* out) const {
+  kda::check_doc_starts(B, T, doc_starts);
+  std::optional<ArenaScope> scope;  // without training nothing outlives this call
+  if (!s.training) scope.emplace(s.arena);
+  const int64_t n = B * T, H = heads_, D = head_dim_, P = H * D;
+  const ParamRegistry& pr = s.params;
+
+  float *qp = s.alloc(n * P), *kp = s.alloc(n * P), *vp = s.alloc(n * P);
+  q_.forward(s, x, n, qp);
+  k_.forward(s, x, n, kp);
+  v_.forward(s, x, n, vp);
+  float *q = s.alloc(n * P), *k = s.alloc(n * P), *v = s.alloc(n * P);
+  const kda::ShortConvShape cs{B, T, P, conv_kernel_, doc_starts};
+  struct Conv {
+    const float* in;
+    int weight;
+    float *window, *out;  // the cache's window is updated in place (short_conv.h allows it)
+  };
+  for (const Conv& c : {Conv{qp, q_conv_, cache ? cache->q_window.f32() : nullptr, q},
+                        Conv{kp, k_conv_, cache ? cache->k_window.f32() : nullptr, k},
+                        Conv{vp, v_conv_, cache ? cache->v_window.f32() : nullptr, v}})
+    kda::short_conv_forward(cs, c.in, pr.value(c.weight).f32(), c.window, c.out, c.window);
+  float *rq = s.alloc(n * H), *rk = s.alloc(n * H);
+  kda::l2norm_forward(q, q, rq, n * H, D, 1.0f / std::sqrt(static_cast<float>(D)));
+  kda::l2norm_forward(k, k, rk, n * H, D, 1.0f);
+
+  float *fa = s.alloc(n * D), *f = s.alloc(n * P), *g = s.alloc(n * P);
+  f_a_.forward(s, x, n, fa);
+  f_b_.forward(s, fa, n, f);
+  const kda::GateParams gp{n, H, D, bounded_gate_, lower_bound_};
+  kda::gate_forward(gp, f, pr.value(A_log_).f32(), pr.value(dt_bias_).f32(), g);
+  float* beta = s.alloc(n * H);
+  b_.forward(s, x, n, beta);
+  sigmoid(beta, beta, n * H);
+
+  const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
+  float* o = s.alloc(n * P);
+  float* chunk_states = s.training ? s.alloc(kda::chunk_state_floats(ds)) : nullptr;
+  float* final_state = cache ? s.alloc(cache->state.numel()) : nullptr;
+  kda::chunk_forward(ds, {q, k, v, g, beta, cache ? cache->state.f32() : nullptr}, o, final_state,
+                     chunk_states);
+  if (cache) std::copy(final_state, final_state + cache->state.numel(), cache->state.f32());
+
+  float *gate = s.alloc(n * P), *y = s.alloc(n * P), *rstd = s.alloc(n * H);
+  g_.forward(s, x, n, gate);
+  kda::gated_rmsnorm_forward(o, pr.value(o_norm_).f32(), gate, y, rstd, n * H, D, norm_eps_);
+  o_.forward(s, y, n, out);
+
+  for (auto [name, ptr, size] : {std::tuple{".x", const_cast<float*>(x), n * hidden_},
+                                 {".qp", qp, n * P},
+                                 {".kp", kp, n * P},
+                                 {".vp", vp, n * P},
+                                 {".q", q, n * P},
+                                 {".k", k, n * P},
+                                 {".v", v, n * P},
+                                 {".rq", rq, n * H},
+                                 {".rk", rk, n * H},
+                                 {".fa", fa, n * D},
+                                 {".f", f, n * P},
+                                 {".g", g, n * P},
+                                 {".beta", beta, n * H},
+                                 {".o", o, n * P},
+                                 {".chunk_states", chunk_states, kda::chunk_state_floats(ds)},
+                                 {".gate", gate, n * P},
+                                 {".rstd", rstd, n * H},
+                                 {".y", y, n * P}})
+    s.save(prefix_ + name, ptr, size);
+}
+
+void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t B, int64_t T,
+                                      std::span<const int64_t> doc_starts, float* dx) const {
+  ArenaScope scope(s.arena);
+  const int64_t n = B * T, H = heads_, D = head_dim_, P = H * D;
+  const ParamRegistry& pr = s.params;
+  auto load = [&](const char* name) { return s.load(prefix_ + name); };
+  const float *x = load(".x"), *qp = load(".qp"), *kp = load(".kp"), *vp = load(".vp");
+  const float *q = load(".q"), *k = load(".k"), *v = load(".v"), *rq = load(".rq"),
+              *rk = load(".rk");
+  const float *fa = load(".fa"), *f = load(".f"), *g = load(".g"), *beta = load(".beta");
+  const float *o = load(".o"), *chunk_states = load(".chunk_states"), *gate = load(".gate");
+  const float *rstd = load(".rstd"), *y = load(".y");
+
+  float *dy = s.alloc(n * P), *d_o = s.alloc(n * P), *dgate = s.alloc(n * P);
+  o_.backward(s, y, dout, n, dy, false);
+  kda::gated_rmsnorm_backward(o, pr.value(o_norm_).f32(), gate, rstd, dy, d_o,
+                              pr.grad(o_norm_).f32(), dgate, n * H, D);
+
+  float *dq = s.alloc(n * P), *dk = s.alloc(n * P), *dv = s.alloc(n * P), *dg = s.alloc(n * P);
+  float* dbeta = s.alloc(n * H);
+  const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
+  kda::chunk_backward(ds, {q, k, v, g, beta, nullptr}, chunk_states, d_o, nullptr,
+                      {dq, dk, dv, dg, dbeta, nullptr});
+
+  float *df = s.alloc(n * P), *dfa = s.alloc(n * D);
+  const kda::GateParams gp{n, H, D, bounded_gate_, lower_bound_};
+  kda::gate_backward(gp, f, pr.value(A_log_).f32(), pr.value(dt_bias_).f32(), dg, df,
+                     pr.grad(A_log_).f32(), pr.grad(dt_bias_).f32());
+  f_b_.backward(s, fa, df, n, dfa, false);
+  for (int64_t i = 0; i < n * H; ++i) dbeta[i] *= beta[i] * (1.0f - beta[i]);  // now d(b_proj x)
+
+  // Through the L2 norms (in place) and the convolutions back to the projections.
+  kda::l2norm_backward(q, rq, dq, dq, n * H, D, 1.0f / std::sqrt(static_cast<float>(D)));
+  kda::l2norm_backward(k, rk, dk, dk, n * H, D, 1.0f);
+  const kda::ShortConvShape cs{B, T, P, conv_kernel_, doc_starts};
+  float* dproj = s.alloc(n * P);
+  kda::short_conv_backward(cs, qp, pr.value(q_conv_).f32(), nullptr, dq, nullptr, dproj,
+                           pr.grad(q_conv_).f32(), nullptr);
+  q_.backward(s, x, dproj, n, dx, false);
+  kda::short_conv_backward(cs, kp, pr.value(k_conv_).f32(), nullptr, dk, nullptr, dproj,
+                           pr.grad(k_conv_).f32(), nullptr);
+  k_.backward(s, x, dproj, n, dx, true);
+  kda::short_conv_backward(cs, vp, pr.value(v_conv_).f32(), nullptr, dv, nullptr, dproj,
+                           pr.grad(v_conv_).f32(), nullptr);
+  v_.backward(s, x, dproj, n, dx, true);
+  f_a_.backward(s, x, dfa, n, dx, true);
+  b_.backward(s, x, dbeta, n, dx, true);
+  g_.backward(s, x, dgate, n, dx, true);
+}
+
+std::unique_ptr<DecodeCache> KimiDeltaAttention::make_cache(int64_t) const {
+  return std::make_unique<KdaCache>(make_batch_cache(1));
+}
+
+KdaCache KimiDeltaAttention::make_batch_cache(int64_t batch) const {
+  const int64_t P = heads_ * head_dim_;
+  KdaCache c;
+  c.batch = batch;
+  for (Tensor* w : {&c.q_window, &c.k_window, &c.v_window})
+    *w = Tensor::zeros({batch, conv_kernel_ - 1, P});
+  c.state = Tensor::zeros({batch, heads_, head_dim_, head_dim_});
+  return c;
+}
+
+void KimiDeltaAttention::prefill(const Step& s, const float* x, int64_t T, KdaCache& cache,
+                                 float* out) const {
+  Step inference{s.arena, s.acts, s.params, false};
+  run(inference, x, cache.batch, T, {}, &cache, out);
+  cache.length += T;
+}
+
+void KimiDeltaAttention::decode_step(const Step& s, const float* x, KdaCache& cache,
+                                     float* out) const {
+  ArenaScope scope(s.arena);
+  const int64_t B = cache.batch, H = heads_, D = head_dim_, P = H * D;
+  const ParamRegistry& pr = s.params;
+  float *q = s.alloc(B * P), *k = s.alloc(B * P), *v = s.alloc(B * P), *fa = s.alloc(B * D);
+  float *f = s.alloc(B * P), *beta_logit = s.alloc(B * H), *gate = s.alloc(B * P),
+        *y = s.alloc(B * P);
+  q_.forward(s, x, B, q);
+  k_.forward(s, x, B, k);
+  v_.forward(s, x, B, v);
+  f_a_.forward(s, x, B, fa);
+  f_b_.forward(s, fa, B, f);
+  b_.forward(s, x, B, beta_logit);
+  g_.forward(s, x, B, gate);
+  kda::DecodeParams p;
+  p.H = H;
+  p.D = D;
+  p.conv_kernel = conv_kernel_;
+  p.bounded_gate = bounded_gate_;
+  p.gate_lower_bound = lower_bound_;
+  p.norm_eps = norm_eps_;
+  p.q_conv = pr.value(q_conv_).f32();
+  p.k_conv = pr.value(k_conv_).f32();
+  p.v_conv = pr.value(v_conv_).f32();
+  p.A_log = pr.value(A_log_).f32();
+  p.dt_bias = pr.value(dt_bias_).f32();
+  p.o_norm = pr.value(o_norm_).f32();
+  kda::decode_step(
+      p, B, {q, k, v, f, gate, beta_logit},
+      {cache.q_window.f32(), cache.k_window.f32(), cache.v_window.f32(), cache.state.f32()}, y);
+  o_.forward(s, y, B, out);
+  cache.length += 1;
+}
+
+void KimiDeltaAttention::decode(const Step& s, const float* x, int64_t rows, DecodeCache& base,
+                                float* out) const {
+  auto& cache = static_cast<KdaCache&>(base);
+  K3_CHECK(cache.batch == 1, "decode feeds one sequence; the cache holds ", cache.batch);
+  K3_CHECK(rows > 0, "decode needs at least one token");
+  if (rows == 1)
+    decode_step(s, x, cache, out);
+  else
+    prefill(s, x, rows, cache, out);
+}
+
+}  // namespace k3

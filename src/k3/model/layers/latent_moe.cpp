@@ -1,0 +1,286 @@
+#include "k3/model/layers/latent_moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "k3/base/arena.h"
+#include "k3/base/error.h"
+#include "k3/base/threads.h"
+#include "k3/kernels/elementwise.h"
+#include "k3/kernels/moe_permute.h"
+
+namespace k3 {
+namespace {
+
+constexpr int64_t kParallelMin = 1 << 15;
+// Below this many FLOPs per GEMM, oneDNN's own threads cost more than they save (as in
+// gemm_batched): such experts run side by side, one per thread.
+constexpr double kSmallGemmFlops = 64e6;
+constexpr float kWeightEps = 1e-20f;  // spec §5: p_e = s_e / (Σ s + 1e-20)
+
+// The permutation of the (token, slot) pairs by expert, its arrays in the arena.
+kernels::MoePermutePlan make_plan(Arena& arena, const int32_t* ids, int64_t tokens, int64_t k,
+                                  int64_t experts) {
+  const size_t pairs = static_cast<size_t>(tokens * k);
+  kernels::MoePermutePlan plan{tokens,
+                               k,
+                               experts,
+                               arena.allocate_array<int64_t>(static_cast<size_t>(experts + 1)),
+                               arena.allocate_array<int64_t>(pairs),
+                               arena.allocate_array<int64_t>(pairs)};
+  kernels::moe_permute_plan(ids, plan);
+  return plan;
+}
+
+// Runs body(expert, first_row, rows) for each expert that received tokens, largest first. Many
+// small experts run side by side, one per thread (each GEMM then single-threaded); otherwise one
+// after another, each GEMM using every thread (the threading policy in base/threads.h). Each
+// expert writes only its own rows and its own gradient block: experts never race, and the order
+// in which they run does not change the result.
+template <typename Body>
+void for_each_expert(const kernels::MoePermutePlan& plan, int64_t gemm_flops_per_row, Body body) {
+  std::vector<int64_t> busy;
+  for (int64_t e = 0; e < plan.experts; ++e)
+    if (plan.rows(e) > 0) busy.push_back(e);
+  std::stable_sort(busy.begin(), busy.end(),
+                   [&](int64_t a, int64_t b) { return plan.rows(a) > plan.rows(b); });
+  const int64_t n = static_cast<int64_t>(busy.size());
+  const double mean_flops =
+      n ? static_cast<double>(gemm_flops_per_row * plan.offsets[plan.experts]) /
+              static_cast<double>(n)
+        : 0;
+  const bool side_by_side = n >= num_threads() && mean_flops < kSmallGemmFlops;
+#pragma omp parallel for schedule(dynamic, 1) if (side_by_side)
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t e = busy[i];
+    body(e, plan.offsets[e], plan.rows(e));
+  }
+}
+
+// The expert ids forward saved as (exact) floats.
+int32_t* load_ids(const Step& s, const std::string& name, int64_t n) {
+  const float* f = s.load(name);
+  int32_t* ids = s.arena.allocate_array<int32_t>(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(f[i]);
+  return ids;
+}
+
+}  // namespace
+
+bool is_router_bias(const std::string& name) {
+  return name.ends_with(".gate.e_score_correction_bias");
+}
+
+LatentMoE::LatentMoE(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c)
+    : prefix_(prefix),
+      hidden_(c.hidden_size),
+      experts_(c.num_experts),
+      k_(c.num_experts_per_token),
+      width_(c.moe_intermediate_size),
+      latent_(c.routed_expert_hidden_size),
+      shared_width_(c.num_shared_experts * c.moe_intermediate_size),
+      scaling_(static_cast<float>(c.routed_scaling_factor)) {
+  for (auto [field, value] : {std::pair{"hidden_size", c.hidden_size},
+                              {"num_experts", c.num_experts},
+                              {"num_experts_per_token", c.num_experts_per_token},
+                              {"moe_intermediate_size", c.moe_intermediate_size},
+                              {"routed_expert_hidden_size", c.routed_expert_hidden_size}})
+    K3_CHECK_CTX(value > 0, (ErrorContext{c.source, field, -1}),
+                 "LatentMoE needs a positive value, got ", value);
+  K3_CHECK_CTX(c.num_shared_experts >= 0, (ErrorContext{c.source, "num_shared_experts", -1}),
+               "expected a non-negative value, got ", c.num_shared_experts);
+  K3_CHECK_CTX(k_ < experts_, (ErrorContext{c.source, "num_experts_per_token", -1}),
+               "must be below num_experts (", experts_, ") for Quantile Balancing, got ", k_);
+  act_.kind = c.hidden_act == "silu" ? kernels::GluKind::SiLU : kernels::GluKind::SiTU;
+  act_.beta1 = static_cast<float>(c.activation_situ_beta);
+  act_.beta2 = static_cast<float>(c.activation_situ_linear_beta);
+  const float std = static_cast<float>(c.initializer_range);
+  const float out_std = std / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers));
+
+  router_ = Linear(reg, prefix + ".gate", hidden_, experts_, std);
+  bias_ = reg.add(prefix + ".gate.e_score_correction_bias", {experts_}, ParamInit::zeros());
+  latent_down_ = Linear(reg, prefix + ".routed_expert_down_proj", hidden_, latent_, std);
+  latent_norm_ =
+      RMSNorm(reg, prefix + ".routed_expert_norm", latent_, static_cast<float>(c.rms_norm_eps));
+  latent_up_ = Linear(reg, prefix + ".routed_expert_up_proj", latent_, hidden_, out_std);
+  routed_.resize(static_cast<size_t>(experts_));
+  for (int64_t e = 0; e < experts_; ++e) {
+    const std::string name = prefix + ".experts." + std::to_string(e);
+    routed_[e] = {Linear(reg, name + ".w1", latent_, width_, std),
+                  Linear(reg, name + ".w3", latent_, width_, std),
+                  Linear(reg, name + ".w2", width_, latent_, out_std)};
+  }
+  if (shared_width_ > 0) shared_.emplace(reg, prefix + ".shared_experts", c, shared_width_);
+  balancer_ = QuantileBalancer(experts_, k_);
+}
+
+void LatentMoE::route(const Step& s, const float* x, int64_t rows, float* scores, int32_t* ids,
+                      float* weights, float* alpha) const {
+  const int64_t E = experts_, k = k_;
+  router_.forward(s, x, rows, scores);
+  const float* bias = s.params.value(bias_).f32();
+#pragma omp parallel if (rows * E > kParallelMin)
+  {
+    std::vector<int32_t> top(static_cast<size_t>(k + 1));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < rows; ++t) {
+      float* st = scores + t * E;
+      for (int64_t e = 0; e < E; ++e) st[e] = 1.f / (1.f + std::exp(-st[e]));
+      alpha[t] = select_top_k(st, bias, E, k, top.data());
+      float sum = 0;
+      for (int64_t j = 0; j < k; ++j) sum += st[top[j]];
+      for (int64_t j = 0; j < k; ++j) {
+        ids[t * k + j] = top[j];
+        weights[t * k + j] = st[top[j]] / (sum + kWeightEps) * scaling_;
+      }
+    }
+  }
+}
+
+void LatentMoE::forward(const Step& s, const float* x, int64_t rows, float* out) const {
+  const int64_t E = experts_, L = latent_, F = width_, pairs = rows * k_;
+  // What backward reads, allocated before the scratch scopes below.
+  float *scores = s.alloc(rows * E), *ids_saved = s.alloc(pairs), *weights = s.alloc(pairs);
+  float *z = s.alloc(rows * L), *g = s.alloc(pairs * F), *u = s.alloc(pairs * F);
+  float *y = s.alloc(pairs * L), *r = s.alloc(rows * L), *r_norm = s.alloc(rows * L);
+
+  if (shared_)
+    shared_->forward(s, x, rows, out);
+  else
+    std::fill(out, out + rows * hidden_, 0.f);
+  {
+    ArenaScope scratch(s.arena);
+    int32_t* ids = s.arena.allocate_array<int32_t>(static_cast<size_t>(pairs));
+    float* alpha = s.alloc(rows);
+    route(s, x, rows, scores, ids, weights, alpha);
+    if (s.training) balancer_.observe(scores, alpha, ids, rows);
+    // Ids are saved as (exact) floats: every saved activation is a float tensor.
+    for (int64_t p = 0; p < pairs; ++p) ids_saved[p] = static_cast<float>(ids[p]);
+
+    latent_down_.forward(s, x, rows, z);
+    const kernels::MoePermutePlan plan = make_plan(s.arena, ids, rows, k_, E);
+    float *zp = s.alloc(pairs * L), *h = s.alloc(pairs * F);
+    kernels::moe_permute(plan, z, L, zp);
+    for_each_expert(plan, 2 * F * L, [&](int64_t e, int64_t first, int64_t n) {
+      const Expert& ex = routed_[e];
+      ex.w1.forward(s, zp + first * L, n, g + first * F);
+      ex.w3.forward(s, zp + first * L, n, u + first * F);
+      kernels::glu_forward(act_, g + first * F, u + first * F, h + first * F, n * F);
+      ex.w2.forward(s, h + first * F, n, y + first * L);
+    });
+    kernels::moe_unpermute(plan, y, weights, L, r);
+  }
+  latent_norm_.forward(s, r, rows, r_norm);
+  {
+    ArenaScope scratch(s.arena);
+    float* routed = s.alloc(rows * hidden_);
+    latent_up_.forward(s, r_norm, rows, routed);
+    kernels::add_inplace(out, routed, rows * hidden_);
+  }
+  s.save(prefix_ + ".x", const_cast<float*>(x), rows * hidden_);
+  s.save(prefix_ + ".scores", scores, rows * E);
+  s.save(prefix_ + ".ids", ids_saved, pairs);
+  s.save(prefix_ + ".weights", weights, pairs);
+  s.save(prefix_ + ".z", z, rows * L);
+  s.save(prefix_ + ".gate", g, pairs * F);
+  s.save(prefix_ + ".up", u, pairs * F);
+  s.save(prefix_ + ".expert_out", y, pairs * L);
+  s.save(prefix_ + ".r_norm", r_norm, rows * L);
+}
+
+// p_j = c s_j / D with D = Σ_chosen s + ε, so dL/ds_j = c (dp_j − Σ_i dp_i s_i / D) / D for the
+// chosen j (0 otherwise), and dlogit = dL/ds · s (1 − s).
+void LatentMoE::router_backward(const float* scores, const int32_t* ids, const float* dweights,
+                                int64_t rows, float* dlogits) const {
+  const int64_t E = experts_, k = k_;
+#pragma omp parallel for schedule(static) if (rows * E > kParallelMin)
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* st = scores + t * E;
+    float* dl = dlogits + t * E;
+    std::fill(dl, dl + E, 0.f);
+    float sum = 0, dot = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      const float sj = st[ids[t * k + j]];
+      sum += sj;
+      dot += dweights[t * k + j] * sj;
+    }
+    const float denom = sum + kWeightEps;
+    for (int64_t j = 0; j < k; ++j) {
+      const int32_t e = ids[t * k + j];
+      const float ds = scaling_ * (dweights[t * k + j] - dot / denom) / denom;
+      dl[e] = ds * st[e] * (1.f - st[e]);
+    }
+  }
+}
+
+void LatentMoE::backward(const Step& s, const float* dout, int64_t rows, float* dx) const {
+  ArenaScope scope(s.arena);
+  const int64_t E = experts_, L = latent_, F = width_, pairs = rows * k_;
+  const float *x = s.load(prefix_ + ".x"), *scores = s.load(prefix_ + ".scores");
+  const float *weights = s.load(prefix_ + ".weights"), *z = s.load(prefix_ + ".z");
+  const float *g = s.load(prefix_ + ".gate"), *u = s.load(prefix_ + ".up");
+  const float *y = s.load(prefix_ + ".expert_out"), *r_norm = s.load(prefix_ + ".r_norm");
+  const int32_t* ids = load_ids(s, prefix_ + ".ids", pairs);
+
+  if (shared_)
+    shared_->backward(s, dout, rows, dx);
+  else
+    std::fill(dx, dx + rows * hidden_, 0.f);
+
+  float *dr_norm = s.alloc(rows * L), *dr = s.alloc(rows * L);
+  latent_up_.backward(s, r_norm, dout, rows, dr_norm, false);
+  latent_norm_.backward(s, dr_norm, rows, dr, false);
+
+  const kernels::MoePermutePlan plan = make_plan(s.arena, ids, rows, k_, E);
+  float *dy = s.alloc(pairs * L), *dweights = s.alloc(pairs);
+  kernels::moe_unpermute_backward(plan, y, weights, dr, L, dy, dweights);
+
+  float *zp = s.alloc(pairs * L), *dzp = s.alloc(pairs * L);
+  float *h = s.alloc(pairs * F), *dh = s.alloc(pairs * F), *dg = s.alloc(pairs * F),
+        *du = s.alloc(pairs * F);
+  kernels::moe_permute(plan, z, L, zp);
+  for_each_expert(plan, 2 * F * L, [&](int64_t e, int64_t first, int64_t n) {
+    const Expert& ex = routed_[e];
+    const int64_t a = first * F, b = first * L;
+    // h is recomputed rather than saved: one cheap elementwise pass for a quarter of the memory.
+    kernels::glu_forward(act_, g + a, u + a, h + a, n * F);
+    ex.w2.backward(s, h + a, dy + b, n, dh + a, false);
+    kernels::glu_backward(act_, g + a, u + a, dh + a, dg + a, du + a, n * F);
+    ex.w1.backward(s, zp + b, dg + a, n, dzp + b, false);
+    ex.w3.backward(s, zp + b, du + a, n, dzp + b, true);
+  });
+  float* dz = s.alloc(rows * L);
+  kernels::moe_permute_backward(plan, dzp, L, dz);
+  latent_down_.backward(s, x, dz, rows, dx, true);
+
+  float* dlogits = s.alloc(rows * E);
+  router_backward(scores, ids, dweights, rows, dlogits);
+  router_.backward(s, x, dlogits, rows, dx, true);
+}
+
+const ExpertLoadStats& LatentMoE::end_global_batch(ParamRegistry& reg, const CountReducer& reduce) {
+  return balancer_.update(reg.value(bias_).f32(), reduce);
+}
+
+int64_t LatentMoE::active_matmul_params() const {
+  return experts_ * hidden_ + 2 * latent_ * hidden_ + k_ * 3 * width_ * latent_ +
+         3 * shared_width_ * hidden_;
+}
+
+size_t LatentMoE::arena_bytes(int64_t rows) const {
+  const int64_t E = experts_, L = latent_, F = width_, S = shared_width_, d = hidden_,
+                P = rows * k_;
+  // Floats: what forward keeps (its own, the latent norm's, the shared experts'), then the larger
+  // of the forward and backward scratch; index arrays counted as two floats per int64.
+  const int64_t kept = rows * E + 2 * P + 3 * rows * L + 2 * P * F + P * L + rows + 3 * rows * S;
+  const int64_t plan = 2 * (E + 1 + 2 * P);
+  const int64_t fwd = std::max(P + rows + plan + P * L + P * F, rows * d);
+  const int64_t bwd =
+      3 * rows * S + 2 * rows * L + plan + 3 * P * L + P + 4 * P * F + rows * L + rows * E;
+  const size_t allocations = 48;  // each rounds up to 64 bytes
+  return static_cast<size_t>(kept + std::max(fwd, bwd)) * sizeof(float) +
+         allocations * Arena::kAlign;
+}
+
+}  // namespace k3

@@ -1,0 +1,84 @@
+// Stable LatentMoE (spec §5), the feed-forward block of every K3 layer after the first:
+//   s = sigmoid(W_r x) in fp32; the k experts with the largest s + b are chosen (b, the router
+//   bias, only selects: Quantile Balancing sets it, no gradient reaches it);
+//   p_e = s_e / (Σ_chosen s + 1e-20) · routed_scaling_factor;
+//   z = W_lat_down x;  r = Σ_e p_e W2_e SiTU(W1_e z, W3_e z);  routed = W_lat_up RMSNorm_L(r);
+//   shared = the S shared experts fused into one SiTU-GLU of width S·F;  out = routed + shared.
+// Expert compute is grouped: the (token, slot) pairs are sorted by expert (kernels/moe_permute.h),
+// so each expert runs one GEMM per weight over its contiguous rows.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "k3/kernels/glu.h"
+#include "k3/model/config.h"
+#include "k3/model/layers/linear.h"
+#include "k3/model/layers/mixer.h"
+#include "k3/model/layers/mlp.h"
+#include "k3/model/layers/norm.h"
+#include "k3/model/quantile_balancing.h"
+
+namespace k3 {
+
+// True for a router bias (*.gate.e_score_correction_bias). Quantile Balancing owns its value: the
+// optimizer must skip it entirely (no update, no weight decay).
+bool is_router_bias(const std::string& name);
+
+class LatentMoE final : public FeedForward {
+ public:
+  // prefix: model.layers.N.block_sparse_moe. Registers, in checkpoint order, gate.weight [E, d],
+  // gate.e_score_correction_bias [E], routed_expert_down_proj [L, d], routed_expert_norm [L],
+  // routed_expert_up_proj [d, L], experts.{e}.w1 / w3 [F, L] and w2 [L, F] (expert e's three
+  // tensors one block of the flat buffer), shared_experts.{gate,up}_proj [S·F, d] and down_proj
+  // [d, S·F]. Throws k3::Error naming the first MoE field of c that is out of range.
+  LatentMoE(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c);
+
+  // x, out: [rows, hidden]. When s.training, saves what backward needs and adds the tokens to the
+  // Quantile Balancing counts (so a forward must not be replayed for recompute while training).
+  void forward(const Step& s, const float* x, int64_t rows, float* out) const override;
+  // dx is written; parameter gradients accumulate (the router bias gets none).
+  void backward(const Step& s, const float* dout, int64_t rows, float* dx) const override;
+
+  // Once per global batch, after the optimizer step: the Quantile Balancing update of the router
+  // bias (reduce sums the counts over data- and context-parallel ranks; none means one rank).
+  // Returns the batch's expert-load statistics, also kept as load_stats().
+  const ExpertLoadStats& end_global_batch(ParamRegistry& reg, const CountReducer& reduce = nullptr);
+  const ExpertLoadStats& load_stats() const { return balancer_.last_stats(); }
+
+  // The balancer's range must be checkpointed with the bias: fp32 [2] = {lo, hi} under this name.
+  std::string balancer_state_name() const { return prefix_ + ".quantile_balancing.range"; }
+  QuantileBalancer& balancer() { return balancer_; }
+  const QuantileBalancer& balancer() const { return balancer_; }
+
+  int router_bias() const { return bias_; }
+  // Matmul parameters one token uses in forward (router, latent projections, k experts, shared).
+  int64_t active_matmul_params() const;
+  // Step arena one forward + backward of `rows` tokens takes, at most.
+  size_t arena_bytes(int64_t rows) const;
+
+ private:
+  struct Expert {
+    Linear w1, w3, w2;
+  };
+  // Router scores, chosen experts, routing weights and cutoffs α for every token.
+  void route(const Step& s, const float* x, int64_t rows, float* scores, int32_t* ids,
+             float* weights, float* alpha) const;
+  void router_backward(const float* scores, const int32_t* ids, const float* dweights, int64_t rows,
+                       float* dlogits) const;
+
+  std::string prefix_;
+  int64_t hidden_ = 0, experts_ = 0, k_ = 0, width_ = 0, latent_ = 0, shared_width_ = 0;
+  float scaling_ = 1.f;
+  kernels::GluParams act_;
+  Linear router_, latent_down_, latent_up_;
+  int bias_ = -1;
+  RMSNorm latent_norm_;
+  std::vector<Expert> routed_;
+  std::optional<GluMlp> shared_;       // absent when num_shared_experts = 0
+  mutable QuantileBalancer balancer_;  // forward adds to its counts
+};
+
+}  // namespace k3

@@ -1,0 +1,343 @@
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/test_util.h"
+#include "k3/base/error.h"
+#include "k3/kernels/kda/delta_rule.h"
+
+namespace k3 {
+namespace {
+
+using kernels::kda::DeltaRuleGrads;
+using kernels::kda::DeltaRuleInputs;
+using kernels::kda::DeltaRuleShape;
+using testing::cast_vec;
+
+DeltaRuleShape shape(int64_t B, int64_t T, int64_t H, int64_t K, int64_t V) {
+  DeltaRuleShape s;
+  s.B = B, s.T = T, s.H = H, s.K = K, s.V = V;
+  return s;
+}
+
+std::string str(const DeltaRuleShape& s) {
+  std::ostringstream os;
+  os << "B=" << s.B << " T=" << s.T << " H=" << s.H << " K=" << s.K << " V=" << s.V;
+  if (!s.doc_starts.empty()) os << " docs:";
+  for (int64_t x : s.doc_starts) os << " " << x;
+  return os.str();
+}
+
+double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
+double softplus(double x) { return x > 20 ? x : std::log1p(std::exp(x)); }
+
+// Bounded: g = −5·sigmoid(·) as the spec's step 4 makes it. Unbounded: a quarter of the tokens
+// take the Kimi-Linear form −exp(A)·softplus(·) with decays down to a few hundred per token.
+enum class Decay { Bounded, Unbounded };
+
+// Inputs as the KDA layer produces them: q, k L2-normalized per head (q also scaled by K^−1/2),
+// β in (0, 1); random initial states, output gradients and final-state gradients.
+struct Problem {
+  DeltaRuleShape s;
+  std::vector<int64_t> docs;
+  std::vector<float> q, k, v, g, beta, init, dout, dfinal;
+
+  Problem(const DeltaRuleShape& shape, uint64_t seed, Decay decay = Decay::Bounded,
+          std::vector<int64_t> doc_starts = {})
+      : s(shape), docs(std::move(doc_starts)) {
+    s.doc_starts = docs;
+    std::mt19937_64 rng(seed);
+    std::normal_distribution<double> normal;
+    std::uniform_real_distribution<double> uniform;
+    const int64_t rows = s.B * s.T * s.H, states = s.num_sequences() * s.H * s.K * s.V;
+    q.resize(rows * s.K);
+    k.resize(rows * s.K);
+    g.resize(rows * s.K);
+    auto normalized = [&](float* x, double scale) {
+      double n = 0;
+      for (int64_t c = 0; c < s.K; ++c) {
+        x[c] = static_cast<float>(normal(rng));
+        n += x[c] * x[c];
+      }
+      for (int64_t c = 0; c < s.K; ++c) x[c] = static_cast<float>(x[c] * scale / std::sqrt(n));
+    };
+    for (int64_t i = 0; i < rows; ++i) {
+      normalized(&q[i * s.K], 1 / std::sqrt(static_cast<double>(s.K)));
+      normalized(&k[i * s.K], 1);
+      const bool steep = decay == Decay::Unbounded && uniform(rng) < 0.25;
+      for (int64_t c = 0; c < s.K; ++c) {
+        const double x = normal(rng);
+        const double gc =
+            steep ? -std::exp(2 * uniform(rng)) * softplus(8 * x + 10) : -5 * sigmoid(2 * x - 3);
+        g[i * s.K + c] = static_cast<float>(gc);
+      }
+    }
+    v = testing::random_vec(rows * s.V, seed + 1);
+    beta.resize(rows);
+    for (auto& b : beta) b = static_cast<float>(sigmoid(2 * normal(rng)));
+    init = testing::random_vec(states, seed + 2, -0.5, 0.5);
+    dout = testing::random_vec(rows * s.V, seed + 3);
+    dfinal = testing::random_vec(states, seed + 4);
+  }
+
+  // Tokens [t0, t1) of batch row 0 as a problem of its own, with the given per-head states.
+  Problem slice(int64_t t0, int64_t t1, std::vector<float> initial,
+                std::vector<float> dfinal_state) const {
+    Problem p = *this;
+    p.docs.clear();
+    p.s = shape(1, t1 - t0, s.H, s.K, s.V);
+    auto rows = [&](const std::vector<float>& x, int64_t width) {
+      return std::vector<float>(x.begin() + t0 * s.H * width, x.begin() + t1 * s.H * width);
+    };
+    p.q = rows(q, s.K), p.k = rows(k, s.K), p.g = rows(g, s.K), p.v = rows(v, s.V);
+    p.beta = rows(beta, 1), p.dout = rows(dout, s.V);
+    p.init = std::move(initial);
+    p.dfinal = std::move(dfinal_state);
+    return p;
+  }
+};
+
+template <typename T>
+struct Result {
+  std::vector<T> out, final_state, dq, dk, dv, dg, dbeta, dinit;
+  explicit Result(const DeltaRuleShape& s) {
+    const auto rows = static_cast<size_t>(s.B * s.T * s.H);
+    const auto states = static_cast<size_t>(s.num_sequences() * s.H * s.K * s.V);
+    out.resize(rows * s.V);
+    final_state.resize(states);
+    dq.resize(rows * s.K);
+    dk.resize(rows * s.K);
+    dv.resize(rows * s.V);
+    dg.resize(rows * s.K);
+    dbeta.resize(rows);
+    dinit.resize(states);
+  }
+  DeltaRuleGrads<T> grads() {
+    return {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), dinit.data()};
+  }
+  // The members that hold one entry per token row, with their row widths.
+  std::vector<std::pair<std::vector<T>*, int64_t>> per_token(const DeltaRuleShape& s) {
+    return {{&out, s.V}, {&dq, s.K}, {&dk, s.K}, {&dv, s.V}, {&dg, s.K}, {&dbeta, 1}};
+  }
+};
+
+Result<float> run_chunked(const Problem& p) {
+  Result<float> r(p.s);
+  const DeltaRuleInputs<float> in{p.q.data(), p.k.data(),    p.v.data(),
+                                  p.g.data(), p.beta.data(), p.init.data()};
+  std::vector<float> states(kernels::kda::chunk_state_floats(p.s));
+  kernels::kda::chunk_forward(p.s, in, r.out.data(), r.final_state.data(), states.data());
+  kernels::kda::chunk_backward(p.s, in, states.data(), p.dout.data(), p.dfinal.data(), r.grads());
+  return r;
+}
+
+Result<double> run_reference(const Problem& p) {
+  Result<double> r(p.s);
+  const auto q = cast_vec<double>(p.q), k = cast_vec<double>(p.k), v = cast_vec<double>(p.v),
+             g = cast_vec<double>(p.g), beta = cast_vec<double>(p.beta),
+             init = cast_vec<double>(p.init), dout = cast_vec<double>(p.dout),
+             dfinal = cast_vec<double>(p.dfinal);
+  const DeltaRuleInputs<double> in{q.data(), k.data(),    v.data(),
+                                   g.data(), beta.data(), init.data()};
+  kernels::kda::recurrent_forward(p.s, in, r.out.data(), r.final_state.data());
+  kernels::kda::recurrent_backward(p.s, in, dout.data(), dfinal.data(), r.grads());
+  return r;
+}
+
+// Largest error relative to the largest reference entry (gradients can be near zero anywhere).
+template <typename A, typename B>
+double relative_error(const std::vector<A>& a, const std::vector<B>& b) {
+  double scale = 1e-30;
+  for (const auto& x : b) scale = std::max(scale, std::abs(static_cast<double>(x)));
+  return testing::closeness(a, b, scale, 0.0);
+}
+
+template <typename A, typename B>
+void expect_same(const Result<A>& a, const Result<B>& b, double tol, const std::string& what) {
+  const std::pair<const char*, double> errors[] = {
+      {"out", relative_error(a.out, b.out)},
+      {"final_state", relative_error(a.final_state, b.final_state)},
+      {"dq", relative_error(a.dq, b.dq)},
+      {"dk", relative_error(a.dk, b.dk)},
+      {"dv", relative_error(a.dv, b.dv)},
+      {"dg", relative_error(a.dg, b.dg)},
+      {"dbeta", relative_error(a.dbeta, b.dbeta)},
+      {"dinitial_state", relative_error(a.dinit, b.dinit)}};
+  for (const auto& [name, err] : errors) EXPECT_LE(err, tol) << name << ", " << what;
+}
+
+template <typename T>
+bool all_finite(const Result<T>& r) {
+  for (const auto* x : {&r.out, &r.final_state, &r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.dinit})
+    for (T e : *x)
+      if (!std::isfinite(e)) return false;
+  return true;
+}
+
+constexpr double kTol = 2e-5;  // fp32 chunked against the double reference, relative to the max
+
+TEST(KdaDeltaRule, ChunkedMatchesRecurrent) {
+  const DeltaRuleShape shapes[] = {
+      shape(2, 1, 2, 64, 64),    shape(1, 63, 2, 64, 64),    shape(2, 64, 2, 64, 64),
+      shape(1, 65, 2, 64, 64),   shape(1, 1000, 2, 64, 64),  shape(1, 65, 2, 16, 128),
+      shape(1, 65, 1, 128, 128), shape(1, 1000, 1, 128, 16), shape(1, 1000, 1, 16, 128)};
+  for (const DeltaRuleShape& s : shapes) {
+    const Problem p(s, 100 + s.T + s.K);
+    expect_same(run_chunked(p), run_reference(p), kTol, str(p.s));
+  }
+}
+
+// Steep decays take the per-pair path in some sub-chunks and the dense tiles in others.
+TEST(KdaDeltaRule, UnboundedDecayStaysFiniteAndExact) {
+  const Problem p(shape(1, 300, 2, 64, 32), 7, Decay::Unbounded, {0, 37, 200});
+  EXPECT_LT(*std::min_element(p.g.begin(), p.g.end()), -200.0f);
+  const Result<float> r = run_chunked(p);
+  EXPECT_TRUE(all_finite(r));
+  expect_same(r, run_reference(p), kTol, str(p.s));
+}
+
+// Recurrent backward against central differences of <out, dout> + <final_state, dfinal>: a batch,
+// packed documents, and a sequence longer than the backward's recomputed segments.
+TEST(KdaDeltaRule, RecurrentBackwardMatchesFiniteDifferences) {
+  testing::ScopedThreads one(1);  // thousands of tiny runs
+  const std::pair<DeltaRuleShape, std::vector<int64_t>> cases[] = {
+      {shape(2, 9, 2, 4, 3), {}}, {shape(1, 9, 2, 4, 3), {0, 4}}, {shape(1, 70, 1, 2, 2), {}}};
+  for (const auto& [s, docs] : cases) {
+    const Problem p(s, 11, Decay::Bounded, docs);
+    const Result<double> r = run_reference(p);
+    const auto dout = cast_vec<double>(p.dout), dfinal = cast_vec<double>(p.dfinal);
+    std::vector<std::vector<double>> x = {cast_vec<double>(p.q),    cast_vec<double>(p.k),
+                                          cast_vec<double>(p.v),    cast_vec<double>(p.g),
+                                          cast_vec<double>(p.beta), cast_vec<double>(p.init)};
+    const std::vector<double>* analytic[] = {&r.dq, &r.dk, &r.dv, &r.dg, &r.dbeta, &r.dinit};
+    const char* names[] = {"q", "k", "v", "g", "beta", "initial_state"};
+    for (size_t i = 0; i < x.size(); ++i) {
+      auto loss = [&](const std::vector<double>& xi) {
+        auto y = x;
+        y[i] = xi;
+        Result<double> o(p.s);
+        kernels::kda::recurrent_forward<double>(
+            p.s, {y[0].data(), y[1].data(), y[2].data(), y[3].data(), y[4].data(), y[5].data()},
+            o.out.data(), o.final_state.data());
+        return testing::dot(o.out, dout) + testing::dot(o.final_state, dfinal);
+      };
+      const auto fd = testing::finite_difference(loss, x[i]);
+      EXPECT_LE(testing::closeness(*analytic[i], fd, 1e-8, 1e-6), 1.0)
+          << names[i] << ", " << str(p.s);
+    }
+  }
+}
+
+// A packed batch of documents equals one run per document, each from its own initial state.
+TEST(KdaDeltaRule, PackedDocumentsEqualSeparateRuns) {
+  const std::vector<int64_t> starts = {0, 100, 101, 165, 229};
+  Problem p(shape(1, 300, 2, 32, 48), 21, Decay::Bounded, starts);
+  Result<float> packed = run_chunked(p);
+  expect_same(packed, run_reference(p), kTol, str(p.s));
+  const int64_t state = p.s.H * p.s.K * p.s.V;
+  for (size_t n = 0; n < starts.size(); ++n) {
+    const int64_t t0 = starts[n], t1 = n + 1 < starts.size() ? starts[n + 1] : p.s.T;
+    auto states = [&](const std::vector<float>& x) {
+      return std::vector<float>(x.begin() + n * state, x.begin() + (n + 1) * state);
+    };
+    const Problem doc = p.slice(t0, t1, states(p.init), states(p.dfinal));
+    Result<float> alone = run_chunked(doc);
+    EXPECT_LE(relative_error(alone.final_state, states(packed.final_state)), 1e-6) << n;
+    EXPECT_LE(relative_error(alone.dinit, states(packed.dinit)), 1e-6) << n;
+    auto packed_rows = packed.per_token(p.s), alone_rows = alone.per_token(doc.s);
+    for (size_t m = 0; m < packed_rows.size(); ++m) {
+      const auto& [x, width] = packed_rows[m];
+      const std::vector<float> rows(x->begin() + t0 * p.s.H * width,
+                                    x->begin() + t1 * p.s.H * width);
+      EXPECT_LE(relative_error(*alone_rows[m].first, rows), 1e-6)
+          << "document " << n << " field " << m;
+    }
+  }
+}
+
+// Running [0, t1) and then [t1, T) from the returned final state equals one run over [0, T),
+// forward and backward (the second run's dinitial_state is the first run's dfinal_state).
+TEST(KdaDeltaRule, ContinuingFromFinalStateEqualsOneRun) {
+  const Problem p(shape(1, 300, 2, 64, 64), 31);
+  Result<float> whole = run_chunked(p);
+  const auto whole_rows = whole.per_token(p.s);
+  for (int64_t t1 : {128, 130}) {
+    Problem first = p.slice(0, t1, p.init, {});
+    first.dfinal.assign(p.dfinal.size(), 0.0f);
+    const Result<float> head_fwd = run_chunked(first);
+    const Problem second = p.slice(t1, p.s.T, head_fwd.final_state, p.dfinal);
+    Result<float> tail = run_chunked(second);
+    first.dfinal = tail.dinit;
+    Result<float> head = run_chunked(first);
+    EXPECT_LE(relative_error(tail.final_state, whole.final_state), kTol);
+    EXPECT_LE(relative_error(head.dinit, whole.dinit), kTol);
+    Result<float> joined(p.s);
+    auto joined_rows = joined.per_token(p.s), head_rows = head.per_token(first.s),
+         tail_rows = tail.per_token(second.s);
+    for (size_t m = 0; m < joined_rows.size(); ++m) {
+      std::vector<float>& x = *joined_rows[m].first;
+      std::copy(head_rows[m].first->begin(), head_rows[m].first->end(), x.begin());
+      std::copy(tail_rows[m].first->begin(), tail_rows[m].first->end(),
+                x.begin() + static_cast<int64_t>(head_rows[m].first->size()));
+      EXPECT_LE(relative_error(x, *whole_rows[m].first), kTol) << "t1=" << t1 << " field " << m;
+    }
+  }
+}
+
+// Without saved chunk states (inference) the forward is the same, also with the state updated in
+// place; a sequence without tokens hands its initial state through.
+TEST(KdaDeltaRule, ForwardOnlyInPlaceAndEmpty) {
+  const Problem p(shape(1, 100, 2, 32, 32), 61);
+  const Result<float> saved = run_chunked(p);
+  std::vector<float> out(saved.out.size()), state = p.init;
+  kernels::kda::chunk_forward(
+      p.s, {p.q.data(), p.k.data(), p.v.data(), p.g.data(), p.beta.data(), state.data()},
+      out.data(), state.data(), nullptr);
+  EXPECT_EQ(out, saved.out);
+  EXPECT_EQ(state, saved.final_state);
+  const Problem empty(shape(2, 0, 2, 16, 16), 62);
+  const Result<float> r = run_chunked(empty);
+  EXPECT_EQ(r.final_state, empty.init);
+  EXPECT_EQ(r.dinit, empty.dfinal);
+}
+
+// Bit-identical results run to run and for any thread count.
+TEST(KdaDeltaRule, Deterministic) {
+  const Problem p(shape(2, 200, 3, 32, 32), 41, Decay::Unbounded);
+  const Result<float> a = run_chunked(p);
+  for (int threads : {1, 2, 3}) {
+    testing::ScopedThreads scoped(threads);
+    const Result<float> b = run_chunked(p);
+    EXPECT_TRUE(a.out == b.out && a.final_state == b.final_state && a.dq == b.dq && a.dk == b.dk &&
+                a.dv == b.dv && a.dg == b.dg && a.dbeta == b.dbeta && a.dinit == b.dinit)
+        << threads << " threads";
+  }
+}
+
+TEST(KdaDeltaRule, RejectsBadInput) {
+  Problem p(shape(1, 10, 1, 16, 16), 51);
+  std::vector<float> out(p.v.size()), final_state(p.init.size());
+  auto forward = [&] {
+    const DeltaRuleInputs<float> in{p.q.data(), p.k.data(), p.v.data(), p.g.data(), p.beta.data()};
+    std::vector<float> states(kernels::kda::chunk_state_floats(p.s));
+    kernels::kda::chunk_forward(p.s, in, out.data(), final_state.data(), states.data());
+  };
+  for (const auto& docs :
+       {std::vector<int64_t>{1, 5}, std::vector<int64_t>{0, 5, 5}, std::vector<int64_t>{0, 10}}) {
+    p.docs = docs;
+    p.s.doc_starts = p.docs;
+    EXPECT_THROW(forward(), Error);
+  }
+  p.s.doc_starts = {};
+  p.s.K = 0;
+  EXPECT_THROW(forward(), Error);
+  p.s.K = 16;
+  EXPECT_THROW(kernels::kda::chunk_forward(p.s, {p.q.data()}, out.data(), nullptr, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace k3
