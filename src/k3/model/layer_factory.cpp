@@ -4,6 +4,7 @@
 
 #include "k3/model/layers/gated_attention.h"
 #include "k3/model/layers/kda.h"
+#include "k3/model/layers/latent_moe.h"
 #include "k3/model/layers/mla.h"
 #include "k3/model/layers/mlp.h"
 
@@ -43,6 +44,8 @@ std::unique_ptr<Mixer> make_mixer(ParamRegistry& reg, const std::string& prefix,
 std::unique_ptr<FeedForward> make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
                                       int64_t layer) {
   switch (ffn_kind(c, layer)) {
+    case FfnKind::LatentMoE:
+      return std::make_unique<LatentMoE>(reg, prefix + ".block_sparse_moe", c);
     case FfnKind::DenseMlp:
     default:
       return std::make_unique<GluMlp>(reg, prefix + ".mlp", c, c.intermediate_size);

@@ -25,6 +25,7 @@ Model::Model(ModelConfig c, bool allocate) : config_(std::move(c)) {
     }
     L.mixer = make_mixer(params_, p, config_, l);
     L.ffn = make_ffn(params_, p, config_, l);
+    if (auto* moe = dynamic_cast<LatentMoE*>(L.ffn.get())) moe_layers_.emplace_back(l, moe);
     layers_.push_back(std::move(L));
   }
   if (attn_res()) output_res_ = AttnResMix(params_, "model.output_attn_res", d, eps);
@@ -243,17 +244,69 @@ void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64
                 logits);
 }
 
+std::map<int64_t, ExpertLoadStats> Model::end_global_batch(const CountReducer& reduce) {
+  std::map<int64_t, ExpertLoadStats> out;
+  for (auto& [layer, moe] : moe_layers_) out[layer] = moe->end_global_batch(params_, reduce);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor>> Model::balancer_state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (auto& [layer, moe] : moe_layers_) {
+    Tensor t = Tensor::empty({2});
+    t.f32()[0] = moe->balancer().lo();
+    t.f32()[1] = moe->balancer().hi();
+    out.emplace_back(moe->balancer_state_name(), t);
+  }
+  return out;
+}
+
+void Model::restore_balancer_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                                   const std::string& origin) {
+  for (auto& [layer, moe] : moe_layers_) {
+    const std::string name = moe->balancer_state_name();
+    auto it = std::find_if(tensors.begin(), tensors.end(), [&](auto& p) { return p.first == name; });
+    K3_CHECK_CTX(it != tensors.end() && it->second.shape() == Shape{2}, (ErrorContext{origin, name, -1}),
+                 "the checkpoint lacks this layer's Quantile Balancing range [2]");
+    moe->balancer().set_range(it->second.f32()[0], it->second.f32()[1]);
+  }
+}
+
+// Matrices a token passes through: every 2-D weight except the embedding table, routed experts
+// counted for the k of E a token visits.
 int64_t Model::matmul_params() const {
   int64_t n = 0;
-  for (int i = 0; i < params_.size(); ++i)
-    if (params_.info(i).shape.size() == 2 && i != embed_) n += params_.info(i).numel();
+  for (int i = 0; i < params_.size(); ++i) {
+    const ParamInfo& p = params_.info(i);
+    if (p.shape.size() != 2 || i == embed_) continue;
+    n += p.name.find(".experts.") != std::string::npos
+             ? p.numel() * config_.num_experts_per_token / config_.num_experts
+             : p.numel();
+  }
   return n;
 }
 
+// 6 FLOPs per matrix parameter (forward + backward), plus the sequence mixing: softmax attention
+// over an average context of T/2 (3 × T·H·(d_qk + d_v) per token), and KDA's state update and
+// readout (3 × 4·H·K·V per token, the recurrent count).
 double Model::train_flops_per_token(int64_t T) const {
-  const double attn = 12.0 * static_cast<double>(config_.num_hidden_layers) *
-                      static_cast<double>(config_.attn_dim()) * static_cast<double>(T) / 2.0;
-  return 6.0 * static_cast<double>(matmul_params()) + attn;
+  const ModelConfig& c = config_;
+  double mixing = 0;
+  for (const Layer& L : layers_) {
+    switch (mixer_kind(c, L.index)) {
+      case MixerKind::GatedAttention:
+        mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) * 2.0 * static_cast<double>(c.head_dim);
+        break;
+      case MixerKind::GatedMLA:
+        mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) *
+                  static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim);
+        break;
+      case MixerKind::KDA:
+        mixing += 12.0 * static_cast<double>(c.kda_num_heads) * static_cast<double>(c.kda_head_dim * c.kda_head_dim);
+        break;
+    }
+  }
+  return 6.0 * static_cast<double>(matmul_params()) + mixing;
 }
 
 }  // namespace k3

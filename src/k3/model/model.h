@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "k3/model/config.h"
 #include "k3/model/layer_factory.h"
 #include "k3/model/layers/attn_res_mix.h"
+#include "k3/model/layers/latent_moe.h"
 #include "k3/model/layers/norm.h"
 
 namespace k3 {
@@ -54,6 +56,14 @@ class Model {
   // Feeds n tokens at positions cache.length..; writes the logits of the last one [vocab].
   void decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n, float* logits);
 
+  // Quantile Balancing, once per global batch after the optimizer step: every MoE layer updates
+  // its router bias from the histograms of the training forwards; returns the load statistics by
+  // 0-based layer. `reduce` sums the counts across data-parallel ranks (none for one process).
+  std::map<int64_t, ExpertLoadStats> end_global_batch(const CountReducer& reduce = nullptr);
+  // The balancers' ranges, for checkpoints: one [2] tensor per MoE layer.
+  std::vector<std::pair<std::string, Tensor>> balancer_state() const;
+  void restore_balancer_state(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& origin);
+
   // Training FLOPs per token: 6 × matmul parameters + attention (12 · layers · attn_dim · T / 2).
   double train_flops_per_token(int64_t T) const;
   int64_t matmul_params() const;
@@ -81,6 +91,7 @@ class Model {
   ParamRegistry params_;
   int embed_ = -1, head_ = -1;
   std::vector<Layer> layers_;
+  std::vector<std::pair<int64_t, LatentMoE*>> moe_layers_;  // (layer, the layer's MoE) for balancing
   AttnResMix output_res_;
   RMSNorm final_norm_;
 };
