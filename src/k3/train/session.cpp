@@ -58,10 +58,16 @@ ParamSet param_set(ParamRegistry& params) {
   return set;
 }
 
-Checkpoint make_checkpoint(const Model& model, const AdamW* optimizer, nlohmann::json manifest) {
+HeadSizes head_sizes(const ModelConfig& c) {
+  return {c.kda_head_dim, c.qk_nope_head_dim + c.qk_rope_head_dim, c.qk_nope_head_dim + c.v_head_dim,
+          c.v_head_dim, c.head_dim};
+}
+
+Checkpoint make_checkpoint(const Model& model, const Optimizer* optimizer, nlohmann::json manifest) {
   Checkpoint ck;
   const ParamRegistry& p = model.params();
   for (int i = 0; i < p.size(); ++i) ck.model.emplace_back(p.info(i).name, p.value(i));
+  for (auto& entry : model.balancer_state()) ck.model.push_back(std::move(entry));
   if (optimizer) ck.optimizer = optimizer->state_tensors();
   ck.manifest = std::move(manifest);
   return ck;
@@ -87,10 +93,14 @@ static void copy_named(const std::vector<std::pair<std::string, Tensor>>& into,
 }
 
 void restore_weights(Model& model, const Checkpoint& ck, const std::string& origin) {
-  copy_named(make_checkpoint(model, nullptr, {}).model, ck.model, origin);
+  std::vector<std::pair<std::string, Tensor>> weights;
+  const ParamRegistry& p = model.params();
+  for (int i = 0; i < p.size(); ++i) weights.emplace_back(p.info(i).name, p.value(i));
+  copy_named(weights, ck.model, origin);
+  model.restore_balancer_state(ck.model, origin);
 }
 
-void restore_optimizer(AdamW& optimizer, const Checkpoint& ck, const std::string& origin) {
+void restore_optimizer(Optimizer& optimizer, const Checkpoint& ck, const std::string& origin) {
   copy_named(optimizer.state_tensors(), ck.optimizer, origin);
   K3_CHECK_CTX(ck.manifest.contains("optimizer_steps"), (ErrorContext{origin, "optimizer_steps", -1}),
                "missing from the manifest");

@@ -14,6 +14,7 @@
 #include "k3/optim/clip.h"
 #include "k3/optim/schedule.h"
 #include "k3/train/evaluate.h"
+#include "k3/train/expert_load.h"
 #include "k3/train/format.h"
 #include "k3/train/metrics.h"
 #include "k3/train/progress.h"
@@ -28,8 +29,15 @@ double peak_rss_mib() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
-// After this many non-finite steps in a row the run stops: it is training on garbage.
-constexpr int kMaxBadStepsInARow = 5;
+// K3's parameter groups (spec §7): Muon for matrices, AdamW for the rest, one lr and λ.
+Optimizer make_optimizer(Model& model, const TrainSection& t) {
+  const ParamSet params = param_set(model.params());
+  return Optimizer(params, route_parameters(params.slots, head_sizes(model.config())),
+                   OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
+                                   .beta2 = static_cast<float>(t.beta2),
+                                   .eps = static_cast<float>(t.eps),
+                                   .weight_decay = static_cast<float>(t.weight_decay)});
+}
 
 class Run {
  public:
@@ -39,12 +47,12 @@ class Run {
         dataset_(load_run_dataset(*s_)),
         batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
                  static_cast<uint64_t>(config.model.seed)),
-        optimizer_(param_set(s_->model->params()),
-                   AdamWConfig{static_cast<float>(config.train.beta1), static_cast<float>(config.train.beta2),
-                               static_cast<float>(config.train.eps),
-                               static_cast<float>(config.train.weight_decay)}),
-        schedule_{static_cast<float>(config.train.lr), config.train.warmup(), config.train.steps,
-                  static_cast<float>(config.train.min_lr_ratio)},
+        optimizer_(make_optimizer(*s_->model, config.train)),
+        schedule_{.kind = ScheduleKind::cosine,
+                  .peak_lr = static_cast<float>(config.train.lr),
+                  .total_steps = config.train.steps,
+                  .warmup_steps = config.train.warmup(),
+                  .min_lr_ratio = static_cast<float>(config.train.min_lr_ratio)},
         run_dir_(config.run.dir),
         progress_(opt.quiet ? nullptr : std::make_unique<ProgressDisplay>()) {
     std::filesystem::create_directories(run_dir_);
@@ -68,6 +76,7 @@ class Run {
   void resume();
   double train_step();  // one optimizer step; returns the mean loss (NaN when skipped)
   void evaluate_now(nlohmann::json& record);
+  void balance_experts(nlohmann::json& record);
   std::string checkpoint_now();
   std::string plot();
   void say(const std::string& text) {
@@ -78,12 +87,13 @@ class Run {
   std::unique_ptr<Session> s_;
   data::TokenDataset dataset_;
   data::Batcher batcher_;
-  AdamW optimizer_;
-  CosineSchedule schedule_;
+  Optimizer optimizer_;
+  Schedule schedule_;
+  StepGuard guard_;
   std::string run_dir_;
   std::unique_ptr<ProgressDisplay> progress_;  // null when quiet
   std::unique_ptr<MetricsWriter> metrics_;
-  int64_t step_ = 0, skipped_steps_ = 0, bad_in_a_row_ = 0;
+  int64_t step_ = 0;
   double peak_gflops_ = 0, last_grad_norm_ = NAN, last_val_loss_ = NAN;
   std::string last_checkpoint_;
   std::vector<data::Batch> micro_;
@@ -95,7 +105,7 @@ void Run::resume() {
   restore_weights(*s_->model, ck, dir);
   restore_optimizer(optimizer_, ck, dir);
   step_ = ck.manifest.at("step").get<int64_t>();
-  skipped_steps_ = ck.manifest.value("skipped_steps", int64_t{0});
+  guard_.set_skipped(ck.manifest.value("skipped_steps", int64_t{0}));
   batcher_.seek(data::DataCursor::parse(ck.manifest.at("data_cursor").get<std::string>()));
   last_checkpoint_ = dir;
   say("resumed from " + dir + " at step " + std::to_string(step_));
@@ -121,19 +131,31 @@ double Run::train_step() {
   }
   const double loss = count > 0 ? loss_sum / static_cast<double>(count) : NAN;
   last_grad_norm_ = global_grad_norm(model.params().grads(), model.params().flat_size());
-  if (!std::isfinite(loss) || !std::isfinite(last_grad_norm_)) {
-    ++skipped_steps_;
-    ++bad_in_a_row_;
+  if (!guard_.admit(loss, last_grad_norm_)) {
     say(strprintf("step %lld: non-finite loss (%g) or gradient norm (%g): step skipped, nothing applied",
                   static_cast<long long>(step_ + 1), loss, last_grad_norm_));
-    K3_CHECK(bad_in_a_row_ < kMaxBadStepsInARow, bad_in_a_row_,
-             " steps in a row produced a non-finite loss or gradient: stopping rather than training "
-             "on garbage (lower train.lr or check the data)");
     return NAN;
   }
-  bad_in_a_row_ = 0;
   optimizer_.step(schedule_.lr(step_), clip_factor(last_grad_norm_, c.train.grad_clip));
   return loss;
+}
+
+// Quantile Balancing once per global batch; per-layer load figures go to metrics.jsonl and the
+// full per-expert loads to expert_load.jsonl (drawn by `k3lab report`).
+void Run::balance_experts(nlohmann::json& record) {
+  const std::map<int64_t, ExpertLoadStats> stats = s_->model->end_global_batch();
+  if (stats.empty()) return;
+  double worst = 0;
+  for (auto& [layer, st] : stats) {
+    const std::string l = std::to_string(layer);
+    record["moe.maxvio." + l] = st.maxvio;
+    record["moe.min_load." + l] = st.min_load;
+    record["moe.max_load." + l] = st.max_load;
+    record["moe.idle." + l] = st.idle;
+    worst = std::max(worst, st.maxvio);
+  }
+  record["moe.maxvio"] = worst;
+  append_expert_load(run_dir_, step_, stats);
 }
 
 void Run::evaluate_now(nlohmann::json& record) {
@@ -150,9 +172,9 @@ void Run::evaluate_now(nlohmann::json& record) {
 
 std::string Run::checkpoint_now() {
   nlohmann::json manifest = {{"step", step_},
-                             {"optimizer", "adamw"},
+                             {"optimizer", optimizer_.summary()},
                              {"optimizer_steps", optimizer_.steps_taken()},
-                             {"skipped_steps", skipped_steps_},
+                             {"skipped_steps", guard_.skipped()},
                              {"data_cursor", batcher_.cursor().to_string()},
                              {"seed", s_->config.model.seed},
                              {"rng", "philox4x32-10; stateless, keyed by (seed, stream, index)"},
@@ -203,7 +225,8 @@ TrainSummary Run::run() {
                           {"mfu", flops_per_token * tok_s / (peak_gflops_ * 1e9)},
                           {"step_seconds", secs},
                           {"peak_memory_mib", peak_rss_mib()},
-                          {"skipped_steps", skipped_steps_}};
+                          {"skipped_steps", guard_.skipped()}};
+    balance_experts(rec);
     if (c.eval.every > 0 && (step_ % c.eval.every == 0 || step_ == c.train.steps)) evaluate_now(rec);
     metrics_->write(rec);
     if (progress_) {
