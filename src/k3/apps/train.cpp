@@ -3,15 +3,36 @@
 #include <cstdio>
 
 #include "k3/apps/commands.h"
+#include "k3/base/profile.h"
 #include "k3/train/trainer.h"
 
 namespace k3::apps {
+
+// Components inside "step" are timed within it; "step" minus their sum is embeddings, norms,
+// residual adds and the stack's own bookkeeping.
+static void print_profile() {
+  auto totals = Profile::totals();
+  double step = 0;
+  for (auto& [name, secs] : totals)
+    if (name.rfind("step", 0) == 0) step = secs;
+  std::printf("\nprofile (wall seconds over the run; %% of forward + backward + optimizer):\n");
+  double whole = step;
+  for (auto& [name, secs] : totals)
+    if (name == "optimizer") whole += secs;
+  double inside = 0;
+  for (auto& [name, secs] : totals) {
+    std::printf("  %-36s %9.3f s %6.1f%%\n", name.c_str(), secs, 100 * secs / whole);
+    if (name.rfind("step", 0) != 0 && name != "optimizer") inside += secs;
+  }
+  std::printf("  %-36s %9.3f s %6.1f%%\n", "other (embedding, norms, residuals)", step - inside,
+              100 * (step - inside) / whole);
+}
 
 void add_train(CLI::App& app) {
   struct Args {
     std::string config;
     std::vector<std::string> overrides;
-    bool resume = false, quiet = false;
+    bool resume = false, quiet = false, profile = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("train", "Train a model from a TOML run configuration");
@@ -19,8 +40,10 @@ void add_train(CLI::App& app) {
   cmd->add_option("--set", a->overrides, "Override a field: section.key=value (repeatable)");
   cmd->add_flag("--resume", a->resume, "Continue the run directory's latest checkpoint");
   cmd->add_flag("--quiet", a->quiet, "No progress line");
+  cmd->add_flag("--profile", a->profile, "Print where training time goes, per component");
   cmd->callback([a] {
     train::RunConfig config = train::load_run_config(a->config, a->overrides);
+    Profile::enable(a->profile);
     train::TrainSummary r = train::train(config, {a->resume, a->quiet});
     std::printf("\ntrained %lld steps: train loss %.4f", static_cast<long long>(r.steps), r.train_loss);
     if (std::isfinite(r.validation_loss)) std::printf(", validation loss %.4f", r.validation_loss);
@@ -32,6 +55,7 @@ void add_train(CLI::App& app) {
     std::printf("loss plot:     %s\n", r.loss_plot.c_str());
     std::printf("metrics:       %s/metrics.jsonl\n", r.run_dir.c_str());
     if (!r.last_checkpoint.empty()) std::printf("checkpoint:    %s\n", r.last_checkpoint.c_str());
+    if (a->profile) print_profile();
   });
 }
 

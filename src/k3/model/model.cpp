@@ -5,6 +5,7 @@
 #include <string>
 
 #include "k3/base/error.h"
+#include "k3/base/profile.h"
 #include "k3/kernels/elementwise.h"
 #include "k3/kernels/embedding.h"
 #include "k3/kernels/gemm.h"
@@ -37,6 +38,10 @@ Model::Model(ModelConfig c, bool allocate) : config_(std::move(c)) {
 int64_t Model::lm_head_chunk() const {
   // At most ~8M floats of logits at a time, and never fewer than 64 rows per GEMM.
   return std::clamp<int64_t>((int64_t{8} << 20) / config_.vocab_size, 64, 1024);
+}
+
+const char* Model::ffn_bucket(int64_t layer) const {
+  return ffn_kind(config_, layer) == FfnKind::LatentMoE ? "moe" : "dense_mlp";
 }
 
 std::string Model::key(const Layer& L, const char* what) const {
@@ -74,7 +79,10 @@ float* Model::run_stack(const Step& s, float* P, int64_t n, MixFn mix, void* ctx
     }
     if (L.starts_block) bank.push_back(P);
     float* A = s.alloc(n * d);
-    mix(s, *L.mixer, L.index, a_in, A, ctx);
+    {
+      ProfileScope time(mixer_kind_name(mixer_kind(config_, L.index)));
+      mix(s, *L.mixer, L.index, a_in, A, ctx);
+    }
     float* mid = A;
     if (!L.starts_block) {
       mid = s.alloc(n * d);
@@ -90,7 +98,10 @@ float* Model::run_stack(const Step& s, float* P, int64_t n, MixFn mix, void* ctx
       L.post_norm.forward(s, mid, n, m_in);
     }
     float *F = s.alloc(n * d), *next = s.alloc(n * d);
-    L.ffn->forward(s, m_in, n, F);
+    {
+      ProfileScope time(ffn_bucket(L.index));
+      L.ffn->forward(s, m_in, n, F);
+    }
     kernels::add(mid, F, next, n * d);
     P = next;
   }
@@ -142,7 +153,10 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
     const size_t nb_after = attn_res() ? static_cast<size_t>(L.index / config_.attn_res_block_size) + 1 : 0;
     const size_t nb_before = nb_after - (L.starts_block ? 1 : 0);
     // P_out = mid + ffn(post_norm(mix(bank, mid)))
-    L.ffn->backward(s, dP, n, tmp);
+    {
+      ProfileScope time(ffn_bucket(L.index));
+      L.ffn->backward(s, dP, n, tmp);
+    }
     std::memcpy(dmid, dP, static_cast<size_t>(size) * sizeof(float));
     if (attn_res()) {
       L.post_norm.backward(s, tmp, n, da_in, false);
@@ -151,7 +165,10 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
       L.post_norm.backward(s, tmp, n, dmid, true);
     }
     // mid = A (a block start) or P_in + A
-    L.mixer->backward(s, dmid, B, T, da_in);
+    {
+      ProfileScope time(mixer_kind_name(mixer_kind(config_, L.index)));
+      L.mixer->backward(s, dmid, B, T, da_in);
+    }
     std::memcpy(dP_in, L.starts_block ? dbank[nb_after - 1] : dmid, static_cast<size_t>(size) * sizeof(float));
     // a_in = input_norm(P_in), or input_norm(mix(bank, P_in)) once the bank is not empty
     if (attn_res() && nb_before > 0) {
@@ -183,7 +200,11 @@ kernels::LossSum Model::forward_backward(Arena& arena, ActivationManager& acts, 
   kernels::LmHeadCeArgs ce{h, params_.value(head_).f32(), b.targets, n, d, config_.vocab_size,
                            config_.ignore_index, grad_scale, chunk,
                            s.alloc(chunk * config_.vocab_size), dh, params_.grad(head_).f32()};
-  kernels::LossSum loss = kernels::lm_head_cross_entropy(ce);
+  kernels::LossSum loss;
+  {
+    ProfileScope time("lm_head");
+    loss = kernels::lm_head_cross_entropy(ce);
+  }
   backward_stack(s, b.tokens, dh, b.B, b.T);
   acts.clear();
   return loss;

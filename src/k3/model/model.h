@@ -86,6 +86,7 @@ class Model {
   int64_t lm_head_chunk() const;
   bool attn_res() const { return config_.attn_res_block_size > 0; }
   std::string key(const Layer& L, const char* what) const;
+  const char* ffn_bucket(int64_t layer) const;  // profile bucket of layer's feed-forward
 
   ModelConfig config_;
   ParamRegistry params_;

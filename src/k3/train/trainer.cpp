@@ -8,6 +8,7 @@
 #include "k3/base/error.h"
 #include "k3/base/fma_peak.h"
 #include "k3/base/fs.h"
+#include "k3/base/profile.h"
 #include "k3/base/threads.h"
 #include "k3/base/timer.h"
 #include "k3/data/batcher.h"
@@ -125,6 +126,7 @@ double Run::train_step() {
   double loss_sum = 0;
   const float grad_scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
   for (auto& b : micro_) {
+    ProfileScope time("step (all of forward + backward)");
     kernels::LossSum l = model.forward_backward(s_->arena, s_->acts,
                                                 {b.inputs.data(), b.targets.data(), b.rows, b.seq_len}, grad_scale);
     loss_sum += l.sum;
@@ -136,6 +138,7 @@ double Run::train_step() {
                   static_cast<long long>(step_ + 1), loss, last_grad_norm_));
     return NAN;
   }
+  ProfileScope time("optimizer");
   optimizer_.step(schedule_.lr(step_), clip_factor(last_grad_norm_, c.train.grad_clip));
   return loss;
 }

@@ -1,5 +1,6 @@
 #include "k3/model/layers/attn_res_mix.h"
 
+#include "k3/base/profile.h"
 #include "k3/kernels/attn_res.h"
 
 namespace k3 {
@@ -12,6 +13,7 @@ AttnResMix::AttnResMix(ParamRegistry& reg, const std::string& prefix, int64_t di
       eps_(eps) {}
 
 void AttnResMix::forward(const Step& s, std::span<const float* const> rows, int64_t N, float* out) const {
+  ProfileScope time("attn_res");
   const int64_t n = static_cast<int64_t>(rows.size());
   float* alpha = s.alloc(N * n);
   kernels::attn_res_forward({rows.data(), n, N, dim_, s.params.value(norm_).f32(), s.params.value(proj_).f32(), eps_},
@@ -21,6 +23,7 @@ void AttnResMix::forward(const Step& s, std::span<const float* const> rows, int6
 
 void AttnResMix::backward(const Step& s, std::span<const float* const> rows, int64_t N, const float* dout,
                           std::span<float* const> d_rows) const {
+  ProfileScope time("attn_res");
   ArenaScope scope(s.arena);
   const int64_t n = static_cast<int64_t>(rows.size());
   kernels::attn_res_backward({rows.data(), n, N, dim_, s.params.value(norm_).f32(), s.params.value(proj_).f32(), eps_},
