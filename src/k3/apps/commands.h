@@ -9,6 +9,7 @@ void add_selfcheck(CLI::App& app);
 void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_sample(CLI::App& app);
+void add_schedule(CLI::App& app);
 void add_op(CLI::App& app);
 void add_model(CLI::App& app);
 void add_report(CLI::App& app);

@@ -1,37 +1,49 @@
 #include "k3/optim/adamw.h"
 
+#include <algorithm>
+
+#include "k3/base/error.h"
 #include "k3/kernels/adamw.h"
 
 namespace k3 {
 
 bool decays_by_default(const ParamSlot& p) {
-  return p.shape.size() >= 2 && p.name.find("embed_tokens") == std::string::npos;
+  const auto above_one = std::count_if(p.shape.begin(), p.shape.end(), [](int64_t d) { return d > 1; });
+  return above_one >= 2 && p.name.find("embed_tokens") == std::string::npos;
 }
 
-AdamW::AdamW(ParamSet params, AdamWConfig config)
-    : params_(std::move(params)),
-      config_(config),
-      m_(Tensor::zeros({static_cast<int64_t>(params_.flat_size)})),
-      v_(Tensor::zeros({static_cast<int64_t>(params_.flat_size)})) {
-  for (const ParamSlot& p : params_.slots) decay_.push_back(decays_by_default(p));
+AdamW::AdamW(ParamSet params, AdamWConfig config, std::vector<bool> decay)
+    : params_(std::move(params)), config_(config), decay_(std::move(decay)) {
+  if (decay_.empty())
+    for (const ParamSlot& p : params_.slots) decay_.push_back(decays_by_default(p));
+  K3_CHECK(decay_.size() == params_.slots.size(), "adamw: ", decay_.size(), " decay flags for ",
+           params_.slots.size(), " parameters");
+  size_t total = 0;
+  for (const ParamSlot& p : params_.slots) {
+    state_offset_.push_back(total);
+    total += static_cast<size_t>(p.numel());
+  }
+  m_ = Tensor::zeros({static_cast<int64_t>(total)});
+  v_ = Tensor::zeros({static_cast<int64_t>(total)});
 }
 
 void AdamW::step(float lr, float grad_scale) {
   ++step_;
   for (size_t i = 0; i < params_.slots.size(); ++i) {
     const ParamSlot& p = params_.slots[i];
-    kernels::AdamWParams a{lr, config_.beta1, config_.beta2, config_.eps,
-                           decay_[i] ? config_.weight_decay : 0.f, step_, grad_scale};
-    kernels::adamw_step(a, params_.values + p.offset, params_.grads + p.offset, m_.f32() + p.offset,
-                        v_.f32() + p.offset, p.numel());
+    const kernels::AdamWParams a{lr, config_.beta1, config_.beta2, config_.eps,
+                                 decay_[i] ? config_.weight_decay : 0.f, step_, grad_scale};
+    kernels::adamw_step(a, params_.values + p.offset, params_.grads + p.offset,
+                        m_.f32() + state_offset_[i], v_.f32() + state_offset_[i], p.numel());
   }
 }
 
 std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
   std::vector<std::pair<std::string, Tensor>> out;
-  for (const ParamSlot& p : params_.slots) {
-    out.emplace_back("exp_avg." + p.name, Tensor::view(m_.f32() + p.offset, p.shape));
-    out.emplace_back("exp_avg_sq." + p.name, Tensor::view(v_.f32() + p.offset, p.shape));
+  for (size_t i = 0; i < params_.slots.size(); ++i) {
+    const ParamSlot& p = params_.slots[i];
+    out.emplace_back("exp_avg." + p.name, Tensor::view(m_.f32() + state_offset_[i], p.shape));
+    out.emplace_back("exp_avg_sq." + p.name, Tensor::view(v_.f32() + state_offset_[i], p.shape));
   }
   return out;
 }

@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "k3/base/error.h"
+
 namespace k3 {
 
 double global_grad_norm(const float* g, size_t n) {
@@ -26,6 +28,19 @@ double global_grad_norm(const float* g, size_t n) {
 float clip_factor(double norm, double max_norm) {
   if (max_norm <= 0 || !(norm > max_norm)) return 1.0f;
   return static_cast<float>(max_norm / (norm + 1e-6));
+}
+
+bool StepGuard::admit(double loss, double grad_norm) {
+  if (std::isfinite(loss) && std::isfinite(grad_norm)) {
+    bad_in_a_row_ = 0;
+    return true;
+  }
+  ++skipped_;
+  ++bad_in_a_row_;
+  K3_CHECK(bad_in_a_row_ < max_in_a_row_, bad_in_a_row_,
+           " steps in a row produced a non-finite loss or gradient: stopping rather than training on "
+           "garbage (lower train.lr or check the data)");
+  return false;
 }
 
 }  // namespace k3

@@ -11,7 +11,7 @@
 #include "k3/data/dataset.h"
 #include "k3/data/tokenizer.h"
 #include "k3/model/model.h"
-#include "k3/optim/adamw.h"
+#include "k3/optim/optimizer.h"
 #include "k3/train/checkpoint.h"
 #include "k3/train/run_config.h"
 
@@ -42,11 +42,13 @@ data::TokenDataset load_run_dataset(const Session& s);
 
 // The parameters as the optimizer sees them (named ranges of the flat buffers).
 ParamSet param_set(ParamRegistry& params);
+// The head block sizes Per-Head Muon splits projections into (optim/routing.h).
+HeadSizes head_sizes(const ModelConfig& c);
 
 // Weights by K3 name (views of the flat buffer) and optimizer state.
-Checkpoint make_checkpoint(const Model& model, const AdamW* optimizer, nlohmann::json manifest);
+Checkpoint make_checkpoint(const Model& model, const Optimizer* optimizer, nlohmann::json manifest);
 // Copies checkpoint weights into the model; every parameter must be present with its shape.
 void restore_weights(Model& model, const Checkpoint& ck, const std::string& origin);
-void restore_optimizer(AdamW& optimizer, const Checkpoint& ck, const std::string& origin);
+void restore_optimizer(Optimizer& optimizer, const Checkpoint& ck, const std::string& origin);
 
 }  // namespace k3::train

@@ -1,4 +1,4 @@
-// The training loop: gradient accumulation, global-norm clipping, warmup + cosine, AdamW,
+// The training loop: gradient accumulation, global-norm clipping, warmup + cosine, Muon + AdamW,
 // periodic evaluation, samples and checkpoints, metrics.jsonl, a live progress line, and
 // resumption that continues bit-identically from the latest checkpoint.
 #pragma once

@@ -1,0 +1,57 @@
+// The optimizer a training run uses: every parameter updated as its Assignment says (routing.h) —
+// AdamW, Muon (whole, per head or per expert) or not at all (frozen) — with one learning rate and
+// one weight decay λ for both, as spec §7 intends (Muon's 0.2·√max(m, n) scale matches AdamW's
+// update RMS).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "k3/optim/adamw.h"
+#include "k3/optim/muon.h"
+#include "k3/optim/routing.h"
+
+namespace k3 {
+
+struct OptimizerConfig {
+  float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // AdamW
+  float weight_decay = 0.1f;                       // λ, both
+  float muon_momentum = 0.95f;
+  int ns_steps = 5;
+};
+
+class Optimizer {
+ public:
+  // `plan` holds one assignment per slot of `params`, matched by name (route_parameters' output).
+  Optimizer(const ParamSet& params, const std::vector<Assignment>& plan, OptimizerConfig config);
+
+  // One step at learning rate lr over every trained parameter; gradients are multiplied by
+  // grad_scale first (clipping). Frozen parameters are left as they are.
+  void step(float lr, float grad_scale);
+  int64_t steps_taken() const { return adamw_.steps_taken(); }
+  void set_steps_taken(int64_t steps) { adamw_.set_steps_taken(steps); }
+
+  // Checkpoint state: AdamW's "exp_avg.<name>", "exp_avg_sq.<name>" and Muon's "momentum.<name>".
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const;
+
+  // "adamw 12 tensors (1300 values), muon 24 tensors (5200 values), frozen 0 tensors (0 values)".
+  const std::string& summary() const { return summary_; }
+
+ private:
+  struct Split {  // the parameters of each optimizer
+    ParamSet adamw, muon;
+    std::vector<bool> decay;
+    std::vector<int64_t> block_rows;
+    std::string summary;
+  };
+  static Split split(const ParamSet& params, const std::vector<Assignment>& plan);
+  Optimizer(Split parts, OptimizerConfig config);
+
+  AdamW adamw_;
+  Muon muon_;
+  std::string summary_;
+};
+
+}  // namespace k3

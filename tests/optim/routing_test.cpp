@@ -1,0 +1,186 @@
+#include "k3/optim/routing.h"
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "common/test_util.h"
+#include "k3/base/error.h"
+
+namespace k3 {
+namespace {
+
+bool is_kda_layer(int l) { return (l + 1) % 4 != 0 && l != 92; }  // weights.tsv's header
+
+Shape parse_shape(std::string text) {  // "[12288, 1, 4]"
+  Shape s;
+  for (char& c : text)
+    if (c == '[' || c == ']' || c == ',') c = ' ';
+  std::istringstream in(text);
+  for (int64_t d; in >> d;) s.push_back(d);
+  return s;
+}
+
+std::string replace(std::string s, const std::string& from, const std::string& to) {
+  const size_t at = s.find(from);
+  return at == std::string::npos ? s : s.replace(at, from.size(), to);
+}
+
+// The text-model tensors of the released K3 checkpoint, {l} expanded for a few layers of each
+// kind (0: KDA + dense MLP, 1: KDA + MoE, 3 and 92: MLA) and {e} for the first and last expert.
+std::vector<ParamSlot> k3_inventory() {
+  const char* shared = std::getenv("K3LAB_SHARED");
+  const std::string path = std::string(shared ? shared : "../shared") + "/reference/kimi-k3/weights.tsv";
+  std::ifstream in(path);
+  EXPECT_TRUE(in) << "cannot read " << path;
+  std::vector<ParamSlot> out;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("# Vision tower", 0) == 0) break;  // not part of the text model
+    if (line.empty() || line[0] == '#' || line.rfind("name\t", 0) == 0) continue;
+    std::istringstream row(line);
+    std::string name, layers, shape;
+    std::getline(row, name, '\t');
+    std::getline(row, layers, '\t');
+    std::getline(row, shape, '\t');
+    for (int l : {0, 1, 3, 92}) {
+      const bool present = layers == "-" || layers == "0-92" || (layers == "KDA" && is_kda_layer(l)) ||
+                           (layers == "MLA" && !is_kda_layer(l)) || (layers.rfind("1-92", 0) == 0 && l >= 1) ||
+                           (layers == "0" && l == 0);
+      if (!present) continue;
+      for (int e : {0, 895}) {
+        const std::string expanded = replace(replace(name, "{l}", std::to_string(l)), "{e}", std::to_string(e));
+        out.push_back({expanded, parse_shape(shape), 0});
+        if (name.find("{e}") == std::string::npos) break;
+      }
+      if (name.find("{l}") == std::string::npos) break;
+    }
+  }
+  return out;
+}
+
+// K3's sizes; the MLA value head is made 64 (K3: 128) so a KDA g_proj (128-row heads) and an MLA
+// g_proj (64-row heads) tell apart whether `attn` found each layer's kind.
+constexpr HeadSizes kK3Sizes{128, 192, 256, 64, 0};
+
+const Assignment& find(const std::vector<Assignment>& plan, const std::string& name) {
+  for (const Assignment& a : plan)
+    if (a.name == name) return a;
+  throw Error("no assignment for " + name);
+}
+
+TEST(Routing, EveryK3TensorIsAssigned) {
+  const std::vector<ParamSlot> inventory = k3_inventory();
+  ASSERT_GT(inventory.size(), 100u);
+  const std::vector<Assignment> plan = route_parameters(inventory, kK3Sizes);
+  ASSERT_EQ(plan.size(), inventory.size());
+  std::map<OptimizerKind, int> count;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    EXPECT_EQ(plan[i].name, inventory[i].name);
+    ++count[plan[i].optimizer];
+  }
+  EXPECT_GT(count[OptimizerKind::muon], 0);
+  EXPECT_GT(count[OptimizerKind::adamw], 0);
+
+  auto expect = [&](const std::string& name, OptimizerKind kind, MuonGrouping grouping, Shape block,
+                    int64_t blocks) {
+    const Assignment& a = find(plan, name);
+    EXPECT_EQ(a.optimizer, kind) << name << ": " << a.describe();
+    if (kind != OptimizerKind::muon) return;
+    EXPECT_EQ(a.grouping, grouping) << name;
+    EXPECT_EQ(a.block_shape, block) << name;
+    EXPECT_EQ(a.blocks(), blocks) << name;
+    EXPECT_TRUE(a.weight_decay) << name;
+  };
+  using K = OptimizerKind;
+  using G = MuonGrouping;
+  const std::string kda = "model.layers.1.", mla = "model.layers.3.";
+  for (const char* p : {"q_proj", "k_proj", "v_proj", "g_proj"})
+    expect(kda + "self_attn." + p + ".weight", K::muon, G::per_head, {128, 7168}, 96);
+  expect(kda + "self_attn.f_b_proj.weight", K::muon, G::per_head, {128, 128}, 96);
+  expect(mla + "self_attn.g_proj.weight", K::muon, G::per_head, {64, 7168}, 192);
+  expect(mla + "self_attn.q_b_proj.weight", K::muon, G::per_head, {192, 1536}, 96);
+  expect(mla + "self_attn.kv_b_proj.weight", K::muon, G::per_head, {256, 512}, 96);
+  expect(kda + "block_sparse_moe.experts.895.w2.weight_packed", K::muon, G::per_expert, {3584, 1536}, 1);
+  for (const char* p : {"self_attn.f_a_proj", "self_attn.o_proj", "block_sparse_moe.gate",
+                        "block_sparse_moe.shared_experts.down_proj", "block_sparse_moe.routed_expert_up_proj"})
+    expect(kda + p + ".weight", K::muon, G::whole, find(plan, kda + p + ".weight").shape, 1);
+  expect(mla + "self_attn.q_a_proj.weight", K::muon, G::whole, {1536, 7168}, 1);
+  expect(mla + "self_attn.kv_a_proj_with_mqa.weight", K::muon, G::whole, {576, 7168}, 1);
+  expect("model.layers.0.mlp.down_proj.weight", K::muon, G::whole, {7168, 33792}, 1);
+  for (const char* p : {"self_attn.b_proj.weight", "self_attn.A_log", "self_attn.dt_bias", "self_attn.q_conv1d.weight",
+                        "self_attn.o_norm.weight", "input_layernorm.weight", "mlp_res_proj.weight",
+                        "self_attention_res_norm.weight", "block_sparse_moe.routed_expert_norm.weight"})
+    expect(kda + p, K::adamw, G::whole, {}, 0);
+  for (const char* p : {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight",
+                        "model.output_attn_res_proj.weight", "model.layers.3.self_attn.kv_a_layernorm.weight"})
+    expect(p, K::adamw, G::whole, {}, 0);
+  expect(kda + "block_sparse_moe.gate.e_score_correction_bias", K::frozen, G::whole, {}, 0);
+  expect(kda + "block_sparse_moe.experts.0.w1.weight_scale", K::frozen, G::whole, {}, 0);
+
+  // Weight decay: matrices yes (the output head included), vectors and the embedding no.
+  EXPECT_TRUE(find(plan, "lm_head.weight").weight_decay);
+  EXPECT_TRUE(find(plan, kda + "self_attn.b_proj.weight").weight_decay);
+  for (const char* p : {"model.embed_tokens.weight", "model.norm.weight", "model.output_attn_res_proj.weight"})
+    EXPECT_FALSE(find(plan, p).weight_decay) << p;
+}
+
+// k3lab's dense model: the plain gated attention splits q/k/v/g by its head_dim.
+TEST(Routing, DenseModelUsesItsHeadDim) {
+  const std::vector<ParamSlot> dense = {{"model.layers.0.self_attn.q_proj.weight", {64, 64}, 0},
+                                        {"model.layers.0.self_attn.g_proj.weight", {64, 64}, 0},
+                                        {"model.layers.0.self_attn.o_proj.weight", {64, 64}, 0},
+                                        {"model.layers.0.mlp.up_proj.weight", {160, 64}, 0}};
+  const auto plan = route_parameters(dense, HeadSizes{.dense = 16});
+  EXPECT_EQ(plan[0].block_shape, (Shape{16, 64}));
+  EXPECT_EQ(plan[1].blocks(), 4);
+  EXPECT_EQ(plan[2].grouping, MuonGrouping::whole);
+  EXPECT_EQ(plan[3].describe(), "muon [160, 64], decay");
+  EXPECT_EQ(plan[0].describe(), "muon per-head 4 x [16, 64], decay");
+}
+
+void expect_error(const std::vector<ParamSlot>& params, const std::vector<std::string>& rules,
+                  const std::string& mention) {
+  try {
+    route_parameters(params, kK3Sizes, rules);
+    ADD_FAILURE() << "expected an error mentioning " << mention;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << e.what();
+  }
+}
+
+TEST(Routing, UnknownTensorIsAnErrorNamingIt) {
+  expect_error({{"model.layers.0.mystery.weight", {4, 4}, 0}}, {}, "model.layers.0.mystery.weight");
+}
+
+TEST(Routing, RunRulesOverrideAndExtendTheDefaults) {
+  const std::vector<ParamSlot> params = {{"model.layers.0.self_attn.q_proj.weight", {256, 64}, 0},
+                                         {"model.layers.0.self_attn.k_proj.weight", {256, 64}, 0},
+                                         {"model.layers.0.adapter.weight", {32, 64}, 0},
+                                         {"model.layers.0.gate_stack.weight", {4, 8, 16}, 0}};
+  const auto plan = route_parameters(params, kK3Sizes,
+                                     {"*.q_proj.weight = adamw", "*.k_proj.weight=muon:per_head(32)",
+                                      "*.adapter.weight=muon", "*.gate_stack.weight=muon:per_expert"});
+  EXPECT_EQ(plan[0].optimizer, OptimizerKind::adamw);
+  EXPECT_EQ(plan[0].rule, "*.q_proj.weight = adamw");
+  EXPECT_EQ(plan[1].block_shape, (Shape{32, 64}));
+  EXPECT_EQ(plan[2].grouping, MuonGrouping::whole);
+  EXPECT_EQ(plan[3].block_rows, 8);
+  EXPECT_EQ(plan[3].blocks(), 4);
+}
+
+TEST(Routing, BadRulesAreErrorsNamingThem) {
+  const std::vector<ParamSlot> norm = {{"model.norm.weight", {64}, 0}};
+  expect_error(norm, {"model.norm.weight"}, "pattern=spec");
+  expect_error(norm, {"model.norm.weight=sgd"}, "unknown optimizer \"sgd\"");
+  expect_error(norm, {"model.norm.weight=muon:per_head(heads)"}, "per_head(heads)");
+  expect_error(norm, {"model.norm.weight=muon"}, "Muon needs a matrix");
+  const std::vector<ParamSlot> proj = {{"model.layers.0.self_attn.q_proj.weight", {100, 64}, 0}};
+  expect_error(proj, {"*q_proj.weight=muon:per_head(32)"}, "do not tile");
+  expect_error(proj, {}, "the head size dense is not set");
+  expect_error({{"model.proj.weight", {8, 8}, 0}}, {"model.proj.weight=muon:per_head(attn)"},
+               "self_attn tensors only");
+}
+
+}  // namespace
+}  // namespace k3
