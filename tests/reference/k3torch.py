@@ -1,0 +1,350 @@
+"""The K3 model in PyTorch, with k3lab's (K3's) parameter names, written from the spec
+(shared/reference/k3-spec.md §2-§5) for cross-checks in float64. Plain and slow: KDA runs its
+recurrent form token by token, the MoE loops over experts.
+
+embedding -> N x [AttnRes mix -> RMSNorm -> KDA or gated MLA -> AttnRes mix -> RMSNorm -> dense
+SiTU-GLU MLP (layer 0) or Stable LatentMoE] -> AttnRes mix -> RMSNorm -> untied lm_head.
+Layouts as in k3lab: a linear layer's weight is [out, in]; every per-head tensor has heads
+outermost (column h*D + i is head h, dim i); KDA's conv weights are [P, 1, K].
+"""
+import json
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import st
+
+IGNORE_INDEX = -100
+
+
+class Config:
+    """The fields of a K3 JSON config (flat, or nested under "text_config")."""
+
+    def __init__(self, j):
+        j = j.get("text_config", j)
+        g = j.get
+        self.vocab_size = j["vocab_size"]
+        self.hidden_size = j["hidden_size"]
+        self.num_hidden_layers = j["num_hidden_layers"]
+        self.num_attention_heads = j["num_attention_heads"]
+        self.q_lora_rank = j["q_lora_rank"]
+        self.kv_lora_rank = j["kv_lora_rank"]
+        self.qk_nope_head_dim = j["qk_nope_head_dim"]
+        self.qk_rope_head_dim = j["qk_rope_head_dim"]
+        self.v_head_dim = j["v_head_dim"]
+        la = j.get("linear_attn_config") or {}
+        self.kda_heads = la.get("num_heads", 0)
+        self.kda_head_dim = la.get("head_dim", 0)
+        self.conv_kernel = la.get("short_conv_kernel_size", 4)
+        self.gate_lower_bound = la.get("gate_lower_bound", -5.0)
+        self.kda_layers = list(la.get("kda_layers", []))  # 1-based
+        self.num_experts = g("num_experts", 0)
+        self.top_k = g("num_experts_per_token", 0)
+        self.moe_intermediate_size = g("moe_intermediate_size", 0)
+        self.latent = g("routed_expert_hidden_size", 0)
+        self.num_shared_experts = g("num_shared_experts", 0)
+        self.first_k_dense_replace = g("first_k_dense_replace", 0)
+        self.routed_scaling_factor = g("routed_scaling_factor", 1.0)
+        self.intermediate_size = j["intermediate_size"]
+        self.attn_res_block_size = g("attn_res_block_size", 0)
+        self.hidden_act = g("hidden_act", "situ")
+        self.situ_beta = g("activation_situ_beta", 4.0)
+        self.situ_linear_beta = g("activation_situ_linear_beta", 25.0)
+        self.rms_norm_eps = g("rms_norm_eps", 1e-5)
+
+    @staticmethod
+    def load(path):
+        with open(path) as f:
+            return Config(json.load(f))
+
+
+def linear(i, o):
+    return nn.Linear(i, o, bias=False)
+
+
+def rms_norm(x, weight, eps):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return rms_norm(x, self.weight, self.eps)
+
+
+class Weight(nn.Module):
+    """A module holding one tensor named `weight` (the AttnRes pseudo-queries and their norms)."""
+
+    def __init__(self, *shape):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(*shape))
+
+
+def glu(c, g, u):
+    if c.hidden_act == "silu":
+        return F.silu(g) * u
+    b1, b2 = c.situ_beta, c.situ_linear_beta  # SiTU-GLU
+    return b1 * torch.tanh(g / b1) * torch.sigmoid(g) * (b2 * torch.tanh(u / b2))
+
+
+def attn_res(rows, proj, norm, eps):
+    """Agg of spec §2: softmax over rows of rho_i <Z_i, norm ⊙ proj>, mixing the raw rows."""
+    Z = torch.stack(rows)                                        # [m, ..., d]
+    w = norm.weight * proj.weight.reshape(-1)
+    rho = torch.rsqrt(Z.pow(2).mean(-1) + eps)                   # [m, ...]
+    alpha = torch.softmax(rho * (Z * w).sum(-1), dim=0)
+    return (alpha.unsqueeze(-1) * Z).sum(0)
+
+
+class GluMlp(nn.Module):
+    def __init__(self, c, width):
+        super().__init__()
+        self.c = c
+        self.gate_proj, self.up_proj = linear(c.hidden_size, width), linear(c.hidden_size, width)
+        self.down_proj = linear(width, c.hidden_size)
+
+    def forward(self, x):
+        return self.down_proj(glu(self.c, self.gate_proj(x), self.up_proj(x)))
+
+
+class Expert(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.w1, self.w3 = linear(c.latent, c.moe_intermediate_size), linear(c.latent, c.moe_intermediate_size)
+        self.w2 = linear(c.moe_intermediate_size, c.latent)
+
+    def forward(self, z):
+        return self.w2(glu(self.c, self.w1(z), self.w3(z)))
+
+
+class Router(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(c.num_experts, c.hidden_size))
+        self.e_score_correction_bias = nn.Parameter(torch.zeros(c.num_experts))
+
+
+def select_top_k(s, b, k):
+    """ids [rows, k] of the k largest s + b, ties to the lower index; and the margin between the
+    k-th and the (k+1)-th key of every row (how far the choice is from flipping)."""
+    key = (s + b).detach()
+    order = torch.sort(-key, dim=-1, stable=True).indices
+    top = torch.gather(key, -1, order[:, : k + 1])
+    return order[:, :k], top[:, k - 1] - top[:, k]
+
+
+class LatentMoE(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        d = c.hidden_size
+        self.gate = Router(c)
+        self.routed_expert_down_proj = linear(d, c.latent)
+        self.routed_expert_norm = RMSNorm(c.latent, c.rms_norm_eps)
+        self.routed_expert_up_proj = linear(c.latent, d)
+        self.experts = nn.ModuleList(Expert(c) for _ in range(c.num_experts))
+        self.shared_experts = GluMlp(c, c.num_shared_experts * c.moe_intermediate_size) \
+            if c.num_shared_experts > 0 else None
+        self.margins = []  # selection margins of every forward (for the report)
+
+    def forward(self, x):
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        c = self.c
+        s = torch.sigmoid(x @ self.gate.weight.t())                          # [n, E]
+        ids, margin = select_top_k(s, self.gate.e_score_correction_bias, c.top_k)
+        self.margins.append(margin)
+        chosen = torch.gather(s, 1, ids)                                       # [n, k]
+        p = chosen / (chosen.sum(-1, keepdim=True) + 1e-20) * c.routed_scaling_factor
+        z = self.routed_expert_down_proj(x)
+        r = torch.zeros_like(z)
+        for e, expert in enumerate(self.experts):
+            tok, slot = (ids == e).nonzero(as_tuple=True)
+            if tok.numel():
+                r = r.index_add(0, tok, p[tok, slot].unsqueeze(-1) * expert(z[tok]))
+        out = self.routed_expert_up_proj(self.routed_expert_norm(r))
+        if self.shared_experts is not None:
+            out = out + self.shared_experts(x)
+        return out.reshape(shape)
+
+
+class GatedMLA(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        d, H = c.hidden_size, c.num_attention_heads
+        dn, dr, dv = c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
+        self.q_a_proj = linear(d, c.q_lora_rank)
+        self.q_a_layernorm = RMSNorm(c.q_lora_rank, c.rms_norm_eps)
+        self.q_b_proj = linear(c.q_lora_rank, H * (dn + dr))
+        self.kv_a_proj_with_mqa = linear(d, c.kv_lora_rank + dr)
+        self.kv_a_layernorm = RMSNorm(c.kv_lora_rank, c.rms_norm_eps)
+        self.kv_b_proj = linear(c.kv_lora_rank, H * (dn + dv))
+        self.g_proj = linear(d, H * dv)
+        self.o_proj = linear(H * dv, d)
+
+    def forward(self, x):
+        c = self.c
+        B, T, _ = x.shape
+        H, dn, dr, dv = c.num_attention_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
+        q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))).view(B, T, H, dn + dr)
+        ckv, k_r = self.kv_a_proj_with_mqa(x).split([c.kv_lora_rank, dr], dim=-1)
+        kv = self.kv_b_proj(self.kv_a_layernorm(ckv)).view(B, T, H, dn + dv)
+        k_n, v = kv.split([dn, dv], dim=-1)
+        k = torch.cat([k_n, k_r.unsqueeze(2).expand(B, T, H, dr)], dim=-1)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))                    # [B, H, T, .]
+        scores = (q @ k.transpose(-1, -2)) / math.sqrt(dn + dr)
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        o = scores.masked_fill(future, float("-inf")).softmax(-1) @ v
+        o = o.transpose(1, 2).reshape(B, T, H * dv)
+        return self.o_proj(o * torch.sigmoid(self.g_proj(x)))
+
+
+class KDA(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        d, H, D, K = c.hidden_size, c.kda_heads, c.kda_head_dim, c.conv_kernel
+        P = H * D
+        self.q_proj, self.k_proj, self.v_proj = linear(d, P), linear(d, P), linear(d, P)
+        self.q_conv1d, self.k_conv1d, self.v_conv1d = Weight(P, 1, K), Weight(P, 1, K), Weight(P, 1, K)
+        self.f_a_proj, self.f_b_proj = linear(d, D), linear(D, P)
+        self.b_proj = linear(d, H)
+        self.A_log = nn.Parameter(torch.zeros(H))
+        self.dt_bias = nn.Parameter(torch.zeros(P))
+        self.o_norm = RMSNorm(D, c.rms_norm_eps)
+        self.g_proj = linear(d, P)
+        self.o_proj = linear(P, d)
+
+    def conv(self, x, w):
+        """Causal depthwise conv + SiLU: y[t,c] = silu(Σ_j w[c,0,j] x[t-(K-1)+j, c]); x [B, T, P]."""
+        K = w.weight.shape[-1]
+        y = F.conv1d(F.pad(x.transpose(1, 2), (K - 1, 0)), w.weight, groups=x.shape[-1])
+        return F.silu(y.transpose(1, 2))
+
+    def forward(self, x):
+        c = self.c
+        B, T, _ = x.shape
+        H, D = c.kda_heads, c.kda_head_dim
+
+        def heads(t):
+            return t.view(B, T, H, D)
+
+        q = heads(self.conv(self.q_proj(x), self.q_conv1d))
+        k = heads(self.conv(self.k_proj(x), self.k_conv1d))
+        v = heads(self.conv(self.v_proj(x), self.v_conv1d))
+        q = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + 1e-6) / math.sqrt(D)
+        k = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + 1e-6)
+        f = heads(self.f_b_proj(self.f_a_proj(x)))
+        g = c.gate_lower_bound * torch.sigmoid(
+            torch.exp(self.A_log).view(H, 1) * (f + self.dt_bias.view(H, D)))   # [B, T, H, D]
+        beta = torch.sigmoid(self.b_proj(x))                                     # [B, T, H]
+        S = x.new_zeros(B, H, D, D)
+        outs = []
+        for t in range(T):
+            S = S * torch.exp(g[:, t]).unsqueeze(-1)                            # Diag(e^g) S
+            u = v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t])              # v - Sᵀk
+            S = S + beta[:, t, :, None, None] * k[:, t].unsqueeze(-1) * u.unsqueeze(-2)
+            outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))               # Sᵀq
+        o = torch.stack(outs, dim=1)                                             # [B, T, H, D]
+        y = self.o_norm(o) * torch.sigmoid(heads(self.g_proj(x)))
+        return self.o_proj(y.reshape(B, T, H * D))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c, index):
+        super().__init__()
+        d = c.hidden_size
+        self.index = index
+        self.input_layernorm = RMSNorm(d, c.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(d, c.rms_norm_eps)
+        if c.attn_res_block_size > 0:
+            self.self_attention_res_proj, self.self_attention_res_norm = Weight(1, d), Weight(d)
+            self.mlp_res_proj, self.mlp_res_norm = Weight(1, d), Weight(d)
+        self.self_attn = KDA(c) if index + 1 in c.kda_layers else GatedMLA(c)
+        if c.num_experts > 0 and index >= c.first_k_dense_replace:
+            self.block_sparse_moe = LatentMoE(c)
+        else:
+            self.mlp = GluMlp(c, c.intermediate_size)
+
+    def ffn(self, x):
+        return self.mlp(x) if hasattr(self, "mlp") else self.block_sparse_moe(x)
+
+
+class Decoder(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.c = c
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(c, l) for l in range(c.num_hidden_layers))
+        if c.attn_res_block_size > 0:
+            self.output_attn_res_proj, self.output_attn_res_norm = Weight(1, c.hidden_size), Weight(c.hidden_size)
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+    def forward(self, tokens):
+        c, eps = self.c, self.c.rms_norm_eps
+        P = self.embed_tokens(tokens)
+        if c.attn_res_block_size <= 0:  # ordinary residual stream
+            for L in self.layers:
+                P = P + L.self_attn(L.input_layernorm(P))
+                P = P + L.ffn(L.post_attention_layernorm(P))
+            return self.norm(P)
+        bank = []
+        for L in self.layers:
+            if bank:
+                a_in = L.input_layernorm(attn_res(bank + [P], L.self_attention_res_proj,
+                                                  L.self_attention_res_norm, eps))
+            else:  # layer 0: its self_attention_res_* have no effect
+                a_in = L.input_layernorm(P)
+            starts_block = L.index % c.attn_res_block_size == 0
+            if starts_block:
+                bank.append(P)
+            A = L.self_attn(a_in)
+            P = A if starts_block else P + A
+            m_in = L.post_attention_layernorm(attn_res(bank + [P], L.mlp_res_proj, L.mlp_res_norm, eps))
+            P = P + L.ffn(m_in)
+        h = attn_res(bank + [P], self.output_attn_res_proj, self.output_attn_res_norm, eps)
+        return self.norm(h)
+
+
+class K3Model(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.config = c
+        self.model = Decoder(c)
+        self.lm_head = linear(c.hidden_size, c.vocab_size)
+
+    def forward(self, tokens):
+        return self.lm_head(self.model(tokens))
+
+    def loss(self, tokens, targets):
+        """(sum of token losses over targets != IGNORE_INDEX, count of those targets)."""
+        logits = self(tokens)
+        total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                ignore_index=IGNORE_INDEX, reduction="sum")
+        return total, int((targets != IGNORE_INDEX).sum())
+
+    def moe_margins(self):
+        """Every top-k selection margin of the forwards so far (one per MoE layer and token)."""
+        m = [x for mod in self.modules() if isinstance(mod, LatentMoE) for x in mod.margins]
+        return torch.cat(m) if m else torch.zeros(0)
+
+    def load_k3lab(self, path):
+        """Loads a k3lab safetensors weight file; every name and shape must match both ways."""
+        weights = st.load(path)
+        params = dict(self.named_parameters())
+        missing, extra = params.keys() - weights.keys(), weights.keys() - params.keys()
+        if missing or extra:
+            raise ValueError(f"{path}: missing {sorted(missing)}, unexpected {sorted(extra)}")
+        with torch.no_grad():
+            for name, p in params.items():
+                if tuple(p.shape) != weights[name].shape:
+                    raise ValueError(f"{path}: {name} has shape {weights[name].shape}, expected {tuple(p.shape)}")
+                p.copy_(torch.from_numpy(weights[name]))
