@@ -4,20 +4,32 @@
 
 #include "k3/apps/commands.h"
 #include "k3/model/inventory.h"
+#include "k3/optim/routing.h"
+#include "k3/train/session.h"
 
 namespace k3::apps {
+
+// Every tensor's optimizer (spec §7 grouping): a tensor no rule covers is an error.
+static void print_routing(const Model& m) {
+  std::vector<ParamSlot> slots;
+  for (const TensorEntry& t : tensor_inventory(m)) slots.push_back({t.name, t.shape, 0});
+  std::printf("\n%-72s %s\n", "tensor", "optimizer");
+  for (const Assignment& a : route_parameters(slots, train::head_sizes(m.config())))
+    std::printf("%-72s %s\n", a.name.c_str(), a.describe().c_str());
+}
 
 void add_model(CLI::App& app) {
   auto* model = app.add_subcommand("model", "Describe a model configuration");
   model->require_subcommand(1);
   struct Args {
     std::string config;
-    bool tensors = false;
+    bool tensors = false, optim = false;
   };
   auto a = std::make_shared<Args>();
   auto* inspect = model->add_subcommand("inspect", "Parameter counts and tensor list of a model config");
   inspect->add_option("config", a->config, "Model configuration (HF-style JSON)")->required();
   inspect->add_flag("--tensors", a->tensors, "List every tensor: name, shape, dtype");
+  inspect->add_flag("--optim", a->optim, "List every tensor's optimizer and block shape");
   inspect->callback([a] {
     Model m(load_model_config(a->config), /*allocate=*/false);
     const ModelConfig& c = m.config();
@@ -28,6 +40,7 @@ void add_model(CLI::App& app) {
     for (const ComponentCount& cc : parameter_counts(m))
       std::printf("%-22s %20lld %20lld\n", cc.component.c_str(), static_cast<long long>(cc.total),
                   static_cast<long long>(cc.active));
+    if (a->optim) print_routing(m);
     if (!a->tensors) return;
     std::printf("\n%-72s %-18s %s\n", "tensor", "shape", "dtype");
     for (const TensorEntry& t : tensor_inventory(m))
