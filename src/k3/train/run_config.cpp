@@ -105,6 +105,13 @@ Rule<double> within(char open, double lo, double hi, char close) {
           std::string("a value in ") + open + shortest(lo) + ", " + shortest(hi) + close};
 }
 
+Rule<std::string> one_of(std::vector<std::string> options) {
+  std::string expected = "one of";
+  for (const auto& o : options) expected += " \"" + o + "\"";
+  return {[options](const std::string& v) { return std::find(options.begin(), options.end(), v) != options.end(); },
+          expected};
+}
+
 Rule<std::string> any_text() {
   return {[](const std::string&) { return true; }, "a string"};
 }
@@ -194,6 +201,8 @@ const std::vector<Field>& fields() {
     field("train.eps", &R::train, &T::eps, above(0.0), "optimizer epsilon"),
     field("train.grad_clip", &R::train, &T::grad_clip, at_least(0.0),
           "gradient-norm limit; 0: off"),
+    field("train.optimizer", &R::train, &T::optimizer, one_of({"muon", "adamw"}),
+          "muon: K3's groups (Muon matrices, AdamW the rest); adamw: AdamW everywhere"),
     field("train.threads", &R::train, &T::threads, at_least<I>(0), "worker threads; 0: all cores"),
     field("eval.every", &R::eval, &E::every, at_least<I>(0), "steps between evaluations; 0: off"),
     field("eval.batches", &R::eval, &E::batches, above<I>(0), "validation batches per evaluation"),

@@ -39,6 +39,7 @@ struct TrainSection {
   double beta2 = 0.95;
   double eps = 1e-8;
   double grad_clip = 1.0;  // global gradient norm limit; 0 disables clipping
+  std::string optimizer = "muon";  // "muon" (K3's parameter groups) or "adamw" (AdamW for all)
   int64_t threads = 0;     // 0: all cores
 
   // Warmup length in steps: warmup_fraction * steps when set, else warmup_steps; at most steps.

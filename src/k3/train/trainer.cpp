@@ -31,9 +31,13 @@ double peak_rss_mib() {
 }
 
 // K3's parameter groups (spec §7): Muon for matrices, AdamW for the rest, one lr and λ.
+// train.optimizer = "adamw" puts every trainable tensor under AdamW (the router bias stays with
+// Quantile Balancing); "muon" keeps the default grouping.
 Optimizer make_optimizer(Model& model, const TrainSection& t) {
   const ParamSet params = param_set(model.params());
-  return Optimizer(params, route_parameters(params.slots, head_sizes(model.config())),
+  std::vector<std::string> rules;
+  if (t.optimizer == "adamw") rules = {"*.e_score_correction_bias=frozen", "*=adamw"};
+  return Optimizer(params, route_parameters(params.slots, head_sizes(model.config()), rules),
                    OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
                                    .beta2 = static_cast<float>(t.beta2),
                                    .eps = static_cast<float>(t.eps),
