@@ -99,7 +99,8 @@ inline Mat newton_schulz_reference(Mat x, int steps = 5) {
 
 // What the iteration does to one singular value σ of the normalized input.
 inline double quintic_map(double sigma, int steps = 5) {
-  for (int k = 0; k < steps; ++k) sigma = sigma * (kA + kB * sigma * sigma + kC * sigma * sigma * sigma * sigma);
+  for (int k = 0; k < steps; ++k)
+    sigma = sigma * (kA + kB * sigma * sigma + kC * sigma * sigma * sigma * sigma);
   return sigma;
 }
 

@@ -31,7 +31,9 @@ struct Buffers {
   }
 };
 
-std::vector<float> to_vec(const Tensor& t) { return std::vector<float>(t.f32(), t.f32() + t.numel()); }
+std::vector<float> to_vec(const Tensor& t) {
+  return std::vector<float>(t.f32(), t.f32() + t.numel());
+}
 
 constexpr MuonConfig kConfig{0.95f, 0.1f, 5};
 constexpr float kLr = 0.02f, kGradScale = 0.5f;
@@ -88,7 +90,8 @@ TEST(Muon, PerHeadEqualsWholeMatrixMuonOnEachHead) {
   for (auto [heads, h, n] : {std::tuple<int64_t, int64_t, int64_t>{4, 8, 24}, {3, 16, 8}}) {
     Buffers fused({{"proj", {heads * h, n}}});
     std::vector<std::pair<std::string, Shape>> separate_shapes;
-    for (int64_t i = 0; i < heads; ++i) separate_shapes.push_back({"head" + std::to_string(i), {h, n}});
+    for (int64_t i = 0; i < heads; ++i)
+      separate_shapes.push_back({"head" + std::to_string(i), {h, n}});
     Buffers separate(separate_shapes);
     ASSERT_EQ(fused.values, separate.values);
     Muon per_head(fused.set(), {h}, kConfig);

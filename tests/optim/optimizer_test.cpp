@@ -35,15 +35,18 @@ struct Model {
     params.grads = grads.data();
     params.flat_size = offset;
   }
-  std::vector<Assignment> plan() const { return route_parameters(params.slots, HeadSizes{.dense = 8}); }
+  std::vector<Assignment> plan() const {
+    return route_parameters(params.slots, HeadSizes{.dense = 8});
+  }
   void draw_grads(uint64_t seed) {
     const auto g = random_vec(grads.size(), seed, -1, 1);
     std::copy(g.begin(), g.end(), grads.begin());
   }
   std::vector<float> tensor(const std::string& name) const {
     for (const ParamSlot& p : params.slots)
-      if (p.name == name) return {values.begin() + static_cast<int64_t>(p.offset),
-                                  values.begin() + static_cast<int64_t>(p.offset) + p.numel()};
+      if (p.name == name)
+        return {values.begin() + static_cast<int64_t>(p.offset),
+                values.begin() + static_cast<int64_t>(p.offset) + p.numel()};
     throw Error("no " + name);
   }
 };
@@ -68,10 +71,12 @@ TEST(Optimizer, UpdatesEachGroupWithItsOwnOptimizer) {
     return s;
   };
   const std::string l0 = "model.layers.0.";
-  AdamW adamw(subset({"model.embed_tokens.weight", l0 + "input_layernorm.weight", "lm_head.weight"}),
-              AdamWConfig{}, {false, false, true});
+  AdamW adamw(
+      subset({"model.embed_tokens.weight", l0 + "input_layernorm.weight", "lm_head.weight"}),
+      AdamWConfig{}, {false, false, true});
   Muon muon(subset({l0 + "self_attn.q_proj.weight", l0 + "self_attn.o_proj.weight",
-                    l0 + "block_sparse_moe.experts.0.w1.weight", l0 + "block_sparse_moe.experts.1.w1.weight"}),
+                    l0 + "block_sparse_moe.experts.0.w1.weight",
+                    l0 + "block_sparse_moe.experts.1.w1.weight"}),
             {8, 0, 0, 0}, MuonConfig{});
   const auto bias_before = m.tensor(l0 + "block_sparse_moe.gate.e_score_correction_bias");
   for (int s = 0; s < 3; ++s) {
@@ -88,7 +93,9 @@ TEST(Optimizer, UpdatesEachGroupWithItsOwnOptimizer) {
   }
   EXPECT_EQ(m.tensor(l0 + "block_sparse_moe.gate.e_score_correction_bias"), bias_before);
   EXPECT_EQ(opt.steps_taken(), 3);
-  EXPECT_EQ(opt.summary(), "adamw 3 tensors (1616 values), muon 4 tensors (1792 values), frozen 1 tensors (4 values)");
+  EXPECT_EQ(
+      opt.summary(),
+      "adamw 3 tensors (1616 values), muon 4 tensors (1792 values), frozen 1 tensors (4 values)");
 }
 
 // Save after 3 steps, restore into a fresh optimizer, continue: bit-identical to never stopping.
@@ -122,7 +129,8 @@ TEST(Optimizer, StateRoundTripsAndResumesBitIdentically) {
   EXPECT_EQ(resumed.values, straight.values);
   const auto final_a = a.state_tensors(), final_c = c.state_tensors();
   for (size_t i = 0; i < final_a.size(); ++i)
-    EXPECT_EQ(0, std::memcmp(final_a[i].second.data(), final_c[i].second.data(), final_a[i].second.nbytes()))
+    EXPECT_EQ(0, std::memcmp(final_a[i].second.data(), final_c[i].second.data(),
+                             final_a[i].second.nbytes()))
         << final_a[i].first;
 }
 

@@ -31,7 +31,8 @@ std::string replace(std::string s, const std::string& from, const std::string& t
 // kind (0: KDA + dense MLP, 1: KDA + MoE, 3 and 92: MLA) and {e} for the first and last expert.
 std::vector<ParamSlot> k3_inventory() {
   const char* shared = std::getenv("K3LAB_SHARED");
-  const std::string path = std::string(shared ? shared : "../shared") + "/reference/kimi-k3/weights.tsv";
+  const std::string path =
+      std::string(shared ? shared : "../shared") + "/reference/kimi-k3/weights.tsv";
   std::ifstream in(path);
   EXPECT_TRUE(in) << "cannot read " << path;
   std::vector<ParamSlot> out;
@@ -44,12 +45,14 @@ std::vector<ParamSlot> k3_inventory() {
     std::getline(row, layers, '\t');
     std::getline(row, shape, '\t');
     for (int l : {0, 1, 3, 92}) {
-      const bool present = layers == "-" || layers == "0-92" || (layers == "KDA" && is_kda_layer(l)) ||
-                           (layers == "MLA" && !is_kda_layer(l)) || (layers.rfind("1-92", 0) == 0 && l >= 1) ||
-                           (layers == "0" && l == 0);
+      const bool present = layers == "-" || layers == "0-92" ||
+                           (layers == "KDA" && is_kda_layer(l)) ||
+                           (layers == "MLA" && !is_kda_layer(l)) ||
+                           (layers.rfind("1-92", 0) == 0 && l >= 1) || (layers == "0" && l == 0);
       if (!present) continue;
       for (int e : {0, 895}) {
-        const std::string expanded = replace(replace(name, "{l}", std::to_string(l)), "{e}", std::to_string(e));
+        const std::string expanded =
+            replace(replace(name, "{l}", std::to_string(l)), "{e}", std::to_string(e));
         out.push_back({expanded, parse_shape(shape), 0});
         if (name.find("{e}") == std::string::npos) break;
       }
@@ -101,19 +104,24 @@ TEST(Routing, EveryK3TensorIsAssigned) {
   expect(mla + "self_attn.g_proj.weight", K::muon, G::per_head, {64, 7168}, 192);
   expect(mla + "self_attn.q_b_proj.weight", K::muon, G::per_head, {192, 1536}, 96);
   expect(mla + "self_attn.kv_b_proj.weight", K::muon, G::per_head, {256, 512}, 96);
-  expect(kda + "block_sparse_moe.experts.895.w2.weight_packed", K::muon, G::per_expert, {3584, 1536}, 1);
-  for (const char* p : {"self_attn.f_a_proj", "self_attn.o_proj", "block_sparse_moe.gate",
-                        "block_sparse_moe.shared_experts.down_proj", "block_sparse_moe.routed_expert_up_proj"})
+  expect(kda + "block_sparse_moe.experts.895.w2.weight_packed", K::muon, G::per_expert,
+         {3584, 1536}, 1);
+  for (const char* p :
+       {"self_attn.f_a_proj", "self_attn.o_proj", "block_sparse_moe.gate",
+        "block_sparse_moe.shared_experts.down_proj", "block_sparse_moe.routed_expert_up_proj"})
     expect(kda + p + ".weight", K::muon, G::whole, find(plan, kda + p + ".weight").shape, 1);
   expect(mla + "self_attn.q_a_proj.weight", K::muon, G::whole, {1536, 7168}, 1);
   expect(mla + "self_attn.kv_a_proj_with_mqa.weight", K::muon, G::whole, {576, 7168}, 1);
   expect("model.layers.0.mlp.down_proj.weight", K::muon, G::whole, {7168, 33792}, 1);
-  for (const char* p : {"self_attn.b_proj.weight", "self_attn.A_log", "self_attn.dt_bias", "self_attn.q_conv1d.weight",
-                        "self_attn.o_norm.weight", "input_layernorm.weight", "mlp_res_proj.weight",
-                        "self_attention_res_norm.weight", "block_sparse_moe.routed_expert_norm.weight"})
+  for (const char* p :
+       {"self_attn.b_proj.weight", "self_attn.A_log", "self_attn.dt_bias",
+        "self_attn.q_conv1d.weight", "self_attn.o_norm.weight", "input_layernorm.weight",
+        "mlp_res_proj.weight", "self_attention_res_norm.weight",
+        "block_sparse_moe.routed_expert_norm.weight"})
     expect(kda + p, K::adamw, G::whole, {}, 0);
-  for (const char* p : {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight",
-                        "model.output_attn_res_proj.weight", "model.layers.3.self_attn.kv_a_layernorm.weight"})
+  for (const char* p :
+       {"model.embed_tokens.weight", "lm_head.weight", "model.norm.weight",
+        "model.output_attn_res_proj.weight", "model.layers.3.self_attn.kv_a_layernorm.weight"})
     expect(p, K::adamw, G::whole, {}, 0);
   expect(kda + "block_sparse_moe.gate.e_score_correction_bias", K::frozen, G::whole, {}, 0);
   expect(kda + "block_sparse_moe.experts.0.w1.weight_scale", K::frozen, G::whole, {}, 0);
@@ -121,7 +129,8 @@ TEST(Routing, EveryK3TensorIsAssigned) {
   // Weight decay: matrices yes (the output head included), vectors and the embedding no.
   EXPECT_TRUE(find(plan, "lm_head.weight").weight_decay);
   EXPECT_TRUE(find(plan, kda + "self_attn.b_proj.weight").weight_decay);
-  for (const char* p : {"model.embed_tokens.weight", "model.norm.weight", "model.output_attn_res_proj.weight"})
+  for (const char* p :
+       {"model.embed_tokens.weight", "model.norm.weight", "model.output_attn_res_proj.weight"})
     EXPECT_FALSE(find(plan, p).weight_decay) << p;
 }
 
@@ -158,9 +167,10 @@ TEST(Routing, RunRulesOverrideAndExtendTheDefaults) {
                                          {"model.layers.0.self_attn.k_proj.weight", {256, 64}, 0},
                                          {"model.layers.0.adapter.weight", {32, 64}, 0},
                                          {"model.layers.0.gate_stack.weight", {4, 8, 16}, 0}};
-  const auto plan = route_parameters(params, kK3Sizes,
-                                     {"*.q_proj.weight = adamw", "*.k_proj.weight=muon:per_head(32)",
-                                      "*.adapter.weight=muon", "*.gate_stack.weight=muon:per_expert"});
+  const auto plan =
+      route_parameters(params, kK3Sizes,
+                       {"*.q_proj.weight = adamw", "*.k_proj.weight=muon:per_head(32)",
+                        "*.adapter.weight=muon", "*.gate_stack.weight=muon:per_expert"});
   EXPECT_EQ(plan[0].optimizer, OptimizerKind::adamw);
   EXPECT_EQ(plan[0].rule, "*.q_proj.weight = adamw");
   EXPECT_EQ(plan[1].block_shape, (Shape{32, 64}));

@@ -8,8 +8,13 @@ namespace {
 
 // Golden values at each boundary: peak 1, 100 steps, 10 warmup steps, floor 0.1.
 Schedule make(ScheduleKind kind, DecayShape shape = DecayShape::linear) {
-  return {.kind = kind, .peak_lr = 1.0f, .total_steps = 100, .warmup_steps = 10, .min_lr_ratio = 0.1f,
-          .decay_fraction = 0.2, .decay_shape = shape};
+  return {.kind = kind,
+          .peak_lr = 1.0f,
+          .total_steps = 100,
+          .warmup_steps = 10,
+          .min_lr_ratio = 0.1f,
+          .decay_fraction = 0.2,
+          .decay_shape = shape};
 }
 
 TEST(Schedule, WarmupIsLinearAndEndsAtThePeak) {
@@ -35,11 +40,12 @@ TEST(Schedule, WsdHoldsThePeakThenDecaysOverTheLastFraction) {
     DecayShape shape;
     float first, half;  // the first decaying step (p = 1/20) and halfway (p = 1/2)
   };
-  for (const Golden& g : {Golden{DecayShape::linear, 0.955f, 0.55f},
-                          Golden{DecayShape::sqrt, static_cast<float>(0.1 + 0.9 * (1 - std::sqrt(0.05))),
-                                 static_cast<float>(0.1 + 0.9 * (1 - std::sqrt(0.5)))},
-                          Golden{DecayShape::exp, static_cast<float>(std::pow(0.1, 0.05)),
-                                 static_cast<float>(std::sqrt(0.1))}}) {
+  for (const Golden& g :
+       {Golden{DecayShape::linear, 0.955f, 0.55f},
+        Golden{DecayShape::sqrt, static_cast<float>(0.1 + 0.9 * (1 - std::sqrt(0.05))),
+               static_cast<float>(0.1 + 0.9 * (1 - std::sqrt(0.5)))},
+        Golden{DecayShape::exp, static_cast<float>(std::pow(0.1, 0.05)),
+               static_cast<float>(std::sqrt(0.1))}}) {
     const Schedule s = make(ScheduleKind::wsd, g.shape);
     EXPECT_EQ(s.decay_start(), 80);
     EXPECT_FLOAT_EQ(s.lr(10), 1.0f);

@@ -1,11 +1,12 @@
 // `k3lab schedule --type cosine|wsd|constant [--steps N --warmup W --decay-fraction f
 //   --decay-shape linear|sqrt|exp --min-lr-ratio r --lr x] [--plot out.svg]`:
 // the learning rate of every step, its values at the phase boundaries, and a plot.
+#include "k3/optim/schedule.h"
+
 #include <algorithm>
 #include <cstdio>
 
 #include "k3/apps/commands.h"
-#include "k3/optim/schedule.h"
 #include "k3/train/svg_plot.h"
 
 namespace k3::apps {
@@ -18,18 +19,20 @@ void print_boundaries(const Schedule& s) {
   if (s.warmup_steps > 0) rows.push_back({s.warmup_steps - 1, "warmup end (peak)"});
   const int64_t start = s.decay_start();
   if (start < s.total_steps) {
-    if (s.kind == ScheduleKind::wsd && start > s.warmup_steps) rows.push_back({start - 1, "last stable step"});
+    if (s.kind == ScheduleKind::wsd && start > s.warmup_steps)
+      rows.push_back({start - 1, "last stable step"});
     rows.push_back({start, "decay start"});
     rows.push_back({start + (s.total_steps - start) / 2 - 1, "decay halfway"});
   }
   rows.push_back({s.total_steps - 1, "final step"});
   std::sort(rows.begin(), rows.end());
-  std::printf("%10s  %-20s %12s %10s\n", "step", "", "lr", "lr / peak");
+  std::printf("%10s  %-20s %12s %10s\n", "step", "boundary", "lr", "lr / peak");
   for (const auto& [step, what] : rows)
-    std::printf("%10lld  %-20s %12.6g %10.4f\n", static_cast<long long>(step), what.c_str(), s.lr(step),
-                s.lr(step) / s.peak_lr);
+    std::printf("%10lld  %-20s %12.6g %10.4f\n", static_cast<long long>(step), what.c_str(),
+                s.lr(step), s.lr(step) / s.peak_lr);
   if (s.kind != ScheduleKind::constant)
-    std::printf("floor: %.6g (min_lr_ratio %.4g x peak %.6g)\n", s.peak_lr * s.min_lr_ratio, s.min_lr_ratio, s.peak_lr);
+    std::printf("floor: %.6g (min_lr_ratio %.4g x peak %.6g)\n", s.peak_lr * s.min_lr_ratio,
+                s.min_lr_ratio, s.peak_lr);
 }
 
 void plot(const Schedule& s, const std::string& path) {
@@ -60,16 +63,21 @@ void add_schedule(CLI::App& app) {
     double warmup = 0.01, decay_fraction = 0.2, min_lr_ratio = 0.1, lr = 3e-3;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("schedule", "Show a learning-rate schedule: boundary values and a plot");
+  auto* cmd =
+      app.add_subcommand("schedule", "Show a learning-rate schedule: boundary values and a plot");
   cmd->add_option("--type", a->type, "cosine, wsd or constant")->capture_default_str();
-  cmd->add_option("--steps", a->steps, "Steps in the run")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--steps", a->steps, "Steps in the run")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--warmup", a->warmup, "Warmup: a fraction of the steps when below 1, else steps")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--decay-fraction", a->decay_fraction, "wsd: share of the steps spent decaying")
       ->capture_default_str();
-  cmd->add_option("--decay-shape", a->decay_shape, "wsd: linear, sqrt (1 - sqrt) or exp")->capture_default_str();
-  cmd->add_option("--min-lr-ratio", a->min_lr_ratio, "The floor, as a fraction of the peak")->capture_default_str();
+  cmd->add_option("--decay-shape", a->decay_shape, "wsd: linear, sqrt (1 - sqrt) or exp")
+      ->capture_default_str();
+  cmd->add_option("--min-lr-ratio", a->min_lr_ratio, "The floor, as a fraction of the peak")
+      ->capture_default_str();
   cmd->add_option("--lr", a->lr, "Peak learning rate")->capture_default_str();
   cmd->add_option("--plot", a->plot, "Write the schedule as an SVG plot");
   cmd->callback([a] {

@@ -8,7 +8,8 @@
 namespace k3 {
 
 bool decays_by_default(const ParamSlot& p) {
-  const auto above_one = std::count_if(p.shape.begin(), p.shape.end(), [](int64_t d) { return d > 1; });
+  const auto above_one =
+      std::count_if(p.shape.begin(), p.shape.end(), [](int64_t d) { return d > 1; });
   return above_one >= 2 && p.name.find("embed_tokens") == std::string::npos;
 }
 
@@ -31,8 +32,9 @@ void AdamW::step(float lr, float grad_scale) {
   ++step_;
   for (size_t i = 0; i < params_.slots.size(); ++i) {
     const ParamSlot& p = params_.slots[i];
-    const kernels::AdamWParams a{lr, config_.beta1, config_.beta2, config_.eps,
-                                 decay_[i] ? config_.weight_decay : 0.f, step_, grad_scale};
+    const kernels::AdamWParams a{
+        lr,    config_.beta1, config_.beta2, config_.eps, decay_[i] ? config_.weight_decay : 0.f,
+        step_, grad_scale};
     kernels::adamw_step(a, params_.values + p.offset, params_.grads + p.offset,
                         m_.f32() + state_offset_[i], v_.f32() + state_offset_[i], p.numel());
   }

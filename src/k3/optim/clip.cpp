@@ -37,9 +37,10 @@ bool StepGuard::admit(double loss, double grad_norm) {
   }
   ++skipped_;
   ++bad_in_a_row_;
-  K3_CHECK(bad_in_a_row_ < max_in_a_row_, bad_in_a_row_,
-           " steps in a row produced a non-finite loss or gradient: stopping rather than training on "
-           "garbage (lower train.lr or check the data)");
+  K3_CHECK(
+      bad_in_a_row_ < max_in_a_row_, bad_in_a_row_,
+      " steps in a row produced a non-finite loss or gradient: stopping rather than training on "
+      "garbage (lower train.lr or check the data)");
   return false;
 }
 

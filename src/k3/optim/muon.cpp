@@ -85,18 +85,22 @@ void Muon::step_chunk(const ShapeGroup& g, size_t first, size_t count, float lr,
     for (int64_t t = 0; t < row_tiles; ++t) {
       const Block& blk = g.blocks[first + static_cast<size_t>(b)];
       float* v = pack + b * size;
-      for_rows(t * kTile, std::min(rows, (t + 1) * kTile), rows, cols, transposed, [&](int64_t i, int64_t p) {
-        const float grad = blk.g[i] * grad_scale, m = mu * blk.m[i] + grad;
-        blk.m[i] = m;
-        v[p] = grad + mu * m;
-      });
+      for_rows(t * kTile, std::min(rows, (t + 1) * kTile), rows, cols, transposed,
+               [&](int64_t i, int64_t p) {
+                 const float grad = blk.g[i] * grad_scale, m = mu * blk.m[i] + grad;
+                 blk.m[i] = m;
+                 v[p] = grad + mu * m;
+               });
     }
 
-  if (transposed) ns_.run(pack, out, n, cols, rows);
-  else ns_.run(pack, out, n, rows, cols);
+  if (transposed)
+    ns_.run(pack, out, n, cols, rows);
+  else
+    ns_.run(pack, out, n, rows, cols);
 
   // W ← W − lr (0.2·√max(r, c)·X + λW)
-  const float scale = 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols))), wd = config_.weight_decay;
+  const float scale = 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols))),
+              wd = config_.weight_decay;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < n; ++b)
     for (int64_t t = 0; t < row_tiles; ++t) {

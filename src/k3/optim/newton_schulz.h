@@ -6,13 +6,14 @@
 //
 // Two evaluation orders of the same iteration, chosen per shape by their cost:
 //  * step by step, as written (square-ish matrices). A = XXᵀ and bA + cA² are symmetric, so only
-//    their lower block strips are multiplied and the rest is mirrored: about 2/3 of the work.
+//    their tiles on and below the diagonal are multiplied and the rest is mirrored: for large m
+//    about 0.7 of the work.
 //  * through the Gram matrix (wide matrices, n ≳ 1.3–1.8 m). Every Aₖ is a polynomial in
-//    A₀ = X₀X₀ᵀ, so all of them commute and A_{k+1} = Aₖ p(Aₖ)², X_k = p(A_{k−1})···p(A₀) X₀ = Q_k X₀:
-//    the steps run on m×m matrices and touch the m×n data only to form A₀ and apply Q. For a head
-//    block [128, 7168] that is about 2/5 of the work. Forming A from X again every 3 steps
-//    (X ← QX, A ← XXᵀ) keeps fp32 rounding as small as the step-by-step form's: without it, errors
-//    in the smallest eigenvalues of A grow through the later steps (the tests measure both).
+//    A₀ = X₀X₀ᵀ, so all of them commute and A_{k+1} = Aₖ p(Aₖ)², X_k = p(A_{k−1})···p(A₀) X₀ = Q_k
+//    X₀: the steps run on m×m matrices and touch the m×n data only to form A₀ and apply Q. For a
+//    head block [128, 7168] that is about 2/5 of the work. Forming A from X again every 3 steps (X
+//    ← QX, A ← XXᵀ) keeps fp32 rounding as small as the step-by-step form's: without it, errors in
+//    the smallest eigenvalues of A grow through the later steps (the tests measure both).
 // Both agree with the step-by-step form in double to about 1e-6 (tests/optim/newton_schulz_test).
 #pragma once
 

@@ -14,10 +14,12 @@ Optimizer::Split Optimizer::split(const ParamSet& params, const std::vector<Assi
   int64_t tensors[3] = {}, values[3] = {};
   for (const ParamSlot& p : params.slots) {
     auto it = by_name.find(p.name);
-    K3_CHECK_CTX(it != by_name.end(), (ErrorContext{"", p.name, -1}), "the optimizer plan does not assign this parameter");
+    K3_CHECK_CTX(it != by_name.end(), (ErrorContext{"", p.name, -1}),
+                 "the optimizer plan does not assign this parameter");
     const Assignment& a = *it->second;
-    K3_CHECK_CTX(a.shape == p.shape, (ErrorContext{"", p.name, -1}), "the optimizer plan was made for shape ",
-                 shape_str(a.shape), ", the parameter is ", shape_str(p.shape));
+    K3_CHECK_CTX(a.shape == p.shape, (ErrorContext{"", p.name, -1}),
+                 "the optimizer plan was made for shape ", shape_str(a.shape),
+                 ", the parameter is ", shape_str(p.shape));
     if (a.optimizer == OptimizerKind::adamw) {
       s.adamw.slots.push_back(p);
       s.decay.push_back(a.weight_decay);
@@ -30,17 +32,19 @@ Optimizer::Split Optimizer::split(const ParamSet& params, const std::vector<Assi
   }
   for (OptimizerKind k : {OptimizerKind::adamw, OptimizerKind::muon, OptimizerKind::frozen}) {
     const int i = static_cast<int>(k);
-    s.summary += std::string(s.summary.empty() ? "" : ", ") + optimizer_name(k) + " " + std::to_string(tensors[i]) +
-                 " tensors (" + std::to_string(values[i]) + " values)";
+    s.summary += std::string(s.summary.empty() ? "" : ", ") + optimizer_name(k) + " " +
+                 std::to_string(tensors[i]) + " tensors (" + std::to_string(values[i]) + " values)";
   }
   return s;
 }
 
-Optimizer::Optimizer(const ParamSet& params, const std::vector<Assignment>& plan, OptimizerConfig config)
+Optimizer::Optimizer(const ParamSet& params, const std::vector<Assignment>& plan,
+                     OptimizerConfig config)
     : Optimizer(split(params, plan), config) {}
 
 Optimizer::Optimizer(Split parts, OptimizerConfig config)
-    : adamw_(std::move(parts.adamw), AdamWConfig{config.beta1, config.beta2, config.eps, config.weight_decay},
+    : adamw_(std::move(parts.adamw),
+             AdamWConfig{config.beta1, config.beta2, config.eps, config.weight_decay},
              std::move(parts.decay)),
       muon_(std::move(parts.muon), std::move(parts.block_rows),
             MuonConfig{config.muon_momentum, config.weight_decay, config.ns_steps}),

@@ -53,7 +53,8 @@ Rule parse_rule(const std::string& text) {
   const std::string where = "optimizer rule \"" + text + "\": ";
   const size_t eq = text.find('=');
   K3_CHECK(eq != std::string::npos, where, "expected \"pattern=spec\"");
-  Rule r{text, trim(std::string_view(text).substr(0, eq)), OptimizerKind::adamw, MuonGrouping::whole, ""};
+  Rule r{text, trim(std::string_view(text).substr(0, eq)), OptimizerKind::adamw,
+         MuonGrouping::whole, ""};
   const std::string spec = trim(std::string_view(text).substr(eq + 1));
   K3_CHECK(!r.pattern.empty(), where, "the pattern is empty");
   const std::string per_head = "muon:per_head(";
@@ -67,7 +68,8 @@ Rule parse_rule(const std::string& text) {
   } else if (spec.rfind(per_head, 0) == 0 && spec.back() == ')') {
     r.kind = OptimizerKind::muon;
     r.grouping = MuonGrouping::per_head;
-    r.head_size = trim(std::string_view(spec).substr(per_head.size(), spec.size() - per_head.size() - 1));
+    r.head_size =
+        trim(std::string_view(spec).substr(per_head.size(), spec.size() - per_head.size() - 1));
     bool known = is_number(r.head_size) && std::stoll(r.head_size) > 0;
     for (const char* name : kHeadSizeNames) known |= r.head_size == name;
     K3_CHECK(known, where, "per_head(", r.head_size,
@@ -87,7 +89,8 @@ std::string attention_prefix(const std::string& name) {
   return at == std::string::npos ? "" : name.substr(0, at + 11);
 }
 
-std::unordered_map<std::string, AttentionKind> attention_kinds(const std::vector<ParamSlot>& params) {
+std::unordered_map<std::string, AttentionKind> attention_kinds(
+    const std::vector<ParamSlot>& params) {
   std::unordered_map<std::string, AttentionKind> kinds;
   for (const ParamSlot& p : params) {
     const std::string prefix = attention_prefix(p.name);
@@ -108,12 +111,17 @@ int64_t head_rows(const Rule& r, const std::string& name, const HeadSizes& s,
     auto it = kinds.find(attention_prefix(name));
     K3_CHECK_CTX(it != kinds.end(), (ErrorContext{"", name, -1}), "rule \"", r.text,
                  "\": per_head(attn) applies to self_attn tensors only");
-    size = it->second == AttentionKind::kda ? "kda" : it->second == AttentionKind::mla ? "mla_v" : "dense";
+    size = it->second == AttentionKind::kda   ? "kda"
+           : it->second == AttentionKind::mla ? "mla_v"
+                                              : "dense";
   }
-  const int64_t rows = size == "kda" ? s.kda : size == "mla_qk" ? s.mla_qk : size == "mla_kv" ? s.mla_kv
-                     : size == "mla_v" ? s.mla_v : s.dense;
-  K3_CHECK_CTX(rows > 0, (ErrorContext{"", name, -1}), "rule \"", r.text, "\": the head size ", size,
-               " is not set by the model configuration");
+  const int64_t rows = size == "kda"      ? s.kda
+                       : size == "mla_qk" ? s.mla_qk
+                       : size == "mla_kv" ? s.mla_kv
+                       : size == "mla_v"  ? s.mla_v
+                                          : s.dense;
+  K3_CHECK_CTX(rows > 0, (ErrorContext{"", name, -1}), "rule \"", r.text, "\": the head size ",
+               size, " is not set by the model configuration");
   return rows;
 }
 
@@ -126,8 +134,9 @@ Assignment assign(const ParamSlot& p, const Rule& r, const HeadSizes& sizes,
   }
   const ErrorContext ctx{"", p.name, -1};
   const bool stacked = r.grouping == MuonGrouping::per_expert && p.shape.size() == 3;
-  K3_CHECK_CTX(p.shape.size() == 2 || stacked, ctx, "rule \"", r.text, "\" gives Muon a tensor of shape ",
-               shape_str(p.shape), ": Muon needs a matrix (or [E, m, n] experts with muon:per_expert)");
+  K3_CHECK_CTX(p.shape.size() == 2 || stacked, ctx, "rule \"", r.text,
+               "\" gives Muon a tensor of shape ", shape_str(p.shape),
+               ": Muon needs a matrix (or [E, m, n] experts with muon:per_expert)");
   const int64_t rows = p.shape[p.shape.size() - 2], cols = p.shape.back();
   a.weight_decay = true;
   a.block_shape = {rows, cols};
@@ -184,7 +193,8 @@ const std::vector<std::string>& default_routing_rules() {
   return rules;
 }
 
-std::vector<Assignment> route_parameters(const std::vector<ParamSlot>& params, const HeadSizes& sizes,
+std::vector<Assignment> route_parameters(const std::vector<ParamSlot>& params,
+                                         const HeadSizes& sizes,
                                          const std::vector<std::string>& rules) {
   std::vector<Rule> parsed;
   for (const auto* list : {&rules, &default_routing_rules()})
@@ -198,8 +208,9 @@ std::vector<Assignment> route_parameters(const std::vector<ParamSlot>& params, c
         match = &r;
         break;
       }
-    K3_CHECK_CTX(match, (ErrorContext{"", p.name, -1}), "no optimizer rule matches this parameter (shape ",
-                 shape_str(p.shape), "): add a \"pattern=adamw|muon|frozen|...\" rule for it");
+    K3_CHECK_CTX(match, (ErrorContext{"", p.name, -1}),
+                 "no optimizer rule matches this parameter (shape ", shape_str(p.shape),
+                 "): add a \"pattern=adamw|muon|frozen|...\" rule for it");
     out.push_back(assign(p, *match, sizes, kinds));
   }
   return out;
@@ -211,17 +222,24 @@ int64_t Assignment::blocks() const {
 
 std::string Assignment::describe() const {
   if (optimizer != OptimizerKind::muon)
-    return std::string(optimizer_name(optimizer)) + (optimizer == OptimizerKind::adamw ? (weight_decay ? ", decay" : ", no decay") : "");
-  const char* group = grouping == MuonGrouping::per_head ? " per-head " : grouping == MuonGrouping::per_expert ? " per-expert " : " ";
+    return std::string(optimizer_name(optimizer)) +
+           (optimizer == OptimizerKind::adamw ? (weight_decay ? ", decay" : ", no decay") : "");
+  const char* group = grouping == MuonGrouping::per_head     ? " per-head "
+                      : grouping == MuonGrouping::per_expert ? " per-expert "
+                                                             : " ";
   const int64_t n = blocks();
-  return std::string("muon") + group + (n > 1 ? std::to_string(n) + " x " : "") + shape_str(block_shape) + ", decay";
+  return std::string("muon") + group + (n > 1 ? std::to_string(n) + " x " : "") +
+         shape_str(block_shape) + ", decay";
 }
 
 const char* optimizer_name(OptimizerKind kind) {
   switch (kind) {
-    case OptimizerKind::adamw: return "adamw";
-    case OptimizerKind::muon: return "muon";
-    case OptimizerKind::frozen: return "frozen";
+    case OptimizerKind::adamw:
+      return "adamw";
+    case OptimizerKind::muon:
+      return "muon";
+    case OptimizerKind::frozen:
+      return "frozen";
   }
   return "?";
 }

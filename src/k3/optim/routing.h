@@ -49,7 +49,7 @@ struct Assignment {
   bool weight_decay = false;
   std::string rule;  // the rule that assigned it
 
-  int64_t blocks() const;    // Muon: how many blocks the tensor splits into
+  int64_t blocks() const;        // Muon: how many blocks the tensor splits into
   std::string describe() const;  // "muon per-head 96 x [128, 7168], decay", for inspection
 };
 
@@ -57,7 +57,8 @@ struct Assignment {
 const std::vector<std::string>& default_routing_rules();
 
 // One assignment per parameter, in the order given. `rules` come before the defaults.
-std::vector<Assignment> route_parameters(const std::vector<ParamSlot>& params, const HeadSizes& sizes,
+std::vector<Assignment> route_parameters(const std::vector<ParamSlot>& params,
+                                         const HeadSizes& sizes,
                                          const std::vector<std::string>& rules = {});
 
 const char* optimizer_name(OptimizerKind kind);

@@ -26,7 +26,7 @@ struct Schedule {
   float peak_lr = 1e-3f;
   int64_t total_steps = 1;
   int64_t warmup_steps = 0;
-  float min_lr_ratio = 0.1f;  // the floor, as a fraction of the peak
+  float min_lr_ratio = 0.1f;                    // the floor, as a fraction of the peak
   double decay_fraction = 0.2;                  // wsd: share of the steps spent decaying
   DecayShape decay_shape = DecayShape::linear;  // wsd
 

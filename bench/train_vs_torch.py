@@ -1,0 +1,75 @@
+"""PyTorch's side of bench_train_vs_torch: training steps of the k3ref dense model in float32
+(zeroed gradients, forward, backward, AdamW), timed like k3lab's. By hand it runs --warmup and
+--steps steps and prints `tokens_per_s <median>` last; the bench drives it with --serve.
+
+The bench launches it with the environment it needs (see train_vs_torch.cpp); run by hand, set
+OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive GLIBC_TUNABLES=glibc.malloc.hugetlb=1 and unset
+OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE for the same conditions.
+"""
+import argparse
+import ctypes
+import pathlib
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "reference"))
+from k3ref import Config, K3Dense, decay_groups  # noqa: E402
+
+
+def blas_in_use():
+    """The BLAS library torch's matmuls run on (and OpenBLAS's kernel): a reference BLAS is ~100x slower."""
+    with open("/proc/self/maps") as f:
+        path = next((line.split()[-1] for line in f if "blas" in line), "none found")
+    if "openblas" not in path:
+        return path
+    lib = ctypes.CDLL(path)  # already loaded: this only looks it up
+    lib.openblas_get_corename.restype = ctypes.c_char_p
+    return f"{path} (OpenBLAS kernel {lib.openblas_get_corename().decode()})"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--seq", type=int, required=True)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--serve", action="store_true",
+                    help="print 'blas ...' once ready, then time one step per line read from stdin")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    config = Config.load(args.config)
+    model = K3Dense(config)
+    model.init_normal(seed=1)
+    gen = torch.Generator().manual_seed(2)
+    data = torch.randint(0, config.vocab_size, (args.batch, args.seq + 1), generator=gen)
+    tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    opt = torch.optim.AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
+
+    def step():
+        start = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        total, count = model.loss(tokens, targets)
+        (total / count).backward()
+        opt.step()
+        return time.perf_counter() - start
+
+    if args.serve:
+        print(f"blas {blas_in_use()}", flush=True)
+        for _ in sys.stdin:
+            print(f"{step():.6f}", flush=True)
+        return
+    for _ in range(args.warmup):
+        step()
+    times = [step() for _ in range(args.steps)]
+    print(f"blas {blas_in_use()}")
+    print(f"step times (s): {' '.join(f'{t:.3f}' for t in times)}")
+    print(f"tokens_per_s {args.batch * args.seq / statistics.median(times):.1f}")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The k3lab dense decoder in PyTorch, with k3lab's (K3's) parameter names.
+
+embedding -> N x [RMSNorm -> gated attention -> RMSNorm -> GLU MLP] -> RMSNorm -> untied lm_head.
+Gated attention is causal softmax attention without positional encoding,
+out = o_proj(attn(q, k, v) * sigmoid(g_proj x)), heads innermost: column h*D+i of a projection's
+output is head h, dim i. The loss is a SUM of token cross-entropies, as k3lab returns it.
+"""
+import json
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import st
+
+IGNORE_INDEX = -100
+
+
+class Config:
+    """The fields of an HF-style JSON config (flat, or K3's nesting under "text_config")."""
+
+    def __init__(self, j):
+        j = j.get("text_config", j)
+        self.vocab_size = j["vocab_size"]
+        self.hidden_size = j["hidden_size"]
+        self.num_hidden_layers = j["num_hidden_layers"]
+        self.num_attention_heads = j["num_attention_heads"]
+        self.head_dim = j.get("head_dim") or self.hidden_size // self.num_attention_heads
+        self.intermediate_size = j["intermediate_size"]
+        self.hidden_act = j.get("hidden_act", "situ")
+        self.situ_beta = j.get("activation_situ_beta", 4.0)
+        self.situ_linear_beta = j.get("activation_situ_linear_beta", 25.0)
+        self.rms_norm_eps = j.get("rms_norm_eps", 1e-5)
+        self.initializer_range = j.get("initializer_range", 0.02)
+
+    @staticmethod
+    def load(path):
+        with open(path) as f:
+            return Config(json.load(f))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class GatedAttention(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        d, p = c.hidden_size, c.num_attention_heads * c.head_dim
+        self.heads, self.head_dim = c.num_attention_heads, c.head_dim
+        self.q_proj, self.k_proj = nn.Linear(d, p, bias=False), nn.Linear(d, p, bias=False)
+        self.v_proj, self.g_proj = nn.Linear(d, p, bias=False), nn.Linear(d, p, bias=False)
+        self.o_proj = nn.Linear(p, d, bias=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        # [B, T, H*D] -> [B, H, T, D]
+        q, k, v = (f(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
+                   for f in (self.q_proj, self.k_proj, self.v_proj))
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
+        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+        attn = scores.masked_fill(future, float("-inf")).softmax(-1) @ v
+        attn = attn.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)
+        return self.o_proj(attn * torch.sigmoid(self.g_proj(x)))
+
+
+class GluMlp(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        d, w = c.hidden_size, c.intermediate_size
+        self.gate_proj, self.up_proj = nn.Linear(d, w, bias=False), nn.Linear(d, w, bias=False)
+        self.down_proj = nn.Linear(w, d, bias=False)
+        self.act, self.b1, self.b2 = c.hidden_act, c.situ_beta, c.situ_linear_beta
+
+    def forward(self, x):
+        g, u = self.gate_proj(x), self.up_proj(x)
+        if self.act == "silu":
+            h = F.silu(g) * u
+        else:  # SiTU-GLU: [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)]
+            h = self.b1 * torch.tanh(g / self.b1) * torch.sigmoid(g) * (self.b2 * torch.tanh(u / self.b2))
+        return self.down_proj(h)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.self_attn = GatedAttention(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+        self.mlp = GluMlp(c)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Decoder(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(c.vocab_size, c.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_hidden_layers))
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
+
+    def forward(self, tokens):
+        x = self.embed_tokens(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+
+class K3Dense(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.config = c
+        self.model = Decoder(c)
+        self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+
+    def forward(self, tokens):
+        return self.lm_head(self.model(tokens))
+
+    def loss(self, tokens, targets):
+        """(sum of token losses over targets != IGNORE_INDEX, count of those targets)."""
+        logits = self(tokens)
+        total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
+                                ignore_index=IGNORE_INDEX, reduction="sum")
+        return total, int((targets != IGNORE_INDEX).sum())
+
+    def init_normal(self, seed):
+        """Matrices N(0, initializer_range^2), norm weights 1 (for timing; tests load k3lab's)."""
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in self.parameters():
+                if p.dim() >= 2:
+                    p.copy_(torch.randn(p.shape, generator=gen) * self.config.initializer_range)
+
+    def load_k3lab(self, path):
+        """Loads a k3lab safetensors weight file; every name must match both ways."""
+        weights = st.load(path)
+        params = dict(self.named_parameters())
+        missing, extra = params.keys() - weights.keys(), weights.keys() - params.keys()
+        if missing or extra:
+            raise ValueError(f"{path}: missing {sorted(missing)}, unexpected {sorted(extra)}")
+        with torch.no_grad():
+            for name, p in params.items():
+                if tuple(p.shape) != weights[name].shape:
+                    raise ValueError(f"{path}: {name} has shape {weights[name].shape}, expected {tuple(p.shape)}")
+                p.copy_(torch.from_numpy(weights[name]))
+
+
+def decay_groups(model, weight_decay):
+    """AdamW groups as k3lab's decays_by_default: matrices decay, except embeddings."""
+    decay, rest = [], []
+    for name, p in model.named_parameters():
+        (decay if p.dim() >= 2 and "embed_tokens" not in name else rest).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
