@@ -40,6 +40,11 @@ struct TrainSection {
   double eps = 1e-8;
   double grad_clip = 1.0;  // global gradient norm limit; 0 disables clipping
   std::string optimizer = "muon";  // "muon" (K3's parameter groups) or "adamw" (AdamW for all)
+  // Extra routing rules tried before the defaults: "pattern=spec, pattern=spec" (optim/routing.h).
+  std::string optim_rules;
+  std::string schedule = "cosine";  // cosine, wsd or constant
+  double decay_fraction = 0.2;      // wsd: share of the steps spent decaying
+  std::string decay_shape = "linear";  // wsd: linear, sqrt or exp
   int64_t threads = 0;     // 0: all cores
 
   // Warmup length in steps: warmup_fraction * steps when set, else warmup_steps; at most steps.

@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 
 #include <filesystem>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "k3/base/error.h"
@@ -36,7 +37,13 @@ double peak_rss_mib() {
 Optimizer make_optimizer(Model& model, const TrainSection& t) {
   const ParamSet params = param_set(model.params());
   std::vector<std::string> rules;
-  if (t.optimizer == "adamw") rules = {"*.e_score_correction_bias=frozen", "*=adamw"};
+  std::stringstream given(t.optim_rules);
+  for (std::string rule; std::getline(given, rule, ',');) {
+    rule.erase(0, rule.find_first_not_of(' '));
+    rule.erase(rule.find_last_not_of(' ') + 1);
+    if (!rule.empty()) rules.push_back(rule);
+  }
+  if (t.optimizer == "adamw") rules.insert(rules.end(), {"*.e_score_correction_bias=frozen", "*=adamw"});
   return Optimizer(params, route_parameters(params.slots, head_sizes(model.config()), rules),
                    OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
                                    .beta2 = static_cast<float>(t.beta2),
@@ -53,11 +60,13 @@ class Run {
         batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
                  static_cast<uint64_t>(config.model.seed)),
         optimizer_(make_optimizer(*s_->model, config.train)),
-        schedule_{.kind = ScheduleKind::cosine,
+        schedule_{.kind = parse_schedule_kind(config.train.schedule),
                   .peak_lr = static_cast<float>(config.train.lr),
                   .total_steps = config.train.steps,
                   .warmup_steps = config.train.warmup(),
-                  .min_lr_ratio = static_cast<float>(config.train.min_lr_ratio)},
+                  .min_lr_ratio = static_cast<float>(config.train.min_lr_ratio),
+                  .decay_fraction = config.train.decay_fraction,
+                  .decay_shape = parse_decay_shape(config.train.decay_shape)},
         run_dir_(config.run.dir),
         progress_(opt.quiet ? nullptr : std::make_unique<ProgressDisplay>()) {
     std::filesystem::create_directories(run_dir_);
