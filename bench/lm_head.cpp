@@ -118,6 +118,7 @@ BENCHMARK(fused)
     ->Name("lm_head_ce/fused")
     ->Arg(256)
     ->Arg(512)
+    ->Arg(1024)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 

@@ -61,7 +61,8 @@ void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
 class K3Side {
  public:
   K3Side(const k3::ModelConfig& c, const Shape& s)
-      : model_(c), opt_(k3::train::param_set(model_.params()), k3::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f}) {
+      : model_(c),
+        opt_(k3::train::param_set(model_.params()), k3::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f}) {
     model_.initialize(1);
     std::mt19937 rng(2);
     std::uniform_int_distribution<int32_t> draw(0, static_cast<int32_t>(c.vocab_size - 1));
@@ -105,10 +106,11 @@ class TorchSide {
   TorchSide(const std::filesystem::path& config, const Shape& s, const Options& o) {
     const std::string cmd =
         "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
-        "OMP_WAIT_POLICY=passive OMP_NUM_THREADS=" + std::to_string(kThreads) + " /usr/bin/python3 " +
+        "OMP_WAIT_POLICY=passive OMP_NUM_THREADS=" +
+        std::to_string(kThreads) + " /usr/bin/python3 " +
         quoted((o.bench_dir / "train_vs_torch.py").string()) + " --serve --config " +
-        quoted(config.string()) + " --batch " + std::to_string(s.B) + " --seq " + std::to_string(s.T) +
-        " --threads " + std::to_string(kThreads);
+        quoted(config.string()) + " --batch " + std::to_string(s.B) + " --seq " +
+        std::to_string(s.T) + " --threads " + std::to_string(kThreads);
     int to_child[2], from_child[2];
     if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("pipe failed");
     pid_ = fork();
@@ -160,10 +162,14 @@ Options parse(int argc, char** argv) {
   if (argc % 2 == 0) throw std::runtime_error(std::string("missing value after ") + argv[argc - 1]);
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--warmup") o.warmup = std::stoi(value);
-    else if (flag == "--steps") o.steps = std::stoi(value);
-    else if (flag == "--bench-dir") o.bench_dir = value;
-    else throw std::runtime_error("unknown flag " + flag);
+    if (flag == "--warmup")
+      o.warmup = std::stoi(value);
+    else if (flag == "--steps")
+      o.steps = std::stoi(value);
+    else if (flag == "--bench-dir")
+      o.bench_dir = value;
+    else
+      throw std::runtime_error("unknown flag " + flag);
   }
   if (o.warmup < 1 || o.steps < 1) throw std::runtime_error("--warmup and --steps must be >= 1");
   return o;

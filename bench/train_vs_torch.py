@@ -20,7 +20,8 @@ from k3ref import Config, K3Dense, decay_groups  # noqa: E402
 
 
 def blas_in_use():
-    """The BLAS library torch's matmuls run on (and OpenBLAS's kernel): a reference BLAS is ~100x slower."""
+    """The BLAS library torch's matmuls run on (and OpenBLAS's kernel): the reference BLAS is
+    ~100x slower."""
     with open("/proc/self/maps") as f:
         path = next((line.split()[-1] for line in f if "blas" in line), "none found")
     if "openblas" not in path:

@@ -12,8 +12,8 @@
 #include "k3/base/error.h"
 #include "k3/model/model.h"
 #include "k3/optim/adamw.h"
-#include "k3/train/session.h"
 #include "k3/tensor/safetensors.h"
+#include "k3/train/session.h"
 
 namespace {
 
@@ -38,7 +38,8 @@ void run(const std::string& config_path, uint64_t seed, const std::string& batch
   model.initialize(seed);
   k3::ParamRegistry& params = model.params();
   k3::Safetensors weights;
-  for (int i = 0; i < params.size(); ++i) weights.tensors.emplace_back(params.info(i).name, params.value(i));
+  for (int i = 0; i < params.size(); ++i)
+    weights.tensors.emplace_back(params.info(i).name, params.value(i));
   k3::save_safetensors(weights_path, weights);
 
   const k3::Safetensors batch = k3::load_safetensors(batch_path);
@@ -71,7 +72,8 @@ void run(const std::string& config_path, uint64_t seed, const std::string& batch
   k3::Tensor losses = k3::Tensor::empty({kTrainSteps});
   for (int step = 0; step < kTrainSteps; ++step) {
     params.zero_grads();
-    losses.f32()[step] = static_cast<float>(model.forward_backward(arena, acts, b, scale).sum * scale);
+    losses.f32()[step] =
+        static_cast<float>(model.forward_backward(arena, acts, b, scale).sum * scale);
     opt.step(kLearningRate, 1.0f);
   }
   out.tensors.emplace_back("train_losses", losses);

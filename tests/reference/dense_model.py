@@ -46,9 +46,9 @@ def main():
 
     config = Config.load(config_path)
     tokens, targets = make_batch(config.vocab_size)
-    batch, weights, results = work / "batch.safetensors", work / "weights.safetensors", work / "results.safetensors"
+    batch, weights, results = (work / f"{n}.safetensors" for n in ("batch", "weights", "results"))
     st.save(batch, {"tokens": tokens, "targets": targets})
-    subprocess.run([args.exe, str(config_path), str(SEED), str(batch), str(weights), str(results)], check=True)
+    subprocess.run([args.exe, config_path, str(SEED), batch, weights, results], check=True)
     ours = st.load(results)
 
     model = K3Dense(config).double()

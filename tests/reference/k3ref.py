@@ -84,7 +84,8 @@ class GluMlp(nn.Module):
         if self.act == "silu":
             h = F.silu(g) * u
         else:  # SiTU-GLU: [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)]
-            h = self.b1 * torch.tanh(g / self.b1) * torch.sigmoid(g) * (self.b2 * torch.tanh(u / self.b2))
+            act = self.b1 * torch.tanh(g / self.b1) * torch.sigmoid(g)
+            h = act * (self.b2 * torch.tanh(u / self.b2))
         return self.down_proj(h)
 
 
@@ -150,7 +151,8 @@ class K3Dense(nn.Module):
         with torch.no_grad():
             for name, p in params.items():
                 if tuple(p.shape) != weights[name].shape:
-                    raise ValueError(f"{path}: {name} has shape {weights[name].shape}, expected {tuple(p.shape)}")
+                    raise ValueError(f"{path}: {name} has shape {weights[name].shape}, "
+                                     f"expected {tuple(p.shape)}")
                 p.copy_(torch.from_numpy(weights[name]))
 
 

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, one after the other (minutes; the host should be quiet).
+set -euo pipefail
+build=${1:-build/release}
+cd "$(dirname "$0")/.."
+for b in "$build"/bench/bench_*; do
+  echo "== $(basename "$b")"
+  "$b"
+done
+echo "== muon_vs_adamw"
+bash bench/muon_vs_adamw.sh "$build"
