@@ -30,9 +30,7 @@ std::string replace(std::string s, const std::string& from, const std::string& t
 // The text-model tensors of the released K3 checkpoint, {l} expanded for a few layers of each
 // kind (0: KDA + dense MLP, 1: KDA + MoE, 3 and 92: MLA) and {e} for the first and last expert.
 std::vector<ParamSlot> k3_inventory() {
-  const char* shared = std::getenv("K3LAB_SHARED");
-  const std::string path =
-      std::string(shared ? shared : "../shared") + "/reference/kimi-k3/weights.tsv";
+  const std::string path = testing::shared_dir() + "/reference/kimi-k3/weights.tsv";
   std::ifstream in(path);
   EXPECT_TRUE(in) << "cannot read " << path;
   std::vector<ParamSlot> out;
