@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 import st
+from harness import rel_err
 
 STEPS, SEED, GRAD_SCALE = 10, 11, 0.6
 BETAS, EPS, WEIGHT_DECAY = (0.9, 0.95), 1e-8, 0.1
@@ -24,11 +25,6 @@ SHAPES = {  # name: (shape, decays)
 # fp32 rounding of each update and of sqrt(v) gives ~1e-7 per step (measured: params below 3e-7,
 # moments below 1e-6 after 10 steps).
 TOL_PARAM, TOL_STATE = 2e-6, 5e-6
-
-
-def rel_err(ours, ref):
-    ref = ref.detach().numpy()
-    return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
 def main():

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 import st
+from harness import rel_err
 from k3ref import IGNORE_INDEX, Config, K3Dense, decay_groups
 
 B, T, SEED = 2, 24, 1234
@@ -27,11 +28,6 @@ def make_batch(vocab):
     targets[:, -1] = IGNORE_INDEX
     targets[rng.random((B, T)) < 0.15] = IGNORE_INDEX
     return tokens, targets
-
-
-def rel_err(ours, ref):
-    ref = ref.detach().numpy()
-    return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
 def main():

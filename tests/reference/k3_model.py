@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 import st
+from harness import rel_err
 from k3torch import IGNORE_INDEX, Config, K3Model
 
 B, T, SEED = 2, 40, 4321
@@ -32,11 +33,6 @@ def make_batch(vocab):
     targets[:, -1] = IGNORE_INDEX
     targets[rng.random((B, T)) < 0.1] = IGNORE_INDEX
     return tokens, targets
-
-
-def rel_err(ours, ref):
-    ref = ref.detach().numpy()
-    return float(np.abs(ours - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
 def main():
