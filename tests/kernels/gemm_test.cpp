@@ -49,6 +49,19 @@ TEST(Gemm, MatchesReferenceAllTransposes) {
       }
 }
 
+// Products of at least 64 MFLOP in the A·Bᵀ and tall Aᵀ·B forms run on the matmul primitive
+// (gemm.cpp): the same contract, strides, alpha and beta included.
+TEST(Gemm, LargeProductsMatchReference) {
+  const Case cases[] = {{200, 170, 1000}, {1100, 60, 520}};
+  uint64_t seed = 100;
+  for (const Case& s : cases)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        check_gemm(s, ta, tb, 1.0f, 0.0f, seed += 3);
+        check_gemm(s, ta, tb, -0.75f, 1.0f, seed += 3);
+      }
+}
+
 TEST(Gemm, ContiguousShorthand) {
   const int64_t M = 5, N = 7, K = 3;
   auto A = random_vec(K * M, 10), B = random_vec(N * K, 11);
