@@ -10,10 +10,10 @@
 //           + 2·K·L²     Aqk, Pkk
 //           + 2·V·L²     Ṽ = X·Diag(β)(V − (Γ⊙K)S), Aqk·Ṽ
 //           + L³/3       X = (I + Diag(β) Pkk)⁻¹
-//   backward 14·L·K·V    (Γ⊙K)·S, (e^{G_L−G}⊙K)·dS, [dO; −dR]·Sᵀ, Ṽ·dSᵀ, [Γ⊙Q; Γ⊙K]ᵀ·[dO; −dR]
-//           + 6·K·L²     Aqk, Pkk again; their gradients to both sides
-//           + 5·V·L²     Ṽ again, Aqkᵀ·dO, Xᵀ·dṼ, [Y; dO]·Ṽᵀ
-//           + L³/3       X again
+//   backward 12·L·K·V    (e^{G_L−G}⊙K)·dS, [dO; −dR]·Sᵀ, Ṽ·dSᵀ, [Γ⊙Q; Γ⊙K]ᵀ·[dO; −dR]
+//           + 4·K·L²     the gradients of Aqk, Pkk to both sides
+//           + 4·V·L²     Aqkᵀ·dO, Xᵀ·dṼ, [Y; dO]·Ṽᵀ
+// (the backward reads Ṽ, V − (Γ⊙K)S, Aqk, Pkk and X from the forward's chunk records).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -39,7 +39,7 @@ constexpr int64_t kHeads = 4, kDim = 128;
 double chunked_flops_per_token(double K, double V) {
   const double L = static_cast<double>(kda::kChunk);
   const double forward = 6 * L * K * V + 2 * K * L * L + 2 * V * L * L + L * L * L / 3;
-  const double backward = 14 * L * K * V + 6 * K * L * L + 5 * V * L * L + L * L * L / 3;
+  const double backward = 12 * L * K * V + 4 * K * L * L + 4 * V * L * L;
   return (forward + backward) / L;
 }
 
@@ -59,7 +59,7 @@ using Floats = std::vector<float, MappedAllocator<float>>;
 // Inputs shaped like the KDA layer's: unit q, k (q scaled by K^−1/2), bounded decay, β in (0, 1).
 struct Problem {
   kda::DeltaRuleShape s;
-  Floats q, k, v, g, beta, dout, out, final_state, dq, dk, dv, dg, dbeta, states;
+  Floats q, k, v, g, beta, dout, out, final_state, dq, dk, dv, dg, dbeta, saved;
 
   explicit Problem(int64_t T) {
     s.B = 1, s.T = T, s.H = kHeads, s.K = kDim, s.V = kDim;
@@ -92,9 +92,9 @@ struct Problem {
   }
 
   void chunked() {
-    states.resize(static_cast<size_t>(kda::chunk_state_floats(s)));
-    kda::chunk_forward(s, inputs(), out.data(), final_state.data(), states.data());
-    kda::chunk_backward(s, inputs(), states.data(), dout.data(), nullptr, grads());
+    saved.resize(static_cast<size_t>(kda::chunk_saved_floats(s)));
+    kda::chunk_forward(s, inputs(), out.data(), final_state.data(), saved.data());
+    kda::chunk_backward(s, inputs(), saved.data(), dout.data(), nullptr, grads());
   }
   void recurrent() {
     kda::recurrent_forward(s, inputs(), out.data(), final_state.data());
@@ -158,7 +158,7 @@ size_t status_bytes(const char* field) {
 bool reset_peak() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
 
 // Extra resident memory of one chunked forward + backward at T = 16K beyond its inputs and
-// outputs: the saved chunk states, the per-thread workspaces, oneDNN's buffers.
+// outputs: the saved chunk records, the per-thread workspaces, oneDNN's buffers.
 void report_memory() {
   Problem p(16384);
   const bool exact = reset_peak();
@@ -166,13 +166,16 @@ void report_memory() {
   p.chunked();
   const size_t peak = status_bytes("VmHWM");
   const double mib = 1024.0 * 1024.0;
+  const int64_t chunks = (p.s.T + kda::kChunk - 1) / kda::kChunk;
+  const double states = static_cast<double>(chunks * kHeads * kDim * kDim * sizeof(float));
   std::printf(
       "T=16384 chunked forward + backward: %.1f MiB above inputs and outputs (peak RSS%s), of "
-      "which chunk states %.1f MiB (%lld chunks x %lld heads x K x V)\n",
+      "which chunk records %.1f MiB (%lld chunks x %lld heads: entry states %.1f MiB, products "
+      "%.1f MiB)\n",
       static_cast<double>(peak - before) / mib, exact ? "" : ", not resettable: upper bound",
-      static_cast<double>(p.states.size() * sizeof(float)) / mib,
-      static_cast<long long>(kda::chunk_state_floats(p.s) / (kHeads * kDim * kDim)),
-      static_cast<long long>(kHeads));
+      static_cast<double>(p.saved.size() * sizeof(float)) / mib, static_cast<long long>(chunks),
+      static_cast<long long>(kHeads), states / mib,
+      static_cast<double>(p.saved.size() * sizeof(float)) / mib - states / mib);
 }
 
 }  // namespace

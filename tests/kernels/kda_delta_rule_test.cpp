@@ -129,7 +129,7 @@ Result<float> run_chunked(const Problem& p) {
   Result<float> r(p.s);
   const DeltaRuleInputs<float> in{p.q.data(), p.k.data(),    p.v.data(),
                                   p.g.data(), p.beta.data(), p.init.data()};
-  std::vector<float> states(kernels::kda::chunk_state_floats(p.s));
+  std::vector<float> states(kernels::kda::chunk_saved_floats(p.s));
   kernels::kda::chunk_forward(p.s, in, r.out.data(), r.final_state.data(), states.data());
   kernels::kda::chunk_backward(p.s, in, states.data(), p.dout.data(), p.dfinal.data(), r.grads());
   return r;
@@ -288,7 +288,7 @@ TEST(KdaDeltaRule, ContinuingFromFinalStateEqualsOneRun) {
   }
 }
 
-// Without saved chunk states (inference) the forward is the same, also with the state updated in
+// Without saved chunk records (inference) the forward is the same, also with the state updated in
 // place; a sequence without tokens hands its initial state through.
 TEST(KdaDeltaRule, ForwardOnlyInPlaceAndEmpty) {
   const Problem p(shape(1, 100, 2, 32, 32), 61);
@@ -323,7 +323,7 @@ TEST(KdaDeltaRule, RejectsBadInput) {
   std::vector<float> out(p.v.size()), final_state(p.init.size());
   auto forward = [&] {
     const DeltaRuleInputs<float> in{p.q.data(), p.k.data(), p.v.data(), p.g.data(), p.beta.data()};
-    std::vector<float> states(kernels::kda::chunk_state_floats(p.s));
+    std::vector<float> states(kernels::kda::chunk_saved_floats(p.s));
     kernels::kda::chunk_forward(p.s, in, out.data(), final_state.data(), states.data());
   };
   for (const auto& docs :

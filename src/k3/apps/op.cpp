@@ -118,9 +118,9 @@ void delta_rule_op(const OpArgs& a) {
   const kda::DeltaRuleInputs<float> x{q.f32(), k, v, g, beta, init};
   const bool chunked = a.name == "kda-chunk";
   Tensor out = Tensor::empty(vs), final_state = Tensor::empty(state);
-  Tensor chunk_states = Tensor::empty({chunked ? kda::chunk_state_floats(s) : 0});
+  Tensor chunk_saved = Tensor::empty({chunked ? kda::chunk_saved_floats(s) : 0});
   if (chunked)
-    kda::chunk_forward(s, x, out.f32(), final_state.f32(), chunk_states.f32());
+    kda::chunk_forward(s, x, out.f32(), final_state.f32(), chunk_saved.f32());
   else
     kda::recurrent_forward<float>(s, x, out.f32(), final_state.f32());
   Safetensors result;
@@ -137,7 +137,7 @@ void delta_rule_op(const OpArgs& a) {
     const kda::DeltaRuleGrads<float> d{dq.f32(), dk.f32(),    dv.f32(),
                                        dg.f32(), dbeta.f32(), init ? dinit.f32() : nullptr};
     if (chunked)
-      kda::chunk_backward(s, x, chunk_states.f32(), dout ? dout : zeros.f32(), dfinal, d);
+      kda::chunk_backward(s, x, chunk_saved.f32(), dout ? dout : zeros.f32(), dfinal, d);
     else
       kda::recurrent_backward<float>(s, x, dout ? dout : zeros.f32(), dfinal, d);
     for (int64_t i = 0; i < dq.numel(); ++i) dq.f32()[i] *= scale;  // back through q · scale

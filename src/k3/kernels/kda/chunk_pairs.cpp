@@ -58,6 +58,7 @@ void DecayPairs::prepare(const ChunkRows& x, const float* G) {
         kt[c] = k[c] * f[c];
       }
     }
+    scale_columns(sub, ref);
   }
 }
 
@@ -83,7 +84,6 @@ void DecayPairs::products(float* Aqk, float* Pkk) {
   for (int64_t i = 0; i < num_subs_; ++i) {
     const Sub& sub = subs_[i];
     const int64_t rows = sub.end - sub.begin, n = sub.columns, b = sub.begin;
-    scale_columns(sub, refs_ + i * K);
     if (n > 0) {  // only s ≤ r (Aqk) and s < r (Pkk) are needed
       transpose(n, K, kc_ + sub.offset * K, K, kct_, kLd);
       tile_gemm({rows, n, K}, {qt_ + b * K, K, false}, {kct_, kLd}, {Aqk + b * kLd, kLd, false},

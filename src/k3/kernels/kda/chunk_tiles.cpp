@@ -103,17 +103,14 @@ ChunkCore::ChunkCore(Carver& carver, int64_t K, int64_t V)
       gamma(carver.take(kChunk * K)),
       gq(carver.take(2 * kChunk * K)),
       ks(carver.take(2 * kChunk * V)),
-      Aqk(carver.take(kChunk * kLd)),
-      Pkk(carver.take(kChunk * kLd)),
-      X(carver.take(kChunk * kLd)),
       vb(carver.take(kChunk * V)),
-      vt(carver.take(kChunk * V)),
       exit(carver.take(kChunk * K)),
       kbar(carver.take(kChunk * K)),
+      own(ChunkProducts::at(carver.take(ChunkProducts::floats(V)), V)),
       pairs(carver, K) {}
 
-void ChunkCore::compute(const ChunkRows& x, const float* S, bool q_state) {
-  const int64_t L = x.L, K = x.K, V = x.V;
+void ChunkCore::factors(const ChunkRows& x) {
+  const int64_t L = x.L, K = x.K;
   std::copy(x.g, x.g + K, G);
   for (int64_t r = 1; r < L; ++r) {
     const float *prev = G + (r - 1) * K, *g = x.g + r * x.ldqk;
@@ -141,20 +138,26 @@ void ChunkCore::compute(const ChunkRows& x, const float* S, bool q_state) {
       kb[c] = e[c] * k[c];
     }
   }
-  const int64_t first = q_state ? 0 : L;
-  gemm(false, false, 2 * L - first, V, K, 1.0f, gq + first * K, S, 0.0f, ks + first * V);
-
   pairs.prepare(x, G);
-  pairs.products(Aqk, Pkk);
-  invert_unit_lower(x, Pkk, X);
+}
+
+void ChunkCore::compute(const ChunkRows& x, const float* S, const ChunkProducts& p) {
+  const int64_t L = x.L, K = x.K, V = x.V;
+  factors(x);
+  gemm(false, false, 2 * L, V, K, 1.0f, gq, S, 0.0f, ks);
+  pairs.products(p.Aqk, p.Pkk);
+  invert_unit_lower(x, p.Pkk, p.X);
   for (int64_t r = 0; r < L; ++r) {
     const float *v = x.v + r * x.ldv, *ksr = ks + (L + r) * V;
     const float beta = x.b(r);
-    float* vbr = vb + r * V;
+    float *rr = p.r + r * V, *vbr = vb + r * V;
 #pragma omp simd
-    for (int64_t j = 0; j < V; ++j) vbr[j] = beta * (v[j] - ksr[j]);
+    for (int64_t j = 0; j < V; ++j) {
+      rr[j] = v[j] - ksr[j];
+      vbr[j] = beta * rr[j];
+    }
   }
-  tile_gemm({L, V, L}, {X, kLd, false}, {vb, V}, {vt, V, false}, {Band::KLe, 0});
+  tile_gemm({L, V, L}, {p.X, kLd, false}, {vb, V}, {p.vt, V, false}, {Band::KLe, 0});
 }
 
 }  // namespace k3::kernels::kda::chunk

@@ -100,11 +100,12 @@ class DecayPairs {
  public:
   DecayPairs(Carver& carver, int64_t K);
 
-  // Picks each sub-chunk's reference and scales the row operands. G: cumulative decay, L×K.
+  // Picks each sub-chunk's reference and scales the row and column operands. G: cumulative
+  // decay, L×K.
   void prepare(const ChunkRows& x, const float* G);
-  // Aqk and Pkk (L×L, row stride kLd), zero outside their triangles.
+  // After prepare(): Aqk and Pkk (L×L, row stride kLd), zero outside their triangles.
   void products(float* Aqk, float* Pkk);
-  // After products(): adds the gradients reaching q and k through Aqk and Pkk, given dAqk and
+  // After prepare(): adds the gradients reaching q and k through Aqk and Pkk, given dAqk and
   // dPkk zero outside their triangles. The k side splits by the sign of G in its factor: rows
   // (e^{+G_r}) go to dk_plus, columns (e^{−G_s}) to dk_minus, so that
   // dG = q ⊙ dq + k ⊙ (dk_plus − dk_minus).
@@ -136,15 +137,31 @@ class DecayPairs {
   float *dqt_, *dkt_, *dkc_;  // [L][K]: gradients w.r.t. qt, kt, kc
 };
 
-// What forward and backward both compute for a chunk with entry state S (K×V):
-//   G, Γ = e^G, gq = [Γ⊙Q; Γ⊙K] (2L×K), ks = gq · S (2L×V; the (Γ⊙Q) S half only when asked),
-//   Aqk, Pkk, X = (I + Diag(β) Pkk)⁻¹, vb = Diag(β) (V − (Γ⊙K) S), vt = X vb (= Ṽ, L×V),
-//   exit = e^{G_L − G} and kbar = exit ⊙ K (L×K).
+// The products of a chunk's forward that its backward reads back rather than recomputes:
+//   vt = Ṽ (L×V), r = V − (Γ⊙K) S (L×V), Aqk, Pkk and X = (I + Diag(β) Pkk)⁻¹ (L×L, stride kLd).
+// The forward saves them after the chunk's entry state, in the chunk's record (delta_rule.h).
+struct ChunkProducts {
+  float *vt, *r, *Aqk, *Pkk, *X;
+  static int64_t floats(int64_t V) { return 2 * kChunk * V + 3 * kChunk * kLd; }
+  static ChunkProducts at(float* p, int64_t V) {
+    return {p, p + kChunk * V, p + 2 * kChunk * V, p + 2 * kChunk * V + kChunk * kLd,
+            p + 2 * kChunk * V + 2 * kChunk * kLd};
+  }
+};
+
+// A chunk's elementwise factors, which forward and backward both compute:
+//   G (cumulative decay), Γ = e^G, gq = [Γ⊙Q; Γ⊙K] (2L×K), exit = e^{G_L − G}, kbar = exit ⊙ K
+//   (L×K), and the pair operands;
+// and, in the forward, from the entry state S (K×V): ks = gq · S (2L×V), the products above, and
+// vb = Diag(β) r.
 struct ChunkCore {
-  float *G, *gamma, *gq, *ks, *Aqk, *Pkk, *X, *vb, *vt, *exit, *kbar;
+  float *G, *gamma, *gq, *ks, *vb, *exit, *kbar;
+  ChunkProducts own;  // where the products go when the forward saves nothing
   DecayPairs pairs;
   ChunkCore(Carver& carver, int64_t K, int64_t V);
-  void compute(const ChunkRows& x, const float* S, bool q_state);
+  void factors(const ChunkRows& x);
+  // factors(), then the products into p.
+  void compute(const ChunkRows& x, const float* S, const ChunkProducts& p);
 };
 
 }  // namespace k3::kernels::kda::chunk

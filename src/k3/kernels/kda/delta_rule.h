@@ -56,19 +56,21 @@ void recurrent_backward(const DeltaRuleShape& s, const DeltaRuleInputs<T>& in, c
                         const T* dfinal_state, const DeltaRuleGrads<T>& grads);
 
 // Chunked WY algorithm, fp32. Each sequence is cut into chunks of kChunk tokens aligned to its own
-// start (a chunk never spans a document start). The forward saves the state entering each chunk,
-// the only O(K·V) memory kept for backward: chunk_states [num_chunks, H, K, V], chunks numbered
-// sequence by sequence, holds chunk_state_floats(s) floats. chunk_states and final_state may be
-// null (forward only). The backward reads the chunk states instead of in.initial_state.
+// start (a chunk never spans a document start). For the backward, the forward saves one record
+// per chunk and head in chunk_saved (chunk_saved_floats(s) floats, chunks numbered sequence by
+// sequence): the state entering the chunk, the only O(K·V) memory kept, and the chunk's products
+// that cost GEMMs to recompute, O(kChunk·(V + kChunk)): Ṽ, V − (Γ⊙K) S and the three kChunk²
+// pair matrices. chunk_saved and final_state may be null (forward only). The backward reads the
+// records instead of in.initial_state.
 //
 // Decays: any finite g ≤ 0 is exact. The bounded form (g ≥ −5, spec step 4) always takes the dense
 // tile path; a 16-token sub-chunk whose decay is steeper takes an exact per-pair path.
 constexpr int64_t kChunk = 64;
-int64_t chunk_state_floats(const DeltaRuleShape& s);
+int64_t chunk_saved_floats(const DeltaRuleShape& s);
 void chunk_forward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, float* out,
-                   float* final_state, float* chunk_states);
+                   float* final_state, float* chunk_saved);
 void chunk_backward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
-                    const float* chunk_states, const float* dout, const float* dfinal_state,
+                    const float* chunk_saved, const float* dout, const float* dfinal_state,
                     const DeltaRuleGrads<float>& grads);
 
 }  // namespace k3::kernels::kda

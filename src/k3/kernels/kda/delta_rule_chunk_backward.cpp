@@ -1,5 +1,5 @@
-// Chunked backward: each (sequence, head) walks its chunks from the last, recomputing a chunk's
-// forward quantities from its saved entry state S and carrying dS (the gradient w.r.t. the state
+// Chunked backward: each (sequence, head) walks its chunks from the last, reading a chunk's entry
+// state S and products from its record, recomputing its elementwise factors, and carrying dS (the gradient w.r.t. the state
 // leaving the chunk) back to the chunk before. With Y = Xᵀ dṼ and dR = Diag(β) Y:
 //   dṼ  = Aqkᵀ dO + (e^{G_L−G}⊙K) dS         dV = dR
 //   dAqk = dO Ṽᵀ (s ≤ r)                      dPkk = −Diag(β) Y Ṽᵀ (s < r)
@@ -52,19 +52,19 @@ ChunkGrads chunk_grads(const DeltaRuleGrads<float>& d, const layout::HeadRows& r
 }
 
 // z = [Y; dO; −dR] (3L×V) from Y = Xᵀ dṼ; writes dv and the dβ of the values, Y · (V − (Γ⊙K) S).
-void value_grads(const ChunkRows& x, const float* dout, BackwardWork& w, const ChunkGrads& d) {
+void value_grads(const ChunkRows& x, const chunk::ChunkProducts& p, const float* dout,
+                 BackwardWork& w, const ChunkGrads& d) {
   const int64_t L = x.L, V = x.V;
-  const chunk::ChunkCore& core = w.core;
-  tile_gemm({L, V, L}, {core.X, kLd, true}, {w.dvt, V}, {w.z, V, false}, {Band::KGe, 0});
+  tile_gemm({L, V, L}, {p.X, kLd, true}, {w.dvt, V}, {w.z, V, false}, {Band::KGe, 0});
   for (int64_t r = 0; r < L; ++r) {
-    const float *y = w.z + r * V, *v = x.v + r * x.ldv, *ks = core.ks + (L + r) * V;
+    const float *y = w.z + r * V, *res = p.r + r * V;
     const float* dor = dout + r * x.ldv;
     const float beta = x.b(r);
     float *dv = d.dv + r * x.ldv, *dO = w.z + (L + r) * V, *ndr = w.z + (2 * L + r) * V;
     float dbeta = 0;
 #pragma omp simd reduction(+ : dbeta)
     for (int64_t j = 0; j < V; ++j) {
-      dbeta += y[j] * (v[j] - ks[j]);
+      dbeta += y[j] * res[j];
       dv[j] = beta * y[j];
       ndr[j] = -beta * y[j];
       dO[j] = dor[j];
@@ -74,15 +74,16 @@ void value_grads(const ChunkRows& x, const float* dout, BackwardWork& w, const C
 }
 
 // dA = [Y Ṽᵀ; dO Ṽᵀ] becomes [dPkk; dAqk], masked to their triangles; adds the dβ of Pkk.
-void pair_grads(const ChunkRows& x, BackwardWork& w, const ChunkGrads& d) {
+void pair_grads(const ChunkRows& x, const chunk::ChunkProducts& p, BackwardWork& w,
+                const ChunkGrads& d) {
   const int64_t L = x.L, V = x.V;
-  chunk::transpose(L, V, w.core.vt, V, w.vtt, kLd);
+  chunk::transpose(L, V, p.vt, V, w.vtt, kLd);
   tile_gemm({L, L, V}, {w.z, V, false}, {w.vtt, kLd}, {w.dA, kLd, false}, {Band::ColLe, -1});
   tile_gemm({L, L, V}, {w.z + L * V, V, false}, {w.vtt, kLd}, {w.dA + L * kLd, kLd, false},
             {Band::ColLe, 0});
   for (int64_t r = 0; r < L; ++r) {
     float *dP = w.dA + r * kLd, *dAqk = w.dA + (L + r) * kLd;
-    const float* P = w.core.Pkk + r * kLd;
+    const float* P = p.Pkk + r * kLd;
     const float beta = x.b(r);
     float dbeta = 0;
     for (int64_t s = 0; s < r; ++s) {
@@ -95,21 +96,21 @@ void pair_grads(const ChunkRows& x, BackwardWork& w, const ChunkGrads& d) {
   }
 }
 
-// One chunk with entry state S: dS holds the gradient w.r.t. the state leaving the chunk on
+// One chunk with entry state S and products p: dS holds the gradient w.r.t. the state leaving the chunk on
 // entry and w.r.t. S on exit.
-void backward_chunk(const ChunkRows& x, const float* S, const float* dout, BackwardWork& w,
-                    const ChunkGrads& d) {
+void backward_chunk(const ChunkRows& x, const float* S, const chunk::ChunkProducts& p,
+                    const float* dout, BackwardWork& w, const ChunkGrads& d) {
   const int64_t L = x.L, K = x.K, V = x.V;
   chunk::ChunkCore& core = w.core;
-  core.compute(x, S, false);
+  core.factors(x);
 
   gemm(false, false, L, V, K, 1.0f, core.kbar, w.dS, 0.0f, w.dvt);
-  tile_gemm({L, V, L}, {core.Aqk, kLd, true}, {dout, x.ldv}, {w.dvt, V, true}, {Band::KGe, 0});
-  value_grads(x, dout, w, d);
-  pair_grads(x, w, d);
+  tile_gemm({L, V, L}, {p.Aqk, kLd, true}, {dout, x.ldv}, {w.dvt, V, true}, {Band::KGe, 0});
+  value_grads(x, p, dout, w, d);
+  pair_grads(x, p, w, d);
   // ds = [dO; −dR] Sᵀ, dkbar = Ṽ dSᵀ.
   gemm(false, true, 2 * L, K, V, 1.0f, w.z + L * V, S, 0.0f, w.ds);
-  gemm(false, true, L, K, V, 1.0f, core.vt, w.dS, 0.0f, w.dkbar);
+  gemm(false, true, L, K, V, 1.0f, p.vt, w.dS, 0.0f, w.dkbar);
 
   // G_L's terms, then dS ← Diag(Γ_L) dS + [Γ⊙Q; Γ⊙K]ᵀ [dO; −dR].
   std::fill(w.dG_last, w.dG_last + K, 0.0f);
@@ -164,14 +165,14 @@ void backward_chunk(const ChunkRows& x, const float* S, const float* dout, Backw
 }  // namespace
 
 void chunk_backward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
-                    const float* chunk_states, const float* dout, const float* dfinal_state,
+                    const float* chunk_saved, const float* dout, const float* dfinal_state,
                     const DeltaRuleGrads<float>& grads) {
   layout::check_shape("kda chunk_backward", s);
   layout::check_pointers("kda chunk_backward", s, in.q, in.k, in.v, in.g, in.beta);
   layout::check_pointers("kda chunk_backward", s, grads.dq, grads.dk, grads.dv, grads.dg,
                          grads.dbeta);
-  K3_CHECK(s.B * s.T == 0 || (chunk_states && dout),
-           "kda chunk_backward: chunk_states and dout are required");
+  K3_CHECK(s.B * s.T == 0 || (chunk_saved && dout),
+           "kda chunk_backward: chunk_saved and dout are required");
   const int64_t KV = s.K * s.V, heads = s.num_sequences() * s.H;
   const std::vector<int64_t> first_chunk = layout::first_chunks(s);
 #pragma omp parallel
@@ -186,9 +187,11 @@ void chunk_backward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
         std::fill(work.dS, work.dS + KV, 0.0f);
       for (int64_t j = layout::num_chunks(r.length) - 1; j >= 0; --j) {
         const int64_t t0 = j * kChunk;
-        backward_chunk(chunk::chunk_rows(s, in, r, t0),
-                       chunk_states + layout::chunk_state(s, first_chunk, i, j),
-                       dout + r.v + t0 * r.ldv, work, chunk_grads(grads, r, t0));
+        // The record is read-only here; ChunkProducts holds mutable pointers for the forward.
+        float* record = const_cast<float*>(chunk_saved) + layout::chunk_record(s, first_chunk, i, j);
+        backward_chunk(chunk::chunk_rows(s, in, r, t0), record,
+                       chunk::ChunkProducts::at(record + KV, s.V), dout + r.v + t0 * r.ldv, work,
+                       chunk_grads(grads, r, t0));
       }
       if (grads.dinitial_state) std::copy(work.dS, work.dS + KV, grads.dinitial_state + r.state);
     }

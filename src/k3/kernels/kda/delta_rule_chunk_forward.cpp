@@ -3,7 +3,7 @@
 //   O = (Γ⊙Q) S + Aqk Ṽ
 //   S ← Diag(Γ_L) S + (e^{G_L − G} ⊙ K)ᵀ Ṽ
 // One work item per (sequence, head) walks its chunks in order; the state entering each chunk
-// is kept in place in chunk_states.
+// and the chunk's products are kept in place in the chunk's record of chunk_saved.
 #include <algorithm>
 
 #include "k3/kernels/attention_tiles.h"
@@ -23,15 +23,16 @@ struct ForwardWork {
   ForwardWork(chunk::Carver& c, int64_t K, int64_t V) : S(c.take(K * V)), core(c, K, V) {}
 };
 
-// One chunk from entry state S: writes its outputs (row stride x.ldv) and the state leaving it
-// to next (which may be S).
-void forward_chunk(const ChunkRows& x, const float* S, float* next, float* out, ForwardWork& w) {
+// One chunk from entry state S: writes its outputs (row stride x.ldv), its products to p and the
+// state leaving it to next (which may be S).
+void forward_chunk(const ChunkRows& x, const float* S, float* next, float* out,
+                   const chunk::ChunkProducts& p, ForwardWork& w) {
   const int64_t L = x.L, K = x.K, V = x.V;
   chunk::ChunkCore& core = w.core;
-  core.compute(x, S, true);
+  core.compute(x, S, p);
   for (int64_t r = 0; r < L; ++r)
     std::copy(core.ks + r * V, core.ks + (r + 1) * V, out + r * x.ldv);
-  attn::tile_gemm({L, V, L}, {core.Aqk, kLd, false}, {core.vt, V}, {out, x.ldv, true},
+  attn::tile_gemm({L, V, L}, {p.Aqk, kLd, false}, {p.vt, V}, {out, x.ldv, true},
                   {attn::Band::KLe, 0});
 
   const float* decay = core.gamma + (L - 1) * K;
@@ -41,13 +42,13 @@ void forward_chunk(const ChunkRows& x, const float* S, float* next, float* out, 
 #pragma omp simd
     for (int64_t j = 0; j < V; ++j) dst[j] = decay[c] * row[j];
   }
-  gemm(true, false, K, V, L, 1.0f, core.kbar, core.vt, 1.0f, next);
+  gemm(true, false, K, V, L, 1.0f, core.kbar, p.vt, 1.0f, next);
 }
 
 }  // namespace
 
 void chunk_forward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, float* out,
-                   float* final_state, float* chunk_states) {
+                   float* final_state, float* chunk_saved) {
   layout::check_shape("kda chunk_forward", s);
   layout::check_pointers("kda chunk_forward", s, in.q, in.k, in.v, in.g, in.beta);
   const int64_t KV = s.K * s.V, heads = s.num_sequences() * s.H;
@@ -59,19 +60,24 @@ void chunk_forward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, fl
     for (int64_t i = 0; i < heads; ++i) {
       const layout::HeadRows r = layout::head_rows(s, i);
       const int64_t chunks = layout::num_chunks(r.length);
-      auto saved = [&](int64_t j) {
-        return chunk_states && j < chunks ? chunk_states + layout::chunk_state(s, first_chunk, i, j)
-                                          : work.S;
+      auto record = [&](int64_t j) {  // null past the last chunk or when nothing is saved
+        return chunk_saved && j < chunks
+                   ? chunk_saved + layout::chunk_record(s, first_chunk, i, j)
+                   : nullptr;
       };
-      float* S = saved(0);
+      auto state = [&](int64_t j) { return record(j) ? record(j) : work.S; };
+      float* S = state(0);
       if (in.initial_state)
         std::copy(in.initial_state + r.state, in.initial_state + r.state + KV, S);
       else
         std::fill(S, S + KV, 0.0f);
       for (int64_t j = 0; j < chunks; ++j) {
-        float* next = saved(j + 1);
+        float* next = state(j + 1);
         const int64_t t0 = j * kChunk;
-        forward_chunk(chunk::chunk_rows(s, in, r, t0), S, next, out + r.v + t0 * r.ldv, work);
+        const chunk::ChunkProducts products =
+            chunk_saved ? chunk::ChunkProducts::at(record(j) + KV, s.V) : work.core.own;
+        forward_chunk(chunk::chunk_rows(s, in, r, t0), S, next, out + r.v + t0 * r.ldv, products,
+                      work);
         S = next;
       }
       if (final_state) std::copy(S, S + KV, final_state + r.state);

@@ -1,6 +1,7 @@
 #include "k3/kernels/kda/delta_rule_layout.h"
 
 #include "k3/base/error.h"
+#include "k3/kernels/kda/chunk_tiles.h"
 
 namespace k3::kernels::kda {
 
@@ -52,11 +53,15 @@ std::vector<int64_t> first_chunks(const DeltaRuleShape& s) {
   return first;
 }
 
+int64_t chunk_record_floats(const DeltaRuleShape& s) {
+  return s.K * s.V + chunk::ChunkProducts::floats(s.V);
+}
+
 }  // namespace layout
 
-int64_t chunk_state_floats(const DeltaRuleShape& s) {
-  layout::check_shape("kda chunk_state_floats", s);
-  return layout::first_chunks(s).back() * s.H * s.K * s.V;
+int64_t chunk_saved_floats(const DeltaRuleShape& s) {
+  layout::check_shape("kda chunk_saved_floats", s);
+  return layout::first_chunks(s).back() * s.H * layout::chunk_record_floats(s);
 }
 
 }  // namespace k3::kernels::kda

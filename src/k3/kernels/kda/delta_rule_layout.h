@@ -31,10 +31,14 @@ inline int64_t num_chunks(int64_t length) { return (length + kChunk - 1) / kChun
 // Index of the first chunk of each sequence, and the total as the last entry (N + 1 entries).
 std::vector<int64_t> first_chunks(const DeltaRuleShape& s);
 
-// Offset into chunk_states of the state entering chunk j of (sequence, head) index.
-inline int64_t chunk_state(const DeltaRuleShape& s, const std::vector<int64_t>& first_chunk,
-                           int64_t index, int64_t j) {
-  return ((first_chunk[index / s.H] + j) * s.H + index % s.H) * s.K * s.V;
+// Floats of one chunk's record in chunk_saved: its entry state (K×V), then the products its
+// backward reads (chunk_tiles.h, ChunkProducts).
+int64_t chunk_record_floats(const DeltaRuleShape& s);
+
+// Offset into chunk_saved of the record of chunk j of (sequence, head) index.
+inline int64_t chunk_record(const DeltaRuleShape& s, const std::vector<int64_t>& first_chunk,
+                            int64_t index, int64_t j) {
+  return ((first_chunk[index / s.H] + j) * s.H + index % s.H) * chunk_record_floats(s);
 }
 
 }  // namespace k3::kernels::kda::layout

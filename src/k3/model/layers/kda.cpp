@@ -146,10 +146,10 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
 
   const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
   float* o = s.alloc(n * P);
-  float* chunk_states = s.training ? s.alloc(kda::chunk_state_floats(ds)) : nullptr;
+  float* chunk_saved = s.training ? s.alloc(kda::chunk_saved_floats(ds)) : nullptr;
   float* final_state = cache ? s.alloc(cache->state.numel()) : nullptr;
   kda::chunk_forward(ds, {q, k, v, g, beta, cache ? cache->state.f32() : nullptr}, o, final_state,
-                     chunk_states);
+                     chunk_saved);
   if (cache) std::copy(final_state, final_state + cache->state.numel(), cache->state.f32());
 
   float *gate = s.alloc(n * P), *y = s.alloc(n * P), *rstd = s.alloc(n * H);
@@ -171,7 +171,7 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
                                  {".g", g, n * P},
                                  {".beta", beta, n * H},
                                  {".o", o, n * P},
-                                 {".chunk_states", chunk_states, kda::chunk_state_floats(ds)},
+                                 {".chunk_saved", chunk_saved, kda::chunk_saved_floats(ds)},
                                  {".gate", gate, n * P},
                                  {".rstd", rstd, n * H},
                                  {".y", y, n * P}})
@@ -188,7 +188,7 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   const float *q = load(".q"), *k = load(".k"), *v = load(".v"), *rq = load(".rq"),
               *rk = load(".rk");
   const float *fa = load(".fa"), *f = load(".f"), *g = load(".g"), *beta = load(".beta");
-  const float *o = load(".o"), *chunk_states = load(".chunk_states"), *gate = load(".gate");
+  const float *o = load(".o"), *chunk_saved = load(".chunk_saved"), *gate = load(".gate");
   const float *rstd = load(".rstd"), *y = load(".y");
 
   float *dy = s.alloc(n * P), *d_o = s.alloc(n * P), *dgate = s.alloc(n * P);
@@ -199,7 +199,7 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   float *dq = s.alloc(n * P), *dk = s.alloc(n * P), *dv = s.alloc(n * P), *dg = s.alloc(n * P);
   float* dbeta = s.alloc(n * H);
   const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
-  kda::chunk_backward(ds, {q, k, v, g, beta, nullptr}, chunk_states, d_o, nullptr,
+  kda::chunk_backward(ds, {q, k, v, g, beta, nullptr}, chunk_saved, d_o, nullptr,
                       {dq, dk, dv, dg, dbeta, nullptr});
 
   float *df = s.alloc(n * P), *dfa = s.alloc(n * D);
