@@ -20,6 +20,8 @@ DecayPairs::DecayPairs(Carver& carver, int64_t K) : K_(K) {
   dqt_ = carver.take(n);
   dkt_ = carver.take(n);
   dkc_ = carver.take(n);
+  to_entry_ = carver.take(K);
+  to_exit_ = carver.take(K);
 }
 
 void DecayPairs::prepare(const ChunkRows& x, const float* G) {
@@ -62,15 +64,66 @@ void DecayPairs::prepare(const ChunkRows& x, const float* G) {
   }
 }
 
+// Columns of earlier sub-chunks take e^{R_i − G_s}; a dense sub-chunk's own columns take the
+// reciprocals of its row factors (e^{G_s − R_i} within e^{±kMaxExponent}).
 void DecayPairs::scale_columns(const Sub& sub, const float* ref) {
   const int64_t K = K_;
   for (int64_t s = 0; s < sub.columns; ++s) {
-    const float *k = x_.k + s * x_.ldqk, *Gs = G_ + s * K;
+    const float *k = x_.k + s * x_.ldqk, *Gs = G_ + s * K, *own = row_factor_ + s * K;
     float *f = col_factor_ + (sub.offset + s) * K, *kc = kc_ + (sub.offset + s) * K;
+    if (s < sub.begin) {
 #pragma omp simd
-    for (int64_t c = 0; c < K; ++c) {
-      f[c] = fast::exp(ref[c] - Gs[c]);
-      kc[c] = k[c] * f[c];
+      for (int64_t c = 0; c < K; ++c) {
+        f[c] = fast::exp(ref[c] - Gs[c]);
+        kc[c] = k[c] * f[c];
+      }
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < K; ++c) {
+        f[c] = 1.0f / own[c];
+        kc[c] = k[c] * f[c];
+      }
+    }
+  }
+}
+
+void DecayPairs::decays(float* gamma, float* gq, float* exit, float* kbar) const {
+  const int64_t L = x_.L, K = K_;
+  const float* G_last = G_ + (L - 1) * K;
+  for (int64_t i = 0; i < num_subs_; ++i) {
+    const Sub& sub = subs_[i];
+    const float* ref = refs_ + i * K;
+    if (sub.dense) {
+#pragma omp simd
+      for (int64_t c = 0; c < K; ++c) {
+        to_entry_[c] = fast::exp(ref[c]);
+        to_exit_[c] = fast::exp(G_last[c] - ref[c]);
+      }
+    }
+    for (int64_t r = sub.begin; r < sub.end; ++r) {
+      const float *q = x_.q + r * x_.ldqk, *k = x_.k + r * x_.ldqk, *Gr = G_ + r * K;
+      const float *rf = row_factor_ + r * K, *cf = col_factor_ + (sub.offset + r) * K;
+      float *gr = gamma + r * K, *e = exit + r * K;
+      if (sub.dense) {
+#pragma omp simd
+        for (int64_t c = 0; c < K; ++c) {
+          gr[c] = to_entry_[c] * rf[c];
+          e[c] = to_exit_[c] * cf[c];
+        }
+      } else {
+#pragma omp simd
+        for (int64_t c = 0; c < K; ++c) {
+          gr[c] = fast::exp(Gr[c]);
+          e[c] = fast::exp(G_last[c] - Gr[c]);
+        }
+      }
+      float *gqr = gq + r * K, *gkr = gq + (L + r) * K, *kb = kbar + r * K;
+#pragma omp simd
+      for (int64_t c = 0; c < K; ++c) {
+        gqr[c] = gr[c] * q[c];
+        gkr[c] = gr[c] * k[c];
+        kb[c] = e[c] * k[c];
+      }
     }
   }
 }

@@ -118,27 +118,8 @@ void ChunkCore::factors(const ChunkRows& x) {
 #pragma omp simd
     for (int64_t c = 0; c < K; ++c) Gr[c] = prev[c] + g[c];
   }
-  for (int64_t r = 0; r < L; ++r) {
-    const float *q = x.q + r * x.ldqk, *k = x.k + r * x.ldqk, *Gr = G + r * K;
-    float *gr = gamma + r * K, *gqr = gq + r * K, *gkr = gq + (L + r) * K;
-#pragma omp simd
-    for (int64_t c = 0; c < K; ++c) {
-      gr[c] = fast::exp(Gr[c]);
-      gqr[c] = gr[c] * q[c];
-      gkr[c] = gr[c] * k[c];
-    }
-  }
-  const float* G_last = G + (L - 1) * K;
-  for (int64_t r = 0; r < L; ++r) {
-    const float *k = x.k + r * x.ldqk, *Gr = G + r * K;
-    float *e = exit + r * K, *kb = kbar + r * K;
-#pragma omp simd
-    for (int64_t c = 0; c < K; ++c) {
-      e[c] = fast::exp(G_last[c] - Gr[c]);
-      kb[c] = e[c] * k[c];
-    }
-  }
   pairs.prepare(x, G);
+  pairs.decays(gamma, gq, exit, kbar);
 }
 
 void ChunkCore::compute(const ChunkRows& x, const float* S, const ChunkProducts& p) {

@@ -103,6 +103,10 @@ class DecayPairs {
   // Picks each sub-chunk's reference and scales the row and column operands. G: cumulative
   // decay, L×K.
   void prepare(const ChunkRows& x, const float* G);
+  // After prepare(): Γ = e^G and exit = e^{G_L − G} (L×K), from the row and column factors of
+  // dense sub-chunks (e^{R_i} times e^{G − R_i}: a factor that underflows stands for a decay
+  // below e^{−87 + kMaxExponent}), then gq = [Γ⊙Q; Γ⊙K] (2L×K) and kbar = exit ⊙ K.
+  void decays(float* gamma, float* gq, float* exit, float* kbar) const;
   // After prepare(): Aqk and Pkk (L×L, row stride kLd), zero outside their triangles.
   void products(float* Aqk, float* Pkk);
   // After prepare(): adds the gradients reaching q and k through Aqk and Pkk, given dAqk and
@@ -135,6 +139,7 @@ class DecayPairs {
   float *col_factor_, *kc_;
   float* kct_;                // [K][kLd]: one sub-chunk's kc transposed
   float *dqt_, *dkt_, *dkc_;  // [L][K]: gradients w.r.t. qt, kt, kc
+  float *to_entry_, *to_exit_;  // [K]: e^{R_i}, e^{G_L − R_i} of one sub-chunk
 };
 
 // The products of a chunk's forward that its backward reads back rather than recomputes:
