@@ -7,12 +7,13 @@
 #include <cstdio>
 #include <string>
 
+#include "driver.h"
 #include "k3/base/error.h"
 #include "k3/tensor/safetensors.h"
 
 using namespace k3;
 
-static int run(const std::string& dir) {
+static void run(const std::string& dir) {
   const Safetensors in = load_safetensors(dir + "/inputs.safetensors");
   const Tensor* kp = in.find("k");
   const Tensor* vp = in.find("v");
@@ -41,18 +42,9 @@ static int run(const std::string& dir) {
   result.tensors = {{"out", out}, {"lse", lse}, {"dq", dq}, {"dk", dk}, {"dv", dv}};
   if (kr) result.tensors.emplace_back("dkr", dkr);
   save_safetensors(dir + "/outputs.safetensors", result);
-  return 0;
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s WORKDIR\n", argv[0]);
-    return 2;
-  }
-  try {
-    return run(argv[1]);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return k3::reference::driver_main(argc, argv, 1, "WORKDIR",
+                                    [](const std::vector<std::string>& a) { run(a[0]); });
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "driver.h"
 #include "k3/base/error.h"
 #include "k3/tensor/safetensors.h"
 
@@ -19,7 +20,7 @@ static Tensor scalar(float v) {
   return t;
 }
 
-static int run(const std::string& dir) {
+static void run(const std::string& dir) {
   const Safetensors in = load_safetensors(dir + "/inputs.safetensors");
   const Tensor* hp = in.find("h");
   const Tensor* wp = in.find("w");
@@ -61,18 +62,9 @@ static int run(const std::string& dir) {
                  {"dh", dh},
                  {"dw", dw}};
   save_safetensors(dir + "/outputs.safetensors", out);
-  return 0;
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s WORKDIR\n", argv[0]);
-    return 2;
-  }
-  try {
-    return run(argv[1]);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return k3::reference::driver_main(argc, argv, 1, "WORKDIR",
+                                    [](const std::vector<std::string>& a) { run(a[0]); });
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "driver.h"
 #include "k3/base/error.h"
 #include "k3/kernels/kda/delta_rule.h"
 #include "k3/tensor/safetensors.h"
@@ -54,7 +55,7 @@ static void run(const Safetensors& in, const kda::DeltaRuleShape& s, const std::
   save_safetensors(path, result);
 }
 
-static int run_all(const std::string& dir) {
+static void run_all(const std::string& dir) {
   const Safetensors in = load_safetensors(dir + "/inputs.safetensors");
   const Tensor* q = in.find("q");
   const Tensor* v = in.find("v");
@@ -65,18 +66,9 @@ static int run_all(const std::string& dir) {
   const kda::DeltaRuleShape s{q->dim(0), q->dim(1), q->dim(2), q->dim(3), v->dim(3), starts};
   run<double>(in, s, dir + "/double.safetensors");
   run<float>(in, s, dir + "/float.safetensors");
-  return 0;
 }
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s WORKDIR\n", argv[0]);
-    return 2;
-  }
-  try {
-    return run_all(argv[1]);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return k3::reference::driver_main(argc, argv, 1, "WORKDIR",
+                                    [](const std::vector<std::string>& a) { run_all(a[0]); });
 }

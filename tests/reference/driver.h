@@ -1,0 +1,93 @@
+// What the reference drivers share: the command-line frame (argument count, a usage line, errors
+// as one line), and for the model drivers the batch file, the saved weights, and the outputs
+// PyTorch is compared on (logits, mean loss, every parameter's gradient).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "k3/activation/manager.h"
+#include "k3/base/arena.h"
+#include "k3/base/error.h"
+#include "k3/model/model.h"
+#include "k3/tensor/safetensors.h"
+
+namespace k3::reference {
+
+// Runs run(args) when exactly `count` arguments are given (else prints the usage, exit status 2);
+// an exception becomes "error: ..." on stderr and exit status 1.
+inline int driver_main(int argc, char** argv, int count, const char* usage,
+                       const std::function<void(const std::vector<std::string>&)>& run) {
+  if (argc != count + 1) {
+    std::fprintf(stderr, "usage: %s %s\n", argv[0], usage);
+    return 2;
+  }
+  try {
+    run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
+inline Tensor copy_of(const Tensor& t) {
+  Tensor c = Tensor::empty(t.shape());
+  c.copy_from(t);
+  return c;
+}
+
+inline void save_weights(const ParamRegistry& params, const std::string& path) {
+  Safetensors weights;
+  for (int i = 0; i < params.size(); ++i)
+    weights.tensors.emplace_back(params.info(i).name, params.value(i));
+  save_safetensors(path, weights);
+}
+
+// A batch file's `tokens` and `targets` [B, T] (ids stored as floats).
+struct Batch {
+  std::vector<int32_t> tokens, targets;
+  TokenBatch view;
+};
+
+inline Batch load_batch(const std::string& path) {
+  const Safetensors file = load_safetensors(path);
+  const Tensor* tokens = file.find("tokens");
+  const Tensor* targets = file.find("targets");
+  K3_CHECK(tokens && targets && tokens->ndim() == 2 && tokens->shape() == targets->shape(), path,
+           ": needs tokens and targets of one shape [B, T]");
+  Batch b;
+  for (const auto& [t, ids] : {std::pair{tokens, &b.tokens}, std::pair{targets, &b.targets}})
+    for (int64_t i = 0; i < t->numel(); ++i) ids->push_back(static_cast<int32_t>(t->f32()[i]));
+  b.view = {b.tokens.data(), b.targets.data(), tokens->dim(0), tokens->dim(1)};
+  return b;
+}
+
+// Adds `logits`, `loss` (the mean over targets that are not ignored) and `grad.<name>` of every
+// parameter to out (gradients zeroed first). Returns the scale 1 / (counted targets).
+inline float add_model_outputs(Model& model, Arena& arena, ActivationManager& acts,
+                               const Batch& b, const std::string& batch_path, Safetensors& out) {
+  const TokenBatch& v = b.view;
+  Tensor logits = Tensor::empty({v.B * v.T, model.config().vocab_size});
+  model.forward_logits(arena, v.tokens, v.B, v.T, logits.f32());
+  out.tensors.emplace_back("logits", logits);
+
+  int64_t count = 0;
+  for (int32_t t : b.targets) count += t != model.config().ignore_index;
+  K3_CHECK(count > 0, batch_path, ": every target is ignored");
+  const float scale = 1.0f / static_cast<float>(count);
+  ParamRegistry& params = model.params();
+  params.zero_grads();
+  Tensor loss = Tensor::empty({1});
+  loss.f32()[0] = static_cast<float>(model.forward_backward(arena, acts, v, scale).sum * scale);
+  out.tensors.emplace_back("loss", loss);
+  for (int i = 0; i < params.size(); ++i)
+    out.tensors.emplace_back("grad." + params.info(i).name, copy_of(params.grad(i)));
+  return scale;
+}
+
+}  // namespace k3::reference
