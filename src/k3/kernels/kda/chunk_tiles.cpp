@@ -102,7 +102,6 @@ ChunkCore::ChunkCore(Carver& carver, int64_t K, int64_t V)
     : G(carver.take(kChunk * K)),
       gamma(carver.take(kChunk * K)),
       gq(carver.take(2 * kChunk * K)),
-      ks(carver.take(2 * kChunk * V)),
       vb(carver.take(kChunk * V)),
       exit(carver.take(kChunk * K)),
       kbar(carver.take(kChunk * K)),
@@ -125,16 +124,16 @@ void ChunkCore::factors(const ChunkRows& x) {
 void ChunkCore::compute(const ChunkRows& x, const float* S, const ChunkProducts& p) {
   const int64_t L = x.L, K = x.K, V = x.V;
   factors(x);
-  gemm(false, false, 2 * L, V, K, 1.0f, gq, S, 0.0f, ks);
+  gemm(false, false, L, V, K, 1.0f, gq + L * K, S, 0.0f, p.r);  // (Γ⊙K) S, then r = V − it
   pairs.products(p.Aqk, p.Pkk);
   invert_unit_lower(x, p.Pkk, p.X);
   for (int64_t r = 0; r < L; ++r) {
-    const float *v = x.v + r * x.ldv, *ksr = ks + (L + r) * V;
+    const float* v = x.v + r * x.ldv;
     const float beta = x.b(r);
     float *rr = p.r + r * V, *vbr = vb + r * V;
 #pragma omp simd
     for (int64_t j = 0; j < V; ++j) {
-      rr[j] = v[j] - ksr[j];
+      rr[j] = v[j] - rr[j];
       vbr[j] = beta * rr[j];
     }
   }

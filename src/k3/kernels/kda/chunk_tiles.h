@@ -157,10 +157,9 @@ struct ChunkProducts {
 // A chunk's elementwise factors, which forward and backward both compute:
 //   G (cumulative decay), Γ = e^G, gq = [Γ⊙Q; Γ⊙K] (2L×K), exit = e^{G_L − G}, kbar = exit ⊙ K
 //   (L×K), and the pair operands;
-// and, in the forward, from the entry state S (K×V): ks = gq · S (2L×V), the products above, and
-// vb = Diag(β) r.
+// and, in the forward, from the entry state S (K×V): the products above, with vb = Diag(β) r.
 struct ChunkCore {
-  float *G, *gamma, *gq, *ks, *vb, *exit, *kbar;
+  float *G, *gamma, *gq, *vb, *exit, *kbar;
   ChunkProducts own;  // where the products go when the forward saves nothing
   DecayPairs pairs;
   ChunkCore(Carver& carver, int64_t K, int64_t V);

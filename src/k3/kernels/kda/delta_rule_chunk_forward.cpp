@@ -30,8 +30,7 @@ void forward_chunk(const ChunkRows& x, const float* S, float* next, float* out,
   const int64_t L = x.L, K = x.K, V = x.V;
   chunk::ChunkCore& core = w.core;
   core.compute(x, S, p);
-  for (int64_t r = 0; r < L; ++r)
-    std::copy(core.ks + r * V, core.ks + (r + 1) * V, out + r * x.ldv);
+  gemm({false, false, L, V, K, 1.0f, core.gq, K, S, V, 0.0f, out, x.ldv});  // (Γ⊙Q) S
   attn::tile_gemm({L, V, L}, {p.Aqk, kLd, false}, {p.vt, V}, {out, x.ldv, true},
                   {attn::Band::KLe, 0});
 
