@@ -2,14 +2,12 @@
 parameters and gradients with a changing learning rate, gradient scaling (as clipping applies it)
 and decoupled weight decay on matrices only (k3lab's decays_by_default: not the embedding, not
 vectors, not [1, d] pseudo-queries)."""
-import argparse
-import pathlib
-import subprocess
 import sys
 
 import numpy as np
 import torch
 
+import harness
 import st
 from harness import rel_err
 
@@ -28,13 +26,7 @@ TOL_PARAM, TOL_STATE = 2e-6, 5e-6
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--exe", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    work = pathlib.Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
-
+    args = harness.parse_args()
     rng = np.random.default_rng(SEED)
     params = {n: rng.uniform(-1, 1, s).astype(np.float32) for n, (s, _) in SHAPES.items()}
     # Gradients of mixed scales, some tiny so that eps matters.
@@ -45,9 +37,8 @@ def main():
     for t in range(STEPS):
         inputs[f"lr.{t}"] = np.array([lrs[t]], dtype=np.float32)
         inputs.update({f"grad.{t}.{n}": g for n, g in grads[t].items()})
-    st.save(work / "inputs.safetensors", inputs, {"steps": STEPS, "grad_scale": GRAD_SCALE})
-    subprocess.run([args.exe, str(work)], check=True)
-    ours = st.load(work / "outputs.safetensors")
+    harness.run_driver(args.exe, args.workdir, inputs, {"steps": STEPS, "grad_scale": GRAD_SCALE})
+    ours = st.load(args.workdir / "outputs.safetensors")
 
     tp = {n: torch.tensor(p, dtype=torch.float64, requires_grad=True) for n, p in params.items()}
     opt = torch.optim.AdamW(
@@ -66,14 +57,9 @@ def main():
     worst_state = max(rel_err(ours[f"{key}.{n}"], opt.state[tp[n]][key])
                       for n in SHAPES for key in ("exp_avg", "exp_avg_sq"))
 
-    ok = True
     print(f"AdamW, {STEPS} steps, {len(SHAPES)} tensors, k3lab fp32 vs torch.optim.AdamW float64")
-    for what, err, tol in [("params (every step)", worst_param, TOL_PARAM), ("moments", worst_state, TOL_STATE)]:
-        passed = err <= tol
-        ok &= passed
-        print(f"  {what:20s} error {err:.2e}  tolerance {tol:.0e}  {'ok' if passed else 'FAIL'}")
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    return harness.verdict(harness.report([("params (every step)", worst_param, TOL_PARAM),
+                                           ("moments", worst_state, TOL_STATE)]))
 
 
 if __name__ == "__main__":

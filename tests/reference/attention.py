@@ -2,15 +2,13 @@
 mask: out, log-sum-exp, and the gradients of <out, dout> with respect to q, k, k_r and v.
 Cases: plain heads, an MLA-like shape (shared k_r, value dim != key dim), and a longer sequence
 over several tiles with a ragged last tile and an explicit scale."""
-import argparse
 import math
-import pathlib
-import subprocess
 import sys
 
 import numpy as np
 import torch
 
+import harness
 import st
 from harness import rel_err
 
@@ -51,9 +49,7 @@ def check(case, exe, work):
     if dr > 0:
         x["kr"] = rng.standard_normal((B, T, dr))
     x = {n: a.astype(np.float32) for n, a in x.items()}
-    work.mkdir(parents=True, exist_ok=True)
-    st.save(work / "inputs.safetensors", x, {"dr": dr, "scale": scale})
-    subprocess.run([exe, str(work)], check=True)
+    harness.run_driver(exe, work, x, {"dr": dr, "scale": scale})
     ours = st.load(work / "outputs.safetensors")
 
     t = {n: torch.from_numpy(a).double().requires_grad_(n != "dout") for n, a in x.items()}
@@ -61,24 +57,14 @@ def check(case, exe, work):
                                scale if scale != 0 else 1 / math.sqrt(dqk + dr))
     (out * t["dout"]).sum().backward()
     grads = [("d" + n, t[n].grad) for n in ("q", "k", "kr", "v") if n in t]
-    rows = [("out", out), ("lse", lse)] + grads
     print(f"{name}: B={B} T={T} H={H} dqk={dqk} dr={dr} dv={dv} scale={scale or 'default'}")
-    ok = True
-    for what, ref in rows:
-        err = rel_err(ours[what], ref)
-        ok &= err <= TOL
-        print(f"  {what:4s} error {err:.2e}  tolerance {TOL:.0e}  {'ok' if err <= TOL else 'FAIL'}")
-    return ok
+    return harness.report([(what, rel_err(ours[what], ref), TOL)
+                           for what, ref in [("out", out), ("lse", lse)] + grads])
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--exe", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    ok = all([check(c, args.exe, pathlib.Path(args.workdir) / c[0]) for c in CASES])
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    args = harness.parse_args()
+    return harness.verdict(all([check(c, args.exe, args.workdir / c[0]) for c in CASES]))
 
 
 if __name__ == "__main__":

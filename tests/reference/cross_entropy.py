@@ -1,14 +1,12 @@
 """The fused LM head + cross-entropy (k3lab, fp32, chunk not dividing N) against PyTorch autograd
 in float64: mean loss over non-ignored tokens, dh and dW."""
-import argparse
-import pathlib
-import subprocess
 import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+import harness
 import st
 from harness import rel_err
 
@@ -20,21 +18,14 @@ TOL_LOSS, TOL_GRAD = 1e-6, 1e-5
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--exe", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    work = pathlib.Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
-
+    args = harness.parse_args()
     rng = np.random.default_rng(SEED)
     h = rng.standard_normal((N, D)).astype(np.float32)
     w = (0.5 * rng.standard_normal((V, D))).astype(np.float32)
     targets = rng.integers(0, V, size=N)
     targets[rng.random(N) < 0.2] = IGNORE_INDEX
-    st.save(work / "inputs.safetensors", {"h": h, "w": w, "targets": targets}, {"chunk": CHUNK})
-    subprocess.run([args.exe, str(work)], check=True)
-    ours = st.load(work / "outputs.safetensors")
+    harness.run_driver(args.exe, args.workdir, {"h": h, "w": w, "targets": targets}, {"chunk": CHUNK})
+    ours = st.load(args.workdir / "outputs.safetensors")
 
     th = torch.from_numpy(h).double().requires_grad_()
     tw = torch.from_numpy(w).double().requires_grad_()
@@ -47,15 +38,10 @@ def main():
         ("dh", rel_err(ours["dh"], th.grad), TOL_GRAD),
         ("dW", rel_err(ours["dw"], tw.grad), TOL_GRAD),
     ]
-    ok = int(ours["count"][0]) == count
+    count_ok = int(ours["count"][0]) == count
     print(f"lm_head + cross-entropy, N={N} d={D} V={V} chunk={CHUNK}, {count} counted tokens"
-          f" ({'ok' if ok else 'MISMATCH: k3lab counted ' + str(int(ours['count'][0]))})")
-    for what, err, tol in rows:
-        passed = err <= tol
-        ok &= passed
-        print(f"  {what:5s} error {err:.2e}  tolerance {tol:.0e}  {'ok' if passed else 'FAIL'}")
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+          f" ({'ok' if count_ok else 'MISMATCH: k3lab counted ' + str(int(ours['count'][0]))})")
+    return harness.verdict(harness.report(rows) and count_ok)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,11 @@
 """The k3lab dense model against k3ref.py in float64: logits, loss, every parameter gradient, and
 the losses of 10 AdamW steps, starting from the weights k3lab initialized and saved."""
-import argparse
-import os
-import pathlib
-import subprocess
 import sys
 
 import numpy as np
 import torch
 
-import st
+import harness
 from harness import rel_err
 from k3ref import IGNORE_INDEX, Config, K3Dense, decay_groups
 
@@ -21,31 +17,12 @@ LR, BETAS, EPS, WEIGHT_DECAY, TRAIN_STEPS = 1e-2, (0.9, 0.95), 1e-8, 0.1, 10
 TOL_LOGITS, TOL_LOSS, TOL_GRAD, TOL_TRAIN = 5e-6, 1e-6, 1e-5, 1e-5
 
 
-def make_batch(vocab):
-    rng = np.random.default_rng(SEED)
-    tokens = rng.integers(0, vocab, size=(B, T))
-    targets = np.roll(tokens, -1, axis=1)
-    targets[:, -1] = IGNORE_INDEX
-    targets[rng.random((B, T)) < 0.15] = IGNORE_INDEX
-    return tokens, targets
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--exe", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    root = pathlib.Path(os.environ.get("K3LAB_ROOT", pathlib.Path(__file__).resolve().parents[2]))
-    config_path = root / "configs" / "dense-tiny.json"
-    work = pathlib.Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
-
+    args = harness.parse_args()
+    config_path = harness.config_path("dense-tiny.json")
     config = Config.load(config_path)
-    tokens, targets = make_batch(config.vocab_size)
-    batch, weights, results = (work / f"{n}.safetensors" for n in ("batch", "weights", "results"))
-    st.save(batch, {"tokens": tokens, "targets": targets})
-    subprocess.run([args.exe, config_path, str(SEED), batch, weights, results], check=True)
-    ours = st.load(results)
+    tokens, targets = harness.make_batch(config.vocab_size, SEED, B, T, IGNORE_INDEX, drop_fraction=0.15)
+    ours, weights = harness.run_model_driver(args.exe, args.workdir, config_path, SEED, tokens, targets)
 
     model = K3Dense(config).double()
     model.load_k3lab(weights)
@@ -72,12 +49,7 @@ def main():
 
     print(f"train losses: k3lab {np.round(ours['train_losses'].astype(float), 5).tolist()}")
     print(f"              torch {np.round(losses, 5).tolist()}")
-    failed = [r for r in rows if not r[1] <= r[2]]
-    width = max(len(r[0]) for r in rows)
-    for what, err, tol in rows:
-        print(f"{what:<{width}}  {err:9.2e}  (tol {tol:.0e})  {'ok' if err <= tol else 'FAIL'}")
-    print(f"{len(rows) - len(failed)}/{len(rows)} within tolerance")
-    return 1 if failed else 0
+    return harness.verdict(harness.report(rows))
 
 
 if __name__ == "__main__":

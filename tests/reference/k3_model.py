@@ -3,17 +3,16 @@ first layer, Attention Residuals) against k3torch.py in float64: logits, mean lo
 of every parameter, from the weights k3lab initialized and saved (AttnRes pseudo-queries and
 router biases made non-zero by the driver). The router bias must get no gradient at all."""
 import argparse
-import os
 import pathlib
-import subprocess
 import sys
 
 import numpy as np
 import torch
 
-import st
+import harness
 from harness import rel_err
-from k3torch import IGNORE_INDEX, Config, K3Model
+from k3ref import IGNORE_INDEX
+from k3torch import Config, K3Model
 
 B, T, SEED = 2, 40, 4321
 # Errors are max |k3lab - torch| / max |torch| over a tensor (loss: relative).
@@ -26,34 +25,17 @@ TOL_LOGITS, TOL_LOSS, TOL_GRAD = 1e-5, 1e-6, 1e-4
 MIN_MARGIN = 1e-6
 
 
-def make_batch(vocab):
-    rng = np.random.default_rng(SEED)
-    tokens = rng.integers(0, vocab, size=(B, T))
-    targets = np.roll(tokens, -1, axis=1)
-    targets[:, -1] = IGNORE_INDEX
-    targets[rng.random((B, T)) < 0.1] = IGNORE_INDEX
-    return tokens, targets
-
-
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--exe", required=True)
-    ap.add_argument("--workdir", required=True)
-    ap.add_argument("--config", default=None, help="default: configs/k3-nano.json")
+    ap.add_argument("--config", type=pathlib.Path, default=harness.config_path("k3-nano.json"),
+                    help="default: configs/k3-nano.json")
     ap.add_argument("--all", action="store_true", help="print every tensor, not only the worst")
-    args = ap.parse_args()
-    root = pathlib.Path(os.environ.get("K3LAB_ROOT", pathlib.Path(__file__).resolve().parents[2]))
-    config_path = pathlib.Path(args.config) if args.config else root / "configs" / "k3-nano.json"
-    work = pathlib.Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
+    args = harness.parse_args(ap)
     torch.manual_seed(0)
 
-    config = Config.load(config_path)
-    tokens, targets = make_batch(config.vocab_size)
-    batch, weights, results = work / "batch.safetensors", work / "weights.safetensors", work / "results.safetensors"
-    st.save(batch, {"tokens": tokens, "targets": targets})
-    subprocess.run([args.exe, str(config_path), str(SEED), str(batch), str(weights), str(results)], check=True)
-    ours = st.load(results)
+    config = Config.load(args.config)
+    tokens, targets = harness.make_batch(config.vocab_size, SEED, B, T, IGNORE_INDEX, drop_fraction=0.1)
+    ours, weights = harness.run_model_driver(args.exe, args.workdir, args.config, SEED, tokens, targets)
 
     model = K3Model(config).double()
     model.load_k3lab(weights)
@@ -84,12 +66,8 @@ def main():
 
     print(f"B={B} T={T} targets counted={count}; loss k3lab {float(ours['loss'][0]):.7f} "
           f"torch {float(loss):.7f}; smallest top-k margin {margin:.2e}")
-    failed = [r for r in rows if not r[1] <= r[2]]
-    width = max(len(r[0]) for r in rows)
     grads = sorted((r for r in rows if r[0].startswith("grad.")), key=lambda r: -r[1])
-    shown = rows[:2] + (grads if args.all else grads[:8])
-    for what, err, tol in shown:
-        print(f"{what:<{width}}  {err:9.2e}  (tol {tol:.0e})  {'ok' if err <= tol else 'FAIL'}")
+    ok = harness.report(rows, shown=rows[:2] + (grads if args.all else grads[:8]))
     for kind in ("self_attn.q_conv1d", "self_attn.A_log", "self_attn.q_a_proj", "experts.",
                  "shared_experts", "res_proj", "res_norm", "embed_tokens", "lm_head"):
         errs = [r[1] for r in grads if kind in r[0]]
@@ -102,8 +80,8 @@ def main():
         print(f"FAIL: grad.{name} is not zero")
     if margin < MIN_MARGIN:
         print(f"FAIL: a top-k selection is within {margin:.1e} of a tie; choose another batch or seed")
-    print(f"{len(rows) - len(failed)}/{len(rows)} within tolerance")
-    return 1 if failed or failed_exact or margin < MIN_MARGIN else 0
+    print(f"{sum(err <= tol for _, err, tol in rows)}/{len(rows)} within tolerance")
+    return harness.verdict(ok and not failed_exact and margin >= MIN_MARGIN)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ embedding -> N x [RMSNorm -> gated attention -> RMSNorm -> GLU MLP] -> RMSNorm -
 Gated attention is causal softmax attention without positional encoding,
 out = o_proj(attn(q, k, v) * sigmoid(g_proj x)), heads innermost: column h*D+i of a projection's
 output is head h, dim i. The loss is a SUM of token cross-entropies, as k3lab returns it.
+k3torch.py builds the K3 model on the pieces here that both share.
 """
 import json
 import math
@@ -34,10 +35,14 @@ class Config:
         self.rms_norm_eps = j.get("rms_norm_eps", 1e-5)
         self.initializer_range = j.get("initializer_range", 0.02)
 
-    @staticmethod
-    def load(path):
+    @classmethod
+    def load(cls, path):
         with open(path) as f:
-            return Config(json.load(f))
+            return cls(json.load(f))
+
+
+def linear(i, o):
+    return nn.Linear(i, o, bias=False)
 
 
 class RMSNorm(nn.Module):
@@ -50,43 +55,48 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
+def causal_attention(scores, v):
+    """softmax(scores) @ v over the keys s <= t: scores [B, H, T, T], v [B, H, T, D] -> [B, T, H*D]."""
+    B, H, T, D = v.shape
+    future = torch.ones(T, T, dtype=torch.bool, device=v.device).triu(1)
+    out = scores.masked_fill(future, float("-inf")).softmax(-1) @ v
+    return out.transpose(1, 2).reshape(B, T, H * D)
+
+
 class GatedAttention(nn.Module):
     def __init__(self, c):
         super().__init__()
         d, p = c.hidden_size, c.num_attention_heads * c.head_dim
         self.heads, self.head_dim = c.num_attention_heads, c.head_dim
-        self.q_proj, self.k_proj = nn.Linear(d, p, bias=False), nn.Linear(d, p, bias=False)
-        self.v_proj, self.g_proj = nn.Linear(d, p, bias=False), nn.Linear(d, p, bias=False)
-        self.o_proj = nn.Linear(p, d, bias=False)
+        self.q_proj, self.k_proj = linear(d, p), linear(d, p)
+        self.v_proj, self.g_proj = linear(d, p), linear(d, p)
+        self.o_proj = linear(p, d)
 
     def forward(self, x):
         B, T, _ = x.shape
         # [B, T, H*D] -> [B, H, T, D]
         q, k, v = (f(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
                    for f in (self.q_proj, self.k_proj, self.v_proj))
-        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
-        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-        attn = scores.masked_fill(future, float("-inf")).softmax(-1) @ v
-        attn = attn.transpose(1, 2).reshape(B, T, self.heads * self.head_dim)
+        attn = causal_attention((q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim)), v)
         return self.o_proj(attn * torch.sigmoid(self.g_proj(x)))
 
 
+def glu(c, g, u):
+    if c.hidden_act == "silu":
+        return F.silu(g) * u
+    b1, b2 = c.situ_beta, c.situ_linear_beta  # SiTU-GLU: [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)]
+    return b1 * torch.tanh(g / b1) * torch.sigmoid(g) * (b2 * torch.tanh(u / b2))
+
+
 class GluMlp(nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, width):
         super().__init__()
-        d, w = c.hidden_size, c.intermediate_size
-        self.gate_proj, self.up_proj = nn.Linear(d, w, bias=False), nn.Linear(d, w, bias=False)
-        self.down_proj = nn.Linear(w, d, bias=False)
-        self.act, self.b1, self.b2 = c.hidden_act, c.situ_beta, c.situ_linear_beta
+        self.c = c
+        self.gate_proj, self.up_proj = linear(c.hidden_size, width), linear(c.hidden_size, width)
+        self.down_proj = linear(width, c.hidden_size)
 
     def forward(self, x):
-        g, u = self.gate_proj(x), self.up_proj(x)
-        if self.act == "silu":
-            h = F.silu(g) * u
-        else:  # SiTU-GLU: [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)]
-            act = self.b1 * torch.tanh(g / self.b1) * torch.sigmoid(g)
-            h = act * (self.b2 * torch.tanh(u / self.b2))
-        return self.down_proj(h)
+        return self.down_proj(glu(self.c, self.gate_proj(x), self.up_proj(x)))
 
 
 class DecoderLayer(nn.Module):
@@ -95,7 +105,7 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.self_attn = GatedAttention(c)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
-        self.mlp = GluMlp(c)
+        self.mlp = GluMlp(c, c.intermediate_size)
 
     def forward(self, x):
         x = x + self.self_attn(self.input_layernorm(x))
@@ -116,12 +126,15 @@ class Decoder(nn.Module):
         return self.norm(x)
 
 
-class K3Dense(nn.Module):
-    def __init__(self, c):
+class LanguageModel(nn.Module):
+    """decoder -> untied lm_head, with k3lab's summed loss and its weight files (K3Dense here,
+    K3Model in k3torch.py)."""
+
+    def __init__(self, c, decoder):
         super().__init__()
         self.config = c
-        self.model = Decoder(c)
-        self.lm_head = nn.Linear(c.hidden_size, c.vocab_size, bias=False)
+        self.model = decoder
+        self.lm_head = linear(c.hidden_size, c.vocab_size)
 
     def forward(self, tokens):
         return self.lm_head(self.model(tokens))
@@ -133,16 +146,8 @@ class K3Dense(nn.Module):
                                 ignore_index=IGNORE_INDEX, reduction="sum")
         return total, int((targets != IGNORE_INDEX).sum())
 
-    def init_normal(self, seed):
-        """Matrices N(0, initializer_range^2), norm weights 1 (for timing; tests load k3lab's)."""
-        gen = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for p in self.parameters():
-                if p.dim() >= 2:
-                    p.copy_(torch.randn(p.shape, generator=gen) * self.config.initializer_range)
-
     def load_k3lab(self, path):
-        """Loads a k3lab safetensors weight file; every name must match both ways."""
+        """Loads a k3lab safetensors weight file; every name and shape must match both ways."""
         weights = st.load(path)
         params = dict(self.named_parameters())
         missing, extra = params.keys() - weights.keys(), weights.keys() - params.keys()
@@ -154,6 +159,19 @@ class K3Dense(nn.Module):
                     raise ValueError(f"{path}: {name} has shape {weights[name].shape}, "
                                      f"expected {tuple(p.shape)}")
                 p.copy_(torch.from_numpy(weights[name]))
+
+
+class K3Dense(LanguageModel):
+    def __init__(self, c):
+        super().__init__(c, Decoder(c))
+
+    def init_normal(self, seed):
+        """Matrices N(0, initializer_range^2), norm weights 1 (for timing; tests load k3lab's)."""
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in self.parameters():
+                if p.dim() >= 2:
+                    p.copy_(torch.randn(p.shape, generator=gen) * self.config.initializer_range)
 
 
 def decay_groups(model, weight_decay):

@@ -6,29 +6,26 @@ embedding -> N x [AttnRes mix -> RMSNorm -> KDA or gated MLA -> AttnRes mix -> R
 SiTU-GLU MLP (layer 0) or Stable LatentMoE] -> AttnRes mix -> RMSNorm -> untied lm_head.
 Layouts as in k3lab: a linear layer's weight is [out, in]; every per-head tensor has heads
 outermost (column h*D + i is head h, dim i); KDA's conv weights are [P, 1, K].
+What it shares with the dense model (config loading, RMSNorm, the GLU MLP, causal attention, the
+lm_head with its loss and k3lab weight loading) comes from k3ref.py.
 """
-import json
 import math
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-import st
+import k3ref
+from k3ref import GluMlp, LanguageModel, RMSNorm, causal_attention, glu, linear
 
-IGNORE_INDEX = -100
 
-
-class Config:
-    """The fields of a K3 JSON config (flat, or nested under "text_config")."""
+class Config(k3ref.Config):
+    """k3ref's fields of a JSON config and K3's own: MLA, KDA, LatentMoE, Attention Residuals."""
 
     def __init__(self, j):
+        super().__init__(j)
         j = j.get("text_config", j)
         g = j.get
-        self.vocab_size = j["vocab_size"]
-        self.hidden_size = j["hidden_size"]
-        self.num_hidden_layers = j["num_hidden_layers"]
-        self.num_attention_heads = j["num_attention_heads"]
         self.q_lora_rank = j["q_lora_rank"]
         self.kv_lora_rank = j["kv_lora_rank"]
         self.qk_nope_head_dim = j["qk_nope_head_dim"]
@@ -47,35 +44,7 @@ class Config:
         self.num_shared_experts = g("num_shared_experts", 0)
         self.first_k_dense_replace = g("first_k_dense_replace", 0)
         self.routed_scaling_factor = g("routed_scaling_factor", 1.0)
-        self.intermediate_size = j["intermediate_size"]
         self.attn_res_block_size = g("attn_res_block_size", 0)
-        self.hidden_act = g("hidden_act", "situ")
-        self.situ_beta = g("activation_situ_beta", 4.0)
-        self.situ_linear_beta = g("activation_situ_linear_beta", 25.0)
-        self.rms_norm_eps = g("rms_norm_eps", 1e-5)
-
-    @staticmethod
-    def load(path):
-        with open(path) as f:
-            return Config(json.load(f))
-
-
-def linear(i, o):
-    return nn.Linear(i, o, bias=False)
-
-
-def rms_norm(x, weight, eps):
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim, eps):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x):
-        return rms_norm(x, self.weight, self.eps)
 
 
 class Weight(nn.Module):
@@ -86,13 +55,6 @@ class Weight(nn.Module):
         self.weight = nn.Parameter(torch.zeros(*shape))
 
 
-def glu(c, g, u):
-    if c.hidden_act == "silu":
-        return F.silu(g) * u
-    b1, b2 = c.situ_beta, c.situ_linear_beta  # SiTU-GLU
-    return b1 * torch.tanh(g / b1) * torch.sigmoid(g) * (b2 * torch.tanh(u / b2))
-
-
 def attn_res(rows, proj, norm, eps):
     """Agg of spec §2: softmax over rows of rho_i <Z_i, norm ⊙ proj>, mixing the raw rows."""
     Z = torch.stack(rows)                                        # [m, ..., d]
@@ -100,17 +62,6 @@ def attn_res(rows, proj, norm, eps):
     rho = torch.rsqrt(Z.pow(2).mean(-1) + eps)                   # [m, ...]
     alpha = torch.softmax(rho * (Z * w).sum(-1), dim=0)
     return (alpha.unsqueeze(-1) * Z).sum(0)
-
-
-class GluMlp(nn.Module):
-    def __init__(self, c, width):
-        super().__init__()
-        self.c = c
-        self.gate_proj, self.up_proj = linear(c.hidden_size, width), linear(c.hidden_size, width)
-        self.down_proj = linear(width, c.hidden_size)
-
-    def forward(self, x):
-        return self.down_proj(glu(self.c, self.gate_proj(x), self.up_proj(x)))
 
 
 class Expert(nn.Module):
@@ -200,10 +151,7 @@ class GatedMLA(nn.Module):
         k_n, v = kv.split([dn, dv], dim=-1)
         k = torch.cat([k_n, k_r.unsqueeze(2).expand(B, T, H, dr)], dim=-1)
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))                    # [B, H, T, .]
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(dn + dr)
-        future = torch.ones(T, T, dtype=torch.bool).triu(1)
-        o = scores.masked_fill(future, float("-inf")).softmax(-1) @ v
-        o = o.transpose(1, 2).reshape(B, T, H * dv)
+        o = causal_attention((q @ k.transpose(-1, -2)) / math.sqrt(dn + dr), v)
         return self.o_proj(o * torch.sigmoid(self.g_proj(x)))
 
 
@@ -314,37 +262,11 @@ class Decoder(nn.Module):
         return self.norm(h)
 
 
-class K3Model(nn.Module):
+class K3Model(LanguageModel):
     def __init__(self, c):
-        super().__init__()
-        self.config = c
-        self.model = Decoder(c)
-        self.lm_head = linear(c.hidden_size, c.vocab_size)
-
-    def forward(self, tokens):
-        return self.lm_head(self.model(tokens))
-
-    def loss(self, tokens, targets):
-        """(sum of token losses over targets != IGNORE_INDEX, count of those targets)."""
-        logits = self(tokens)
-        total = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1),
-                                ignore_index=IGNORE_INDEX, reduction="sum")
-        return total, int((targets != IGNORE_INDEX).sum())
+        super().__init__(c, Decoder(c))
 
     def moe_margins(self):
         """Every top-k selection margin of the forwards so far (one per MoE layer and token)."""
         m = [x for mod in self.modules() if isinstance(mod, LatentMoE) for x in mod.margins]
         return torch.cat(m) if m else torch.zeros(0)
-
-    def load_k3lab(self, path):
-        """Loads a k3lab safetensors weight file; every name and shape must match both ways."""
-        weights = st.load(path)
-        params = dict(self.named_parameters())
-        missing, extra = params.keys() - weights.keys(), weights.keys() - params.keys()
-        if missing or extra:
-            raise ValueError(f"{path}: missing {sorted(missing)}, unexpected {sorted(extra)}")
-        with torch.no_grad():
-            for name, p in params.items():
-                if tuple(p.shape) != weights[name].shape:
-                    raise ValueError(f"{path}: {name} has shape {weights[name].shape}, expected {tuple(p.shape)}")
-                p.copy_(torch.from_numpy(weights[name]))

@@ -3,15 +3,14 @@ recurrence written token by token in PyTorch float64 with autograd: the output, 
 and the gradients of <out, dout> + <final_state, dfinal_state> with respect to q, k, v, g, beta and
 the initial state. Cases: two batch rows, and three packed documents in one row (the state restarts
 from each document's own initial state)."""
-import argparse
-import pathlib
-import subprocess
 import sys
 
 import numpy as np
 import torch
 
+import harness
 import st
+from harness import rel_err
 
 # name, B, T, H, K, V, doc_starts
 CASES = [
@@ -61,9 +60,7 @@ def check(case, exe, work):
         "dfinal_state": rng.standard_normal((N, H, K, V)),
     }
     x = {n: a.astype(np.float32) for n, a in x.items()}
-    work.mkdir(parents=True, exist_ok=True)
-    st.save(work / "inputs.safetensors", x, {"doc_starts": ",".join(map(str, starts))})
-    subprocess.run([exe, str(work)], check=True)
+    harness.run_driver(exe, work, x, {"doc_starts": ",".join(map(str, starts))})
 
     t = {n: torch.from_numpy(a).double().requires_grad_(not n.startswith("d")) for n, a in x.items()}
     out, final = torch_recurrence(t["q"], t["k"], t["v"], t["g"], t["beta"], t["initial_state"], starts)
@@ -71,26 +68,16 @@ def check(case, exe, work):
     want = {"out": out, "final_state": final}
     want.update({"d" + n: t[n].grad for n in ("q", "k", "v", "g", "beta", "initial_state")})
     print(f"{name}: B={B} T={T} H={H} K={K} V={V} doc_starts={starts}")
-    ok = True
+    rows = []
     for precision, tol in TOL.items():
         ours = st.load(work / f"{precision}.safetensors")
-        for what, ref in want.items():
-            ref = ref.detach().numpy()
-            err = float(np.abs(ours[what] - ref).max() / max(np.abs(ref).max(), 1e-30))
-            ok &= err <= tol
-            print(f"  {precision:6s} {what:14s} error {err:.2e}  tolerance {tol:.0e}  "
-                  f"{'ok' if err <= tol else 'FAIL'}")
-    return ok
+        rows += [(f"{precision:6s} {what}", rel_err(ours[what], ref), tol) for what, ref in want.items()]
+    return harness.report(rows)
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--exe", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    ok = all([check(c, args.exe, pathlib.Path(args.workdir) / c[0]) for c in CASES])
-    print("PASS" if ok else "FAIL")
-    return 0 if ok else 1
+    args = harness.parse_args()
+    return harness.verdict(all([check(c, args.exe, args.workdir / c[0]) for c in CASES]))
 
 
 if __name__ == "__main__":
