@@ -37,7 +37,8 @@ double softplus(double x) { return x > 20 ? x : std::log1p(std::exp(x)); }
 
 // Bounded: g = −5·sigmoid(·) as the spec's step 4 makes it. Unbounded: a quarter of the tokens
 // take the Kimi-Linear form −exp(A)·softplus(·) with decays down to a few hundred per token.
-enum class Decay { Bounded, Unbounded };
+// AtBound: bounded, with every even channel at the bound −5 on every token.
+enum class Decay { Bounded, Unbounded, AtBound };
 
 // Inputs as the KDA layer produces them: q, k L2-normalized per head (q also scaled by K^−1/2),
 // β in (0, 1); random initial states, output gradients and final-state gradients.
@@ -71,8 +72,9 @@ struct Problem {
       const bool steep = decay == Decay::Unbounded && uniform(rng) < 0.25;
       for (int64_t c = 0; c < s.K; ++c) {
         const double x = normal(rng);
-        const double gc =
-            steep ? -std::exp(2 * uniform(rng)) * softplus(8 * x + 10) : -5 * sigmoid(2 * x - 3);
+        const double gc = steep ? -std::exp(2 * uniform(rng)) * softplus(8 * x + 10)
+                          : decay == Decay::AtBound && c % 2 == 0 ? -5.0
+                                                                  : -5 * sigmoid(2 * x - 3);
         g[i * s.K + c] = static_cast<float>(gc);
       }
     }
@@ -189,6 +191,15 @@ TEST(KdaDeltaRule, ChunkedMatchesRecurrent) {
     const Problem p(s, 100 + s.T + s.K);
     expect_same(run_chunked(p), run_reference(p), kTol, str(p.s));
   }
+}
+
+// Decays at the bound (e^{−5} per token in half the channels) stay on the dense tiles: each
+// 16-token sub-chunk spans e^{−75}, at the edge of what its re-centred factors allow.
+TEST(KdaDeltaRule, DecayAtTheBound) {
+  const Problem p(shape(1, 200, 2, 32, 32), 9, Decay::AtBound);
+  const Result<float> r = run_chunked(p);
+  EXPECT_TRUE(all_finite(r));
+  expect_same(r, run_reference(p), kTol, str(p.s));
 }
 
 // Steep decays take the per-pair path in some sub-chunks and the dense tiles in others.
