@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "flags.h"
 #include "k3/base/threads.h"
 #include "k3/base/timer.h"
 
@@ -108,17 +109,11 @@ Result run_torch(const Case& c, const Options& o) {
 
 Options parse(int argc, char** argv) {
   Options o;
-  if (argc % 2 == 0) throw std::runtime_error(std::string("missing value after ") + argv[argc - 1]);
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--warmup")
-      o.warmup = std::stoi(value);
-    else if (flag == "--reps")
-      o.reps = std::stoi(value);
-    else if (flag == "--bench-dir")
-      o.bench_dir = value;
-    else
-      throw std::runtime_error("unknown flag " + flag);
+  for (const auto& [flag, value] :
+       k3::bench::parse_flags(argc, argv, {"--warmup", "--reps", "--bench-dir"})) {
+    if (flag == "--warmup") o.warmup = std::stoi(value);
+    if (flag == "--reps") o.reps = std::stoi(value);
+    if (flag == "--bench-dir") o.bench_dir = value;
   }
   if (o.warmup < 0 || o.reps < 1) throw std::runtime_error("--warmup must be >= 0 and --reps >= 1");
   return o;

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "flags.h"
 #include "k3/base/arena.h"
 #include "k3/base/threads.h"
 #include "k3/base/timer.h"
@@ -159,17 +160,11 @@ class TorchSide {
 
 Options parse(int argc, char** argv) {
   Options o;
-  if (argc % 2 == 0) throw std::runtime_error(std::string("missing value after ") + argv[argc - 1]);
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--warmup")
-      o.warmup = std::stoi(value);
-    else if (flag == "--steps")
-      o.steps = std::stoi(value);
-    else if (flag == "--bench-dir")
-      o.bench_dir = value;
-    else
-      throw std::runtime_error("unknown flag " + flag);
+  for (const auto& [flag, value] :
+       k3::bench::parse_flags(argc, argv, {"--warmup", "--steps", "--bench-dir"})) {
+    if (flag == "--warmup") o.warmup = std::stoi(value);
+    if (flag == "--steps") o.steps = std::stoi(value);
+    if (flag == "--bench-dir") o.bench_dir = value;
   }
   if (o.warmup < 1 || o.steps < 1) throw std::runtime_error("--warmup and --steps must be >= 1");
   return o;
