@@ -82,19 +82,22 @@ void transpose(int64_t rows, int64_t cols, const float* src, int64_t ld_src, flo
 }
 
 void invert_unit_lower(const ChunkRows& x, const float* P, float* X) {
-  // Row r: x_r = e_r − Σ_{j<r} β_r P[r,j] x_j. Rows are zero past the diagonal, so every update
-  // spans the full kChunk width and the row stays in registers.
+  // Row r: x_r = e_r − Σ_{j<r} β_r P[r,j] x_j, kept in four registers of 16 columns. Row x_j is
+  // zero past column j, so its update touches only the registers up to that column.
+  static_assert(kChunk == 64, "four 16-float registers per row");
   for (int64_t r = 0; r < x.L; ++r) {
-    float acc[kChunk] = {};
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                     _mm512_setzero_ps()};
     const float beta = x.b(r);
     for (int64_t j = 0; j < r; ++j) {
-      const float a = beta * P[r * kLd + j];
+      const __m512 a = _mm512_set1_ps(-beta * P[r * kLd + j]);
       const float* xj = X + j * kLd;
-#pragma omp simd
-      for (int64_t c = 0; c < kChunk; ++c) acc[c] -= a * xj[c];
+      for (int64_t b = 0; b <= j / 16; ++b)
+        acc[b] = _mm512_fmadd_ps(a, _mm512_loadu_ps(xj + 16 * b), acc[b]);
     }
-    acc[r] = 1.0f;
-    std::copy(acc, acc + kChunk, X + r * kLd);
+    float* xr = X + r * kLd;
+    for (int64_t b = 0; b < 4; ++b) _mm512_storeu_ps(xr + 16 * b, acc[b]);
+    xr[r] = 1.0f;
   }
 }
 
