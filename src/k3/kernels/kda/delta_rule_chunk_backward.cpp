@@ -86,6 +86,7 @@ void pair_grads(const ChunkRows& x, const chunk::ChunkProducts& p, BackwardWork&
     const float* P = p.Pkk + r * kLd;
     const float beta = x.b(r);
     float dbeta = 0;
+#pragma omp simd reduction(+ : dbeta)
     for (int64_t s = 0; s < r; ++s) {
       dbeta -= dP[s] * P[s];
       dP[s] *= -beta;
