@@ -35,6 +35,17 @@ inline int driver_main(int argc, char** argv, int count, const char* usage,
   return 0;
 }
 
+// The model drivers' command line: CONFIG SEED BATCH WEIGHTS_OUT RESULTS_OUT.
+using ModelRun = void (*)(const std::string& config_path, uint64_t seed,
+                          const std::string& batch_path, const std::string& weights_path,
+                          const std::string& results_path);
+inline int model_driver_main(int argc, char** argv, ModelRun run) {
+  return driver_main(argc, argv, 5, "CONFIG SEED BATCH WEIGHTS_OUT RESULTS_OUT",
+                     [run](const std::vector<std::string>& a) {
+                       run(a[0], std::stoull(a[1]), a[2], a[3], a[4]);
+                     });
+}
+
 inline Tensor copy_of(const Tensor& t) {
   Tensor c = Tensor::empty(t.shape());
   c.copy_from(t);

@@ -46,8 +46,4 @@ void run(const std::string& config_path, uint64_t seed, const std::string& batch
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  return k3::reference::driver_main(
-      argc, argv, 5, "CONFIG SEED BATCH WEIGHTS_OUT RESULTS_OUT",
-      [](const std::vector<std::string>& a) { run(a[0], std::stoull(a[1]), a[2], a[3], a[4]); });
-}
+int main(int argc, char** argv) { return k3::reference::model_driver_main(argc, argv, run); }
