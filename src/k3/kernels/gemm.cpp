@@ -25,11 +25,19 @@ static void check_args(const GemmArgs& g) {
 // (the LM head's weight gradient, [V, d] over tokens) at 0.70; the matmul primitive (brgemm) runs
 // those at 0.79-0.86. Small products (the chunked KDA's per-chunk ones) stay on sgemm, whose
 // per-call cost is lower.
-static bool use_matmul_primitive(const GemmArgs& g) {
+//
+// The token count is the dimension that changes between calls (a MoE expert's rows, a last short
+// chunk): M of A·Bᵀ, K of Aᵀ·B. The primitive takes its largest multiple of kTokenQuantum and
+// sgemm the rest, so that the primitives built stay few and are reused from step to step.
+enum class Backend { Sgemm, Matmul };
+constexpr int64_t kTokenQuantum = 256;
+
+static Backend backend(const GemmArgs& g) {
   const double flops = 2.0 * static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
-  const bool wide_transposed_b = g.trans_b && !g.trans_a;
-  const bool tall_transposed_a = g.trans_a && !g.trans_b && g.M >= 4 * g.N;
-  return flops >= 64e6 && (wide_transposed_b || tall_transposed_a);
+  const bool wide_transposed_b = g.trans_b && !g.trans_a && g.M >= kTokenQuantum;
+  const bool tall_transposed_a = g.trans_a && !g.trans_b && g.M >= 4 * g.N && g.K >= kTokenQuantum;
+  return flops >= 64e6 && (wide_transposed_b || tall_transposed_a) ? Backend::Matmul
+                                                                    : Backend::Sgemm;
 }
 
 // The matmul primitive for one product's shape, strides, alpha and beta: built once per thread and
@@ -89,6 +97,21 @@ class MatmulCache {
   std::unordered_map<Key, Entry, KeyHash> entries_;
 };
 
+static void run_sgemm(const GemmArgs& g) {
+  dnnl_status_t st = dnnl_sgemm(g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.M, g.N, g.K, g.alpha,
+                                g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
+  K3_CHECK(st == dnnl_success, "gemm: oneDNN sgemm failed with status ", static_cast<int>(st));
+}
+
+static void run_matmul(const GemmArgs& g) {
+  thread_local MatmulCache cache;
+  try {
+    cache.run(g);
+  } catch (const dnnl::error& e) {
+    K3_CHECK(false, "gemm: oneDNN matmul failed: ", e.what());
+  }
+}
+
 // oneDNN runs multi-threaded when called from serial code and single-threaded inside an OpenMP
 // parallel region (the threading policy in base/threads.h).
 static void run_one(const GemmArgs& g) {
@@ -98,18 +121,22 @@ static void run_one(const GemmArgs& g) {
       for (int64_t j = 0; j < g.N; ++j) g.C[i * g.ldc + j] = g.beta == 0 ? 0 : g.beta * g.C[i * g.ldc + j];
     return;
   }
-  if (use_matmul_primitive(g)) {
-    thread_local MatmulCache cache;
-    try {
-      cache.run(g);
-    } catch (const dnnl::error& e) {
-      K3_CHECK(false, "gemm: oneDNN matmul failed: ", e.what());
-    }
-    return;
+  if (backend(g) == Backend::Sgemm) return run_sgemm(g);
+  GemmArgs bulk = g, rest = g;
+  if (g.trans_b) {  // A·Bᵀ: rows of A and C
+    bulk.M = g.M / kTokenQuantum * kTokenQuantum;
+    rest.M = g.M - bulk.M;
+    rest.A = g.A + bulk.M * g.lda;
+    rest.C = g.C + bulk.M * g.ldc;
+  } else {  // Aᵀ·B: the reduction, the rest accumulated onto the bulk
+    bulk.K = g.K / kTokenQuantum * kTokenQuantum;
+    rest.K = g.K - bulk.K;
+    rest.A = g.A + bulk.K * g.lda;
+    rest.B = g.B + bulk.K * g.ldb;
+    rest.beta = 1.0f;
   }
-  dnnl_status_t st = dnnl_sgemm(g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.M, g.N, g.K, g.alpha,
-                                g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
-  K3_CHECK(st == dnnl_success, "gemm: oneDNN sgemm failed with status ", static_cast<int>(st));
+  run_matmul(bulk);
+  if (rest.M > 0 && rest.K > 0) run_sgemm(rest);
 }
 
 void gemm(const GemmArgs& g) {
