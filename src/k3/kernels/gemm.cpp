@@ -2,7 +2,6 @@
 
 #include <omp.h>
 
-#include <cstring>
 #include <dnnl.h>
 #include <dnnl.hpp>
 #include <unordered_map>
@@ -23,7 +22,7 @@ static void check_args(const GemmArgs& g) {
 // tokens) on AVX-512: the sgemm API runs A·B and Aᵀ·B products at 0.85-0.92 of the FMA peak but
 // A·Bᵀ (every linear layer's forward, with weights stored [out, in]) at 0.68-0.80, and a tall Aᵀ·B
 // (the LM head's weight gradient, [V, d] over tokens) at 0.70; the matmul primitive (brgemm) runs
-// those at 0.79-0.86. Small products (the chunked KDA's per-chunk ones) stay on sgemm, whose
+// those at 0.81-0.90. Small products (the chunked KDA's per-chunk ones) stay on sgemm, whose
 // per-call cost is lower.
 //
 // The token count is the dimension that changes between calls (a MoE expert's rows, a last short
