@@ -11,19 +11,14 @@ namespace k3::apps {
 // Components inside "step" are timed within it; "step" minus their sum is embeddings, norms,
 // residual adds and the stack's own bookkeeping.
 static void print_profile() {
-  auto totals = Profile::totals();
-  double step = 0;
+  const auto totals = Profile::totals();
+  double step = 0, optimizer = 0, inside = 0;
   for (auto& [name, secs] : totals)
-    if (name.rfind("step", 0) == 0) step = secs;
+    (name == train::kStepBucket ? step : name == train::kOptimizerBucket ? optimizer : inside) += secs;
+  const double whole = step + optimizer;
   std::printf("\nprofile (wall seconds over the run; %% of forward + backward + optimizer):\n");
-  double whole = step;
   for (auto& [name, secs] : totals)
-    if (name == "optimizer") whole += secs;
-  double inside = 0;
-  for (auto& [name, secs] : totals) {
     std::printf("  %-36s %9.3f s %6.1f%%\n", name.c_str(), secs, 100 * secs / whole);
-    if (name.rfind("step", 0) != 0 && name != "optimizer") inside += secs;
-  }
   std::printf("  %-36s %9.3f s %6.1f%%\n", "other (embedding, norms, residuals)", step - inside,
               100 * (step - inside) / whole);
 }

@@ -14,18 +14,15 @@ bool decays_by_default(const ParamSlot& p) {
 }
 
 AdamW::AdamW(ParamSet params, AdamWConfig config, std::vector<bool> decay)
-    : params_(std::move(params)), config_(config), decay_(std::move(decay)) {
+    : params_(std::move(params)),
+      config_(config),
+      decay_(std::move(decay)),
+      m_(params_.slots),
+      v_(params_.slots) {
   if (decay_.empty())
     for (const ParamSlot& p : params_.slots) decay_.push_back(decays_by_default(p));
   K3_CHECK(decay_.size() == params_.slots.size(), "adamw: ", decay_.size(), " decay flags for ",
            params_.slots.size(), " parameters");
-  size_t total = 0;
-  for (const ParamSlot& p : params_.slots) {
-    state_offset_.push_back(total);
-    total += static_cast<size_t>(p.numel());
-  }
-  m_ = Tensor::zeros({static_cast<int64_t>(total)});
-  v_ = Tensor::zeros({static_cast<int64_t>(total)});
 }
 
 void AdamW::step(float lr, float grad_scale) {
@@ -36,7 +33,7 @@ void AdamW::step(float lr, float grad_scale) {
         lr,    config_.beta1, config_.beta2, config_.eps, decay_[i] ? config_.weight_decay : 0.f,
         step_, grad_scale};
     kernels::adamw_step(a, params_.values + p.offset, params_.grads + p.offset,
-                        m_.f32() + state_offset_[i], v_.f32() + state_offset_[i], p.numel());
+                        m_.at(i), v_.at(i), p.numel());
   }
 }
 
@@ -44,8 +41,8 @@ std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < params_.slots.size(); ++i) {
     const ParamSlot& p = params_.slots[i];
-    out.emplace_back("exp_avg." + p.name, Tensor::view(m_.f32() + state_offset_[i], p.shape));
-    out.emplace_back("exp_avg_sq." + p.name, Tensor::view(v_.f32() + state_offset_[i], p.shape));
+    out.emplace_back("exp_avg." + p.name, m_.view(i, p));
+    out.emplace_back("exp_avg_sq." + p.name, v_.view(i, p));
   }
   return out;
 }

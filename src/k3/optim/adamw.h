@@ -36,8 +36,7 @@ class AdamW {
   ParamSet params_;
   AdamWConfig config_;
   std::vector<bool> decay_;
-  std::vector<size_t> state_offset_;  // per slot, into m_ and v_
-  Tensor m_, v_;
+  PackedState m_, v_;
   int64_t step_ = 0;
 };
 

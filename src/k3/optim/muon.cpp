@@ -31,15 +31,9 @@ void for_rows(int64_t r0, int64_t r1, int64_t rows, int64_t cols, bool transpose
 }  // namespace
 
 Muon::Muon(ParamSet params, std::vector<int64_t> block_rows, MuonConfig config)
-    : params_(std::move(params)), config_(config), ns_(config.ns_steps) {
+    : params_(std::move(params)), config_(config), momentum_(params_.slots), ns_(config.ns_steps) {
   K3_CHECK(block_rows.size() == params_.slots.size(), "muon: ", block_rows.size(),
            " block sizes for ", params_.slots.size(), " parameters");
-  size_t total = 0;
-  for (const ParamSlot& p : params_.slots) {
-    m_offset_.push_back(total);
-    total += static_cast<size_t>(p.numel());
-  }
-  momentum_ = Tensor::zeros({static_cast<int64_t>(total)});
   for (size_t i = 0; i < params_.slots.size(); ++i) {
     const ParamSlot& p = params_.slots[i];
     K3_CHECK_CTX(p.shape.size() >= 2 && p.numel() > 0, (ErrorContext{"", p.name, -1}),
@@ -54,7 +48,7 @@ Muon::Muon(ParamSet params, std::vector<int64_t> block_rows, MuonConfig config)
     for (int64_t b = 0; b < rows / r; ++b) {
       const size_t at = static_cast<size_t>(b * r * cols);
       it->blocks.push_back({params_.values + p.offset + at, params_.grads + p.offset + at,
-                            momentum_.f32() + m_offset_[i] + at});
+                            momentum_.at(i) + at});
     }
   }
 }
@@ -114,8 +108,7 @@ void Muon::step_chunk(const ShapeGroup& g, size_t first, size_t count, float lr,
 std::vector<std::pair<std::string, Tensor>> Muon::state_tensors() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < params_.slots.size(); ++i)
-    out.emplace_back("momentum." + params_.slots[i].name,
-                     Tensor::view(momentum_.f32() + m_offset_[i], params_.slots[i].shape));
+    out.emplace_back("momentum." + params_.slots[i].name, momentum_.view(i, params_.slots[i]));
   return out;
 }
 

@@ -48,8 +48,7 @@ class Muon {
 
   ParamSet params_;
   MuonConfig config_;
-  Tensor momentum_;                 // every slot's M, packed one after another
-  std::vector<size_t> m_offset_;    // per slot, into momentum_
+  PackedState momentum_;            // every slot's M
   std::vector<ShapeGroup> groups_;  // in order of first appearance: deterministic
   NewtonSchulz ns_;
   Tensor pack_, out_;  // the chunk's Nesterov inputs (wide orientation) and orthogonalized result

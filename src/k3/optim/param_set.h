@@ -25,4 +25,25 @@ struct ParamSet {
   size_t flat_size = 0;  // floats
 };
 
+// One optimizer state per parameter (a moment, a momentum), each slot's packed after the previous
+// one's in one zeroed buffer.
+class PackedState {
+ public:
+  explicit PackedState(const std::vector<ParamSlot>& slots) {
+    size_t total = 0;
+    for (const ParamSlot& p : slots) {
+      offsets_.push_back(total);
+      total += static_cast<size_t>(p.numel());
+    }
+    data_ = Tensor::zeros({static_cast<int64_t>(total)});
+  }
+  float* at(size_t i) const { return data_.f32() + offsets_[i]; }
+  // Slot i's state with its parameter's shape (for checkpoints).
+  Tensor view(size_t i, const ParamSlot& p) const { return Tensor::view(at(i), p.shape); }
+
+ private:
+  Tensor data_;
+  std::vector<size_t> offsets_;
+};
+
 }  // namespace k3

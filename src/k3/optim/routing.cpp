@@ -1,5 +1,6 @@
 #include "k3/optim/routing.h"
 
+#include <algorithm>
 #include <string_view>
 #include <unordered_map>
 
@@ -150,14 +151,40 @@ Assignment assign(const ParamSlot& p, const Rule& r, const HeadSizes& sizes,
   return a;
 }
 
+// Tensors no optimizer touches.
+const std::vector<std::string> kFrozenRules = {
+    // Set by Quantile Balancing (spec §6), never by a gradient.
+    "*.block_sparse_moe.gate.e_score_correction_bias=frozen",
+    // MXFP4 block scales of an exported checkpoint follow from the weights.
+    "*.weight_scale=frozen",
+};
+
 }  // namespace
 
+std::vector<std::string> split_rules(const std::string& comma_separated) {
+  std::vector<std::string> rules;
+  std::string_view rest = comma_separated;
+  while (!rest.empty()) {
+    const size_t comma = std::min(rest.find(','), rest.size());
+    if (std::string rule = trim(rest.substr(0, comma)); !rule.empty()) rules.push_back(rule);
+    rest.remove_prefix(std::min(comma + 1, rest.size()));
+  }
+  return rules;
+}
+
+const std::vector<std::string>& adamw_only_rules() {
+  static const std::vector<std::string> rules = [] {
+    std::vector<std::string> r = kFrozenRules;
+    r.push_back("*=adamw");
+    return r;
+  }();
+  return rules;
+}
+
 const std::vector<std::string>& default_routing_rules() {
-  static const std::vector<std::string> rules = {
-      // Set by Quantile Balancing (spec §6), never by a gradient.
-      "*.block_sparse_moe.gate.e_score_correction_bias=frozen",
-      // MXFP4 block scales of an exported checkpoint follow from the weights.
-      "*.weight_scale=frozen",
+  static const std::vector<std::string> rules = [] {
+    std::vector<std::string> r = kFrozenRules;
+    r.insert(r.end(), {
       // Per-Head Muon: rows are per-head blocks.
       "*.self_attn.q_proj.weight=muon:per_head(attn)",
       "*.self_attn.k_proj.weight=muon:per_head(attn)",
@@ -189,7 +216,9 @@ const std::vector<std::string>& default_routing_rules() {
       "*_res_proj.weight=adamw",
       "*embed_tokens.weight=adamw",
       "*lm_head.weight=adamw",
-  };
+    });
+    return r;
+  }();
   return rules;
 }
 

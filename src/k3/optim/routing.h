@@ -55,6 +55,10 @@ struct Assignment {
 
 // The K3 grouping of spec §7, in the order it is tried.
 const std::vector<std::string>& default_routing_rules();
+// Every trainable tensor under AdamW; what the defaults freeze stays frozen.
+const std::vector<std::string>& adamw_only_rules();
+// "rule, rule, ..." as a list (spaces around each rule dropped, empty ones skipped).
+std::vector<std::string> split_rules(const std::string& comma_separated);
 
 // One assignment per parameter, in the order given. `rules` come before the defaults.
 std::vector<Assignment> route_parameters(const std::vector<ParamSlot>& params,

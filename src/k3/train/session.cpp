@@ -63,10 +63,17 @@ HeadSizes head_sizes(const ModelConfig& c) {
           c.v_head_dim, c.head_dim};
 }
 
+// Every parameter's values under its K3 name, as views.
+static std::vector<std::pair<std::string, Tensor>> weight_views(const Model& model) {
+  std::vector<std::pair<std::string, Tensor>> weights;
+  const ParamRegistry& p = model.params();
+  for (int i = 0; i < p.size(); ++i) weights.emplace_back(p.info(i).name, p.value(i));
+  return weights;
+}
+
 Checkpoint make_checkpoint(const Model& model, const Optimizer* optimizer, nlohmann::json manifest) {
   Checkpoint ck;
-  const ParamRegistry& p = model.params();
-  for (int i = 0; i < p.size(); ++i) ck.model.emplace_back(p.info(i).name, p.value(i));
+  ck.model = weight_views(model);
   for (auto& entry : model.balancer_state()) ck.model.push_back(std::move(entry));
   if (optimizer) ck.optimizer = optimizer->state_tensors();
   ck.manifest = std::move(manifest);
@@ -93,10 +100,7 @@ static void copy_named(const std::vector<std::pair<std::string, Tensor>>& into,
 }
 
 void restore_weights(Model& model, const Checkpoint& ck, const std::string& origin) {
-  std::vector<std::pair<std::string, Tensor>> weights;
-  const ParamRegistry& p = model.params();
-  for (int i = 0; i < p.size(); ++i) weights.emplace_back(p.info(i).name, p.value(i));
-  copy_named(weights, ck.model, origin);
+  copy_named(weight_views(model), ck.model, origin);
   model.restore_balancer_state(ck.model, origin);
 }
 

@@ -3,7 +3,6 @@
 #include <sys/resource.h>
 
 #include <filesystem>
-#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "k3/base/error.h"
@@ -36,14 +35,8 @@ double peak_rss_mib() {
 // Quantile Balancing); "muon" keeps the default grouping.
 Optimizer make_optimizer(Model& model, const TrainSection& t) {
   const ParamSet params = param_set(model.params());
-  std::vector<std::string> rules;
-  std::stringstream given(t.optim_rules);
-  for (std::string rule; std::getline(given, rule, ',');) {
-    rule.erase(0, rule.find_first_not_of(' '));
-    rule.erase(rule.find_last_not_of(' ') + 1);
-    if (!rule.empty()) rules.push_back(rule);
-  }
-  if (t.optimizer == "adamw") rules.insert(rules.end(), {"*.e_score_correction_bias=frozen", "*=adamw"});
+  std::vector<std::string> rules = split_rules(t.optim_rules);
+  if (t.optimizer == "adamw") rules.insert(rules.end(), adamw_only_rules().begin(), adamw_only_rules().end());
   return Optimizer(params, route_parameters(params.slots, head_sizes(model.config()), rules),
                    OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
                                    .beta2 = static_cast<float>(t.beta2),
@@ -56,9 +49,6 @@ class Run {
   Run(const RunConfig& config, const TrainOptions& opt)
       : opt_(opt),
         s_(open_session(config)),
-        dataset_(load_run_dataset(*s_)),
-        batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
-                 static_cast<uint64_t>(config.model.seed)),
         optimizer_(make_optimizer(*s_->model, config.train)),
         schedule_{.kind = parse_schedule_kind(config.train.schedule),
                   .peak_lr = static_cast<float>(config.train.lr),
@@ -67,6 +57,9 @@ class Run {
                   .min_lr_ratio = static_cast<float>(config.train.min_lr_ratio),
                   .decay_fraction = config.train.decay_fraction,
                   .decay_shape = parse_decay_shape(config.train.decay_shape)},
+        dataset_(load_run_dataset(*s_)),
+        batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
+                 static_cast<uint64_t>(config.model.seed)),
         run_dir_(config.run.dir),
         progress_(opt.quiet ? nullptr : std::make_unique<ProgressDisplay>()) {
     std::filesystem::create_directories(run_dir_);
@@ -99,10 +92,10 @@ class Run {
 
   TrainOptions opt_;
   std::unique_ptr<Session> s_;
+  Optimizer optimizer_;  // before the data: a bad rule is reported before the dataset loads
+  Schedule schedule_;
   data::TokenDataset dataset_;
   data::Batcher batcher_;
-  Optimizer optimizer_;
-  Schedule schedule_;
   StepGuard guard_;
   std::string run_dir_;
   std::unique_ptr<ProgressDisplay> progress_;  // null when quiet
@@ -139,7 +132,7 @@ double Run::train_step() {
   double loss_sum = 0;
   const float grad_scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
   for (auto& b : micro_) {
-    ProfileScope time("step (all of forward + backward)");
+    ProfileScope time(kStepBucket);
     kernels::LossSum l = model.forward_backward(s_->arena, s_->acts,
                                                 {b.inputs.data(), b.targets.data(), b.rows, b.seq_len}, grad_scale);
     loss_sum += l.sum;
@@ -151,7 +144,7 @@ double Run::train_step() {
                   static_cast<long long>(step_ + 1), loss, last_grad_norm_));
     return NAN;
   }
-  ProfileScope time("optimizer");
+  ProfileScope time(kOptimizerBucket);
   optimizer_.step(schedule_.lr(step_), clip_factor(last_grad_norm_, c.train.grad_clip));
   return loss;
 }

@@ -11,6 +11,10 @@
 
 namespace k3::train {
 
+// The training loop's profile buckets (--profile): the step's own components are timed inside it.
+inline constexpr const char* kStepBucket = "step (all of forward + backward)";
+inline constexpr const char* kOptimizerBucket = "optimizer";
+
 struct TrainOptions {
   bool resume = false;      // continue from the run directory's latest checkpoint
   bool quiet = false;       // no progress line or messages (tests)
