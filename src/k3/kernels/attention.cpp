@@ -8,6 +8,7 @@
 
 #include "k3/base/error.h"
 #include "k3/kernels/attention_tiles.h"
+#include "k3/kernels/fast_math.h"
 
 namespace k3::kernels {
 
@@ -81,13 +82,13 @@ void online_softmax(float* st, int64_t nk, int64_t nq, bool diagonal, float c, f
     std::fill(row, row + lo, 0.0f);
 #pragma omp simd
     for (int64_t i = lo; i < nq; ++i) {
-      row[i] = attn::exp2_nonpositive(row[i] * c - mx[i]);
+      row[i] = fast::exp2_nonpositive(row[i] * c - mx[i]);
       sum[i] += row[i];
     }
   }
 #pragma omp simd
   for (int64_t i = 0; i < nq; ++i) {
-    const float a = attn::exp2_nonpositive(m[i] - mx[i]);  // ~0 on the first tile (m = -inf)
+    const float a = fast::exp2_nonpositive(m[i] - mx[i]);  // ~0 on the first tile (m = -inf)
     m[i] = mx[i];
     l[i] = l[i] * a + sum[i];
     alpha[i] = a;
@@ -99,7 +100,7 @@ void forward_block(const ForwardArgs& a, int64_t b, int64_t h, int64_t qb) {
   const attn::HeadRows hr = attn::head_rows(s, b, h);
   const int64_t dqt = s.dqk + s.dr, i0 = qb * kBlock, nq = std::min(kBlock, s.T - i0);
   ForwardTile w(s);
-  attn::pack_transposed(nq, dqt, a.q + hr.q + i0 * hr.ldq, hr.ldq, w.qt, kBlock);
+  attn::transpose(nq, dqt, a.q + hr.q + i0 * hr.ldq, hr.ldq, w.qt, kBlock);
   std::fill(w.m, w.m + nq, -INFINITY);
   std::fill(w.l, w.l + nq, 0.0f);
 
@@ -107,7 +108,7 @@ void forward_block(const ForwardArgs& a, int64_t b, int64_t h, int64_t qb) {
     const int64_t j0 = kb * kBlock, nk = std::min(kBlock, s.T - j0);
     attn::scores(s, nk, nq, {a.k + hr.k + j0 * hr.ldk, hr.ldk, false},
                  {a.kr + hr.kr + j0 * s.dr, s.dr, false}, w.qt, w.st, {Band::ColGe, j0 - i0});
-    online_softmax(w.st, nk, nq, kb == qb, a.scale * attn::kLog2e, w.m, w.l, w.alpha);
+    online_softmax(w.st, nk, nq, kb == qb, a.scale * fast::kLog2e, w.m, w.l, w.alpha);
     if (kb > 0)
       for (int64_t i = 0; i < nq; ++i)
 #pragma omp simd
@@ -122,7 +123,7 @@ void forward_block(const ForwardArgs& a, int64_t b, int64_t h, int64_t qb) {
     float* dst = a.out + hr.v + (i0 + i) * hr.ldv;
 #pragma omp simd
     for (int64_t c = 0; c < s.dv; ++c) dst[c] = w.o[i * s.dv + c] * inv;
-    a.lse[hr.lse + i0 + i] = (w.m[i] + std::log2(w.l[i])) * attn::kLn2;
+    a.lse[hr.lse + i0 + i] = (w.m[i] + std::log2(w.l[i])) * fast::kLn2;
   }
 }
 

@@ -14,6 +14,7 @@
 #include "k3/base/threads.h"
 #include "k3/kernels/attention.h"
 #include "k3/kernels/attention_tiles.h"
+#include "k3/kernels/fast_math.h"
 
 namespace k3::kernels {
 namespace {
@@ -54,12 +55,12 @@ struct BackwardTile {
 template <typename Lse2, typename Delta>
 void gradient_row(float* p, float* dp, int64_t lo, int64_t hi, int64_t n, float scale, Lse2 lse2,
                   Delta delta) {
-  const float c = scale * attn::kLog2e;
+  const float c = scale * fast::kLog2e;
   std::fill(p, p + lo, 0.0f);
   std::fill(dp, dp + lo, 0.0f);
 #pragma omp simd
   for (int64_t i = lo; i < hi; ++i) {
-    const float pv = attn::exp2_nonpositive(p[i] * c - lse2(i));
+    const float pv = fast::exp2_nonpositive(p[i] * c - lse2(i));
     p[i] = pv;
     dp[i] = scale * pv * (dp[i] - delta(i));
   }
@@ -89,9 +90,9 @@ void key_block(const BackwardArgs& a, int64_t b, int64_t h, int64_t kb) {
   float *kt = w.xt, *vt = w.yt, *dkk = w.gx, *dvv = w.gy;  // dkk [nk, dqt] = [dk | dkr share]
   const float* krows = a.k + hr.k + j0 * hr.ldk;
   const float* krrows = a.kr + hr.kr + j0 * s.dr;
-  attn::pack_transposed(nk, s.dqk, krows, hr.ldk, kt, kBlock);
-  attn::pack_transposed(nk, s.dr, krrows, s.dr, kt + s.dqk * kBlock, kBlock);
-  attn::pack_transposed(nk, s.dv, a.v + hr.v + j0 * hr.ldv, hr.ldv, vt, kBlock);
+  attn::transpose(nk, s.dqk, krows, hr.ldk, kt, kBlock);
+  attn::transpose(nk, s.dr, krrows, s.dr, kt + s.dqk * kBlock, kBlock);
+  attn::transpose(nk, s.dv, a.v + hr.v + j0 * hr.ldv, hr.ldv, vt, kBlock);
 
   for (int64_t qb = kb; qb < attn::num_blocks(s.T); ++qb) {
     const int64_t i0 = qb * kBlock, nq = std::min(kBlock, s.T - i0);
@@ -103,7 +104,7 @@ void key_block(const BackwardArgs& a, int64_t b, int64_t h, int64_t kb) {
     attn::tile_gemm({nq, nk, s.dv}, {dorows, hr.ldv, false}, {vt, kBlock}, {w.dp, kBlock, false},
                     below);
     for (int64_t i = 0; i < nq; ++i) {
-      const float lse2 = a.lse[hr.lse + i0 + i] * attn::kLog2e, d = a.delta[hr.lse + i0 + i];
+      const float lse2 = a.lse[hr.lse + i0 + i] * fast::kLog2e, d = a.delta[hr.lse + i0 + i];
       gradient_row(
           w.p + i * kBlock, w.dp + i * kBlock, 0, qb == kb ? std::min(i + 1, nk) : nk, nk, a.scale,
           [=](int64_t) { return lse2; }, [=](int64_t) { return d; });
@@ -134,10 +135,10 @@ void query_block(const BackwardArgs& a, int64_t b, int64_t h, int64_t qb) {
   const int64_t dqt = s.dqk + s.dr, i0 = qb * kBlock, nq = std::min(kBlock, s.T - i0);
   BackwardTile w(s);
   float *qt = w.xt, *dot = w.yt, *dqq = w.gx;  // dqq [nq, dqt] = [dq_n | dq_r]
-  attn::pack_transposed(nq, dqt, a.q + hr.q + i0 * hr.ldq, hr.ldq, qt, kBlock);
-  attn::pack_transposed(nq, s.dv, a.dout + hr.v + i0 * hr.ldv, hr.ldv, dot, kBlock);
+  attn::transpose(nq, dqt, a.q + hr.q + i0 * hr.ldq, hr.ldq, qt, kBlock);
+  attn::transpose(nq, s.dv, a.dout + hr.v + i0 * hr.ldv, hr.ldv, dot, kBlock);
   float lse2[kBlock];  // as key_block computes it, so that both modes round alike
-  for (int64_t i = 0; i < nq; ++i) lse2[i] = a.lse[hr.lse + i0 + i] * attn::kLog2e;
+  for (int64_t i = 0; i < nq; ++i) lse2[i] = a.lse[hr.lse + i0 + i] * fast::kLog2e;
   const float* delta = a.delta + hr.lse + i0;
 
   for (int64_t kb = 0; kb <= qb; ++kb) {

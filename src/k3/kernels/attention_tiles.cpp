@@ -68,6 +68,42 @@ template <bool kATrans>
 constexpr auto kTable = make_table<kATrans>(std::make_integer_sequence<int, kMr>{},
                                             std::make_integer_sequence<int, kNv>{});
 
+// A 16×16 block in registers: interleave pairs of rows, then pairs of pairs, then 128-bit lanes.
+// (The maskz forms compute the same and keep GCC 12 from warning about its own headers.)
+void transpose_16x16(const float* src, int64_t ld_src, float* dst, int64_t ld_dst) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld_src);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_ps(0xFFFF, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_ps(0xFFFF, r[i], r[i + 1]);
+  }
+  auto lo = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(
+        _mm512_maskz_unpacklo_pd(0xFF, _mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  auto hi = [](__m512 a, __m512 b) {
+    return _mm512_castpd_ps(
+        _mm512_maskz_unpackhi_pd(0xFF, _mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  // r[4g + m], lane l: column m + 4l of rows 4g .. 4g + 3.
+  for (int g = 0; g < 16; g += 4) {
+    r[g] = lo(t[g], t[g + 2]);
+    r[g + 1] = hi(t[g], t[g + 2]);
+    r[g + 2] = lo(t[g + 1], t[g + 3]);
+    r[g + 3] = hi(t[g + 1], t[g + 3]);
+  }
+  for (int m = 0; m < 4; ++m) {
+    const __m512 w0 = _mm512_maskz_shuffle_f32x4(0xFFFF, r[m], r[4 + m], 0x44);
+    const __m512 w1 = _mm512_maskz_shuffle_f32x4(0xFFFF, r[m], r[4 + m], 0xEE);
+    const __m512 w2 = _mm512_maskz_shuffle_f32x4(0xFFFF, r[8 + m], r[12 + m], 0x44);
+    const __m512 w3 = _mm512_maskz_shuffle_f32x4(0xFFFF, r[8 + m], r[12 + m], 0xEE);
+    _mm512_storeu_ps(dst + m * ld_dst, _mm512_maskz_shuffle_f32x4(0xFFFF, w0, w2, 0x88));
+    _mm512_storeu_ps(dst + (m + 4) * ld_dst, _mm512_maskz_shuffle_f32x4(0xFFFF, w0, w2, 0xDD));
+    _mm512_storeu_ps(dst + (m + 8) * ld_dst, _mm512_maskz_shuffle_f32x4(0xFFFF, w1, w3, 0x88));
+    _mm512_storeu_ps(dst + (m + 12) * ld_dst, _mm512_maskz_shuffle_f32x4(0xFFFF, w1, w3, 0xDD));
+  }
+}
+
 }  // namespace
 
 void tile_gemm(Dims d, Lhs a, Rhs b, Out c, Region region) {
@@ -108,14 +144,15 @@ void scores(const AttentionShape& s, int64_t M, int64_t N, Lhs a_n, Lhs a_r, con
     tile_gemm({M, N, s.dr}, a_r, {bt + s.dqk * kBlock, kBlock}, {out, kBlock, true}, region);
 }
 
-void pack_transposed(int64_t rows, int64_t cols, const float* src, int64_t ld_src, float* dst,
-                     int64_t ld_dst) {
-  // Blocks of 16 source rows keep the lines being read in L1 while each column is written.
-  for (int64_t r0 = 0; r0 < rows; r0 += 16) {
-    const int64_t r1 = std::min(rows, r0 + 16);
-    for (int64_t c = 0; c < cols; ++c)
-      for (int64_t r = r0; r < r1; ++r) dst[c * ld_dst + r] = src[r * ld_src + c];
-  }
+void transpose(int64_t rows, int64_t cols, const float* src, int64_t ld_src, float* dst,
+               int64_t ld_dst) {
+  const int64_t full_rows = rows / 16 * 16, full_cols = cols / 16 * 16;
+  for (int64_t r = 0; r < full_rows; r += 16)
+    for (int64_t c = 0; c < full_cols; c += 16)
+      transpose_16x16(src + r * ld_src + c, ld_src, dst + c * ld_dst + r, ld_dst);
+  for (int64_t r = 0; r < rows; ++r)  // the edges
+    for (int64_t c = r < full_rows ? full_cols : 0; c < cols; ++c)
+      dst[c * ld_dst + r] = src[r * ld_src + c];
 }
 
 float* thread_buffer(Slot slot, size_t n) {
@@ -123,7 +160,7 @@ float* thread_buffer(Slot slot, size_t n) {
     std::unique_ptr<float[], decltype(&std::free)> data{nullptr, &std::free};
     size_t size = 0;
   };
-  thread_local Buffer buffers[2];
+  thread_local Buffer buffers[static_cast<int>(Slot::Chunk) + 1];
   Buffer& b = buffers[static_cast<int>(slot)];
   if (b.size < n) {
     const size_t bytes = (n * sizeof(float) + 63) / 64 * 64;

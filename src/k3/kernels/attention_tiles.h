@@ -1,10 +1,8 @@
-// Building blocks of the tiled attention kernels: the causal tile product on AVX-512 register
-// blocks, transposed packing, per-thread buffers, and where one (batch, head) lives in the
-// [B, T, H, dim] layouts of attention.h.
+// Building blocks of the tiled attention kernels (the KDA chunk kernels use the first three
+// too): the causal tile product on AVX-512 register blocks, a blocked transpose, per-thread
+// buffers, and where one (batch, head) lives in the [B, T, H, dim] layouts of attention.h.
 #pragma once
 
-#include <algorithm>
-#include <bit>
 #include <cstddef>
 #include <cstdint>
 
@@ -53,42 +51,21 @@ struct Region {  // which part of the product the causal tile needs
 
 void tile_gemm(Dims d, Lhs a, Rhs b, Out c, Region region);
 
-// Softmax in base 2: scores are scaled by scale * log2(e) so each probability is one exp2.
-inline constexpr float kLog2e = 1.44269504088896341f;
-inline constexpr float kLn2 = 0.693147180559945309f;
-
-// 2^x for x <= 0 in plain arithmetic that vectorizes under `omp simd`, to ~1 ulp. Arguments
-// below -126 (and -inf) give 2^-126, negligible next to the softmax sums (>= 1) they feed.
-// Cheaper than a general exp: no overflow or infinity handling.
-inline float exp2_nonpositive(float x) {
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
-  x = std::max(x, -126.0f);
-  const float n = (x + kRound) - kRound;
-  const float f = x - n;  // [-0.5, 0.5]
-  // Minimax polynomial for 2^f on [-0.5, 0.5], relative error 2e-9.
-  float p = 1.534579496e-4f;
-  p = p * f + 1.339993207e-3f;
-  p = p * f + 9.618489072e-3f;
-  p = p * f + 5.550328642e-2f;
-  p = p * f + 2.402264625e-1f;
-  p = p * f + 6.931471825e-1f;
-  p = p * f + 1.0f;
-  return p * std::bit_cast<float>((static_cast<int32_t>(n) + 127) << 23);
-}
-
 // A tile of scores out[M, N] = <a_n, b_n> + <a_r, b_r>: the shared k_r part is a second product
 // accumulated over the same tile. b is packed transposed, [dqk + dr, kBlock] (the n rows, then
 // the r rows). Keys x queries (a = key rows, b = queries) or queries x keys.
 void scores(const AttentionShape& s, int64_t M, int64_t N, Lhs a_n, Lhs a_r, const float* bt,
             float* out, Region region);
 
-// dst[c*ld_dst + r] = src[r*ld_src + c] for r < rows, c < cols.
-void pack_transposed(int64_t rows, int64_t cols, const float* src, int64_t ld_src, float* dst,
-                     int64_t ld_dst);
+// dst[c*ld_dst + r] = src[r*ld_src + c] for r < rows, c < cols (16x16 register blocks, any
+// rows and cols, including 0).
+void transpose(int64_t rows, int64_t cols, const float* src, int64_t ld_src, float* dst,
+               int64_t ld_dst);
 
 // At least n floats owned by the calling thread, 64-byte aligned, kept for later calls (first
-// touch of fresh pages is slow). Buffers live at the same time in one thread use distinct slots.
-enum class Slot { Tile, Call };
+// touch of fresh pages is slow). Buffers live at the same time in one thread use distinct slots:
+// Tile and Call for attention, Chunk for the chunked delta rule's workspaces (kda/chunk_tiles.h).
+enum class Slot { Tile, Call, Chunk };
 float* thread_buffer(Slot slot, size_t n);
 
 // Offsets of row t = 0 of one (batch, head) in each layout, and the row strides.

@@ -49,18 +49,10 @@ double lm_head_cross_entropy(const T* h, const T* w, const int32_t* targets, int
 template <typename T>
 void adamw_step(const kernels::AdamWParams& p, T* param, const T* grad, T* m, T* v, int64_t n);
 
-}  // namespace k3::ref
-
-namespace k3::ref {
-
 template <typename T>
 void sigmoid_gate_forward(const T* x, const T* g, T* y, int64_t n);
 template <typename T>
 void sigmoid_gate_backward(const T* x, const T* g, const T* dy, T* dx, T* dg, int64_t n);
-
-}  // namespace k3::ref
-
-namespace k3::ref {
 
 // Attention Residuals aggregation (kernels/attn_res.h): rows are n pointers to [N, d] arrays.
 template <typename T>

@@ -1,6 +1,5 @@
 #include "k3/kernels/selfcheck.h"
 
-#include <algorithm>
 #include <cmath>
 #include <random>
 

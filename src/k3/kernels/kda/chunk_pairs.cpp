@@ -7,6 +7,7 @@ namespace k3::kernels::kda::chunk {
 
 using attn::Band;
 using attn::tile_gemm;
+using attn::transpose;
 
 DecayPairs::DecayPairs(Carver& carver, int64_t K) : K_(K) {
   const int64_t n = kChunk * K, columns = kChunk * (kChunk / kSub + 1) / 2 * K;
@@ -17,12 +18,12 @@ DecayPairs::DecayPairs(Carver& carver, int64_t K) : K_(K) {
   col_factor_ = carver.take(columns);
   kc_ = carver.take(columns);
   kct_ = carver.take(K * kLd);
-  dqt_ = carver.take(n);
-  dkt_ = carver.take(n);
-  dkc_ = carver.take(n);
   to_entry_ = carver.take(K);
   to_exit_ = carver.take(K);
 }
+
+DecayPairs::GradScratch::GradScratch(Carver& carver, int64_t K)
+    : dqt(carver.take(kChunk * K)), dkt(carver.take(kChunk * K)), dkc(carver.take(kChunk * K)) {}
 
 void DecayPairs::prepare(const ChunkRows& x, const float* G) {
   x_ = x;
@@ -175,25 +176,25 @@ void DecayPairs::diagonal_pairs(const Sub& sub, float* Aqk, float* Pkk) const {
 }
 
 void DecayPairs::backward(const float* dAqk, const float* dPkk, float* dq, float* dk_plus,
-                          float* dk_minus) {
+                          float* dk_minus, const GradScratch& scratch) {
   const int64_t K = K_;
   for (int64_t i = 0; i < num_subs_; ++i) {
     const Sub& sub = subs_[i];
     const int64_t rows = sub.end - sub.begin, n = sub.columns, b = sub.begin;
     const float* kc = kc_ + sub.offset * K;
     // Row operands: dqt = dAqk · kc, dkt = dPkk · kc (terms s ≤ r, s < r).
-    tile_gemm({rows, K, n}, {dAqk + b * kLd, kLd, false}, {kc, K}, {dqt_ + b * K, K, false},
+    tile_gemm({rows, K, n}, {dAqk + b * kLd, kLd, false}, {kc, K}, {scratch.dqt + b * K, K, false},
               {Band::KLe, b});
-    tile_gemm({rows, K, n}, {dPkk + b * kLd, kLd, false}, {kc, K}, {dkt_ + b * K, K, false},
+    tile_gemm({rows, K, n}, {dPkk + b * kLd, kLd, false}, {kc, K}, {scratch.dkt + b * K, K, false},
               {Band::KLe, b - 1});
     if (n > 0) {
       // Column operand: dkc = dAqkᵀ · qt + dPkkᵀ · kt over this sub-chunk's rows r ≥ s, r > s.
-      tile_gemm({n, K, rows}, {dAqk + b * kLd, kLd, true}, {qt_ + b * K, K}, {dkc_, K, false},
-                {Band::KGe, -b});
-      tile_gemm({n, K, rows}, {dPkk + b * kLd, kLd, true}, {kt_ + b * K, K}, {dkc_, K, true},
+      tile_gemm({n, K, rows}, {dAqk + b * kLd, kLd, true}, {qt_ + b * K, K},
+                {scratch.dkc, K, false}, {Band::KGe, -b});
+      tile_gemm({n, K, rows}, {dPkk + b * kLd, kLd, true}, {kt_ + b * K, K}, {scratch.dkc, K, true},
                 {Band::KGe, 1 - b});
       for (int64_t s = 0; s < n; ++s) {
-        const float *f = col_factor_ + (sub.offset + s) * K, *d = dkc_ + s * K;
+        const float *f = col_factor_ + (sub.offset + s) * K, *d = scratch.dkc + s * K;
         float* out = dk_minus + s * K;
 #pragma omp simd
         for (int64_t c = 0; c < K; ++c) out[c] += f[c] * d[c];
@@ -202,7 +203,7 @@ void DecayPairs::backward(const float* dAqk, const float* dPkk, float* dq, float
     if (!sub.dense) diagonal_pairs_backward(sub, dAqk, dPkk, dq, dk_plus, dk_minus);
   }
   for (int64_t r = 0; r < x_.L; ++r) {
-    const float *f = row_factor_ + r * K, *dqt = dqt_ + r * K, *dkt = dkt_ + r * K;
+    const float *f = row_factor_ + r * K, *dqt = scratch.dqt + r * K, *dkt = scratch.dkt + r * K;
     float *dqr = dq + r * K, *dkr = dk_plus + r * K;
 #pragma omp simd
     for (int64_t c = 0; c < K; ++c) {

@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "k3/kernels/attention_tiles.h"
 #include "k3/kernels/kda/delta_rule.h"
 #include "k3/kernels/kda/delta_rule_layout.h"
 
@@ -74,22 +75,15 @@ class Carver {
   size_t used_ = 0;
 };
 
-// At least n floats owned by the calling thread, 64-byte aligned, kept for later calls (first
-// touch of fresh pages is slow).
-float* thread_scratch(size_t n);
-
-// A workspace type built as Work(Carver&, K, V), laid out in this thread's scratch.
+// A workspace type built as Work(Carver&, K, V), laid out in this thread's buffer
+// (attn::thread_buffer, slot Chunk).
 template <typename Work>
 Work thread_work(int64_t K, int64_t V) {
   Carver sizing(nullptr);
   Work(sizing, K, V);
-  Carver carver(thread_scratch(sizing.used()));
+  Carver carver(attn::thread_buffer(attn::Slot::Chunk, sizing.used()));
   return Work(carver, K, V);
 }
-
-// dst[c * ld_dst + r] = src[r * ld_src + c] for r < rows, c < cols.
-void transpose(int64_t rows, int64_t cols, const float* src, int64_t ld_src, float* dst,
-               int64_t ld_dst);
 
 // X = (I + Diag(β) P)⁻¹ for P strictly lower triangular, by forward substitution. X is unit lower
 // triangular with zeros above the diagonal (L×L, row stride kLd).
@@ -109,11 +103,18 @@ class DecayPairs {
   void decays(float* gamma, float* gq, float* exit, float* kbar) const;
   // After prepare(): Aqk and Pkk (L×L, row stride kLd), zero outside their triangles.
   void products(float* Aqk, float* Pkk);
+  // Scratch of backward(), carved by the backward's workspace (the forward needs none):
+  // gradients w.r.t. the row operands qt, kt (L×K) and one sub-chunk's column operand kc.
+  struct GradScratch {
+    float *dqt, *dkt, *dkc;
+    GradScratch(Carver& carver, int64_t K);
+  };
   // After prepare(): adds the gradients reaching q and k through Aqk and Pkk, given dAqk and
   // dPkk zero outside their triangles. The k side splits by the sign of G in its factor: rows
   // (e^{+G_r}) go to dk_plus, columns (e^{−G_s}) to dk_minus, so that
   // dG = q ⊙ dq + k ⊙ (dk_plus − dk_minus).
-  void backward(const float* dAqk, const float* dPkk, float* dq, float* dk_plus, float* dk_minus);
+  void backward(const float* dAqk, const float* dPkk, float* dq, float* dk_plus, float* dk_minus,
+                const GradScratch& scratch);
 
  private:
   struct Sub {
@@ -137,8 +138,7 @@ class DecayPairs {
   // Column operands of every sub-chunk, sub-chunk i from row offset: e^{R_i − G_s} for s below
   // `columns`, and k times it.
   float *col_factor_, *kc_;
-  float* kct_;                // [K][kLd]: one sub-chunk's kc transposed
-  float *dqt_, *dkt_, *dkc_;  // [L][K]: gradients w.r.t. qt, kt, kc
+  float* kct_;                  // [K][kLd]: one sub-chunk's kc transposed
   float *to_entry_, *to_exit_;  // [K]: e^{R_i}, e^{G_L − R_i} of one sub-chunk
 };
 
@@ -156,16 +156,14 @@ struct ChunkProducts {
 
 // A chunk's elementwise factors, which forward and backward both compute:
 //   G (cumulative decay), Γ = e^G, gq = [Γ⊙Q; Γ⊙K] (2L×K), exit = e^{G_L − G}, kbar = exit ⊙ K
-//   (L×K), and the pair operands;
-// and, in the forward, from the entry state S (K×V): the products above, with vb = Diag(β) r.
+//   (L×K), and the pair operands.
+// From them and the entry state the forward computes the ChunkProducts (its workspace in
+// delta_rule_chunk_forward.cpp holds what only it needs); the backward reads them back.
 struct ChunkCore {
-  float *G, *gamma, *gq, *vb, *exit, *kbar;
-  ChunkProducts own;  // where the products go when the forward saves nothing
+  float *G, *gamma, *gq, *exit, *kbar;
   DecayPairs pairs;
-  ChunkCore(Carver& carver, int64_t K, int64_t V);
+  ChunkCore(Carver& carver, int64_t K);
   void factors(const ChunkRows& x);
-  // factors(), then the products into p.
-  void compute(const ChunkRows& x, const float* S, const ChunkProducts& p);
 };
 
 }  // namespace k3::kernels::kda::chunk

@@ -10,7 +10,9 @@ namespace k3::kernels::kda {
 namespace {
 
 // Short convolution + SiLU of channels [c0, c0 + D) for one token x, shifting the token into the
-// window [K−1, P] (oldest row first). Same summation order as short_conv_forward.
+// window [K−1, P] (oldest row first). The sum starts from the newest tap, w[K−1] · x, then adds
+// the window's taps oldest first; short_conv_forward adds all K taps oldest first (x last), so
+// the two may differ in the last bits.
 void conv_step(const float* w, float* window, const float* x, int64_t K, int64_t P, int64_t c0,
                int64_t D, float* out) {
   for (int64_t c = c0; c < c0 + D; ++c) {

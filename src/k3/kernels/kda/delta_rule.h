@@ -24,14 +24,14 @@
 #include <cstdint>
 #include <span>
 
+#include "k3/kernels/kda/sequences.h"
+
 namespace k3::kernels::kda {
 
 struct DeltaRuleShape {
   int64_t B = 1, T = 1, H = 1, K = 64, V = 64;
   std::span<const int64_t> doc_starts;  // empty: each batch row is one sequence
-  int64_t num_sequences() const {
-    return doc_starts.empty() ? B : static_cast<int64_t>(doc_starts.size());
-  }
+  int64_t num_sequences() const { return kda::num_sequences(B, doc_starts); }
 };
 
 template <typename T>

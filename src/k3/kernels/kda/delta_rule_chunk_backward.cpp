@@ -26,6 +26,7 @@ using chunk::kLd;
 struct BackwardWork {
   float *dS, *dvt, *z, *vtt, *dA, *ds, *dkbar, *dq, *dkp, *dkm, *dG_last;
   chunk::ChunkCore core;
+  chunk::DecayPairs::GradScratch pair_scratch;
   BackwardWork(chunk::Carver& c, int64_t K, int64_t V)
       : dS(c.take(K * V)),
         dvt(c.take(kChunk * V)),
@@ -38,7 +39,8 @@ struct BackwardWork {
         dkp(c.take(kChunk * K)),
         dkm(c.take(kChunk * K)),
         dG_last(c.take(K)),
-        core(c, K, V) {}
+        core(c, K),
+        pair_scratch(c, K) {}
 };
 
 // Where one chunk's gradients go: row r of dq is dq + r * ldqk.
@@ -77,7 +79,7 @@ void value_grads(const ChunkRows& x, const chunk::ChunkProducts& p, const float*
 void pair_grads(const ChunkRows& x, const chunk::ChunkProducts& p, BackwardWork& w,
                 const ChunkGrads& d) {
   const int64_t L = x.L, V = x.V;
-  chunk::transpose(L, V, p.vt, V, w.vtt, kLd);
+  attn::transpose(L, V, p.vt, V, w.vtt, kLd);
   tile_gemm({L, L, V}, {w.z, V, false}, {w.vtt, kLd}, {w.dA, kLd, false}, {Band::ColLe, -1});
   tile_gemm({L, L, V}, {w.z + L * V, V, false}, {w.vtt, kLd}, {w.dA + L * kLd, kLd, false},
             {Band::ColLe, 0});
@@ -145,7 +147,7 @@ void backward_chunk(const ChunkRows& x, const float* S, const chunk::ChunkProduc
       dkm[c] = ex[c] * dkb[c];
     }
   }
-  core.pairs.backward(w.dA + L * kLd, w.dA, w.dq, w.dkp, w.dkm);
+  core.pairs.backward(w.dA + L * kLd, w.dA, w.dq, w.dkp, w.dkm, w.pair_scratch);
 
   // dg[r] = Σ_{r' ≥ r} dG[r'], written from the last row up.
   for (int64_t r = L - 1; r >= 0; --r) {

@@ -20,16 +20,44 @@ using chunk::kLd;
 struct ForwardWork {
   float* S;
   chunk::ChunkCore core;
-  ForwardWork(chunk::Carver& c, int64_t K, int64_t V) : S(c.take(K * V)), core(c, K, V) {}
+  float* vb;                 // Diag(β) r (L×V)
+  chunk::ChunkProducts own;  // where the products go when the forward saves nothing
+  ForwardWork(chunk::Carver& c, int64_t K, int64_t V)
+      : S(c.take(K * V)),
+        core(c, K),
+        vb(c.take(kChunk * V)),
+        own(chunk::ChunkProducts::at(c.take(chunk::ChunkProducts::floats(V)), V)) {}
 };
+
+// The chunk's factors (w.core), then its products (chunk_tiles.h) from entry state S into p.
+void chunk_products(const ChunkRows& x, const float* S, const chunk::ChunkProducts& p,
+                    ForwardWork& w) {
+  const int64_t L = x.L, K = x.K, V = x.V;
+  chunk::ChunkCore& core = w.core;
+  core.factors(x);
+  gemm(false, false, L, V, K, 1.0f, core.gq + L * K, S, 0.0f, p.r);  // (Γ⊙K) S, then r = V − it
+  core.pairs.products(p.Aqk, p.Pkk);
+  chunk::invert_unit_lower(x, p.Pkk, p.X);
+  for (int64_t r = 0; r < L; ++r) {
+    const float* v = x.v + r * x.ldv;
+    const float beta = x.b(r);
+    float *rr = p.r + r * V, *vbr = w.vb + r * V;
+#pragma omp simd
+    for (int64_t j = 0; j < V; ++j) {
+      rr[j] = v[j] - rr[j];
+      vbr[j] = beta * rr[j];
+    }
+  }
+  attn::tile_gemm({L, V, L}, {p.X, kLd, false}, {w.vb, V}, {p.vt, V, false}, {attn::Band::KLe, 0});
+}
 
 // One chunk from entry state S: writes its outputs (row stride x.ldv), its products to p and the
 // state leaving it to next (which may be S).
 void forward_chunk(const ChunkRows& x, const float* S, float* next, float* out,
                    const chunk::ChunkProducts& p, ForwardWork& w) {
   const int64_t L = x.L, K = x.K, V = x.V;
-  chunk::ChunkCore& core = w.core;
-  core.compute(x, S, p);
+  const chunk::ChunkCore& core = w.core;
+  chunk_products(x, S, p, w);
   gemm({false, false, L, V, K, 1.0f, core.gq, K, S, V, 0.0f, out, x.ldv});  // (Γ⊙Q) S
   attn::tile_gemm({L, V, L}, {p.Aqk, kLd, false}, {p.vt, V}, {out, x.ldv, true},
                   {attn::Band::KLe, 0});
@@ -74,7 +102,7 @@ void chunk_forward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, fl
         float* next = state(j + 1);
         const int64_t t0 = j * kChunk;
         const chunk::ChunkProducts products =
-            chunk_saved ? chunk::ChunkProducts::at(record(j) + KV, s.V) : work.core.own;
+            chunk_saved ? chunk::ChunkProducts::at(record(j) + KV, s.V) : work.own;
         forward_chunk(chunk::chunk_rows(s, in, r, t0), S, next, out + r.v + t0 * r.ldv, products,
                       work);
         S = next;

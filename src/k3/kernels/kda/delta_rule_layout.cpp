@@ -8,15 +8,10 @@ namespace k3::kernels::kda {
 namespace layout {
 
 HeadRows head_rows(const DeltaRuleShape& s, int64_t index) {
-  const int64_t n = index / s.H, h = index % s.H;
-  int64_t b = n, begin = 0, end = s.T;
-  if (!s.doc_starts.empty()) {
-    b = 0;
-    begin = s.doc_starts[n];
-    end = n + 1 < static_cast<int64_t>(s.doc_starts.size()) ? s.doc_starts[n + 1] : s.T;
-  }
-  const int64_t row = (b * s.T + begin) * s.H + h;
-  return {.length = end - begin,
+  const int64_t h = index % s.H;
+  const SequenceRange seq = sequence_range(s.T, s.doc_starts, index / s.H);
+  const int64_t row = seq.begin * s.H + h;
+  return {.length = seq.length,
           .qk = row * s.K,
           .v = row * s.V,
           .beta = row,
@@ -29,14 +24,7 @@ HeadRows head_rows(const DeltaRuleShape& s, int64_t index) {
 void check_shape(const char* kernel, const DeltaRuleShape& s) {
   K3_CHECK(s.B >= 0 && s.T >= 0 && s.H >= 1 && s.K >= 1 && s.V >= 1, kernel, ": bad shape B=", s.B,
            " T=", s.T, " H=", s.H, " K=", s.K, " V=", s.V);
-  if (s.doc_starts.empty()) return;
-  K3_CHECK(s.B == 1, kernel, ": doc_starts needs B == 1 (B=", s.B, ")");
-  K3_CHECK(s.doc_starts[0] == 0, kernel, ": doc_starts must begin with 0 (got ", s.doc_starts[0],
-           ")");
-  for (size_t i = 1; i < s.doc_starts.size(); ++i)
-    K3_CHECK(s.doc_starts[i] > s.doc_starts[i - 1] && s.doc_starts[i] < s.T, kernel,
-             ": doc_starts[", i, "]=", s.doc_starts[i],
-             " must be above the previous start and below T=", s.T);
+  check_doc_starts(s.B, s.T, s.doc_starts, kernel);
 }
 
 void check_pointers(const char* kernel, const DeltaRuleShape& s, const void* q, const void* k,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 
 #include "k3/base/error.h"
 
@@ -25,15 +26,18 @@ inline SequenceRange sequence_range(int64_t T, std::span<const int64_t> doc_star
   return {doc_starts[i], end - doc_starts[i]};
 }
 
-// Throws unless doc_starts is empty or (B = 1) starts at 0 and increases strictly below T.
-inline void check_doc_starts(int64_t B, int64_t T, std::span<const int64_t> doc_starts) {
+// Throws unless doc_starts is empty or (B = 1) starts at 0 and increases strictly below T. A
+// kernel name, when given, begins the message.
+inline void check_doc_starts(int64_t B, int64_t T, std::span<const int64_t> doc_starts,
+                             std::string_view kernel = {}) {
   if (doc_starts.empty()) return;
   const ErrorContext ctx{"", "doc_starts", -1};
-  K3_CHECK_CTX(B == 1, ctx, "packed documents need a batch of one row, found B = ", B);
-  K3_CHECK_CTX(doc_starts[0] == 0, ctx, "the first document must start at 0, found ",
+  const std::string_view sep = kernel.empty() ? "" : ": ";
+  K3_CHECK_CTX(B == 1, ctx, kernel, sep, "packed documents need a batch of one row, found B = ", B);
+  K3_CHECK_CTX(doc_starts[0] == 0, ctx, kernel, sep, "the first document must start at 0, found ",
                doc_starts[0]);
   for (size_t i = 1; i < doc_starts.size(); ++i)
-    K3_CHECK_CTX(doc_starts[i] > doc_starts[i - 1] && doc_starts[i] < T, ctx,
+    K3_CHECK_CTX(doc_starts[i] > doc_starts[i - 1] && doc_starts[i] < T, ctx, kernel, sep,
                  "expected strictly increasing starts below T = ", T, ", found ", doc_starts[i],
                  " after ", doc_starts[i - 1]);
 }
