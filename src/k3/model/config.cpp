@@ -183,6 +183,10 @@ void validate(const ModelConfig& c) {
 
 }  // namespace
 
+float ModelConfig::output_init_std() const {
+  return static_cast<float>(initializer_range) / std::sqrt(2.0f * static_cast<float>(num_hidden_layers));
+}
+
 ModelConfig parse_model_config(const json& root, const std::string& origin) {
   K3_CHECK_CTX(root.is_object(), (ErrorContext{origin, "", -1}), "a model config must be a JSON object");
   const json& j = root.contains("text_config") ? root.at("text_config") : root;

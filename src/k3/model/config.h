@@ -55,6 +55,9 @@ struct ModelConfig {
 
   int64_t attn_dim() const { return num_attention_heads * head_dim; }
   int64_t kda_dim() const { return kda_num_heads * kda_head_dim; }
+  // The init std of projections writing into the residual stream, scaled down with depth as in
+  // GPT-2: initializer_range / sqrt(2 · num_hidden_layers).
+  float output_init_std() const;
 };
 
 // Throws k3::Error naming the file and field on a missing, mistyped or inconsistent field.

@@ -60,16 +60,18 @@ float* Model::embed(const Step& s, const int32_t* tokens, int64_t n) {
 
 // P is the running state: the residual stream, or with Attention Residuals the partial sum of
 // the current block, whose snapshots at block starts form the bank (spec §2).
-float* Model::run_stack(const Step& s, float* P, int64_t n, MixFn mix, void* ctx) {
-  const int64_t d = config_.hidden_size;
+float* Model::run_stack(const Step& s, float* P, int64_t B, int64_t T, ModelCache* cache) {
+  const int64_t n = B * T, d = config_.hidden_size;
   std::vector<const float*> bank;
   auto with = [&bank](const float* last) {
     std::vector<const float*> rows = bank;
     rows.push_back(last);
     return rows;
   };
+  // P_in, mid and P_out are read back only by the Attention Residuals' backward. The sums are
+  // written over the summand that nothing saved (the mixer's or the feed-forward's output).
   for (const Layer& L : layers_) {
-    s.save(key(L, "P_in"), P, n * d);
+    if (attn_res()) s.save(key(L, "P_in"), P, n * d);
     float* a_in = s.alloc(n * d);
     if (attn_res() && !bank.empty()) {
       float* agg = s.alloc(n * d);
@@ -82,14 +84,14 @@ float* Model::run_stack(const Step& s, float* P, int64_t n, MixFn mix, void* ctx
     float* A = s.alloc(n * d);
     {
       ProfileScope time(mixer_kind_name(mixer_kind(config_, L.index)));
-      mix(s, *L.mixer, L.index, a_in, A, ctx);
+      if (cache)
+        L.mixer->decode(s, a_in, n, *cache->layers[static_cast<size_t>(L.index)], A);
+      else
+        L.mixer->forward(s, a_in, B, T, A);
     }
+    if (!L.starts_block) kernels::add(P, A, A, n * d);
     float* mid = A;
-    if (!L.starts_block) {
-      mid = s.alloc(n * d);
-      kernels::add(P, A, mid, n * d);
-    }
-    s.save(key(L, "mid"), mid, n * d);
+    if (attn_res()) s.save(key(L, "mid"), mid, n * d);
     float* m_in = s.alloc(n * d);
     if (attn_res()) {
       float* agg = s.alloc(n * d);
@@ -98,15 +100,15 @@ float* Model::run_stack(const Step& s, float* P, int64_t n, MixFn mix, void* ctx
     } else {
       L.post_norm.forward(s, mid, n, m_in);
     }
-    float *F = s.alloc(n * d), *next = s.alloc(n * d);
+    float* F = s.alloc(n * d);
     {
       ProfileScope time(ffn_bucket(L.index));
       L.ffn->forward(s, m_in, n, F);
     }
-    kernels::add(mid, F, next, n * d);
-    P = next;
+    kernels::add(mid, F, F, n * d);
+    P = F;
   }
-  s.save("model.P_out", P, n * d);
+  if (attn_res()) s.save("model.P_out", P, n * d);
   float* h = P;
   if (attn_res()) {
     h = s.alloc(n * d);
@@ -129,8 +131,7 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
     dbank.push_back(s.alloc(size));
     std::memset(dbank.back(), 0, static_cast<size_t>(size) * sizeof(float));
   }
-  float *dP = s.alloc(size), *dP_in = s.alloc(size), *dmid = s.alloc(size), *tmp = s.alloc(size),
-        *da_in = s.alloc(size);
+  float *dP = s.alloc(size), *tmp = s.alloc(size), *da_in = s.alloc(size);
   auto rows_of = [&](size_t count, const float* last) {
     std::vector<const float*> rows(bank.begin(), bank.begin() + static_cast<int64_t>(count));
     rows.push_back(last);
@@ -158,7 +159,10 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
       ProfileScope time(ffn_bucket(L.index));
       L.ffn->backward(s, dP, n, tmp);
     }
-    std::memcpy(dmid, dP, static_cast<size_t>(size) * sizeof(float));
+    // The gradients of mid and then of P_in accumulate in place: dP is not read again, and
+    // dbank[nb_after - 1] is read by no earlier layer (they reach at most dbank[nb_after - 2]), so
+    // no list of gradients below names a buffer twice.
+    float* dmid = dP;
     if (attn_res()) {
       L.post_norm.backward(s, tmp, n, da_in, false);
       L.mlp_res.backward(s, rows_of(nb_after, s.load(key(L, "mid"))), n, da_in, grads_of(nb_after, dmid));
@@ -170,7 +174,7 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
       ProfileScope time(mixer_kind_name(mixer_kind(config_, L.index)));
       L.mixer->backward(s, dmid, B, T, da_in);
     }
-    std::memcpy(dP_in, L.starts_block ? dbank[nb_after - 1] : dmid, static_cast<size_t>(size) * sizeof(float));
+    float* dP_in = L.starts_block ? dbank[nb_after - 1] : dmid;
     // a_in = input_norm(P_in), or input_norm(mix(bank, P_in)) once the bank is not empty
     if (attn_res() && nb_before > 0) {
       L.input_norm.backward(s, da_in, n, tmp, false);
@@ -178,14 +182,9 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
     } else {
       L.input_norm.backward(s, da_in, n, dP_in, true);
     }
-    std::swap(dP, dP_in);
+    dP = dP_in;
   }
   kernels::embedding_backward(tokens, n, dP, config_.vocab_size, d, params_.grad(embed_).f32());
-}
-
-static void mix_forward(const Step& s, const Mixer& m, int64_t, const float* a_in, float* out, void* ctx) {
-  const auto* bt = static_cast<const int64_t*>(ctx);
-  m.forward(s, a_in, bt[0], bt[1], out);
 }
 
 kernels::LossSum Model::forward_backward(Arena& arena, ActivationManager& acts, const TokenBatch& b,
@@ -194,8 +193,7 @@ kernels::LossSum Model::forward_backward(Arena& arena, ActivationManager& acts, 
   Step s{arena, acts, params_, true};
   const int64_t n = b.B * b.T, d = config_.hidden_size;
   float* x = embed(s, b.tokens, n);
-  int64_t bt[2] = {b.B, b.T};
-  float* h = run_stack(s, x, n, mix_forward, bt);
+  float* h = run_stack(s, x, b.B, b.T, nullptr);
   float* dh = s.alloc(n * d);
   const int64_t chunk = lm_head_chunk();
   kernels::LmHeadCeArgs ce{h, params_.value(head_).f32(), b.targets, n, d, config_.vocab_size,
@@ -216,8 +214,7 @@ kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
   ActivationManager unused;
   Step s{arena, unused, params_, false};
   const int64_t n = b.B * b.T, d = config_.hidden_size;
-  int64_t bt[2] = {b.B, b.T};
-  float* h = run_stack(s, embed(s, b.tokens, n), n, mix_forward, bt);
+  float* h = run_stack(s, embed(s, b.tokens, n), b.B, b.T, nullptr);
   const int64_t chunk = lm_head_chunk();
   kernels::LmHeadCeArgs ce{h, params_.value(head_).f32(), b.targets, n, d, config_.vocab_size,
                            config_.ignore_index, 1.f, chunk, s.alloc(chunk * config_.vocab_size),
@@ -229,8 +226,7 @@ void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64
   ArenaScope scope(arena);
   ActivationManager unused;
   Step s{arena, unused, params_, false};
-  int64_t bt[2] = {B, T};
-  float* h = run_stack(s, embed(s, tokens, B * T), B * T, mix_forward, bt);
+  float* h = run_stack(s, embed(s, tokens, B * T), B, T, nullptr);
   kernels::gemm(false, true, B * T, config_.vocab_size, config_.hidden_size, 1.f, h,
                 params_.value(head_).f32(), 0.f, logits);
 }
@@ -242,16 +238,6 @@ ModelCache Model::make_cache(int64_t max_len) const {
   return c;
 }
 
-struct DecodeContext {
-  ModelCache* cache;
-  int64_t rows;
-};
-
-static void mix_decode(const Step& s, const Mixer& m, int64_t layer, const float* a_in, float* out, void* ctx) {
-  auto* c = static_cast<DecodeContext*>(ctx);
-  m.decode(s, a_in, c->rows, *c->cache->layers[static_cast<size_t>(layer)], out);
-}
-
 void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n, float* logits) {
   K3_CHECK(n > 0, "decode needs at least one token");
   K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len, " tokens");
@@ -259,8 +245,7 @@ void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64
   ActivationManager unused;
   Step s{arena, unused, params_, false};
   const int64_t d = config_.hidden_size;
-  DecodeContext ctx{&cache, n};
-  float* h = run_stack(s, embed(s, tokens, n), n, mix_decode, &ctx);
+  float* h = run_stack(s, embed(s, tokens, n), 1, n, &cache);
   cache.length += n;
   kernels::gemm(false, true, 1, config_.vocab_size, d, 1.f, h + (n - 1) * d, params_.value(head_).f32(), 0.f,
                 logits);

@@ -77,10 +77,9 @@ class Model {
     std::unique_ptr<FeedForward> ffn;
     AttnResMix self_res, mlp_res;  // only with Attention Residuals
   };
-  // Runs layer l's mixer on a_in: a training forward, or a decoding step.
-  using MixFn = void (*)(const Step&, const Mixer&, int64_t layer, const float* a_in, float* out, void* ctx);
-
-  float* run_stack(const Step& s, float* x, int64_t n, MixFn mix, void* ctx);
+  // x holds B·T tokens. Without a cache the mixers run their (training or evaluation) forward;
+  // with one they decode B·T = n new tokens of one sequence, updating the cache.
+  float* run_stack(const Step& s, float* x, int64_t B, int64_t T, ModelCache* cache);
   void backward_stack(const Step& s, const int32_t* tokens, float* dh, int64_t B, int64_t T);
   float* embed(const Step& s, const int32_t* tokens, int64_t n);
   int64_t lm_head_chunk() const;

@@ -18,8 +18,9 @@ struct Step {
   bool training = true;  // save activations for backward
 
   float* alloc(int64_t n) const { return arena.allocate_array<float>(static_cast<size_t>(n)); }
-  void save(const std::string& name, float* p, int64_t n) const {
-    if (training) acts.save(name, Tensor::view(p, {n}));
+  // The manager never writes through a saved view (load() is read-only by contract).
+  void save(const std::string& name, const float* p, int64_t n) const {
+    if (training) acts.save(name, Tensor::view(const_cast<float*>(p), {n}));
   }
   float* load(const std::string& name) const { return acts.load(name).f32(); }
 };

@@ -17,9 +17,7 @@ GatedAttention::GatedAttention(ParamRegistry& reg, const std::string& prefix, co
   k_ = Linear(reg, prefix + ".k_proj", hidden_, p, std);
   v_ = Linear(reg, prefix + ".v_proj", hidden_, p, std);
   g_ = Linear(reg, prefix + ".g_proj", hidden_, p, std);
-  // Output projections are scaled down with depth, as in GPT-2.
-  o_ = Linear(reg, prefix + ".o_proj", p, hidden_,
-              std / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers)));
+  o_ = Linear(reg, prefix + ".o_proj", p, hidden_, c.output_init_std());
 }
 
 void GatedAttention::forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const {
@@ -35,7 +33,7 @@ void GatedAttention::forward(const Step& s, const float* x, int64_t B, int64_t T
   float* y = s.alloc(n * p);
   kernels::sigmoid_gate_forward(o, g, y, n * p);
   o_.forward(s, y, n, out);
-  for (auto [name, ptr, size] : {std::tuple{".x", const_cast<float*>(x), n * hidden_},
+  for (auto [name, ptr, size] : {std::tuple{".x", x, n * hidden_},
                                  {".q", q, n * p}, {".k", k, n * p}, {".v", v, n * p}, {".g", g, n * p},
                                  {".o", o, n * p}, {".lse", lse, B * heads_ * T}, {".y", y, n * p}})
     s.save(prefix_ + name, ptr, size);

@@ -1,6 +1,5 @@
 #include "k3/model/layers/kda.h"
 
-#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -82,9 +81,7 @@ KimiDeltaAttention::KimiDeltaAttention(ParamRegistry& reg, const std::string& pr
   dt_bias_ = reg.add(prefix + ".dt_bias", {P}, dt_bias_init());
   o_norm_ = reg.add(prefix + ".o_norm.weight", {D}, ParamInit::ones());
   g_ = Linear(reg, prefix + ".g_proj", hidden_, P, std);
-  // Output projections are scaled down with depth, as in GatedAttention.
-  o_ = Linear(reg, prefix + ".o_proj", P, hidden_,
-              std / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers)));
+  o_ = Linear(reg, prefix + ".o_proj", P, hidden_, c.output_init_std());
 }
 
 void KimiDeltaAttention::forward(const Step& s, const float* x, int64_t B, int64_t T,
@@ -147,17 +144,15 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
   float* o = s.alloc(n * P);
   float* chunk_saved = s.training ? s.alloc(kda::chunk_saved_floats(ds)) : nullptr;
-  float* final_state = cache ? s.alloc(cache->state.numel()) : nullptr;
-  kda::chunk_forward(ds, {q, k, v, g, beta, cache ? cache->state.f32() : nullptr}, o, final_state,
-                     chunk_saved);
-  if (cache) std::copy(final_state, final_state + cache->state.numel(), cache->state.f32());
+  float* state = cache ? cache->state.f32() : nullptr;  // updated in place (delta_rule.h allows it)
+  kda::chunk_forward(ds, {q, k, v, g, beta, state}, o, state, chunk_saved);
 
   float *gate = s.alloc(n * P), *y = s.alloc(n * P), *rstd = s.alloc(n * H);
   g_.forward(s, x, n, gate);
   kda::gated_rmsnorm_forward(o, pr.value(o_norm_).f32(), gate, y, rstd, n * H, D, norm_eps_);
   o_.forward(s, y, n, out);
 
-  for (auto [name, ptr, size] : {std::tuple{".x", const_cast<float*>(x), n * hidden_},
+  for (auto [name, ptr, size] : {std::tuple{".x", x, n * hidden_},
                                  {".qp", qp, n * P},
                                  {".kp", kp, n * P},
                                  {".vp", vp, n * P},

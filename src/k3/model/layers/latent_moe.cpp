@@ -92,11 +92,9 @@ LatentMoE::LatentMoE(ParamRegistry& reg, const std::string& prefix, const ModelC
                "expected a non-negative value, got ", c.num_shared_experts);
   K3_CHECK_CTX(k_ < experts_, (ErrorContext{c.source, "num_experts_per_token", -1}),
                "must be below num_experts (", experts_, ") for Quantile Balancing, got ", k_);
-  act_.kind = c.hidden_act == "silu" ? kernels::GluKind::SiLU : kernels::GluKind::SiTU;
-  act_.beta1 = static_cast<float>(c.activation_situ_beta);
-  act_.beta2 = static_cast<float>(c.activation_situ_linear_beta);
+  act_ = glu_params(c);
   const float std = static_cast<float>(c.initializer_range);
-  const float out_std = std / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers));
+  const float out_std = c.output_init_std();
 
   router_ = Linear(reg, prefix + ".gate", hidden_, experts_, std);
   bias_ = reg.add(prefix + ".gate.e_score_correction_bias", {experts_}, ParamInit::zeros());
@@ -178,7 +176,7 @@ void LatentMoE::forward(const Step& s, const float* x, int64_t rows, float* out)
     latent_up_.forward(s, r_norm, rows, routed);
     kernels::add_inplace(out, routed, rows * hidden_);
   }
-  s.save(prefix_ + ".x", const_cast<float*>(x), rows * hidden_);
+  s.save(prefix_ + ".x", x, rows * hidden_);
   s.save(prefix_ + ".scores", scores, rows * E);
   s.save(prefix_ + ".ids", ids_saved, pairs);
   s.save(prefix_ + ".weights", weights, pairs);

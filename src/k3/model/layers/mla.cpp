@@ -71,9 +71,7 @@ GatedMLA::GatedMLA(ParamRegistry& reg, const std::string& prefix, const ModelCon
   kv_norm_ = RMSNorm(reg, prefix + ".kv_a_layernorm", r_kv_, eps);
   kv_b_ = Linear(reg, prefix + ".kv_b_proj", r_kv_, heads_ * (d_n_ + d_v_), std);
   g_ = Linear(reg, prefix + ".g_proj", hidden_, heads_ * d_v_, std);
-  // Output projections are scaled down with depth, as in GatedAttention.
-  o_ = Linear(reg, prefix + ".o_proj", heads_ * d_v_, hidden_,
-              std / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers)));
+  o_ = Linear(reg, prefix + ".o_proj", heads_ * d_v_, hidden_, c.output_init_std());
 }
 
 void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const {
@@ -84,15 +82,23 @@ void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, floa
   q_norm_.forward(s, q_lat, n, q_lat_n);
   q_b_.forward(s, q_lat_n, n, q);
   // kv_a_proj_with_mqa writes [c_kv | k_r] per token and kv_b_proj [k_n | v] per head; the
-  // attention kernel wants each part contiguous.
-  float *c = s.alloc(n * (r_kv_ + d_r_)), *c_kv = s.alloc(n * r_kv_), *k_r = s.alloc(n * d_r_);
-  kv_a_.forward(s, x, n, c);
-  split_columns(c, n, r_kv_, d_r_, c_kv, k_r);
-  float *c_kv_n = s.alloc(n * r_kv_), *kv = s.alloc(n * heads_ * (d_n_ + d_v_));
-  kv_norm_.forward(s, c_kv, n, c_kv_n);
-  kv_b_.forward(s, c_kv_n, n, kv);
+  // attention kernel wants each part contiguous. The interleaved outputs are scratch, allocated
+  // after what backward reads.
+  float *c_kv = s.alloc(n * r_kv_), *k_r = s.alloc(n * d_r_), *c_kv_n = s.alloc(n * r_kv_);
   float *k_n = s.alloc(n * heads_ * d_n_), *v = s.alloc(n * p);
-  split_columns(kv, n * heads_, d_n_, d_v_, k_n, v);
+  {
+    ArenaScope scratch(s.arena);
+    float* c = s.alloc(n * (r_kv_ + d_r_));
+    kv_a_.forward(s, x, n, c);
+    split_columns(c, n, r_kv_, d_r_, c_kv, k_r);
+  }
+  kv_norm_.forward(s, c_kv, n, c_kv_n);  // saves c_kv and its rstd
+  {
+    ArenaScope scratch(s.arena);
+    float* kv = s.alloc(n * heads_ * (d_n_ + d_v_));
+    kv_b_.forward(s, c_kv_n, n, kv);
+    split_columns(kv, n * heads_, d_n_, d_v_, k_n, v);
+  }
 
   float *g = s.alloc(n * p), *o = s.alloc(n * p), *lse = s.alloc(B * heads_ * T),
         *y = s.alloc(n * p);
@@ -101,7 +107,7 @@ void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, floa
   kernels::attention_forward(shape, q, k_n, k_r, v, o, lse);
   kernels::sigmoid_gate_forward(o, g, y, n * p);
   o_.forward(s, y, n, out);
-  for (auto [name, ptr, size] : {std::tuple{".x", const_cast<float*>(x), n * hidden_},
+  for (auto [name, ptr, size] : {std::tuple{".x", x, n * hidden_},
                                  {".q_lat_n", q_lat_n, n * r_q},
                                  {".q", q, n * heads_ * dqk},
                                  {".c_kv_n", c_kv_n, n * r_kv_},

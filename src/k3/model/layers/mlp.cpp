@@ -1,19 +1,22 @@
 #include "k3/model/layers/mlp.h"
 
-#include <cmath>
-
 namespace k3 {
+
+kernels::GluParams glu_params(const ModelConfig& c) {
+  kernels::GluParams p;
+  p.kind = c.hidden_act == "silu" ? kernels::GluKind::SiLU : kernels::GluKind::SiTU;
+  p.beta1 = static_cast<float>(c.activation_situ_beta);
+  p.beta2 = static_cast<float>(c.activation_situ_linear_beta);
+  return p;
+}
 
 GluMlp::GluMlp(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c, int64_t width)
     : prefix_(prefix), hidden_(c.hidden_size), width_(width) {
-  act_.kind = c.hidden_act == "silu" ? kernels::GluKind::SiLU : kernels::GluKind::SiTU;
-  act_.beta1 = static_cast<float>(c.activation_situ_beta);
-  act_.beta2 = static_cast<float>(c.activation_situ_linear_beta);
+  act_ = glu_params(c);
   const float std = static_cast<float>(c.initializer_range);
   gate_ = Linear(reg, prefix + ".gate_proj", hidden_, width, std);
   up_ = Linear(reg, prefix + ".up_proj", hidden_, width, std);
-  down_ = Linear(reg, prefix + ".down_proj", width, hidden_,
-                 std / std::sqrt(2.0f * static_cast<float>(c.num_hidden_layers)));
+  down_ = Linear(reg, prefix + ".down_proj", width, hidden_, c.output_init_std());
 }
 
 void GluMlp::forward(const Step& s, const float* x, int64_t rows, float* out) const {
@@ -23,7 +26,7 @@ void GluMlp::forward(const Step& s, const float* x, int64_t rows, float* out) co
   up_.forward(s, x, rows, u);
   kernels::glu_forward(act_, g, u, h, n);
   down_.forward(s, h, rows, out);
-  s.save(prefix_ + ".x", const_cast<float*>(x), rows * hidden_);
+  s.save(prefix_ + ".x", x, rows * hidden_);
   s.save(prefix_ + ".gate", g, n);
   s.save(prefix_ + ".up", u, n);
   s.save(prefix_ + ".h", h, n);

@@ -11,6 +11,9 @@
 
 namespace k3 {
 
+// The GLU activation the config names (hidden_act and the SiTU betas).
+kernels::GluParams glu_params(const ModelConfig& c);
+
 class GluMlp final : public FeedForward {
  public:
   GluMlp(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c, int64_t width);

@@ -12,7 +12,7 @@ RMSNorm::RMSNorm(ParamRegistry& reg, const std::string& name, int64_t dim, float
 void RMSNorm::forward(const Step& s, const float* x, int64_t rows, float* y) const {
   float* rstd = s.alloc(rows);
   kernels::rmsnorm_forward(x, s.params.value(w_).f32(), y, rstd, rows, dim_, eps_);
-  s.save(name_ + ".x", const_cast<float*>(x), rows * dim_);
+  s.save(name_ + ".x", x, rows * dim_);
   s.save(name_ + ".rstd", rstd, rows);
 }
 
