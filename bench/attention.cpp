@@ -5,41 +5,26 @@
 
 #include <benchmark/benchmark.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include "flops.h"
+#include "k3/base/philox.h"
 #include "k3/base/threads.h"
-#include "k3/base/timer.h"
-#include "k3/kernels/gemm.h"
 
 namespace {
 
 using k3::kernels::AttentionShape;
 
+// Uniform in (-1, 1).
 std::vector<float> random_floats(size_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
+  k3::fill_uniform(v.data(), static_cast<int64_t>(n), seed, 0, 0, -1.0f, 1.0f);
   return v;
 }
 
 // Best of a few multi-threaded 2048³ products.
-double measure_sgemm_gflops(int reps) {
-  const int64_t n = 2048;
-  const auto a = random_floats(n * n, 1), b = random_floats(n * n, 2);
-  std::vector<float> c(n * n);
-  double best = 0;
-  for (int rep = 0; rep < reps; ++rep) {
-    k3::Timer t;
-    k3::kernels::gemm(false, false, n, n, n, 1.0f, a.data(), b.data(), 0.0f, c.data());
-    best = std::max(best, 2.0 * n * n * n / t.seconds() / 1e9);
-  }
-  return best;
-}
+double measure_sgemm_gflops(int reps) { return k3::bench::Sgemm<>().best_gflops(reps); }
 
 double forward_flops(const AttentionShape& s) {
   const double pairs = static_cast<double>(s.T) * static_cast<double>(s.T + 1) / 2;

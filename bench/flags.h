@@ -1,6 +1,8 @@
-// The command line of the benchmarks that compare against PyTorch: "--name value" pairs.
+// What the benchmarks against PyTorch share: their command line ("--name value" pairs), and the
+// shell command that starts a PyTorch script in its own environment.
 #pragma once
 
+#include <filesystem>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -19,6 +21,23 @@ inline std::map<std::string, std::string> parse_flags(int argc, char** argv,
     flags[flag] = argv[i + 1];
   }
   return flags;
+}
+
+// `s` single-quoted for /bin/sh.
+inline std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+// The start of the shell command running bench_dir/script with `threads` OpenMP threads: OpenBLAS
+// on its native kernel (OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset), huge pages for malloc,
+// passive OpenMP waiting. The caller appends the script's flags.
+inline std::string torch_command(const std::filesystem::path& bench_dir, const std::string& script,
+                                 int threads) {
+  return "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
+         "OMP_WAIT_POLICY=passive OMP_NUM_THREADS=" +
+         std::to_string(threads) + " /usr/bin/python3 " + quoted((bench_dir / script).string());
 }
 
 }  // namespace k3::bench

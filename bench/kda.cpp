@@ -26,7 +26,6 @@
 #include "k3/base/arena.h"
 #include "k3/base/threads.h"
 #include "k3/base/timer.h"
-#include "k3/kernels/gemm.h"
 #include "k3/kernels/kda/delta_rule.h"
 #include "peak.h"
 
@@ -102,19 +101,7 @@ struct Problem {
   }
 };
 
-// Multi-threaded 2048³ product.
-class Sgemm {
- public:
-  Sgemm() : a_(kN * kN, 0.01f), b_(kN * kN, 0.02f), c_(kN * kN) {}
-  void run() {
-    k3::kernels::gemm(false, false, kN, kN, kN, 1.0f, a_.data(), b_.data(), 0.0f, c_.data());
-  }
-  static double flops() { return 2.0 * kN * kN * kN; }
-
- private:
-  static constexpr int64_t kN = 2048;
-  Floats a_, b_, c_;
-};
+using Sgemm = k3::bench::Sgemm<Floats>;  // the yardstick, on the same memory as the problems
 
 template <typename Body>
 double seconds(Body&& body) {

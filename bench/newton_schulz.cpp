@@ -76,21 +76,12 @@ Result run_k3lab(const Case& c, const Options& o) {
   return r;
 }
 
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
-
 Result run_torch(const Case& c, const Options& o) {
-  const std::string cmd =
-      "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
-      "OMP_WAIT_POLICY=passive OMP_NUM_THREADS=" +
-      std::to_string(kThreads) + " /usr/bin/python3 " +
-      quoted((o.bench_dir / "newton_schulz.py").string()) + " --batch " + std::to_string(c.batch) +
-      " --m " + std::to_string(c.m) + " --n " + std::to_string(c.n) + " --steps " +
-      std::to_string(kSteps) + " --warmup " + std::to_string(o.warmup) + " --reps " +
-      std::to_string(o.reps) + " --threads " + std::to_string(kThreads);
+  const std::string cmd = k3::bench::torch_command(o.bench_dir, "newton_schulz.py", kThreads) +
+                          " --batch " + std::to_string(c.batch) + " --m " + std::to_string(c.m) +
+                          " --n " + std::to_string(c.n) + " --steps " + std::to_string(kSteps) +
+                          " --warmup " + std::to_string(o.warmup) + " --reps " +
+                          std::to_string(o.reps) + " --threads " + std::to_string(kThreads);
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("cannot start: " + cmd);
   Result r;

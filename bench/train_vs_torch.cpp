@@ -94,24 +94,15 @@ class K3Side {
   k3::ActivationManager acts_;
 };
 
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
-
 // PyTorch's side: a child process that first prints "blas <library>" once its model is built,
 // then answers each "step" line with the seconds of one training step.
 class TorchSide {
  public:
   TorchSide(const std::filesystem::path& config, const Shape& s, const Options& o) {
-    const std::string cmd =
-        "env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE GLIBC_TUNABLES=glibc.malloc.hugetlb=1 "
-        "OMP_WAIT_POLICY=passive OMP_NUM_THREADS=" +
-        std::to_string(kThreads) + " /usr/bin/python3 " +
-        quoted((o.bench_dir / "train_vs_torch.py").string()) + " --serve --config " +
-        quoted(config.string()) + " --batch " + std::to_string(s.B) + " --seq " +
-        std::to_string(s.T) + " --threads " + std::to_string(kThreads);
+    const std::string cmd = k3::bench::torch_command(o.bench_dir, "train_vs_torch.py", kThreads) +
+                            " --serve --config " + k3::bench::quoted(config.string()) +
+                            " --batch " + std::to_string(s.B) + " --seq " + std::to_string(s.T) +
+                            " --threads " + std::to_string(kThreads);
     int to_child[2], from_child[2];
     if (pipe(to_child) != 0 || pipe(from_child) != 0) throw std::runtime_error("pipe failed");
     pid_ = fork();

@@ -1,15 +1,22 @@
-// Helpers shared by the tests: seeded random data, error measures, finite differences.
+// Helpers shared by the tests: seeded random data, error measures, finite differences, thread
+// counts, temporary folders, and the messages of expected errors.
 #pragma once
 
 #include <gtest/gtest.h>
-#include <omp.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "k3/base/error.h"
+#include "k3/base/threads.h"
 
 namespace k3::testing {
 
@@ -40,17 +47,55 @@ inline std::vector<int32_t> random_tokens(size_t n, int32_t vocab, uint64_t seed
   return v;
 }
 
-// Sets the OpenMP thread count for the enclosing scope (determinism across thread counts).
+// Sets k3lab's thread count for the enclosing scope (determinism across thread counts).
 class ScopedThreads {
  public:
-  explicit ScopedThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
-  ~ScopedThreads() { omp_set_num_threads(saved_); }
+  explicit ScopedThreads(int n) : saved_(num_threads()) { set_num_threads(n); }
+  ~ScopedThreads() { set_num_threads(saved_); }
   ScopedThreads(const ScopedThreads&) = delete;
   ScopedThreads& operator=(const ScopedThreads&) = delete;
 
  private:
   int saved_;
 };
+
+// A fresh folder under the system temp dir, PREFIX_<test name>_<pid>, removed when the test ends.
+// With create = false it starts absent, for code that must create it itself.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix, bool create = true) {
+    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            (prefix + "_" + (test ? test->name() : "none") + "_" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path_);
+    if (create) std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  // Writes CONTENTS to the file NAME in the folder; returns its path.
+  std::string file(const std::string& name, const std::string& contents) const {
+    const std::string p = (path_ / name).string();
+    std::ofstream(p, std::ios::binary) << contents;
+    return p;
+  }
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The message of the k3::Error that F throws, or "" when it throws none.
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    std::forward<F>(f)();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
 
 // max_i |a_i - b_i| / (atol + rtol * |b_i|) <= 1 means "close".
 template <typename A, typename B>

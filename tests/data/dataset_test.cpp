@@ -1,14 +1,13 @@
 #include "k3/data/dataset.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <string>
 
+#include "common/test_util.h"
 #include "k3/base/error.h"
 #include "k3/data/byte_tokenizer.h"
 #include "k3/data/corpus.h"
@@ -17,28 +16,6 @@ namespace k3::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A fresh directory under the system temp dir, removed when the test ends.
-class TempDir {
- public:
-  TempDir() {
-    const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::temp_directory_path() /
-            ("k3_data_" + std::string(test->name()) + "_" + std::to_string(getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name, const std::string& contents) const {
-    const std::string p = (path_ / name).string();
-    std::ofstream(p, std::ios::binary) << contents;
-    return p;
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  fs::path path_;
-};
 
 // The k3::Error a call throws; fails the test when it throws none.
 template <typename F>
@@ -82,7 +59,7 @@ TEST(Dataset, CorpusSplitsByDocuments) {
 }
 
 TEST(Dataset, TextFileSplitsByTailBytes) {
-  TempDir dir;
+  testing::TempDir dir("k3_data");
   std::string text(1000, 'x');
   text.replace(900, 100, std::string(100, 'y'));
   const std::string path = dir.file("book.txt", text);
@@ -97,7 +74,7 @@ TEST(Dataset, TextFileSplitsByTailBytes) {
 }
 
 TEST(Dataset, DirectorySplitsByFilesInNameOrder) {
-  TempDir dir;
+  testing::TempDir dir("k3_data");
   dir.file("b.txt", "bbbb");
   dir.file("a.txt", "aa");
   dir.file("c.txt", "c");
@@ -112,7 +89,7 @@ TEST(Dataset, DirectorySplitsByFilesInNameOrder) {
 }
 
 TEST(Dataset, BadSourcesNameThePath) {
-  TempDir dir;
+  testing::TempDir dir("k3_data");
   ByteTokenizer tok;
   const std::string missing = dir.path() + "/missing.txt";
   Error e = error_from([&] { load_dataset({missing, 0, 0, 0.1}, tok); });

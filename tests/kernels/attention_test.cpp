@@ -8,7 +8,6 @@
 
 #include "common/test_util.h"
 #include "k3/base/error.h"
-#include "k3/base/threads.h"
 #include "k3/kernels/reference.h"
 
 namespace k3 {
@@ -196,10 +195,10 @@ TEST(Attention, Deterministic) {
     const Problem p(s, 3);
     const auto first = run_fast(p);
     EXPECT_TRUE(same_bits(first, run_fast(p))) << str(s);
-    const int threads = num_threads();
-    set_num_threads(1);
-    const auto serial = run_fast(p);
-    set_num_threads(threads);
+    const auto serial = [&] {
+      testing::ScopedThreads one(1);
+      return run_fast(p);
+    }();
     EXPECT_TRUE(same_bits(first, serial)) << str(s);
   }
 }

@@ -17,7 +17,6 @@ namespace kda = kernels::kda;
 
 struct Problem {
   int64_t B = 2, H = 3, D = 16, Kc = 4, steps = 9;
-  bool bounded = true;
   int64_t P() const { return H * D; }
   int64_t W() const { return B * (Kc - 1) * P(); }
 };
@@ -25,7 +24,6 @@ struct Problem {
 TEST(KdaDecode, StepsMatchComposedReferences) {
   for (bool bounded : {true, false}) {
     Problem pb;
-    pb.bounded = bounded;
     const int64_t B = pb.B, H = pb.H, D = pb.D, P = pb.P(), Kc = pb.Kc;
     const float eps = 1e-5f;
     // Parameters, starting windows and states, and each step's projections.

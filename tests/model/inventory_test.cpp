@@ -6,8 +6,8 @@
 #include <fstream>
 #include <map>
 #include <regex>
-#include <sstream>
 
+#include "common/k3_weights.h"
 #include "common/test_util.h"
 #include "k3/model/inventory.h"
 
@@ -18,14 +18,6 @@ struct Expected {
   Shape shape;
   std::string dtype;
 };
-
-Shape parse_shape(const std::string& text) {  // "[3072, 3584]"
-  Shape s;
-  std::stringstream in(text.substr(1, text.size() - 2));
-  std::string part;
-  while (std::getline(in, part, ',')) s.push_back(std::stoll(part));
-  return s;
-}
 
 std::vector<int64_t> layers_of(const std::string& spec, const ModelConfig& c) {
   std::vector<int64_t> out;
@@ -53,26 +45,24 @@ std::map<std::string, Expected> released_inventory(const ModelConfig& c) {
   std::string line;
   std::getline(in, line);
   while (std::getline(in, line)) {
-    if (line.empty() || line[0] == '#' || line.rfind("name\t", 0) == 0) continue;
-    std::vector<std::string> col;
-    std::stringstream ss(line);
-    for (std::string f; std::getline(ss, f, '\t');) col.push_back(f);
+    if (!testing::is_tensor_row(line)) continue;
+    const std::vector<std::string> col = testing::split_row(line);
     std::string name = col[0], dtype = col[3];
     if (name.rfind("vision_tower", 0) == 0 || name.rfind("mm_projector", 0) == 0) continue;
-    Shape shape = parse_shape(col[2]);
+    Shape shape = testing::parse_shape(col[2]);
     if (name.find("weight_scale") != std::string::npos) continue;  // MXFP4 packing detail
     if (name.find("weight_packed") != std::string::npos) {          // compare the logical tensor
       std::smatch m;
       EXPECT_TRUE(std::regex_search(col[4], m, std::regex(R"(logical (\[[0-9, ]+\]))"))) << line;
-      name = std::regex_replace(name, std::regex("weight_packed"), "weight");
-      shape = parse_shape(m[1]);
+      name = testing::replace(name, "weight_packed", "weight");
+      shape = testing::parse_shape(m[1]);
       dtype = "bf16";  // the logical weights are ordinary matrices
     }
     const bool experts = name.find("{e}") != std::string::npos;
     for (int64_t l : layers_of(col[1], c))
       for (int64_t e = 0; e < (experts ? c.num_experts : 1); ++e) {
-        std::string full = std::regex_replace(name, std::regex(R"(\{l\})"), std::to_string(l));
-        full = std::regex_replace(full, std::regex(R"(\{e\})"), std::to_string(e));
+        const std::string full = testing::replace(testing::replace(name, "{l}", std::to_string(l)),
+                                                  "{e}", std::to_string(e));
         out[full] = {shape, dtype};
       }
   }

@@ -1,15 +1,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
-#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "common/test_util.h"
 #include "k3/base/error.h"
-#include "k3/base/fs.h"
 #include "k3/model/layers/kda.h"
 
 namespace k3 {
@@ -38,12 +35,7 @@ ModelConfig small_config(bool unbounded = false) {
 }
 
 std::string error_of(const nlohmann::json& j) {
-  try {
-    parse_model_config(j, "kda.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return testing::error_of([&] { parse_model_config(j, "kda.json"); });
 }
 
 // K3's released configuration, with its text_config nesting and 1-based layer lists.
@@ -123,12 +115,22 @@ struct Fixture {
     layer.forward(step(false), x.data(), B, T, out.data());
     return out;
   }
+  // Forward and backward of <out, R> in training mode, on the rows given as (B, T) or as (T,
+  // starts): fills out and dx, adds to the parameter gradients.
+  template <typename... Rows>
+  void forward_backward(const float* x, const float* R, float* out, float* dx,
+                        const Rows&... rows) {
+    ArenaScope scope(arena);
+    layer.forward(step(true), x, rows..., out);
+    layer.backward(step(true), R, rows..., dx);
+    acts.clear();
+  }
 };
 
 TEST(KdaLayer, NamesShapesAndInitialization) {
-  Fixture f;  // perturbs some values: read the initial ones from a fresh registry
+  const ModelConfig c = small_config();
   ParamRegistry reg;
-  KimiDeltaAttention layer(reg, kPrefix, f.c);
+  KimiDeltaAttention layer(reg, kPrefix, c);
   reg.allocate();
   reg.initialize(7);
   const std::string p = kPrefix;
@@ -174,12 +176,7 @@ TEST(KdaLayer, DirectionalDerivativeMatchesFiniteDifference) {
     const auto x0 = random_vec(B * T * d, 1), R = random_vec(B * T * d, 2);
     f.reg.zero_grads();
     std::vector<float> out(x0.size()), dx(x0.size());
-    {
-      ArenaScope scope(f.arena);
-      f.layer.forward(f.step(true), x0.data(), B, T, out.data());
-      f.layer.backward(f.step(true), R.data(), B, T, dx.data());
-      f.acts.clear();
-    }
+    f.forward_backward(x0.data(), R.data(), out.data(), dx.data(), B, T);
     const size_t np = f.reg.flat_size();
     const auto dir_p = random_vec(np, 3), dir_x = random_vec(x0.size(), 4);
     double analytic = 0;
@@ -209,22 +206,15 @@ TEST(KdaLayer, PackedDocumentsEqualSeparateRuns) {
 
   std::vector<float> out(T * d), dx(T * d);
   f.reg.zero_grads();
-  {
-    ArenaScope scope(f.arena);
-    f.layer.forward(f.step(true), x.data(), T, starts, out.data());
-    f.layer.backward(f.step(true), R.data(), T, starts, dx.data());
-    f.acts.clear();
-  }
+  f.forward_backward(x.data(), R.data(), out.data(), dx.data(), T, starts);
   const std::vector<float> packed_grads(f.reg.grads(), f.reg.grads() + np);
 
   std::vector<float> sep_out(T * d), sep_dx(T * d);
   f.reg.zero_grads();
   for (size_t i = 0; i < starts.size(); ++i) {
     const int64_t b = starts[i], len = (i + 1 < starts.size() ? starts[i + 1] : T) - b;
-    ArenaScope scope(f.arena);
-    f.layer.forward(f.step(true), x.data() + b * d, 1, len, sep_out.data() + b * d);
-    f.layer.backward(f.step(true), R.data() + b * d, 1, len, sep_dx.data() + b * d);
-    f.acts.clear();
+    f.forward_backward(x.data() + b * d, R.data() + b * d, sep_out.data() + b * d,
+                       sep_dx.data() + b * d, int64_t{1}, len);
   }
   const std::vector<float> sep_grads(f.reg.grads(), f.reg.grads() + np);
   K3_EXPECT_CLOSE(out, sep_out, 1e-6, 1e-5);
@@ -289,12 +279,9 @@ TEST(KdaLayer, BackwardIsDeterministic) {
   const int64_t B = 2, T = 40, d = f.c.hidden_size;
   const auto x = random_vec(B * T * d, 1), R = random_vec(B * T * d, 2);
   auto grads = [&] {
-    ArenaScope scope(f.arena);
     std::vector<float> out(x.size()), dx(x.size());
     f.reg.zero_grads();
-    f.layer.forward(f.step(true), x.data(), B, T, out.data());
-    f.layer.backward(f.step(true), R.data(), B, T, dx.data());
-    f.acts.clear();
+    f.forward_backward(x.data(), R.data(), out.data(), dx.data(), B, T);
     dx.insert(dx.end(), f.reg.grads(), f.reg.grads() + f.reg.flat_size());
     return dx;
   };

@@ -335,7 +335,6 @@ TEST(LatentMoE, DirectionalDerivativesMatchFiniteDifferences) {
     const double numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
     std::copy(saved.begin(), saved.end(), values);
     EXPECT_NEAR(numeric, analytic, 0.02 * std::abs(analytic) + 2e-3) << what;
-    printf("%s %g %g\n", what.c_str(), numeric, analytic);
   };
   check(f.x.data(), dx.data(), static_cast<int64_t>(f.x.size()), "x");
   for (int i = 0; i < f.reg.size(); ++i)

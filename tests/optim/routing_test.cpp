@@ -1,10 +1,9 @@
 #include "k3/optim/routing.h"
 
-#include <cstdlib>
 #include <fstream>
 #include <map>
-#include <sstream>
 
+#include "common/k3_weights.h"
 #include "common/test_util.h"
 #include "k3/base/error.h"
 
@@ -12,20 +11,6 @@ namespace k3 {
 namespace {
 
 bool is_kda_layer(int l) { return (l + 1) % 4 != 0 && l != 92; }  // weights.tsv's header
-
-Shape parse_shape(std::string text) {  // "[12288, 1, 4]"
-  Shape s;
-  for (char& c : text)
-    if (c == '[' || c == ']' || c == ',') c = ' ';
-  std::istringstream in(text);
-  for (int64_t d; in >> d;) s.push_back(d);
-  return s;
-}
-
-std::string replace(std::string s, const std::string& from, const std::string& to) {
-  const size_t at = s.find(from);
-  return at == std::string::npos ? s : s.replace(at, from.size(), to);
-}
 
 // The text-model tensors of the released K3 checkpoint, {l} expanded for a few layers of each
 // kind (0: KDA + dense MLP, 1: KDA + MoE, 3 and 92: MLA) and {e} for the first and last expert.
@@ -36,12 +21,9 @@ std::vector<ParamSlot> k3_inventory() {
   std::vector<ParamSlot> out;
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("# Vision tower", 0) == 0) break;  // not part of the text model
-    if (line.empty() || line[0] == '#' || line.rfind("name\t", 0) == 0) continue;
-    std::istringstream row(line);
-    std::string name, layers, shape;
-    std::getline(row, name, '\t');
-    std::getline(row, layers, '\t');
-    std::getline(row, shape, '\t');
+    if (!testing::is_tensor_row(line)) continue;
+    const std::vector<std::string> col = testing::split_row(line);
+    const std::string &name = col[0], &layers = col[1], &shape = col[2];
     for (int l : {0, 1, 3, 92}) {
       const bool present = layers == "-" || layers == "0-92" ||
                            (layers == "KDA" && is_kda_layer(l)) ||
@@ -49,9 +31,9 @@ std::vector<ParamSlot> k3_inventory() {
                            (layers.rfind("1-92", 0) == 0 && l >= 1) || (layers == "0" && l == 0);
       if (!present) continue;
       for (int e : {0, 895}) {
-        const std::string expanded =
-            replace(replace(name, "{l}", std::to_string(l)), "{e}", std::to_string(e));
-        out.push_back({expanded, parse_shape(shape), 0});
+        const std::string expanded = testing::replace(
+            testing::replace(name, "{l}", std::to_string(l)), "{e}", std::to_string(e));
+        out.push_back({expanded, testing::parse_shape(shape), 0});
         if (name.find("{e}") == std::string::npos) break;
       }
       if (name.find("{l}") == std::string::npos) break;

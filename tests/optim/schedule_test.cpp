@@ -81,14 +81,7 @@ TEST(Schedule, WarmupFromFractionOrSteps) {
 }
 
 TEST(Schedule, ValidationNamesTheField) {
-  auto message = [](Schedule s) {
-    try {
-      s.validate();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  auto message = [](Schedule s) { return testing::error_of([&] { s.validate(); }); };
   EXPECT_EQ(message(make(ScheduleKind::wsd)), "");
   Schedule s = make(ScheduleKind::wsd, DecayShape::exp);
   s.min_lr_ratio = 0;

@@ -15,12 +15,6 @@
 
 using namespace k3;
 
-static Tensor copy_of(const Tensor& t) {
-  Tensor c = Tensor::empty(t.shape());
-  c.copy_from(t);
-  return c;
-}
-
 static void run(const std::string& dir) {
   const Safetensors in = load_safetensors(dir + "/inputs.safetensors");
   const int steps = std::stoi(in.metadata.at("steps"));
@@ -51,9 +45,10 @@ static void run(const std::string& dir) {
     opt.step(in.get("lr." + s, {1}).f32()[0], grad_scale);
     for (const ParamSlot& p : set.slots)
       out.tensors.emplace_back("param." + s + "." + p.name,
-                               copy_of(Tensor::view(values.data() + p.offset, p.shape)));
+                               reference::copy_of(Tensor::view(values.data() + p.offset, p.shape)));
   }
-  for (const auto& [name, t] : opt.state_tensors()) out.tensors.emplace_back(name, copy_of(t));
+  for (const auto& [name, t] : opt.state_tensors())
+    out.tensors.emplace_back(name, reference::copy_of(t));
   save_safetensors(dir + "/outputs.safetensors", out);
 }
 

@@ -1,12 +1,12 @@
 #include "k3/train/checkpoint.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 
+#include "common/test_util.h"
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
 #include "k3/base/log.h"
@@ -18,16 +18,7 @@ namespace fs = std::filesystem;
 
 class CheckpointTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    run_dir_ = fs::temp_directory_path() /
-               ("k3_checkpoint_" + std::to_string(::getpid()) + "_" +
-                ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(run_dir_);
-    fs::create_directories(run_dir_);
-  }
-  void TearDown() override { fs::remove_all(run_dir_); }
-
-  std::string run_dir() const { return run_dir_.string(); }
+  std::string run_dir() const { return dir_.path(); }
 
   // A small checkpoint whose values depend on STEP, so checkpoints can be told apart.
   static Checkpoint make(int64_t step) {
@@ -54,7 +45,7 @@ class CheckpointTest : public ::testing::Test {
   }
 
  private:
-  fs::path run_dir_;
+  testing::TempDir dir_{"k3_checkpoint"};
 };
 
 TEST_F(CheckpointTest, RoundTrip) {

@@ -1,12 +1,11 @@
 #include "k3/train/expert_load.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 
+#include "common/test_util.h"
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
 
@@ -17,14 +16,8 @@ namespace fs = std::filesystem;
 
 class ExpertLoadTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    run_dir_ = (fs::temp_directory_path() /
-                ("k3_expert_load_" + std::to_string(::getpid()) + "_" +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-                   .string();
-    fs::remove_all(run_dir_);
-  }
-  void TearDown() override { fs::remove_all(run_dir_); }
+  testing::TempDir dir_{"k3_expert_load", /*create=*/false};  // the code under test creates it
+  const std::string run_dir_ = dir_.path();
 
   // Two MoE layers (1 and 3) of four experts, k = 2, 10 tokens.
   void append(int64_t step, int64_t skew = 0) {
@@ -33,7 +26,6 @@ class ExpertLoadTest : public ::testing::Test {
                         {3, ExpertLoadStats::of({12, 8, 0, 0}, 10)}});
   }
   std::string path() const { return expert_load_path(run_dir_); }
-  std::string run_dir_;
 };
 
 TEST_F(ExpertLoadTest, WritesOneLinePerBatchAndReadsItBack) {

@@ -1,35 +1,25 @@
 #include "k3/train/metrics.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
-#include <filesystem>
 #include <fstream>
 
+#include "common/test_util.h"
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
 
 namespace k3::train {
 namespace {
 
-namespace fs = std::filesystem;
-
 class MetricsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    run_dir_ = (fs::temp_directory_path() /
-                ("k3_metrics_" + std::to_string(::getpid()) + "_" +
-                 ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-                   .string();
-    fs::remove_all(run_dir_);
-  }
-  void TearDown() override { fs::remove_all(run_dir_); }
+  testing::TempDir dir_{"k3_metrics", /*create=*/false};  // the code under test creates it
+  const std::string run_dir_ = dir_.path();
 
   void write_steps(MetricsWriter& w, int64_t first, int64_t last) {
     for (int64_t s = first; s <= last; ++s) w.write({{"step", s}, {"loss", 10.0 / s}});
   }
-  std::string run_dir_;
 };
 
 TEST_F(MetricsTest, WritesOneObjectPerLineAndReadsColumns) {
