@@ -1,11 +1,11 @@
 #include "k3/train/run_config.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <functional>
 
+#include "common/test_util.h"
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
 
@@ -140,17 +140,16 @@ TEST(RunConfig, RoundTripThroughToml) {
 class LoadRunConfig : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("k3_run_config_" + std::to_string(::getpid()));
     fs::create_directories(dir_ / "configs");
     write_file_atomic((dir_ / "configs" / "model.json").string(), "{}");
   }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string write_toml(const std::string& text) {
     const std::string path = (dir_ / "configs" / "tiny-run.toml").string();
     write_file_atomic(path, text);
     return path;
   }
-  fs::path dir_;
+  testing::TempDir tmp_{"k3_run_config"};
+  const fs::path dir_ = tmp_.path();
 };
 
 TEST_F(LoadRunConfig, ResolvesPathsAndDerivesTheRunDirectory) {
@@ -176,6 +175,15 @@ TEST_F(LoadRunConfig, MissingInputNamesTheField) {
         load_run_config(path, {"data.source=builtin", "model.config=gone.json"});
       },
       path, "model.config", "file not found");
+}
+
+// Fields valid one by one can still make no schedule: an exponential decay needs a floor above 0.
+TEST_F(LoadRunConfig, TheScheduleIsCheckedAsAWhole) {
+  const std::string path = write_toml(
+      "[model]\nconfig = \"model.json\"\n[train]\nschedule = \"wsd\"\ndecay_shape = \"exp\"\n");
+  EXPECT_NO_THROW(load_run_config(path));
+  expect_error([&] { load_run_config(path, {"train.min_lr_ratio=0"}); }, path,
+               "train.min_lr_ratio", "floor above 0");
 }
 
 TEST_F(LoadRunConfig, MissingTomlFileIsNamed) {

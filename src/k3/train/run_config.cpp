@@ -278,6 +278,16 @@ int64_t TrainSection::warmup() const {
   return std::min(w, steps);
 }
 
+Schedule TrainSection::lr_schedule() const {
+  return {.kind = parse_schedule_kind(schedule),
+          .peak_lr = static_cast<float>(lr),
+          .total_steps = steps,
+          .warmup_steps = warmup(),
+          .min_lr_ratio = static_cast<float>(min_lr_ratio),
+          .decay_fraction = decay_fraction,
+          .decay_shape = parse_decay_shape(decay_shape)};
+}
+
 RunConfig parse_run_config(const std::string& toml_text, const std::string& origin) {
   toml::table root;
   try {
@@ -338,6 +348,11 @@ RunConfig load_run_config(const std::string& toml_path, const std::vector<std::s
   RunConfig config =
       toml_path.empty() ? RunConfig{} : parse_run_config(read_file(toml_path), toml_path);
   for (const std::string& assignment : overrides) apply_override(config, assignment);
+  try {  // what no single field shows: the schedule as a whole (e.g. an exp decay to a 0 floor)
+    config.train.lr_schedule().validate();
+  } catch (const Error& e) {
+    throw Error(e.message(), ErrorContext{toml_path, "train." + e.context().field, -1});
+  }
   if (config.run.name.empty())
     config.run.name = toml_path.empty() ? "run" : fs::path(toml_path).stem().string();
   if (config.run.dir.empty()) config.run.dir = (fs::path("runs") / config.run.name).string();

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "k3/optim/schedule.h"
+
 namespace k3::train {
 
 struct ModelSection {
@@ -49,6 +51,7 @@ struct TrainSection {
 
   // Warmup length in steps: warmup_fraction * steps when set, else warmup_steps; at most steps.
   int64_t warmup() const;
+  Schedule lr_schedule() const;  // the learning-rate schedule these fields describe
   bool operator==(const TrainSection&) const = default;
 };
 
