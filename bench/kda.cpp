@@ -2,7 +2,9 @@
 // the chunked WY algorithm against the recurrent reference (tokens/s and their ratio), and the
 // chunked path's GFLOP/s next to an sgemm measured in the same run; then the extra memory of a
 // chunked forward + backward at T = 16K. The host is shared and noisy, so the three are timed
-// in turns and each figure is the best of its turns.
+// in turns and each figure is the best of its turns. Last, the chunked path's compute floor: one
+// chunk of one head on one thread with all its data in cache, next to its K×V-sized products
+// alone, and the T = 4K time that rate would give.
 //
 // FLOPs of the chunked algorithm per head and chunk of L = 64 tokens, each product counted at the
 // size the algorithm needs (triangular products at their triangle, L(L+1)/2 ≈ L²/2 pairs):
@@ -60,9 +62,9 @@ struct Problem {
   kda::DeltaRuleShape s;
   Floats q, k, v, g, beta, dout, out, final_state, dq, dk, dv, dg, dbeta, saved;
 
-  explicit Problem(int64_t T) {
-    s.B = 1, s.T = T, s.H = kHeads, s.K = kDim, s.V = kDim;
-    const auto rows = static_cast<size_t>(T * kHeads);
+  explicit Problem(int64_t T, int64_t heads = kHeads) {
+    s.B = 1, s.T = T, s.H = heads, s.K = kDim, s.V = kDim;
+    const auto rows = static_cast<size_t>(T * heads);
     std::mt19937_64 rng(1);
     std::normal_distribution<float> normal;
     for (auto* x : {&q, &k, &v, &g, &dout}) {
@@ -81,7 +83,7 @@ struct Problem {
     for (auto& x : beta) x = 1.0f / (1.0f + std::exp(-normal(rng)));
     for (auto* x : {&out, &dq, &dk, &dv, &dg}) x->assign(rows * kDim, 0.0f);
     dbeta.assign(rows, 0.0f);
-    final_state.assign(static_cast<size_t>(kHeads * kDim * kDim), 0.0f);
+    final_state.assign(static_cast<size_t>(heads * kDim * kDim), 0.0f);
   }
   kda::DeltaRuleInputs<float> inputs() const {
     return {q.data(), k.data(), v.data(), g.data(), beta.data()};
@@ -110,7 +112,8 @@ double seconds(Body&& body) {
   return t.seconds();
 }
 
-void compare(int64_t T, int chunked_turns, int recurrent_turns, Sgemm& sgemm) {
+// Prints one line; returns the recurrent path's seconds.
+double compare(int64_t T, int chunked_turns, int recurrent_turns, Sgemm& sgemm) {
   Problem p(T);
   p.chunked();  // warm the per-thread buffers and oneDNN's kernels
   sgemm.run();
@@ -131,6 +134,56 @@ void compare(int64_t T, int chunked_turns, int recurrent_turns, Sgemm& sgemm) {
       "recurrent %7.0f tokens/s (%7.1f ms)   chunked/recurrent %.1fx\n",
       static_cast<long long>(T), tokens / chunked, chunked * 1e3, gflops, gflops / sgemm_gflops,
       sgemm_gflops, tokens / recurrent, recurrent * 1e3, recurrent / chunked);
+  return recurrent;
+}
+
+// Best seconds per call of `body` over 5 turns of `calls` calls.
+template <typename Body>
+double best_per_call(int calls, Body&& body) {
+  double best = std::numeric_limits<double>::infinity();
+  for (int turn = 0; turn < 5; ++turn)
+    best = std::min(best, seconds([&] {
+                      for (int i = 0; i < calls; ++i) body();
+                    }) / calls);
+  return best;
+}
+
+// The nine K×V-sized products of one chunk (the 18·L·K·V FLOPs of the header), as the chunked
+// path issues them: forward (Γ⊙K)·S, (Γ⊙Q)·S, (e^{G_L−G}⊙K)ᵀ·Ṽ; backward (e^{G_L−G}⊙K)·dS,
+// [dO; −dR]·Sᵀ, Ṽ·dSᵀ, [Γ⊙Q; Γ⊙K]ᵀ·[dO; −dR].
+void chunk_products(const float* a, const float* b, float* c) {
+  namespace kn = k3::kernels;
+  constexpr int64_t L = kda::kChunk, K = kDim, V = kDim;
+  kn::gemm(false, false, L, V, K, 1.0f, a, b, 0.0f, c);
+  kn::gemm(false, false, L, V, K, 1.0f, a, b, 0.0f, c);
+  kn::gemm(true, false, K, V, L, 1.0f, a, b, 1.0f, c);
+  kn::gemm(false, false, L, V, K, 1.0f, a, b, 0.0f, c);
+  kn::gemm(false, true, 2 * L, K, V, 1.0f, a, b, 0.0f, c);
+  kn::gemm(false, true, L, K, V, 1.0f, a, b, 0.0f, c);
+  kn::gemm(true, false, K, V, 2 * L, 1.0f, a, b, 1.0f, c);
+}
+
+// What one chunk of one head costs with everything in cache, on one thread: the chunked path's
+// compute floor, without the memory traffic of a long sequence (inputs, outputs and the saved
+// records of T = 4K far exceed the caches), and the T = 4K time it would give.
+void report_floor(double recurrent_4k) {
+  const int threads = k3::num_threads();
+  k3::set_num_threads(1);
+  Problem p(kda::kChunk, 1);
+  const double chunk = best_per_call(200, [&] { p.chunked(); });
+  Floats a(2 * kda::kChunk * kDim, 0.01f), b(2 * kda::kChunk * kDim, 0.02f), c(kDim * kDim);
+  const double products = best_per_call(200, [&] { chunk_products(a.data(), b.data(), c.data()); });
+  k3::set_num_threads(threads);
+  const double L = static_cast<double>(kda::kChunk);
+  const double chunks_4k = 4096.0 / L * kHeads / threads;
+  std::printf(
+      "one chunk of one head, in cache, 1 thread: forward + backward %.1f us (%.1f GFLOP/s), of "
+      "which its nine K x V-sized products alone take %.1f us (%.1f GFLOP/s)\n"
+      "at that rate, every chunk's data in cache, T=4096 would take %.1f ms on %d threads: %.1fx "
+      "the recurrent run above\n",
+      chunk * 1e6, L * chunked_flops_per_token(kDim, kDim) / chunk / 1e9, products * 1e6,
+      18 * L * kDim * kDim / products / 1e9, chunk * chunks_4k * 1e3, threads,
+      recurrent_4k / (chunk * chunks_4k));
 }
 
 // Resident memory in bytes from /proc/self/status: VmRSS (now) or VmHWM (peak since the last
@@ -175,7 +228,8 @@ int main() {
               static_cast<long long>(kHeads), static_cast<long long>(kDim), k3::num_threads());
   Sgemm sgemm;
   compare(1024, 5, 3, sgemm);
-  compare(4096, 4, 2, sgemm);
+  const double recurrent_4k = compare(4096, 4, 2, sgemm);
   compare(16384, 3, 1, sgemm);
+  report_floor(recurrent_4k);
   return 0;
 }
