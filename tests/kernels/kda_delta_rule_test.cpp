@@ -299,33 +299,48 @@ TEST(KdaDeltaRule, ContinuingFromFinalStateEqualsOneRun) {
   }
 }
 
-// Without saved chunk records (inference) the forward is the same, also with the state updated in
-// place; a sequence without tokens hands its initial state through.
+// Without saved chunk records (inference) the forward is the same, with the state updated in place
+// or kept in the workspace, for one head per thread or all heads in one; a sequence without
+// tokens hands its initial state through.
 TEST(KdaDeltaRule, ForwardOnlyInPlaceAndEmpty) {
   const Problem p(shape(1, 100, 2, 32, 32), 61);
   const Result<float> saved = run_chunked(p);
-  std::vector<float> out(saved.out.size()), state = p.init;
-  kernels::kda::chunk_forward(
-      p.s, {p.q.data(), p.k.data(), p.v.data(), p.g.data(), p.beta.data(), state.data()},
-      out.data(), state.data(), nullptr);
-  EXPECT_EQ(out, saved.out);
-  EXPECT_EQ(state, saved.final_state);
+  const DeltaRuleInputs<float> in{p.q.data(), p.k.data(), p.v.data(), p.g.data(), p.beta.data()};
+  for (int threads : {1, 2}) {
+    testing::ScopedThreads scoped(threads);
+    std::vector<float> out(saved.out.size()), state = p.init;
+    DeltaRuleInputs<float> from_state = in;
+    from_state.initial_state = state.data();
+    kernels::kda::chunk_forward(p.s, from_state, out.data(), state.data(), nullptr);
+    EXPECT_EQ(out, saved.out) << threads << " threads";
+    EXPECT_EQ(state, saved.final_state) << threads << " threads";
+    std::vector<float> out_only(saved.out.size());
+    DeltaRuleInputs<float> from_init = in;
+    from_init.initial_state = p.init.data();
+    kernels::kda::chunk_forward(p.s, from_init, out_only.data(), nullptr, nullptr);
+    EXPECT_EQ(out_only, saved.out) << threads << " threads";
+  }
   const Problem empty(shape(2, 0, 2, 16, 16), 62);
   const Result<float> r = run_chunked(empty);
   EXPECT_EQ(r.final_state, empty.init);
   EXPECT_EQ(r.dinit, empty.dfinal);
 }
 
-// Bit-identical results run to run and for any thread count.
+// Bit-identical results run to run and for any thread count, which also changes how the heads are
+// grouped (all heads of a sequence in one group, or split over the threads).
 TEST(KdaDeltaRule, Deterministic) {
-  const Problem p(shape(2, 200, 3, 32, 32), 41, Decay::Unbounded);
-  const Result<float> a = run_chunked(p);
-  for (int threads : {1, 2, 3}) {
-    testing::ScopedThreads scoped(threads);
-    const Result<float> b = run_chunked(p);
-    EXPECT_TRUE(a.out == b.out && a.final_state == b.final_state && a.dq == b.dq && a.dk == b.dk &&
-                a.dv == b.dv && a.dg == b.dg && a.dbeta == b.dbeta && a.dinit == b.dinit)
-        << threads << " threads";
+  const Problem batch(shape(2, 200, 3, 32, 32), 41, Decay::Unbounded);
+  const Problem packed(shape(1, 200, 3, 32, 32), 42, Decay::Bounded, {0, 70});
+  for (const Problem* p : {&batch, &packed}) {
+    const Result<float> a = run_chunked(*p);
+    for (int threads : {1, 2, 3, 5}) {
+      testing::ScopedThreads scoped(threads);
+      const Result<float> b = run_chunked(*p);
+      EXPECT_TRUE(a.out == b.out && a.final_state == b.final_state && a.dq == b.dq &&
+                  a.dk == b.dk && a.dv == b.dv && a.dg == b.dg && a.dbeta == b.dbeta &&
+                  a.dinit == b.dinit)
+          << threads << " threads, " << str(p->s);
+    }
   }
 }
 

@@ -75,14 +75,14 @@ class Carver {
   size_t used_ = 0;
 };
 
-// A workspace type built as Work(Carver&, K, V), laid out in this thread's buffer
+// A workspace type built as Work(Carver&, args...), laid out in this thread's buffer
 // (attn::thread_buffer, slot Chunk).
-template <typename Work>
-Work thread_work(int64_t K, int64_t V) {
+template <typename Work, typename... Args>
+Work thread_work(Args... args) {
   Carver sizing(nullptr);
-  Work(sizing, K, V);
+  Work(sizing, args...);
   Carver carver(attn::thread_buffer(attn::Slot::Chunk, sizing.used()));
-  return Work(carver, K, V);
+  return Work(carver, args...);
 }
 
 // X = (I + Diag(β) P)⁻¹ for P strictly lower triangular, by forward substitution. X is unit lower

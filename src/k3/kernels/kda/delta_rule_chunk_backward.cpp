@@ -1,6 +1,7 @@
-// Chunked backward: each (sequence, head) walks its chunks from the last, reading a chunk's entry
-// state S and products from its record, recomputing its elementwise factors, and carrying dS (the gradient w.r.t. the state
-// leaving the chunk) back to the chunk before. With Y = Xᵀ dṼ and dR = Diag(β) Y:
+// Chunked backward: each group of heads (layout::HeadGroups) walks its chunks from the last, each
+// chunk for every head of the group, reading a chunk's entry state S and products from its record,
+// recomputing its elementwise factors, and carrying dS (the gradient w.r.t. the state leaving the
+// chunk) back to the chunk before. With Y = Xᵀ dṼ and dR = Diag(β) Y:
 //   dṼ  = Aqkᵀ dO + (e^{G_L−G}⊙K) dS         dV = dR
 //   dAqk = dO Ṽᵀ (s ≤ r)                      dPkk = −Diag(β) Y Ṽᵀ (s < r)
 //   d(Γ⊙Q) = dO Sᵀ,  d(Γ⊙K) = −dR Sᵀ,  d(e^{G_L−G}⊙K) = Ṽ dSᵀ
@@ -10,6 +11,7 @@
 #include <algorithm>
 
 #include "k3/base/error.h"
+#include "k3/base/threads.h"
 #include "k3/kernels/attention_tiles.h"
 #include "k3/kernels/gemm.h"
 #include "k3/kernels/kda/chunk_tiles.h"
@@ -27,8 +29,8 @@ struct BackwardWork {
   float *dS, *dvt, *z, *vtt, *dA, *ds, *dkbar, *dq, *dkp, *dkm, *dG_last;
   chunk::ChunkCore core;
   chunk::DecayPairs::GradScratch pair_scratch;
-  BackwardWork(chunk::Carver& c, int64_t K, int64_t V)
-      : dS(c.take(K * V)),
+  BackwardWork(chunk::Carver& c, int64_t K, int64_t V, int64_t heads)
+      : dS(c.take(heads * K * V)),
         dvt(c.take(kChunk * V)),
         z(c.take(3 * kChunk * V)),
         vtt(c.take(V * kLd)),
@@ -99,21 +101,21 @@ void pair_grads(const ChunkRows& x, const chunk::ChunkProducts& p, BackwardWork&
   }
 }
 
-// One chunk with entry state S and products p: dS holds the gradient w.r.t. the state leaving the chunk on
-// entry and w.r.t. S on exit.
+// One chunk with entry state S and products p: dS (K×V) holds the gradient w.r.t. the state
+// leaving the chunk on entry and w.r.t. S on exit.
 void backward_chunk(const ChunkRows& x, const float* S, const chunk::ChunkProducts& p,
-                    const float* dout, BackwardWork& w, const ChunkGrads& d) {
+                    const float* dout, float* dS, BackwardWork& w, const ChunkGrads& d) {
   const int64_t L = x.L, K = x.K, V = x.V;
   chunk::ChunkCore& core = w.core;
   core.factors(x);
 
-  gemm(false, false, L, V, K, 1.0f, core.kbar, w.dS, 0.0f, w.dvt);
+  gemm(false, false, L, V, K, 1.0f, core.kbar, dS, 0.0f, w.dvt);
   tile_gemm({L, V, L}, {p.Aqk, kLd, true}, {dout, x.ldv}, {w.dvt, V, true}, {Band::KGe, 0});
   value_grads(x, p, dout, w, d);
   pair_grads(x, p, w, d);
   // ds = [dO; −dR] Sᵀ, dkbar = Ṽ dSᵀ.
   gemm(false, true, 2 * L, K, V, 1.0f, w.z + L * V, S, 0.0f, w.ds);
-  gemm(false, true, L, K, V, 1.0f, p.vt, w.dS, 0.0f, w.dkbar);
+  gemm(false, true, L, K, V, 1.0f, p.vt, dS, 0.0f, w.dkbar);
 
   // G_L's terms, then dS ← Diag(Γ_L) dS + [Γ⊙Q; Γ⊙K]ᵀ [dO; −dR].
   std::fill(w.dG_last, w.dG_last + K, 0.0f);
@@ -125,7 +127,7 @@ void backward_chunk(const ChunkRows& x, const float* S, const chunk::ChunkProduc
   for (int64_t c = 0; c < K; ++c) {
     const float decay = core.gamma[(L - 1) * K + c];
     const float* Sc = S + c * V;
-    float* dSc = w.dS + c * V;
+    float* dSc = dS + c * V;
     float acc = 0;
 #pragma omp simd reduction(+ : acc)
     for (int64_t j = 0; j < V; ++j) {
@@ -134,7 +136,7 @@ void backward_chunk(const ChunkRows& x, const float* S, const chunk::ChunkProduc
     }
     w.dG_last[c] += decay * acc;
   }
-  gemm(true, false, K, V, 2 * L, 1.0f, core.gq, w.z + L * V, 1.0f, w.dS);
+  gemm(true, false, K, V, 2 * L, 1.0f, core.gq, w.z + L * V, 1.0f, dS);
 
   for (int64_t r = 0; r < L; ++r) {
     const float *gamma = core.gamma + r * K, *ex = core.exit + r * K, *dkb = w.dkbar + r * K;
@@ -176,27 +178,37 @@ void chunk_backward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
                          grads.dbeta);
   K3_CHECK(s.B * s.T == 0 || (chunk_saved && dout),
            "kda chunk_backward: chunk_saved and dout are required");
-  const int64_t KV = s.K * s.V, heads = s.num_sequences() * s.H;
+  const int64_t KV = s.K * s.V;
   const std::vector<int64_t> first_chunk = layout::first_chunks(s);
+  const layout::HeadGroups groups = layout::head_groups(s, num_threads());
 #pragma omp parallel
   {
-    auto work = chunk::thread_work<BackwardWork>(s.K, s.V);
+    auto work = chunk::thread_work<BackwardWork>(s.K, s.V, groups.size);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < heads; ++i) {
-      const layout::HeadRows r = layout::head_rows(s, i);
-      if (dfinal_state)
-        std::copy(dfinal_state + r.state, dfinal_state + r.state + KV, work.dS);
-      else
-        std::fill(work.dS, work.dS + KV, 0.0f);
-      for (int64_t j = layout::num_chunks(r.length) - 1; j >= 0; --j) {
-        const int64_t t0 = j * kChunk;
-        // The record is read-only here; ChunkProducts holds mutable pointers for the forward.
-        float* record = const_cast<float*>(chunk_saved) + layout::chunk_record(s, first_chunk, i, j);
-        backward_chunk(chunk::chunk_rows(s, in, r, t0), record,
-                       chunk::ChunkProducts::at(record + KV, s.V), dout + r.v + t0 * r.ldv, work,
-                       chunk_grads(grads, r, t0));
+    for (int64_t item = 0; item < groups.count; ++item) {
+      const int64_t first = groups.first(s, item), last = groups.last(s, item);
+      auto dS = [&](int64_t i) { return work.dS + (i - first) * KV; };
+      for (int64_t i = first; i < last; ++i) {
+        const int64_t state = layout::head_rows(s, i).state;
+        if (dfinal_state)
+          std::copy(dfinal_state + state, dfinal_state + state + KV, dS(i));
+        else
+          std::fill(dS(i), dS(i) + KV, 0.0f);
       }
-      if (grads.dinitial_state) std::copy(work.dS, work.dS + KV, grads.dinitial_state + r.state);
+      for (int64_t j = layout::num_chunks(layout::head_rows(s, first).length) - 1; j >= 0; --j)
+        for (int64_t i = first; i < last; ++i) {
+          const layout::HeadRows r = layout::head_rows(s, i);
+          const int64_t t0 = j * kChunk;
+          // The record is read-only here; ChunkProducts holds mutable pointers for the forward.
+          float* record =
+              const_cast<float*>(chunk_saved) + layout::chunk_record(s, first_chunk, i, j);
+          backward_chunk(chunk::chunk_rows(s, in, r, t0), record,
+                         chunk::ChunkProducts::at(record + KV, s.V), dout + r.v + t0 * r.ldv,
+                         dS(i), work, chunk_grads(grads, r, t0));
+        }
+      if (grads.dinitial_state)
+        for (int64_t i = first; i < last; ++i)
+          std::copy(dS(i), dS(i) + KV, grads.dinitial_state + layout::head_rows(s, i).state);
     }
   }
 }

@@ -2,10 +2,12 @@
 //   Ṽ = (I + Diag(β) Pkk)⁻¹ Diag(β) (V − (Γ⊙K) S)     (= U − W S of the WY form)
 //   O = (Γ⊙Q) S + Aqk Ṽ
 //   S ← Diag(Γ_L) S + (e^{G_L − G} ⊙ K)ᵀ Ṽ
-// One work item per (sequence, head) walks its chunks in order; the state entering each chunk
-// and the chunk's products are kept in place in the chunk's record of chunk_saved.
+// One work item per group of heads of a sequence (layout::HeadGroups) walks its chunks in order,
+// each chunk for every head of the group; the state entering each chunk and the chunk's products
+// are kept in place in the chunk's record of chunk_saved.
 #include <algorithm>
 
+#include "k3/base/threads.h"
 #include "k3/kernels/attention_tiles.h"
 #include "k3/kernels/gemm.h"
 #include "k3/kernels/kda/chunk_tiles.h"
@@ -18,12 +20,12 @@ using chunk::ChunkRows;
 using chunk::kLd;
 
 struct ForwardWork {
-  float* S;
+  float* S;  // the running state of each head of a group, when neither saved nor returned
   chunk::ChunkCore core;
   float* vb;                 // Diag(β) r (L×V)
   chunk::ChunkProducts own;  // where the products go when the forward saves nothing
-  ForwardWork(chunk::Carver& c, int64_t K, int64_t V)
-      : S(c.take(K * V)),
+  ForwardWork(chunk::Carver& c, int64_t K, int64_t V, int64_t heads)
+      : S(c.take(heads * K * V)),
         core(c, K),
         vb(c.take(kChunk * V)),
         own(chunk::ChunkProducts::at(c.take(chunk::ChunkProducts::floats(V)), V)) {}
@@ -78,36 +80,40 @@ void chunk_forward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, fl
                    float* final_state, float* chunk_saved) {
   layout::check_shape("kda chunk_forward", s);
   layout::check_pointers("kda chunk_forward", s, in.q, in.k, in.v, in.g, in.beta);
-  const int64_t KV = s.K * s.V, heads = s.num_sequences() * s.H;
+  const int64_t KV = s.K * s.V;
   const std::vector<int64_t> first_chunk = layout::first_chunks(s);
+  const layout::HeadGroups groups = layout::head_groups(s, num_threads());
 #pragma omp parallel
   {
-    auto work = chunk::thread_work<ForwardWork>(s.K, s.V);
+    auto work = chunk::thread_work<ForwardWork>(s.K, s.V, groups.size);
 #pragma omp for schedule(dynamic, 1)
-    for (int64_t i = 0; i < heads; ++i) {
-      const layout::HeadRows r = layout::head_rows(s, i);
-      const int64_t chunks = layout::num_chunks(r.length);
-      auto record = [&](int64_t j) {  // null past the last chunk or when nothing is saved
-        return chunk_saved && j < chunks
-                   ? chunk_saved + layout::chunk_record(s, first_chunk, i, j)
-                   : nullptr;
+    for (int64_t item = 0; item < groups.count; ++item) {
+      const int64_t first = groups.first(s, item), last = groups.last(s, item);
+      const int64_t chunks = layout::num_chunks(layout::head_rows(s, first).length);
+      // Where head i's state is on entering chunk j (j = chunks: the state the head ends with).
+      auto state = [&](int64_t i, int64_t j) {
+        if (chunk_saved && j < chunks)
+          return chunk_saved + layout::chunk_record(s, first_chunk, i, j);
+        return final_state ? final_state + layout::head_rows(s, i).state
+                           : work.S + (i - first) * KV;
       };
-      auto state = [&](int64_t j) { return record(j) ? record(j) : work.S; };
-      float* S = state(0);
-      if (in.initial_state)
-        std::copy(in.initial_state + r.state, in.initial_state + r.state + KV, S);
-      else
-        std::fill(S, S + KV, 0.0f);
-      for (int64_t j = 0; j < chunks; ++j) {
-        float* next = state(j + 1);
-        const int64_t t0 = j * kChunk;
-        const chunk::ChunkProducts products =
-            chunk_saved ? chunk::ChunkProducts::at(record(j) + KV, s.V) : work.own;
-        forward_chunk(chunk::chunk_rows(s, in, r, t0), S, next, out + r.v + t0 * r.ldv, products,
-                      work);
-        S = next;
+      for (int64_t i = first; i < last; ++i) {
+        float* S = state(i, 0);
+        const float* init = in.initial_state ? in.initial_state + layout::head_rows(s, i).state : nullptr;
+        if (!init)
+          std::fill(S, S + KV, 0.0f);
+        else if (init != S)  // final_state may be the initial_state buffer
+          std::copy(init, init + KV, S);
       }
-      if (final_state) std::copy(S, S + KV, final_state + r.state);
+      for (int64_t j = 0; j < chunks; ++j)
+        for (int64_t i = first; i < last; ++i) {
+          const layout::HeadRows r = layout::head_rows(s, i);
+          const int64_t t0 = j * kChunk;
+          const chunk::ChunkProducts products =
+              chunk_saved ? chunk::ChunkProducts::at(state(i, j) + KV, s.V) : work.own;
+          forward_chunk(chunk::chunk_rows(s, in, r, t0), state(i, j), state(i, j + 1),
+                        out + r.v + t0 * r.ldv, products, work);
+        }
     }
   }
 }

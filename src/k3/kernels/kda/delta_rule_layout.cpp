@@ -21,6 +21,14 @@ HeadRows head_rows(const DeltaRuleShape& s, int64_t index) {
           .ldbeta = s.H};
 }
 
+HeadGroups head_groups(const DeltaRuleShape& s, int threads) {
+  const int64_t N = s.num_sequences();
+  const int64_t wanted = N > 0 ? (threads + N - 1) / N : 1;  // groups per sequence
+  const int64_t size = (s.H + std::min(s.H, wanted) - 1) / std::min(s.H, wanted);
+  const int64_t per_sequence = (s.H + size - 1) / size;
+  return {.size = size, .count = N * per_sequence, .per_sequence = per_sequence};
+}
+
 void check_shape(const char* kernel, const DeltaRuleShape& s) {
   K3_CHECK(s.B >= 0 && s.T >= 0 && s.H >= 1 && s.K >= 1 && s.V >= 1, kernel, ": bad shape B=", s.B,
            " T=", s.T, " H=", s.H, " K=", s.K, " V=", s.V);

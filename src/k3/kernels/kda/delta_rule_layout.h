@@ -2,6 +2,7 @@
 // the chunked implementations.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -27,6 +28,25 @@ void check_pointers(const char* kernel, const DeltaRuleShape& s, const void* q, 
                     const void* v, const void* g, const void* beta);
 
 inline int64_t num_chunks(int64_t length) { return (length + kChunk - 1) / kChunk; }
+
+// The chunked kernels' work items: groups of heads of one sequence that one thread walks in
+// lockstep, chunk by chunk. The heads of a token are adjacent in memory ([.., T, H, K] rows), and
+// the hardware prefetcher brings a head's neighbours in with it: walked together, the heads use
+// those lines while they are cached instead of fetching them again. Each sequence is cut into as
+// few groups as still give every thread an item.
+struct HeadGroups {
+  int64_t size;   // heads per group (the last group of a sequence may have fewer)
+  int64_t count;  // groups in all
+  int64_t per_sequence;
+  // Indices (sequence * H + head) of group `item`'s heads: [first, last).
+  int64_t first(const DeltaRuleShape& s, int64_t item) const {
+    return item / per_sequence * s.H + item % per_sequence * size;
+  }
+  int64_t last(const DeltaRuleShape& s, int64_t item) const {
+    return std::min(first(s, item) + size, (item / per_sequence + 1) * s.H);
+  }
+};
+HeadGroups head_groups(const DeltaRuleShape& s, int threads);
 
 // Index of the first chunk of each sequence, and the total as the last entry (N + 1 entries).
 std::vector<int64_t> first_chunks(const DeltaRuleShape& s);
