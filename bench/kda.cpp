@@ -143,8 +143,8 @@ double best_per_call(int calls, Body&& body) {
   double best = std::numeric_limits<double>::infinity();
   for (int turn = 0; turn < 5; ++turn)
     best = std::min(best, seconds([&] {
-                      for (int i = 0; i < calls; ++i) body();
-                    }) / calls);
+                            for (int i = 0; i < calls; ++i) body();
+                          }) / calls);
   return best;
 }
 

@@ -203,8 +203,8 @@ void chunk_backward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
           float* record =
               const_cast<float*>(chunk_saved) + layout::chunk_record(s, first_chunk, i, j);
           backward_chunk(chunk::chunk_rows(s, in, r, t0), record,
-                         chunk::ChunkProducts::at(record + KV, s.V), dout + r.v + t0 * r.ldv,
-                         dS(i), work, chunk_grads(grads, r, t0));
+                         chunk::ChunkProducts::at(record + KV, s.V), dout + r.v + t0 * r.ldv, dS(i),
+                         work, chunk_grads(grads, r, t0));
         }
       if (grads.dinitial_state)
         for (int64_t i = first; i < last; ++i)

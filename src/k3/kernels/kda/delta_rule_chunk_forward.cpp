@@ -99,7 +99,8 @@ void chunk_forward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, fl
       };
       for (int64_t i = first; i < last; ++i) {
         float* S = state(i, 0);
-        const float* init = in.initial_state ? in.initial_state + layout::head_rows(s, i).state : nullptr;
+        const float* init =
+            in.initial_state ? in.initial_state + layout::head_rows(s, i).state : nullptr;
         if (!init)
           std::fill(S, S + KV, 0.0f);
         else if (init != S)  // final_state may be the initial_state buffer
