@@ -18,7 +18,8 @@
 // final_state may be the initial_state buffer (the state is updated in place). Backward passes
 // overwrite dq, dk, dv, dg, dbeta (all required) and dinitial_state (optional; it may be the
 // dfinal_state buffer).
-// All entry points run their own OpenMP loop over (sequence, head): call them from serial code.
+// All entry points run their own OpenMP loop over (sequence, head) pairs (the chunked ones over
+// groups of heads of a sequence, delta_rule_layout.h): call them from serial code.
 #pragma once
 
 #include <cstdint>

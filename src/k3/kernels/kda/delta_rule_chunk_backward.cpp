@@ -26,6 +26,7 @@ using chunk::ChunkRows;
 using chunk::kLd;
 
 struct BackwardWork {
+  // dS: the gradient w.r.t. the running state of each head of a group (K×V each).
   float *dS, *dvt, *z, *vtt, *dA, *ds, *dkbar, *dq, *dkp, *dkm, *dG_last;
   chunk::ChunkCore core;
   chunk::DecayPairs::GradScratch pair_scratch;
