@@ -110,10 +110,11 @@ void chunk_forward(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, fl
         for (int64_t i = first; i < last; ++i) {
           const layout::HeadRows r = layout::head_rows(s, i);
           const int64_t t0 = j * kChunk;
+          float* S = state(i, j);
           const chunk::ChunkProducts products =
-              chunk_saved ? chunk::ChunkProducts::at(state(i, j) + KV, s.V) : work.own;
-          forward_chunk(chunk::chunk_rows(s, in, r, t0), state(i, j), state(i, j + 1),
-                        out + r.v + t0 * r.ldv, products, work);
+              chunk_saved ? chunk::ChunkProducts::at(S + KV, s.V) : work.own;
+          forward_chunk(chunk::chunk_rows(s, in, r, t0), S, state(i, j + 1), out + r.v + t0 * r.ldv,
+                        products, work);
         }
     }
   }

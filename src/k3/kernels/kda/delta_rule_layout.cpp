@@ -1,5 +1,7 @@
 #include "k3/kernels/kda/delta_rule_layout.h"
 
+#include <algorithm>
+
 #include "k3/base/error.h"
 #include "k3/kernels/kda/chunk_tiles.h"
 
@@ -23,8 +25,9 @@ HeadRows head_rows(const DeltaRuleShape& s, int64_t index) {
 
 HeadGroups head_groups(const DeltaRuleShape& s, int threads) {
   const int64_t N = s.num_sequences();
-  const int64_t wanted = N > 0 ? (threads + N - 1) / N : 1;  // groups per sequence
-  const int64_t size = (s.H + std::min(s.H, wanted) - 1) / std::min(s.H, wanted);
+  // Enough groups per sequence for every thread to get one, at most one per head.
+  const int64_t wanted = std::min(s.H, N > 0 ? (threads + N - 1) / N : int64_t{1});
+  const int64_t size = (s.H + wanted - 1) / wanted;
   const int64_t per_sequence = (s.H + size - 1) / size;
   return {.size = size, .count = N * per_sequence, .per_sequence = per_sequence};
 }
