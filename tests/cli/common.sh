@@ -20,6 +20,60 @@ expect_error() {
   err=$("$@" 2>&1 >/dev/null) || rc=$?
   [ "$rc" -ne 0 ] || fail "expected failure: $*"
   [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "expected one error line, got: $err"
-  printf '%s\n' "$err" | grep -Eq "$pattern" || fail "error '$err' does not match '$pattern'"
+  printf '%s\n' "$err" | grep -Eq -e "$pattern" || fail "error '$err' does not match '$pattern'"
   echo "ok: $err"
+}
+
+# The number of step records in RUN/metrics.jsonl.
+recorded_steps() {
+  local n
+  n=$(grep -c '"step"' "$1/metrics.jsonl" 2>/dev/null) || true
+  echo "${n:-0}"
+}
+
+# Waits (at most 120 s) until process PID has recorded at least N steps in RUN; fails if it ends first.
+wait_for_steps() {
+  local pid=$1 run=$2 n=$3 tries=0
+  while [ "$(recorded_steps "$run")" -lt "$n" ]; do
+    kill -0 "$pid" 2>/dev/null || fail "the run in $run ended before step $n"
+    tries=$((tries + 1))
+    [ "$tries" -lt 6000 ] || fail "the run in $run did not reach step $n in 120 s"
+    sleep 0.02
+  done
+}
+
+# Fails unless two step directories hold the same weights (with balancing state) and optimizer state.
+same_checkpoint() {
+  cmp "$1/model.safetensors" "$2/model.safetensors" || fail "weights differ: $1 vs $2"
+  cmp "$1/optimizer.safetensors" "$2/optimizer.safetensors" || fail "optimizer state differs: $1 vs $2"
+}
+
+# A run of STEPS steps (extra args: the model and more --set) killed with SIGKILL at random moments,
+# then resumed, ends bit-identical to a run that was never interrupted. The moments are random
+# steps (read off metrics.jsonl) plus a random delay, so a kill can land in a step, in an
+# evaluation or in the middle of writing a checkpoint.
+kill_and_resume_matches() {
+  local steps=$1; shift
+  local args=("${TINY[@]}" "$@" --set train.steps="$steps" --set checkpoint.every=4 --set checkpoint.keep_last=2)
+  "$K3LAB" train "${args[@]}" --set run.dir="$WORK/straight"
+  local kills=0 round target pid resume
+  for round in 1 2 3; do
+    target=$(( $(recorded_steps "$WORK/killed") + 3 + RANDOM % 12 ))
+    [ "$target" -lt "$steps" ] || break
+    resume=()
+    if ls "$WORK/killed/checkpoints" 2>/dev/null | grep -q '^step_'; then resume=(--resume); fi
+    "$K3LAB" train "${args[@]}" --set run.dir="$WORK/killed" "${resume[@]}" &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null && [ "$(recorded_steps "$WORK/killed")" -lt "$target" ]; do sleep 0.02; done
+    sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.3 * r / 32767 }')"
+    if kill -9 "$pid" 2>/dev/null; then kills=$((kills + 1)); fi
+    wait "$pid" 2>/dev/null || true
+  done
+  "$K3LAB" train --quiet --resume "$WORK/killed"
+  echo "interrupted $kills time(s)"
+  [ "$kills" -ge 1 ] || fail "the run was never interrupted"
+  local final=checkpoints/step_$(printf %08d "$steps")
+  same_checkpoint "$WORK/straight/$final" "$WORK/killed/$final"
+  [ "$(recorded_steps "$WORK/killed")" -eq "$steps" ] || fail "metrics.jsonl has duplicate or missing steps"
+  echo "bit-identical after $kills kill(s)"
 }

@@ -9,7 +9,6 @@
 #include "common/test_util.h"
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
-#include "k3/base/log.h"
 
 namespace k3::train {
 namespace {
@@ -30,6 +29,7 @@ class CheckpointTest : public ::testing::Test {
     ck.model = {{"model.embed_tokens.weight", w}};
     ck.optimizer = {{"model.embed_tokens.weight.exp_avg", m}};
     ck.manifest = {{"data_cursor", step * 7}, {"rng", {{"seed", 1234}}}};
+    ck.texts["config.json"] = "{\"step\": " + std::to_string(step) + "}\n";
     return ck;
   }
 
@@ -51,7 +51,6 @@ class CheckpointTest : public ::testing::Test {
 TEST_F(CheckpointTest, RoundTrip) {
   const std::string dir = save_checkpoint(run_dir(), 123, make(123));
   EXPECT_EQ(dir, run_dir() + "/checkpoints/step_00000123");
-  EXPECT_EQ(read_file(run_dir() + "/checkpoints/latest"), "step_00000123\n");
 
   Checkpoint loaded = load_checkpoint(dir);
   ASSERT_EQ(loaded.model.size(), 1u);
@@ -66,8 +65,44 @@ TEST_F(CheckpointTest, RoundTrip) {
   EXPECT_EQ(loaded.manifest["format_version"], kCheckpointFormatVersion);
   EXPECT_EQ(loaded.manifest["files"]["model.safetensors"]["bytes"],
             fs::file_size(dir + "/model.safetensors"));
-  EXPECT_EQ(find_checkpoint(run_dir()), dir);
-  EXPECT_EQ(find_checkpoint(dir), dir);
+  EXPECT_EQ(loaded.texts.at("config.json"), "{\"step\": 123}\n");
+  EXPECT_EQ(read_file(dir + "/config.json"), "{\"step\": 123}\n");
+  EXPECT_EQ(load_newest_valid(run_dir(), CheckpointParts::everything).dir, dir);
+  EXPECT_EQ(load_newest_valid(dir, CheckpointParts::everything).dir, dir);
+}
+
+TEST_F(CheckpointTest, ModelOnlyLoadsNeedNoOptimizerState) {
+  const std::string dir = save_checkpoint(run_dir(), 3, make(3));
+  fs::remove(dir + "/optimizer.safetensors");
+  Checkpoint model_only = load_checkpoint(dir, CheckpointParts::model_only);
+  EXPECT_EQ(model_only.model.size(), 1u);
+  EXPECT_TRUE(model_only.optimizer.empty());
+  expect_error_mentions(dir, "optimizer.safetensors", "missing");
+}
+
+TEST_F(CheckpointTest, TextFilesAreVerified) {
+  const std::string dir = save_checkpoint(run_dir(), 4, make(4));
+  write_file_atomic(dir + "/config.json", "{\"step\": 5}\n");
+  expect_error_mentions(dir, "config.json", "checksum mismatch");
+  Checkpoint clash = make(4);
+  clash.texts["manifest.json"] = "{}";
+  EXPECT_THROW(save_checkpoint(run_dir(), 6, clash), Error);
+}
+
+TEST_F(CheckpointTest, EditedManifestStepIsNamed) {
+  const std::string dir = save_checkpoint(run_dir(), 7, make(7));
+  std::string manifest = read_file(dir + "/manifest.json");
+  const std::string from = "\"step\": 7";
+  ASSERT_NE(manifest.find(from), std::string::npos);
+  manifest.replace(manifest.find(from), from.size(), "\"step\": 70");
+  write_file_atomic(dir + "/manifest.json", manifest);
+  try {
+    load_checkpoint(dir);
+    FAIL() << "an edited step was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.context().field, "step") << e.what();
+    EXPECT_NE(std::string(e.what()).find("expected 7"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(CheckpointTest, SavingTheSameStepAgainReplacesIt) {
@@ -113,14 +148,37 @@ TEST_F(CheckpointTest, PreviousCheckpointSurvivesCorruptionOfTheNewest) {
   std::string bytes = read_file(newest + "/model.safetensors");
   bytes[100] ^= 1;
   write_file_atomic(newest + "/model.safetensors", bytes);
-  EXPECT_THROW(load_checkpoint(find_checkpoint(run_dir())), Error);
+  EXPECT_THROW(load_checkpoint(newest), Error);
 
-  const std::vector<std::string> all = list_checkpoints(run_dir());
-  ASSERT_EQ(all.size(), 2u);
-  EXPECT_EQ(all[0], newest);
-  Checkpoint previous = load_checkpoint(all[1]);
-  EXPECT_EQ(previous.manifest["step"], 10);
-  EXPECT_EQ(previous.model[0].second.f32()[0], 1000.f);
+  // The newest valid one is found, and what was skipped is said.
+  FoundCheckpoint found = load_newest_valid(run_dir(), CheckpointParts::everything);
+  EXPECT_EQ(found.checkpoint.manifest["step"], 10);
+  EXPECT_EQ(found.checkpoint.model[0].second.f32()[0], 1000.f);
+  ASSERT_EQ(found.skipped.size(), 1u);
+  EXPECT_NE(found.skipped[0].find(newest), std::string::npos);
+  EXPECT_NE(found.skipped[0].find("checksum"), std::string::npos) << found.skipped[0];
+  // Given as a step directory, the corrupt one is an error, not a fallback.
+  EXPECT_THROW(load_newest_valid(newest, CheckpointParts::everything), Error);
+}
+
+TEST_F(CheckpointTest, CallerChecksCanRejectACheckpoint) {
+  save_checkpoint(run_dir(), 10, make(10));
+  save_checkpoint(run_dir(), 20, make(20));
+  auto cursor_below_100 = [](const Checkpoint& ck, const std::string&) {
+    K3_CHECK(ck.manifest["data_cursor"].get<int>() < 100, "cursor too far");
+  };
+  FoundCheckpoint found =
+      load_newest_valid(run_dir(), CheckpointParts::model_only, cursor_below_100);
+  EXPECT_EQ(found.checkpoint.manifest["step"], 10);
+  ASSERT_EQ(found.skipped.size(), 1u);
+  EXPECT_NE(found.skipped[0].find("cursor too far"), std::string::npos);
+  auto reject_all = [](const Checkpoint&, const std::string&) { throw Error("unfit"); };
+  try {
+    load_newest_valid(run_dir(), CheckpointParts::model_only, reject_all);
+    FAIL() << "expected no usable checkpoint";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 skipped"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(CheckpointTest, InterruptedWritesAreIgnored) {
@@ -129,27 +187,13 @@ TEST_F(CheckpointTest, InterruptedWritesAreIgnored) {
   const std::string root = run_dir() + "/checkpoints";
   fs::create_directories(root + "/.tmp.step_00000200.999");
   std::ofstream(root + "/.tmp.step_00000200.999/model.safetensors") << "partial";
-  std::ofstream(root + "/latest.tmp.999") << "step_00000200";
-  EXPECT_EQ(find_checkpoint(run_dir()), done);
+  EXPECT_EQ(load_newest_valid(run_dir(), CheckpointParts::everything).dir, done);
   EXPECT_EQ(list_checkpoints(run_dir()), std::vector<std::string>{done});
 
-  // Without `latest`, the newest complete step directory is used.
-  fs::remove(root + "/latest");
-  EXPECT_EQ(find_checkpoint(run_dir()), done);
-
-  // The next save clears what the crash left behind.
-  save_checkpoint(run_dir(), 300, make(300));
+  // The owner clears what the crash left behind (so does the next save).
+  EXPECT_EQ(remove_unfinished_saves(run_dir()), 1);
   EXPECT_FALSE(fs::exists(root + "/.tmp.step_00000200.999"));
-}
-
-TEST_F(CheckpointTest, StaleLatestFallsBackToNewest) {
-  save_checkpoint(run_dir(), 1, make(1));
-  const std::string two = save_checkpoint(run_dir(), 2, make(2));
-  write_file_atomic(run_dir() + "/checkpoints/latest", "step_00000009\n");
-  const LogLevel level = log_level();
-  set_log_level(LogLevel::Error);  // the fallback warns
-  EXPECT_EQ(find_checkpoint(run_dir()), two);
-  set_log_level(level);
+  EXPECT_TRUE(fs::exists(done));
 }
 
 TEST_F(CheckpointTest, KeepLastPrunesOldest) {
@@ -169,12 +213,12 @@ TEST_F(CheckpointTest, KeepLastAlwaysKeepsTheOneJustWritten) {
   // Resumed from step 100 and saving step 150: step 200 belongs to the abandoned continuation.
   const std::string dir = save_checkpoint(run_dir(), 150, make(3), 1);
   EXPECT_EQ(list_checkpoints(run_dir()), std::vector<std::string>{dir});
-  EXPECT_EQ(find_checkpoint(run_dir()), dir);
 }
 
 TEST_F(CheckpointTest, NothingToFind) {
-  EXPECT_THROW(find_checkpoint(run_dir()), Error);
-  EXPECT_THROW(find_checkpoint(run_dir() + "/does-not-exist"), Error);
+  EXPECT_THROW(load_newest_valid(run_dir(), CheckpointParts::everything), Error);
+  EXPECT_THROW(load_newest_valid(run_dir() + "/does-not-exist", CheckpointParts::everything),
+               Error);
   EXPECT_TRUE(list_checkpoints(run_dir()).empty());
 }
 

@@ -182,13 +182,37 @@ TEST_F(LoadRunConfig, TheScheduleIsCheckedAsAWhole) {
   const std::string path = write_toml(
       "[model]\nconfig = \"model.json\"\n[train]\nschedule = \"wsd\"\ndecay_shape = \"exp\"\n");
   EXPECT_NO_THROW(load_run_config(path));
-  expect_error([&] { load_run_config(path, {"train.min_lr_ratio=0"}); }, path,
-               "train.min_lr_ratio", "floor above 0");
+  expect_error([&] { load_run_config(path, {"train.min_lr_ratio=0"}); }, path, "train.min_lr_ratio",
+               "floor above 0");
 }
 
 TEST_F(LoadRunConfig, MissingTomlFileIsNamed) {
   const std::string path = (dir_ / "absent.toml").string();
   expect_error([&] { load_run_config(path); }, path, "", "cannot open");
+}
+
+// A resumed run starts from its checkpoint's configuration, whose input files may be gone.
+TEST_F(LoadRunConfig, ABaseKeepsItsPathsUnlessTheyChange) {
+  RunConfig base = load_run_config(write_toml("[model]\nconfig = \"model.json\"\n"));
+  base.model.config = (dir_ / "moved-away.json").string();
+  RunConfig resumed = load_run_config("", {"train.steps=7"}, &base);
+  EXPECT_EQ(resumed.model.config, base.model.config);
+  EXPECT_EQ(resumed.train.steps, 7);
+  expect_error([&] { load_run_config("", {"model.config=gone.json"}, &base); }, "", "model.config",
+               "file not found");
+}
+
+TEST(ChangedFields, ListsEachDifferenceInTableOrder) {
+  RunConfig a, b;
+  EXPECT_TRUE(changed_fields(a, b).empty());
+  b.train.batch_size = 2;
+  b.data.seq_len = 64;
+  const std::vector<FieldChange> changes = changed_fields(a, b);
+  ASSERT_EQ(changes.size(), 2u);
+  EXPECT_EQ(changes[0].key, "data.seq_len");
+  EXPECT_EQ(changes[0].from, "256");
+  EXPECT_EQ(changes[0].to, "64");
+  EXPECT_EQ(changes[1].key, "train.batch_size");
 }
 
 }  // namespace

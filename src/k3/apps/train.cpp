@@ -1,9 +1,13 @@
-// `k3lab train --config run.toml [--set key=value ...] [--resume]`
+// `k3lab train --config run.toml [--set key=value ...]` starts a run;
+// `k3lab train --resume [RUN_DIR] [--set key=value ...] [--allow-change KEY ...]` continues one.
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 
 #include "k3/apps/commands.h"
+#include "k3/base/error.h"
 #include "k3/base/profile.h"
+#include "k3/base/stop_signals.h"
 #include "k3/train/trainer.h"
 
 namespace k3::apps {
@@ -14,7 +18,9 @@ static void print_profile() {
   const auto totals = Profile::totals();
   double step = 0, optimizer = 0, inside = 0;
   for (auto& [name, secs] : totals)
-    (name == train::kStepBucket ? step : name == train::kOptimizerBucket ? optimizer : inside) += secs;
+    (name == train::kStepBucket        ? step
+     : name == train::kOptimizerBucket ? optimizer
+                                       : inside) += secs;
   const double whole = step + optimizer;
   std::printf("\nprofile (wall seconds over the run; %% of forward + backward + optimizer):\n");
   for (auto& [name, secs] : totals)
@@ -23,34 +29,68 @@ static void print_profile() {
               100 * (step - inside) / whole);
 }
 
+static void print_summary(const train::TrainSummary& r) {
+  if (r.finished_before) {
+    std::printf(
+        "%s finished at step %lld (train.steps): nothing to do; raise it to continue, "
+        "e.g. --set train.steps=%lld\ncheckpoint:    %s\n",
+        r.run_dir.c_str(), static_cast<long long>(r.steps), static_cast<long long>(2 * r.steps),
+        r.last_checkpoint.c_str());
+    return;
+  }
+  std::printf("\n%s %lld steps: train loss %.4f", r.stop_signal ? "stopped after" : "trained",
+              static_cast<long long>(r.steps), r.train_loss);
+  if (std::isfinite(r.validation_loss)) std::printf(", validation loss %.4f", r.validation_loss);
+  if (std::isfinite(r.loss_floor) && std::isfinite(r.validation_loss))
+    std::printf(" (entropy floor %.4f, gap %.4f)", r.loss_floor, r.validation_loss - r.loss_floor);
+  std::printf("\n");
+  if (!r.sample.empty()) std::printf("\nsample:\n%s\n\n", r.sample.c_str());
+  std::printf("run directory: %s\n", r.run_dir.c_str());
+  std::printf("loss plot:     %s\n", r.loss_plot.c_str());
+  std::printf("metrics:       %s/metrics.jsonl\n", r.run_dir.c_str());
+  if (!r.last_checkpoint.empty()) std::printf("checkpoint:    %s\n", r.last_checkpoint.c_str());
+  if (r.stop_signal)
+    std::printf("stopped by %s: continue with k3lab train --resume %s\n",
+                signal_name(r.stop_signal), r.run_dir.c_str());
+}
+
 void add_train(CLI::App& app) {
   struct Args {
-    std::string config;
-    std::vector<std::string> overrides;
-    bool resume = false, quiet = false, profile = false;
+    std::string config, resume_dir;
+    std::vector<std::string> overrides, allowed;
+    bool quiet = false, profile = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("train", "Train a model from a TOML run configuration");
   cmd->add_option("--config", a->config, "Run configuration (TOML); defaults apply when omitted");
   cmd->add_option("--set", a->overrides, "Override a field: section.key=value (repeatable)");
-  cmd->add_flag("--resume", a->resume, "Continue the run directory's latest checkpoint");
+  cmd->add_option("--resume", a->resume_dir,
+                  "Continue a run from its newest usable checkpoint, with the configuration "
+                  "saved in it: RUN_DIR, or run.dir of --config/--set when omitted")
+      ->expected(0, 1);
+  cmd->add_option("--allow-change", a->allowed,
+                  "With --resume: accept a change of this key (model.config, data.seq_len, "
+                  "train.batch_size, ...; 'data' for changed data) (repeatable)");
   cmd->add_flag("--quiet", a->quiet, "No progress line");
   cmd->add_flag("--profile", a->profile, "Print where training time goes, per component");
-  cmd->callback([a] {
-    train::RunConfig config = train::load_run_config(a->config, a->overrides);
+  cmd->callback([a, cmd] {
+    std::signal(SIGPIPE, SIG_IGN);  // a closed stdout (k3lab train | head) must not end training
     Profile::enable(a->profile);
-    train::TrainSummary r = train::train(config, {a->resume, a->quiet});
-    std::printf("\ntrained %lld steps: train loss %.4f", static_cast<long long>(r.steps), r.train_loss);
-    if (std::isfinite(r.validation_loss)) std::printf(", validation loss %.4f", r.validation_loss);
-    if (std::isfinite(r.loss_floor) && std::isfinite(r.validation_loss))
-      std::printf(" (entropy floor %.4f, gap %.4f)", r.loss_floor, r.validation_loss - r.loss_floor);
-    std::printf("\n");
-    if (!r.sample.empty()) std::printf("\nsample:\n%s\n\n", r.sample.c_str());
-    std::printf("run directory: %s\n", r.run_dir.c_str());
-    std::printf("loss plot:     %s\n", r.loss_plot.c_str());
-    std::printf("metrics:       %s/metrics.jsonl\n", r.run_dir.c_str());
-    if (!r.last_checkpoint.empty()) std::printf("checkpoint:    %s\n", r.last_checkpoint.c_str());
-    if (a->profile) print_profile();
+    const bool resume = cmd->count("--resume") > 0;
+    K3_CHECK_CTX(resume || a->allowed.empty(), (ErrorContext{"", "--allow-change", -1}),
+                 "only meaningful with --resume");
+    train::TrainSummary r;
+    if (resume) {
+      std::string dir = a->resume_dir;
+      if (dir.empty()) dir = train::load_run_config(a->config, a->overrides).run.dir;
+      r = train::resume({dir, a->config, a->overrides, a->allowed}, {a->quiet});
+    } else {
+      r = train::train(train::load_run_config(a->config, a->overrides), {a->quiet});
+    }
+    print_summary(r);
+    if (a->profile && !r.finished_before) print_profile();
+    std::fflush(stdout);
+    if (r.stop_signal) throw CLI::RuntimeError(train::kStoppedExitStatus);
   });
 }
 

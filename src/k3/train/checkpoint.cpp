@@ -11,7 +11,6 @@
 #include "k3/base/checksum.h"
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
-#include "k3/base/log.h"
 #include "k3/tensor/safetensors.h"
 #include "k3/train/format.h"
 
@@ -24,11 +23,11 @@ using nlohmann::json;
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kManifestFile = "manifest.json";
-constexpr const char* kLatestFile = "latest";
 constexpr const char* kCheckpointsDir = "checkpoints";
 constexpr std::string_view kStepPrefix = "step_";
 // Directories being written (or left behind by a crash) start with this; they are never loaded.
 constexpr std::string_view kTempPrefix = ".tmp.";
+constexpr std::string_view kUnusablePrefix = "unusable.";
 
 std::optional<int64_t> step_of(const std::string& dir_name) {
   if (!dir_name.starts_with(kStepPrefix)) return std::nullopt;
@@ -73,8 +72,7 @@ void move_into_place(const fs::path& from, const fs::path& to) {
 // Keeps the checkpoint just written plus the keep_last - 1 newest others; removes what
 // interrupted writes left behind.
 void prune(const fs::path& root, const std::string& just_written, int keep_last) {
-  for (const auto& entry : fs::directory_iterator(root))
-    if (entry.path().filename().string().starts_with(kTempPrefix)) fs::remove_all(entry.path());
+  remove_unfinished_saves(root.parent_path().string());
   if (keep_last <= 0) return;
   int kept = 1;
   for (const std::string& dir : list_checkpoints(root.parent_path().string())) {
@@ -94,17 +92,16 @@ const json& manifest_field(const json& manifest, const std::string& key, const s
   return *it;
 }
 
-// Reads DIR/NAME and checks it against its manifest entry before decoding it.
-std::vector<std::pair<std::string, Tensor>> read_verified(const fs::path& dir, const char* name,
-                                                          const json& files,
-                                                          const std::string& manifest_path) {
+// Reads DIR/NAME and checks it against its manifest entry.
+std::string read_verified(const fs::path& dir, const std::string& name, const json& files,
+                          const std::string& manifest_path) {
   const std::string path = (dir / name).string();
   const ErrorContext ctx{path, "", -1};
   const json& entry = manifest_field(files, name, manifest_path);
   K3_CHECK_CTX(entry.is_object() && entry.contains("bytes") &&
                    entry["bytes"].is_number_unsigned() && entry.contains("sha256") &&
                    entry["sha256"].is_string(),
-               (ErrorContext{manifest_path, std::string("files.") + name, -1}),
+               (ErrorContext{manifest_path, "files." + name, -1}),
                "expected {\"bytes\": <size>, \"sha256\": <hex>}, found ", entry.dump());
   K3_CHECK_CTX(file_exists(path), ctx, "missing: the checkpoint is incomplete");
   const std::string bytes = read_file(path);
@@ -115,7 +112,14 @@ std::vector<std::pair<std::string, Tensor>> read_verified(const fs::path& dir, c
                     found_sum = sha256_hex(bytes);
   K3_CHECK_CTX(found_sum == expected_sum, ctx, "checksum mismatch (expected sha256 ", expected_sum,
                ", found ", found_sum, "): the checkpoint is corrupt");
-  return decode_safetensors(bytes, path).tensors;
+  return bytes;
+}
+
+std::vector<std::pair<std::string, Tensor>> read_tensors(const fs::path& dir, const char* name,
+                                                         const json& files,
+                                                         const std::string& manifest_path) {
+  return decode_safetensors(read_verified(dir, name, files, manifest_path), (dir / name).string())
+      .tensors;
 }
 
 }  // namespace
@@ -142,13 +146,18 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Chec
     json manifest = ck.manifest, files = json::object();
     write_recorded(tmp, kModelFile, encode_safetensors({ck.model, {}}), files);
     write_recorded(tmp, kOptimizerFile, encode_safetensors({ck.optimizer, {}}), files);
+    for (const auto& [file, text] : ck.texts) {
+      K3_CHECK(file != kManifestFile && file != kModelFile && file != kOptimizerFile &&
+                   file.find('/') == std::string::npos,
+               "checkpoint text file '", file, "' clashes with the checkpoint's own files");
+      write_recorded(tmp, file.c_str(), text, files);
+    }
     manifest["step"] = step;
     manifest["format_version"] = kCheckpointFormatVersion;
     manifest["files"] = files;
     write_file_atomic((tmp / kManifestFile).string(), manifest.dump(2) + "\n");
 
     move_into_place(tmp, final_dir);
-    write_file_atomic((root / kLatestFile).string(), name + "\n");
     prune(root, name, keep_last);
   } catch (const fs::filesystem_error& e) {
     throw Error(std::string("cannot write checkpoint: ") + e.code().message(),
@@ -157,7 +166,7 @@ std::string save_checkpoint(const std::string& run_dir, int64_t step, const Chec
   return final_dir.string();
 }
 
-Checkpoint load_checkpoint(const std::string& step_dir) {
+Checkpoint load_checkpoint(const std::string& step_dir, CheckpointParts parts) {
   const fs::path dir(step_dir);
   const std::string manifest_path = (dir / kManifestFile).string();
   const ErrorContext ctx{manifest_path, "", -1};
@@ -173,14 +182,38 @@ Checkpoint load_checkpoint(const std::string& step_dir) {
   const json& version = manifest_field(ck.manifest, "format_version", manifest_path);
   K3_CHECK_CTX(version.is_number_integer() && version.get<int>() == kCheckpointFormatVersion,
                (ErrorContext{manifest_path, "format_version", -1}), "expected ",
-               kCheckpointFormatVersion, ", found ", version.dump());
-  K3_CHECK_CTX(manifest_field(ck.manifest, "step", manifest_path).is_number_integer(),
-               (ErrorContext{manifest_path, "step", -1}), "expected an integer");
+               kCheckpointFormatVersion, ", found ", version.dump(),
+               ": written by another version of k3lab");
+  const json& step = manifest_field(ck.manifest, "step", manifest_path);
+  const std::optional<int64_t> named_step = step_of(dir.filename().string());
+  K3_CHECK_CTX(step.is_number_integer() && step.get<int64_t>() >= 0 &&
+                   (!named_step || step.get<int64_t>() == *named_step),
+               (ErrorContext{manifest_path, "step", -1}), "expected ",
+               named_step ? std::to_string(*named_step) + " (the directory's step)"
+                          : std::string("an integer >= 0"),
+               ", found ", step.dump());
   const json& files = manifest_field(ck.manifest, "files", manifest_path);
   K3_CHECK_CTX(files.is_object(), (ErrorContext{manifest_path, "files", -1}), "expected an object");
-  ck.model = read_verified(dir, kModelFile, files, manifest_path);
-  ck.optimizer = read_verified(dir, kOptimizerFile, files, manifest_path);
+  for (const auto& [file, entry] : files.items())
+    if (file != kModelFile && file != kOptimizerFile)
+      ck.texts[file] = read_verified(dir, file, files, manifest_path);
+  ck.model = read_tensors(dir, kModelFile, files, manifest_path);
+  if (parts == CheckpointParts::everything)
+    ck.optimizer = read_tensors(dir, kOptimizerFile, files, manifest_path);
   return ck;
+}
+
+int remove_unfinished_saves(const std::string& run_dir) {
+  const fs::path root = fs::path(run_dir) / kCheckpointsDir;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec)) return 0;
+  int removed = 0;
+  for (const auto& entry : fs::directory_iterator(root))
+    if (entry.path().filename().string().starts_with(kTempPrefix)) {
+      fs::remove_all(entry.path());
+      ++removed;
+    }
+  return removed;
 }
 
 std::vector<std::string> list_checkpoints(const std::string& run_dir) {
@@ -198,30 +231,54 @@ std::vector<std::string> list_checkpoints(const std::string& run_dir) {
   return dirs;
 }
 
-std::string find_checkpoint(const std::string& run_dir_or_step_dir) {
+std::string set_aside_checkpoint(const std::string& step_dir) {
+  const fs::path from(step_dir);
+  const fs::path to =
+      from.parent_path() / (std::string(kUnusablePrefix) + from.filename().string());
+  try {
+    fs::remove_all(to);
+    fs::rename(from, to);
+    sync_directory(to.parent_path());
+  } catch (const fs::filesystem_error& e) {
+    throw Error(std::string("cannot set the checkpoint aside: ") + e.code().message(),
+                ErrorContext{step_dir, "", -1});
+  }
+  return to.string();
+}
+
+FoundCheckpoint load_newest_valid(
+    const std::string& run_dir_or_step_dir, CheckpointParts parts,
+    const std::function<void(const Checkpoint&, const std::string& dir)>& check) {
   fs::path path = fs::path(run_dir_or_step_dir).lexically_normal();
   if (path.filename().empty()) path = path.parent_path();  // a trailing slash
   const ErrorContext ctx{run_dir_or_step_dir, "", -1};
   K3_CHECK_CTX(fs::is_directory(path), ctx,
                "not a directory: expected a run directory or a checkpoint step directory");
+  auto load = [&](const std::string& dir) {
+    FoundCheckpoint found{dir, load_checkpoint(dir, parts), {}, {}};
+    if (check) check(found.checkpoint, dir);
+    return found;
+  };
   if (step_of(path.filename().string()) || file_exists((path / kManifestFile).string()))
-    return run_dir_or_step_dir;
+    return load(path.string());
 
-  const fs::path root = path / kCheckpointsDir;
-  const std::string latest_path = (root / kLatestFile).string();
-  if (file_exists(latest_path)) {
-    std::string name = read_file(latest_path);
-    name.erase(
-        std::find_if(name.begin(), name.end(), [](char c) { return c == '\n' || c == '\r'; }),
-        name.end());
-    if (step_of(name) && fs::is_directory(root / name)) return (root / name).string();
-    log_warn("checkpoint: ", latest_path, " names '", name,
-             "', which is not a step directory; using the newest");
+  std::vector<std::string> skipped, skipped_dirs;
+  for (const std::string& dir : list_checkpoints(path.string())) {
+    try {
+      FoundCheckpoint found = load(dir);
+      found.skipped = std::move(skipped);
+      found.skipped_dirs = std::move(skipped_dirs);
+      return found;
+    } catch (const Error& e) {
+      skipped.push_back(dir + ": " + e.what());
+      skipped_dirs.push_back(dir);
+    }
   }
-  const std::vector<std::string> all = list_checkpoints(path.string());
-  K3_CHECK_CTX(!all.empty(), ctx, "no checkpoint found: expected ", kCheckpointsDir,
-               "/step_* directories");
-  return all.front();
+  std::string why = skipped.empty()
+                        ? std::string(" (no ") + kCheckpointsDir + "/step_* directory)"
+                        : " (" + std::to_string(skipped.size()) +
+                              " skipped as unusable; the newest: " + skipped.front() + ")";
+  throw Error("no usable checkpoint" + why, ctx);
 }
 
 }  // namespace k3::train

@@ -108,7 +108,9 @@ Rule<double> within(char open, double lo, double hi, char close) {
 Rule<std::string> one_of(std::vector<std::string> options) {
   std::string expected = "one of";
   for (const auto& o : options) expected += " \"" + o + "\"";
-  return {[options](const std::string& v) { return std::find(options.begin(), options.end(), v) != options.end(); },
+  return {[options](const std::string& v) {
+            return std::find(options.begin(), options.end(), v) != options.end();
+          },
           expected};
 }
 
@@ -344,9 +346,11 @@ void apply_override(RunConfig& config, const std::string& assignment) {
   }
 }
 
-RunConfig load_run_config(const std::string& toml_path, const std::vector<std::string>& overrides) {
-  RunConfig config =
-      toml_path.empty() ? RunConfig{} : parse_run_config(read_file(toml_path), toml_path);
+RunConfig load_run_config(const std::string& toml_path, const std::vector<std::string>& overrides,
+                          const RunConfig* base) {
+  RunConfig config = !toml_path.empty() ? parse_run_config(read_file(toml_path), toml_path)
+                     : base             ? *base
+                                        : RunConfig{};
   for (const std::string& assignment : overrides) apply_override(config, assignment);
   try {  // what no single field shows: the schedule as a whole (e.g. an exp decay to a 0 floor)
     config.train.lr_schedule().validate();
@@ -361,7 +365,7 @@ RunConfig load_run_config(const std::string& toml_path, const std::vector<std::s
   if (!toml_path.empty()) dirs.push_back(fs::absolute(toml_path).parent_path());
   if (dirs.empty() || dirs[0] != fs::current_path()) dirs.push_back(fs::current_path());
   for (const Field& f : fields()) {
-    if (!f.resolve) continue;
+    if (!f.resolve || (base && f.format(config) == f.format(*base))) continue;
     try {
       f.resolve(config, dirs);
     } catch (const Error& e) {
@@ -369,6 +373,13 @@ RunConfig load_run_config(const std::string& toml_path, const std::vector<std::s
     }
   }
   return config;
+}
+
+std::vector<FieldChange> changed_fields(const RunConfig& from, const RunConfig& to) {
+  std::vector<FieldChange> changes;
+  for (const Field& f : fields())
+    if (f.format(from) != f.format(to)) changes.push_back({f.key, f.format(from), f.format(to)});
+  return changes;
 }
 
 std::string to_toml(const RunConfig& config) {

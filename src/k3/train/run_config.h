@@ -40,14 +40,14 @@ struct TrainSection {
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
-  double grad_clip = 1.0;  // global gradient norm limit; 0 disables clipping
+  double grad_clip = 1.0;          // global gradient norm limit; 0 disables clipping
   std::string optimizer = "muon";  // "muon" (K3's parameter groups) or "adamw" (AdamW for all)
   // Extra routing rules tried before the defaults: "pattern=spec, pattern=spec" (optim/routing.h).
   std::string optim_rules;
-  std::string schedule = "cosine";  // cosine, wsd or constant
-  double decay_fraction = 0.2;      // wsd: share of the steps spent decaying
+  std::string schedule = "cosine";     // cosine, wsd or constant
+  double decay_fraction = 0.2;         // wsd: share of the steps spent decaying
   std::string decay_shape = "linear";  // wsd: linear, sqrt or exp
-  int64_t threads = 0;     // 0: all cores
+  int64_t threads = 0;                 // 0: all cores
 
   // Warmup length in steps: warmup_fraction * steps when set, else warmup_steps; at most steps.
   int64_t warmup() const;
@@ -102,12 +102,20 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& orig
 // string field unquoted text is taken as is.
 void apply_override(RunConfig& config, const std::string& assignment);
 
-// The configuration a run uses: TOML_PATH parsed (defaults when TOML_PATH is empty), the
-// overrides applied in order, run.name and run.dir filled in, and the input paths (model.config,
-// data.source unless "builtin") made absolute: a relative path is looked up next to the TOML
-// file, then in the working directory, and must exist.
+// The configuration a run uses: TOML_PATH parsed (when TOML_PATH is empty: BASE, or the
+// defaults without one), the overrides applied in order, run.name and run.dir filled in, and the
+// input paths (model.config, data.source unless "builtin") made absolute: a relative path is
+// looked up next to the TOML file, then in the working directory, and must exist. A path still
+// equal to BASE's is taken as it is (a resumed run does not need its original files).
 RunConfig load_run_config(const std::string& toml_path,
-                          const std::vector<std::string>& overrides = {});
+                          const std::vector<std::string>& overrides = {},
+                          const RunConfig* base = nullptr);
+
+// A field whose value differs between two configurations (values as TOML).
+struct FieldChange {
+  std::string key, from, to;
+};
+std::vector<FieldChange> changed_fields(const RunConfig& from, const RunConfig& to);
 
 // Every field, one table per section, with a comment describing each; parse_run_config reads
 // it back to an equal RunConfig.

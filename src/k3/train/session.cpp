@@ -3,20 +3,21 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "k3/base/checksum.h"
 #include "k3/base/error.h"
-#include "k3/data/corpus_entropy.h"
+#include "k3/base/log.h"
+#include "k3/train/loss_plot.h"
 
 namespace k3::train {
 
 Arena step_arena() { return Arena(kStepArenaReserve, /*prefault=*/false); }
 
-std::unique_ptr<Session> open_session(const RunConfig& config) {
+std::unique_ptr<Session> open_session(const RunConfig& config, const ModelConfig& mc) {
   auto s = std::make_unique<Session>();
   s->config = config;
   s->tokenizer = data::make_tokenizer("byte");
-  ModelConfig mc = load_model_config(config.model.config);
   K3_CHECK_CTX(mc.vocab_size >= s->tokenizer->vocab_size(),
-               (ErrorContext{config.model.config, "vocab_size", -1}), "the ", s->tokenizer->name(),
+               (ErrorContext{mc.source, "vocab_size", -1}), "the ", s->tokenizer->name(),
                " tokenizer needs a vocabulary of at least ", s->tokenizer->vocab_size(), ", found ",
                mc.vocab_size);
   K3_CHECK_CTX(config.data.seq_len <= mc.max_position_embeddings,
@@ -24,19 +25,45 @@ std::unique_ptr<Session> open_session(const RunConfig& config) {
                " exceeds the model's max_position_embeddings ", mc.max_position_embeddings);
   s->model = std::make_unique<Model>(mc);
   s->arena = step_arena();
-  if (config.data.source == "builtin") s->loss_floor = data::corpus_entropy_nats_per_token();
+  s->loss_floor = data_loss_floor(config);
   return s;
 }
 
+CheckpointConfigs checkpoint_configs(const Checkpoint& ck, const std::string& dir) {
+  auto text = [&](const char* file) -> const std::string& {
+    auto it = ck.texts.find(file);
+    K3_CHECK_CTX(it != ck.texts.end(), (ErrorContext{dir, file, -1}),
+                 "missing from the checkpoint: it cannot stand alone");
+    return it->second;
+  };
+  const std::string model_path = dir + "/" + kModelConfigFile;
+  nlohmann::json model_json;
+  try {
+    model_json = nlohmann::json::parse(text(kModelConfigFile));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("malformed JSON (") + e.what() + ")", ErrorContext{model_path, "", -1});
+  }
+  return {parse_run_config(text(kRunConfigFile), dir + "/" + kRunConfigFile),
+          parse_model_config(model_json, model_path)};
+}
+
 std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_path) {
-  const std::string dir = find_checkpoint(checkpoint_path);
-  Checkpoint ck = load_checkpoint(dir);
-  K3_CHECK_CTX(ck.manifest.contains("run_config"), (ErrorContext{dir, "run_config", -1}),
-               "the manifest does not hold the run configuration");
-  RunConfig rc = parse_run_config(ck.manifest["run_config"].get<std::string>(), dir + "/manifest.json");
-  auto s = open_session(rc);
-  restore_weights(*s->model, ck, dir);
+  FoundCheckpoint found = load_newest_valid(checkpoint_path, CheckpointParts::model_only);
+  for (const std::string& why : found.skipped) log_warn("skipped checkpoint ", why);
+  CheckpointConfigs configs = checkpoint_configs(found.checkpoint, found.dir);
+  auto s = open_session(configs.run, configs.model);
+  restore_weights(*s->model, found.checkpoint, found.dir);
   return s;
+}
+
+nlohmann::json data_fingerprint(const data::TokenDataset& ds) {
+  Sha256 hash;
+  for (const std::vector<int32_t>* stream : {&ds.train, &ds.validation})
+    hash.update({reinterpret_cast<const char*>(stream->data()), stream->size() * sizeof(int32_t)});
+  return {{"source", ds.source},
+          {"train_tokens", ds.train.size()},
+          {"validation_tokens", ds.validation.size()},
+          {"sha256", hash.hex_digest()}};
 }
 
 data::TokenDataset load_run_dataset(const Session& s) {
@@ -59,8 +86,8 @@ ParamSet param_set(ParamRegistry& params) {
 }
 
 HeadSizes head_sizes(const ModelConfig& c) {
-  return {c.kda_head_dim, c.qk_nope_head_dim + c.qk_rope_head_dim, c.qk_nope_head_dim + c.v_head_dim,
-          c.v_head_dim, c.head_dim};
+  return {c.kda_head_dim, c.qk_nope_head_dim + c.qk_rope_head_dim,
+          c.qk_nope_head_dim + c.v_head_dim, c.v_head_dim, c.head_dim};
 }
 
 // Every parameter's values under its K3 name, as views.
@@ -71,11 +98,13 @@ static std::vector<std::pair<std::string, Tensor>> weight_views(const Model& mod
   return weights;
 }
 
-Checkpoint make_checkpoint(const Model& model, const Optimizer* optimizer, nlohmann::json manifest) {
+Checkpoint make_checkpoint(const Session& s, const Optimizer* optimizer, nlohmann::json manifest) {
   Checkpoint ck;
-  ck.model = weight_views(model);
-  for (auto& entry : model.balancer_state()) ck.model.push_back(std::move(entry));
+  ck.model = weight_views(*s.model);
+  for (auto& entry : s.model->balancer_state()) ck.model.push_back(std::move(entry));
   if (optimizer) ck.optimizer = optimizer->state_tensors();
+  ck.texts[kModelConfigFile] = model_config_to_json(s.model->config()).dump(2) + "\n";
+  ck.texts[kRunConfigFile] = to_toml(s.config);
   ck.manifest = std::move(manifest);
   return ck;
 }
@@ -92,8 +121,8 @@ static void copy_named(const std::vector<std::pair<std::string, Tensor>>& into,
                  "tensor missing from the checkpoint");
     const Tensor& src = *it->second;
     K3_CHECK_CTX(src.shape() == dst.shape() && src.dtype() == dst.dtype(),
-                 (ErrorContext{origin, name, -1}), "checkpoint holds ", dtype_name(src.dtype()), " ",
-                 shape_str(src.shape()), ", the model expects ", dtype_name(dst.dtype()), " ",
+                 (ErrorContext{origin, name, -1}), "checkpoint holds ", dtype_name(src.dtype()),
+                 " ", shape_str(src.shape()), ", the model expects ", dtype_name(dst.dtype()), " ",
                  shape_str(dst.shape()));
     std::memcpy(dst.data(), src.data(), dst.nbytes());
   }
@@ -106,9 +135,6 @@ void restore_weights(Model& model, const Checkpoint& ck, const std::string& orig
 
 void restore_optimizer(Optimizer& optimizer, const Checkpoint& ck, const std::string& origin) {
   copy_named(optimizer.state_tensors(), ck.optimizer, origin);
-  K3_CHECK_CTX(ck.manifest.contains("optimizer_steps"), (ErrorContext{origin, "optimizer_steps", -1}),
-               "missing from the manifest");
-  optimizer.set_steps_taken(ck.manifest["optimizer_steps"].get<int64_t>());
 }
 
 }  // namespace k3::train

@@ -31,22 +31,39 @@ struct Session {
   double loss_floor = NAN;  // nats per token when the data's entropy is known (the built-in corpus)
 };
 
-// Builds the session for a run configuration (its paths already resolved): model config read and
-// checked against the tokenizer, parameters allocated (not initialized), step arena mapped.
-std::unique_ptr<Session> open_session(const RunConfig& config);
+// Builds the session of a run configuration and a model configuration (checked against the
+// tokenizer and the sequence length): parameters allocated (not initialized), step arena mapped.
+std::unique_ptr<Session> open_session(const RunConfig& config, const ModelConfig& model);
 
-// The session of a checkpoint: the run configuration stored in its manifest, weights loaded.
+// A checkpoint carries its resolved configurations as files beside the weights, so evaluating,
+// sampling or resuming it never reads the files the run was started from.
+inline constexpr const char* kModelConfigFile = "config.json";    // Hugging Face style
+inline constexpr const char* kRunConfigFile = "run_config.toml";  // to_toml of the RunConfig
+
+struct CheckpointConfigs {
+  RunConfig run;
+  ModelConfig model;
+};
+// The configurations a checkpoint (loaded from DIR) was written with.
+CheckpointConfigs checkpoint_configs(const Checkpoint& ck, const std::string& dir);
+
+// The session of a checkpoint (a step directory, or a run directory's newest valid one): its
+// own configurations, its weights; the optimizer state is not read.
 std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_path);
 
 data::TokenDataset load_run_dataset(const Session& s);
+
+// What identifies a run's data: source, token counts and the SHA-256 of the token streams.
+nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 
 // The parameters as the optimizer sees them (named ranges of the flat buffers).
 ParamSet param_set(ParamRegistry& params);
 // The head block sizes Per-Head Muon splits projections into (optim/routing.h).
 HeadSizes head_sizes(const ModelConfig& c);
 
-// Weights by K3 name (views of the flat buffer) and optimizer state.
-Checkpoint make_checkpoint(const Model& model, const Optimizer* optimizer, nlohmann::json manifest);
+// Weights by K3 name (views of the flat buffer), optimizer state, and the session's
+// configurations as the checkpoint's config files.
+Checkpoint make_checkpoint(const Session& s, const Optimizer* optimizer, nlohmann::json manifest);
 // Copies checkpoint weights into the model; every parameter must be present with its shape.
 void restore_weights(Model& model, const Checkpoint& ck, const std::string& origin);
 void restore_optimizer(Optimizer& optimizer, const Checkpoint& ck, const std::string& origin);

@@ -5,10 +5,13 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "k3/base/dir_lock.h"
 #include "k3/base/error.h"
 #include "k3/base/fma_peak.h"
 #include "k3/base/fs.h"
+#include "k3/base/log.h"
 #include "k3/base/profile.h"
+#include "k3/base/stop_signals.h"
 #include "k3/base/threads.h"
 #include "k3/base/timer.h"
 #include "k3/data/batcher.h"
@@ -17,9 +20,11 @@
 #include "k3/train/evaluate.h"
 #include "k3/train/expert_load.h"
 #include "k3/train/format.h"
+#include "k3/train/history.h"
+#include "k3/train/loss_plot.h"
 #include "k3/train/metrics.h"
 #include "k3/train/progress.h"
-#include "k3/train/svg_plot.h"
+#include "k3/train/resume.h"
 
 namespace k3::train {
 namespace {
@@ -36,7 +41,8 @@ double peak_rss_mib() {
 Optimizer make_optimizer(Model& model, const TrainSection& t) {
   const ParamSet params = param_set(model.params());
   std::vector<std::string> rules = split_rules(t.optim_rules);
-  if (t.optimizer == "adamw") rules.insert(rules.end(), adamw_only_rules().begin(), adamw_only_rules().end());
+  if (t.optimizer == "adamw")
+    rules.insert(rules.end(), adamw_only_rules().begin(), adamw_only_rules().end());
   return Optimizer(params, route_parameters(params.slots, head_sizes(model.config()), rules),
                    OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
                                    .beta2 = static_cast<float>(t.beta2),
@@ -44,71 +50,99 @@ Optimizer make_optimizer(Model& model, const TrainSection& t) {
                                    .weight_decay = static_cast<float>(t.weight_decay)});
 }
 
+nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const FieldChange& c : changes)
+    out.push_back({{"key", c.key}, {"from", c.from}, {"to", c.to}});
+  return out;
+}
+
 class Run {
  public:
-  Run(const RunConfig& config, const TrainOptions& opt)
+  // A new run (FROM null) or one resumed from a checkpoint. The caller holds the run directory.
+  Run(const RunConfig& config, const ModelConfig& model, const TrainOptions& opt,
+      const StopSignals& stop, ResumePoint* from)
       : opt_(opt),
-        s_(open_session(config)),
+        stop_(stop),
+        s_(open_session(config, model)),
         optimizer_(make_optimizer(*s_->model, config.train)),
         schedule_(config.train.lr_schedule()),
         dataset_(load_run_dataset(*s_)),
+        data_fingerprint_(data_fingerprint(dataset_)),
         batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
                  static_cast<uint64_t>(config.model.seed)),
         run_dir_(config.run.dir),
         progress_(opt.quiet ? nullptr : std::make_unique<ProgressDisplay>()) {
-    std::filesystem::create_directories(run_dir_);
-    if (opt.resume) {
-      resume();
+    if (from) {
+      resume(*from);
     } else {
-      K3_CHECK_CTX(list_checkpoints(run_dir_).empty(), (ErrorContext{run_dir_, "", -1}),
-                   "the run directory already holds checkpoints: pass --resume to continue it, or "
-                   "choose another run.dir");
       s_->model->initialize(static_cast<uint64_t>(config.model.seed));
+      write_file_atomic(run_dir_ + "/config.toml", to_toml(config));
+      write_file_atomic(run_dir_ + "/model.json", model_config_to_json(model).dump(2) + "\n");
+      append_history(run_dir_, {{"event", "start"}, {"step", 0}});
     }
-    write_file_atomic(run_dir_ + "/config.toml", to_toml(config));
-    write_file_atomic(run_dir_ + "/model.json", model_config_to_json(s_->model->config()).dump(2) + "\n");
-    metrics_ = std::make_unique<MetricsWriter>(run_dir_, opt.resume ? step_ : -1);
+    metrics_ = std::make_unique<MetricsWriter>(run_dir_, from ? step_ : -1);
     peak_gflops_ = fma_peak_gflops();
   }
 
   TrainSummary run();
 
  private:
-  void resume();
+  void resume(ResumePoint& from);
   double train_step();  // one optimizer step; returns the mean loss (NaN when skipped)
   void evaluate_now(nlohmann::json& record);
   void balance_experts(nlohmann::json& record);
   std::string checkpoint_now();
-  std::string plot();
+  void stop_early(TrainSummary& out);
   void say(const std::string& text) {
     if (progress_) progress_->message(text);
   }
 
   TrainOptions opt_;
+  const StopSignals& stop_;
   std::unique_ptr<Session> s_;
   Optimizer optimizer_;  // before the data: a bad rule is reported before the dataset loads
   Schedule schedule_;
   data::TokenDataset dataset_;
+  nlohmann::json data_fingerprint_;  // of the data the run started with, kept in checkpoints
   data::Batcher batcher_;
   StepGuard guard_;
   std::string run_dir_;
   std::unique_ptr<ProgressDisplay> progress_;  // null when quiet
   std::unique_ptr<MetricsWriter> metrics_;
-  int64_t step_ = 0;
+  int64_t step_ = 0, checkpoint_step_ = -1;
   double peak_gflops_ = 0, last_grad_norm_ = NAN, last_val_loss_ = NAN;
   std::string last_checkpoint_;
   std::vector<data::Batch> micro_;
 };
 
-void Run::resume() {
-  const std::string dir = find_checkpoint(run_dir_);
-  Checkpoint ck = load_checkpoint(dir);
-  restore_weights(*s_->model, ck, dir);
-  restore_optimizer(optimizer_, ck, dir);
-  step_ = ck.manifest.at("step").get<int64_t>();
-  guard_.set_skipped(ck.manifest.value("skipped_steps", int64_t{0}));
-  batcher_.seek(data::DataCursor::parse(ck.manifest.at("data_cursor").get<std::string>()));
+void Run::resume(ResumePoint& from) {
+  const std::string& dir = from.found.dir;
+  std::vector<FieldChange> changes = from.changes;
+  for (FieldChange& c :
+       check_data_unchanged(from.state.data, data_fingerprint_, from.allowed_changes, run_dir_))
+    changes.push_back(std::move(c));
+  nlohmann::json set_aside = nlohmann::json::array();
+  for (const std::string& skipped : from.found.skipped_dirs)
+    set_aside.push_back(set_aside_checkpoint(skipped));
+  restore_weights(*s_->model, from.found.checkpoint, dir);
+  restore_optimizer(optimizer_, from.found.checkpoint, dir);
+  optimizer_.set_steps_taken(from.state.optimizer_steps);
+  step_ = checkpoint_step_ = from.state.step;
+  guard_.set_skipped(from.state.skipped_steps);
+  batcher_.seek(from.state.cursor);
   last_checkpoint_ = dir;
+  from.found.checkpoint = {};  // the weights are in the model now
+  append_history(run_dir_, {{"event", "resume"},
+                            {"step", step_},
+                            {"checkpoint", dir},
+                            {"skipped", from.found.skipped},
+                            {"set_aside", set_aside},
+                            {"changes", changes_json(changes)}});
+  for (size_t i = 0; i < from.found.skipped.size(); ++i)
+    log_warn("skipped checkpoint ", from.found.skipped[i], "; set aside as ",
+             set_aside[i].get<std::string>());
+  for (const FieldChange& c : changes) log_warn("resuming with ", c.key, " ", c.from, " -> ", c.to);
   say("resumed from " + dir + " at step " + std::to_string(step_));
 }
 
@@ -127,15 +161,16 @@ double Run::train_step() {
   const float grad_scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
   for (auto& b : micro_) {
     ProfileScope time(kStepBucket);
-    kernels::LossSum l = model.forward_backward(s_->arena, s_->acts,
-                                                {b.inputs.data(), b.targets.data(), b.rows, b.seq_len}, grad_scale);
+    kernels::LossSum l = model.forward_backward(
+        s_->arena, s_->acts, {b.inputs.data(), b.targets.data(), b.rows, b.seq_len}, grad_scale);
     loss_sum += l.sum;
   }
   const double loss = count > 0 ? loss_sum / static_cast<double>(count) : NAN;
   last_grad_norm_ = global_grad_norm(model.params().grads(), model.params().flat_size());
   if (!guard_.admit(loss, last_grad_norm_)) {
-    say(strprintf("step %lld: non-finite loss (%g) or gradient norm (%g): step skipped, nothing applied",
-                  static_cast<long long>(step_ + 1), loss, last_grad_norm_));
+    say(strprintf(
+        "step %lld: non-finite loss (%g) or gradient norm (%g): step skipped, nothing applied",
+        static_cast<long long>(step_ + 1), loss, last_grad_norm_));
     return NAN;
   }
   ProfileScope time(kOptimizerBucket);
@@ -182,27 +217,25 @@ std::string Run::checkpoint_now() {
                              {"seed", s_->config.model.seed},
                              {"rng", "philox4x32-10; stateless, keyed by (seed, stream, index)"},
                              {"layout", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"ep", 1}, {"cp", 1}}},
-                             {"model_config", model_config_to_json(s_->model->config())},
-                             {"run_config", to_toml(s_->config)}};
-  last_checkpoint_ = save_checkpoint(run_dir_, step_, make_checkpoint(*s_->model, &optimizer_, manifest),
+                             {"data", data_fingerprint_}};
+  last_checkpoint_ = save_checkpoint(run_dir_, step_, make_checkpoint(*s_, &optimizer_, manifest),
                                      static_cast<int>(s_->config.checkpoint.keep_last));
+  checkpoint_step_ = step_;
   return last_checkpoint_;
 }
 
-std::string Run::plot() {
-  auto m = read_metrics(metrics_path(run_dir_));
-  LinePlot p;
-  p.title = "k3lab: " + s_->config.run.name;
-  p.x_label = "step";
-  p.y_label = "loss (nats/token)";
-  for (auto [key, label] : {std::pair{"loss", "train"}, {"val_loss", "validation"}})
-    if (m.count(key)) p.series.push_back({label, m[key].steps, m[key].values});
-  if (std::isfinite(s_->loss_floor) && m.count("loss") && !m["loss"].steps.empty())
-    p.series.push_back({"entropy floor", {m["loss"].steps.front(), m["loss"].steps.back()},
-                        {s_->loss_floor, s_->loss_floor}});
-  const std::string path = run_dir_ + "/loss.svg";
-  write_svg(path, render_line_plot(p));
-  return path;
+// A stop signal arrived: the step is done; save it and leave everything complete.
+void Run::stop_early(TrainSummary& out) {
+  out.stop_signal = stop_.requested();
+  if (checkpoint_step_ != step_) checkpoint_now();
+  append_history(run_dir_, {{"event", "stop"},
+                            {"signal", signal_name(out.stop_signal)},
+                            {"step", step_},
+                            {"checkpoint", last_checkpoint_}});
+  say(strprintf(
+      "stopped by %s after step %lld: checkpoint %s; continue with k3lab train --resume %s",
+      signal_name(out.stop_signal), static_cast<long long>(step_), last_checkpoint_.c_str(),
+      run_dir_.c_str()));
 }
 
 TrainSummary Run::run() {
@@ -230,25 +263,33 @@ TrainSummary Run::run() {
                           {"peak_memory_mib", peak_rss_mib()},
                           {"skipped_steps", guard_.skipped()}};
     balance_experts(rec);
-    if (c.eval.every > 0 && (step_ % c.eval.every == 0 || step_ == c.train.steps)) evaluate_now(rec);
+    const bool evaluate = c.eval.every > 0 && (step_ % c.eval.every == 0 || step_ == c.train.steps);
+    if (evaluate) evaluate_now(rec);
     metrics_->write(rec);
+    if (evaluate) write_loss_plot(run_dir_, c);
     if (progress_) {
       const double elapsed = since_start.seconds();
       progress_->update({step_, c.train.steps, loss, s_->loss_floor, schedule_.lr(step_ - 1), tok_s,
-                        elapsed / static_cast<double>(step_ - first_step) *
-                            static_cast<double>(c.train.steps - step_)});
+                         elapsed / static_cast<double>(step_ - first_step) *
+                             static_cast<double>(c.train.steps - step_)});
     }
     if (c.sample.every > 0 && step_ % c.sample.every == 0 && step_ != c.train.steps)
       say("sample: " + sample_text(*s_, c.sample.prompt, c.sample.max_tokens, c.sample.temperature,
                                    c.sample.top_k, c.sample.top_p, static_cast<uint64_t>(step_)));
     if ((c.checkpoint.every > 0 && step_ % c.checkpoint.every == 0) || step_ == c.train.steps)
       checkpoint_now();
+    if (stop_.requested() && step_ < c.train.steps) {
+      stop_early(out);
+      break;
+    }
   }
   if (progress_) progress_->finish();
   out.steps = step_;
   out.validation_loss = last_val_loss_;
   out.last_checkpoint = last_checkpoint_;
-  out.loss_plot = plot();
+  out.loss_plot = write_loss_plot(run_dir_, c);
+  if (out.stop_signal) return out;
+  append_history(run_dir_, {{"event", "finish"}, {"step", step_}});
   if (c.sample.max_tokens > 0)
     out.sample = sample_text(*s_, c.sample.prompt, c.sample.max_tokens, c.sample.temperature,
                              c.sample.top_k, c.sample.top_p, static_cast<uint64_t>(step_));
@@ -258,8 +299,39 @@ TrainSummary Run::run() {
 }  // namespace
 
 TrainSummary train(const RunConfig& config, const TrainOptions& options) {
+  StopSignals stop;
   if (config.train.threads > 0) set_num_threads(static_cast<int>(config.train.threads));
-  Run run(config, options);
+  std::filesystem::create_directories(config.run.dir);
+  DirLock lock(config.run.dir, "k3lab train");
+  K3_CHECK_CTX(
+      list_checkpoints(config.run.dir).empty(), (ErrorContext{config.run.dir, "", -1}),
+      "the run directory already holds checkpoints: continue it with k3lab train --resume ",
+      config.run.dir, ", or choose another run.dir");
+  const ModelConfig model = load_model_config(config.model.config);
+  Run run(config, model, options, stop, nullptr);
+  return run.run();
+}
+
+TrainSummary resume(const ResumeRequest& request, const TrainOptions& options) {
+  StopSignals stop;
+  const std::string& dir = request.run_dir;
+  K3_CHECK_CTX(std::filesystem::is_directory(dir + "/checkpoints"), (ErrorContext{dir, "", -1}),
+               "not a run directory (it has no checkpoints/ folder)");
+  DirLock lock(dir, "k3lab train");
+  if (int n = remove_unfinished_saves(dir); n > 0)
+    log_warn("removed ", n, " unfinished checkpoint save(s) in ", dir, "/checkpoints");
+  ResumePoint from =
+      plan_resume(dir, request.config_path, request.overrides, request.allowed_changes);
+  TrainSummary done;
+  if (from.state.step >= from.config.train.steps) {  // nothing to do: say so, change nothing
+    done.run_dir = dir;
+    done.steps = from.state.step;
+    done.finished_before = true;
+    done.last_checkpoint = from.found.dir;
+    return done;
+  }
+  if (from.config.train.threads > 0) set_num_threads(static_cast<int>(from.config.train.threads));
+  Run run(from.config, from.model, options, stop, &from);
   return run.run();
 }
 

@@ -1,0 +1,56 @@
+// The run-control pieces of base/: the directory lock and the stop signals.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <string>
+
+#include "common/test_util.h"
+#include "k3/base/dir_lock.h"
+#include "k3/base/error.h"
+#include "k3/base/stop_signals.h"
+
+namespace k3 {
+namespace {
+
+// flock locks belong to an open file: a second lock of the directory fails even in this process.
+TEST(DirLock, SecondOwnerIsRefusedNamingTheFirst) {
+  testing::TempDir dir{"k3_dir_lock"};
+  {
+    DirLock first(dir.path(), "k3lab train");
+    try {
+      DirLock second(dir.path(), "k3lab train");
+      FAIL() << "a second lock of the same directory was granted";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("in use by process " + std::to_string(::getpid()) + " (k3lab train)"),
+                std::string::npos)
+          << what;
+      EXPECT_EQ(e.context().file, dir.path());
+    }
+  }
+  EXPECT_NO_THROW(DirLock again(dir.path(), "k3lab train"));  // released with its owner
+}
+
+TEST(DirLock, MissingDirectoryIsNamed) {
+  testing::TempDir dir{"k3_dir_lock"};
+  EXPECT_THROW(DirLock(dir.path() + "/missing", "test"), Error);
+}
+
+TEST(StopSignals, FirstSignalIsRecordedAndHandlersAreRestored) {
+  {
+    StopSignals stop;
+    EXPECT_EQ(stop.requested(), 0);
+    std::raise(SIGUSR1);
+    EXPECT_EQ(stop.requested(), SIGUSR1);
+    EXPECT_STREQ(signal_name(stop.requested()), "SIGUSR1");
+    EXPECT_THROW(StopSignals twice, Error);
+  }
+  struct sigaction now;
+  sigaction(SIGUSR1, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  StopSignals fresh;  // a new owner starts with no request
+  EXPECT_EQ(fresh.requested(), 0);
+}
+
+}  // namespace
+}  // namespace k3
