@@ -1,6 +1,8 @@
 """Checks a folder written by `k3lab export` against the checkpoint it came from, in PyTorch:
 
-  export_check.py FOLDER CHECKPOINT_STEP_DIR fp32|bf16 single|sharded
+  export_check.py [FOLDER CHECKPOINT_STEP_DIR fp32|bf16 single|sharded]...
+
+(several folders in one run: importing torch takes longer than the checks).
 
 The safetensors files are parsed here (no safetensors package) into torch tensors of the stored
 dtype. Checked: the file layout (one model.safetensors, or shards listed by the index, each tensor
@@ -89,8 +91,7 @@ def reference_model(config):
     return k3ref.K3Dense(k3ref.Config(config))
 
 
-def main():
-    folder, step_dir, dtype, layout = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3], sys.argv[4]
+def check(folder, step_dir, dtype, layout):
     config = json.loads((folder / "config.json").read_text())
     want_dtype = {"fp32": "float32", "bf16": "bfloat16"}[dtype]
     if config.get("torch_dtype") != want_dtype or config.get("model_type") != "k3lab":
@@ -103,9 +104,16 @@ def main():
     missing, extra = params.keys() - tensors.keys(), tensors.keys() - params.keys()
     if missing or extra:
         fail(f"missing {sorted(missing)}, unexpected {sorted(extra)}")
-    embed = tensors["model.embed_tokens.weight"]
-    if list(embed.shape) != [config["vocab_size"], config["hidden_size"]]:
-        fail(f"embed_tokens has shape {list(embed.shape)}")
+    V, d, F, L = (config[k] for k in ("vocab_size", "hidden_size", "moe_intermediate_size",
+                                      "routed_expert_hidden_size"))
+    expected_shapes = {"model.embed_tokens.weight": [V, d], "lm_head.weight": [V, d]}
+    if config["num_experts"]:  # routed experts in their logical (not MXFP4-packed) shapes
+        first = config["first_k_dense_replace"]
+        expected_shapes[f"model.layers.{first}.block_sparse_moe.experts.0.w1.weight"] = [F, L]
+        expected_shapes[f"model.layers.{first}.block_sparse_moe.experts.0.w2.weight"] = [L, F]
+    for name, shape in expected_shapes.items():
+        if list(tensors[name].shape) != shape:
+            fail(f"{name} has shape {list(tensors[name].shape)}, expected {shape}")
     model.load_state_dict({name: t.float() for name, t in tensors.items()}, strict=True)
 
     trained, _ = read_safetensors(step_dir / "model.safetensors")
@@ -125,6 +133,14 @@ def main():
     print(f"ok: {folder.name}: {len(tensors)} tensors ({bf16} bf16), {len(params)} parameters of "
           f"the reference model; left in the checkpoint: {len(dropped)} tensors "
           f"{sorted({name.split('.', 3)[-1] for name in dropped})}")
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or len(args) % 4:
+        fail(f"expected FOLDER CHECKPOINT_STEP_DIR DTYPE LAYOUT groups, found {args}")
+    for i in range(0, len(args), 4):
+        check(pathlib.Path(args[i]), pathlib.Path(args[i + 1]), args[i + 2], args[i + 3])
 
 
 if __name__ == "__main__":
