@@ -1,0 +1,191 @@
+#include "k3/train/export.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <filesystem>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "k3/base/error.h"
+#include "k3/base/fs.h"
+#include "k3/base/log.h"
+#include "k3/model/inventory.h"
+#include "k3/tensor/bf16.h"
+#include "k3/tensor/safetensors.h"
+#include "k3/train/checkpoint.h"
+#include "k3/train/format.h"
+#include "k3/train/session.h"
+
+namespace k3::train {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+constexpr const char* kConfigFile = "config.json";
+constexpr const char* kWeightsFile = "model.safetensors";
+constexpr const char* kIndexFile = "model.safetensors.index.json";
+
+// config.json: the resolved configuration plus the keys Hugging Face tools look for first.
+json folder_config(const ModelConfig& c, DType dtype) {
+  json j = model_config_to_json(c);
+  j["architectures"] = json::array({"K3LabForCausalLM"});
+  j["model_type"] = "k3lab";
+  j["torch_dtype"] = dtype == DType::BF16 ? "bfloat16" : "float32";
+  return j;
+}
+
+// Rounds to bf16 only what the released K3 stores in bf16 when bf16 is asked for.
+Tensor in_export_dtype(const Tensor& trained, const TensorEntry& entry, DType dtype) {
+  if (dtype != DType::BF16 || entry.release_dtype != "bf16") return trained;
+  Tensor out = Tensor::empty(trained.shape(), DType::BF16);
+  float_to_bf16(trained.f32(), out.bf16(), trained.numel());
+  return out;
+}
+
+// Every parameter of the model (and nothing else), in registry order, from the checkpoint's
+// fp32 weights; a missing or misshapen one is an error naming it.
+NamedTensors export_tensors(const Model& model, const Safetensors& weights, DType dtype,
+                            const std::string& origin) {
+  NamedTensors out;
+  for (const TensorEntry& entry : tensor_inventory(model)) {
+    try {
+      out.emplace_back(entry.name,
+                       in_export_dtype(weights.get(entry.name, entry.shape), entry, dtype));
+    } catch (const Error& e) {
+      throw e.with_file(origin);
+    }
+  }
+  return out;
+}
+
+// Consecutive runs of tensors of at most max_bytes each; a larger tensor gets a file alone.
+std::vector<NamedTensors> split_into_shards(const NamedTensors& tensors, uint64_t max_bytes) {
+  std::vector<NamedTensors> shards;
+  uint64_t bytes = 0;
+  for (const auto& named : tensors) {
+    const uint64_t n = named.second.nbytes();
+    if (shards.empty() || bytes + n > max_bytes) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().push_back(named);
+    bytes += n;
+  }
+  return shards;
+}
+
+// The weight files and, for more than one, the index naming each tensor's file.
+void write_weights(const fs::path& dir, const std::vector<NamedTensors>& shards,
+                   uint64_t total_bytes) {
+  const std::map<std::string, std::string> metadata{{"format", "pt"}};
+  if (shards.size() == 1) {
+    write_file_atomic((dir / kWeightsFile).string(), encode_safetensors({shards[0], metadata}));
+    return;
+  }
+  json weight_map = json::object();
+  for (size_t i = 0; i < shards.size(); ++i) {
+    const std::string file = strprintf("model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+    write_file_atomic((dir / file).string(), encode_safetensors({shards[i], metadata}));
+    for (const auto& named : shards[i]) weight_map[named.first] = file;
+  }
+  const json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
+  write_file_atomic((dir / kIndexFile).string(), index.dump(2) + "\n");
+}
+
+// Nothing is overwritten: an existing OUT must be an empty directory. Checked before the
+// checkpoint is read; the final rename fails too should OUT fill up meanwhile.
+void check_out_dir(const fs::path& out) {
+  const ErrorContext ctx{out.string(), "--out", -1};
+  if (!fs::exists(out)) return;
+  K3_CHECK_CTX(fs::is_directory(out), ctx, "exists and is not a directory");
+  K3_CHECK_CTX(fs::is_empty(out), ctx, "exists and is not empty: give a new or empty directory");
+}
+
+// The folder appears complete or not at all: it is written under a hidden name beside OUT and
+// renamed at the end.
+void write_folder(const fs::path& out, const json& config, const std::vector<NamedTensors>& shards,
+                  uint64_t total_bytes) {
+  const ErrorContext ctx{out.string(), "--out", -1};
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  const fs::path tmp =
+      parent / strprintf(".%s.tmp.%d", out.filename().c_str(), static_cast<int>(::getpid()));
+  try {
+    fs::create_directories(parent);
+    fs::remove_all(tmp);
+    fs::create_directory(tmp);
+    write_file_atomic((tmp / kConfigFile).string(), config.dump(2) + "\n");
+    write_weights(tmp, shards, total_bytes);
+    fs::rename(tmp, out);  // replaces an empty directory
+  } catch (const fs::filesystem_error& e) {
+    fs::remove_all(tmp);
+    throw Error(std::string("cannot write the model folder: ") + e.code().message(), ctx);
+  } catch (...) {
+    fs::remove_all(tmp);
+    throw;
+  }
+}
+
+}  // namespace
+
+ExportSummary export_checkpoint(const std::string& checkpoint, const ExportOptions& options) {
+  fs::path out = fs::path(options.out_dir).lexically_normal();
+  if (out.filename().empty()) out = out.parent_path();  // a trailing slash
+  check_out_dir(out);
+  ExportSummary summary;
+  FoundCheckpoint found = load_newest_valid(checkpoint, CheckpointParts::model_only);
+  for (const std::string& why : found.skipped) log_warn("skipped checkpoint ", why);
+  summary.checkpoint_dir = found.dir;
+  const Checkpoint& ck = found.checkpoint;
+  const Model model(checkpoint_configs(ck, found.dir).model, /*allocate=*/false);
+
+  const NamedTensors tensors = export_tensors(model, Safetensors{ck.model, {}}, options.dtype,
+                                              summary.checkpoint_dir + "/" + kWeightsFile);
+  for (const auto& named : tensors) summary.tensor_bytes += named.second.nbytes();
+  const std::vector<NamedTensors> shards = split_into_shards(tensors, options.max_shard_bytes);
+  write_folder(out, folder_config(model.config(), options.dtype), shards, summary.tensor_bytes);
+  summary.step = ck.manifest["step"].get<int64_t>();
+  summary.tensors = static_cast<int64_t>(tensors.size());
+  summary.files = static_cast<int64_t>(shards.size());
+  return summary;
+}
+
+DType parse_export_dtype(const std::string& name) {
+  if (name == "fp32") return DType::F32;
+  if (name == "bf16") return DType::BF16;
+  throw Error("expected fp32 or bf16, found '" + name + "'", ErrorContext{"", "--dtype", -1});
+}
+
+uint64_t parse_byte_size(const std::string& text) {
+  static const std::pair<std::string, uint64_t> kUnits[] = {{"", 1},
+                                                            {"b", 1},
+                                                            {"kb", 1000},
+                                                            {"mb", 1000'000},
+                                                            {"gb", 1000'000'000},
+                                                            {"kib", 1ull << 10},
+                                                            {"mib", 1ull << 20},
+                                                            {"gib", 1ull << 30}};
+  const size_t digits = static_cast<size_t>(
+      std::find_if(text.begin(), text.end(),
+                   [](char c) { return !std::isdigit(static_cast<unsigned char>(c)); }) -
+      text.begin());
+  uint64_t count = 0;
+  const bool number =
+      digits > 0 && std::from_chars(text.data(), text.data() + digits, count).ec == std::errc();
+  std::string unit = text.substr(digits);
+  std::transform(unit.begin(), unit.end(), unit.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
+  for (const auto& [name, scale] : kUnits)
+    if (number && count > 0 && unit == name &&
+        count <= std::numeric_limits<uint64_t>::max() / scale)
+      return count * scale;
+  throw Error("expected a positive size such as 5GB, 200MB, 1KB or 1GiB, found '" + text + "'",
+              ErrorContext{"", "--max-shard-size", -1});
+}
+
+}  // namespace k3::train
