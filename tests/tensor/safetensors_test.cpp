@@ -162,7 +162,7 @@ TEST(Safetensors, RefusesMalformedEntries) {
   EXPECT_TRUE(refused("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],\"x\":1}}", 8,
                       "a", "unknown key 'x'"));
   EXPECT_TRUE(refused("{\"a\":{\"dtype\":1,\"shape\":[2],\"data_offsets\":[0,8]}}", 8, "a",
-                      "dtype must be a string, found 1"));
+                      "dtype must be the name of a type, found 1"));
   EXPECT_TRUE(refused("{\"a\":{\"dtype\":\"F32\",\"shape\":\"2\",\"data_offsets\":[0,8]}}", 8, "a",
                       "shape must be a list of dimensions"));
   EXPECT_TRUE(refused("{" + tensor_entry("a", "F32", "[2.0]", "[0,8]") + "}", 8, "a",
@@ -223,6 +223,8 @@ TEST(Safetensors, RefusesInvalidUtf8) {
 TEST(Safetensors, NamesWithControlCharactersStayOnOneLine) {
   std::string header = "{" + tensor_entry("a\\nb", "F16", "[2]", "[0,4]") + "}";
   EXPECT_TRUE(refused(header, 4, "\"a\\nb\"", "unknown dtype"));
+  EXPECT_TRUE(refused("{" + tensor_entry("a", "F\\n32", "[2]", "[0,8]") + "}", 8, "a",
+                      "dtype must be the name of a type, found \"F\\n32\""));
 }
 
 }  // namespace

@@ -19,14 +19,14 @@ namespace {
 
 constexpr const char* kMetadataKey = "__metadata__";
 
+bool one_line(const std::string& s) {
+  return std::none_of(s.begin(), s.end(),
+                      [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; });
+}
+
 // A name from a header as it can appear in a one-line message: JSON-quoted when it holds control
 // characters (the parser has already refused invalid UTF-8).
-std::string printable(const std::string& name) {
-  bool plain = std::none_of(name.begin(), name.end(), [](char c) {
-    return static_cast<unsigned char>(c) < 0x20 || c == 0x7f;
-  });
-  return plain ? name : json(name).dump();
-}
+std::string printable(const std::string& name) { return one_line(name) ? name : json(name).dump(); }
 
 // A header value for a message, shortened when long.
 std::string shown(const json& v) {
@@ -78,7 +78,9 @@ SafetensorsEntry read_entry(const std::string& name, const json& entry, size_t d
     K3_CHECK(key == "dtype" || key == "shape" || key == "data_offsets", "unknown key '",
              printable(key), "' in a tensor entry (expected dtype, shape, data_offsets)");
   const json& dtype = field(entry, "dtype");
-  K3_CHECK(dtype.is_string(), "dtype must be a string, found ", shown(dtype));
+  // parse_dtype repeats an unknown name in its message, which must stay on one line.
+  K3_CHECK(dtype.is_string() && one_line(dtype.get_ref<const std::string&>()),
+           "dtype must be the name of a type, found ", shown(dtype));
   SafetensorsEntry e{name, parse_dtype(dtype.get<std::string>()), {}, 0, 0};
 
   const json& shape = field(entry, "shape");
