@@ -64,7 +64,7 @@ class Mutator {
     uint64_t size_field;
     std::memcpy(&size_field, file.data(), 8);
     std::string header = file.substr(8, size_field), data = file.substr(8 + size_field);
-    std::vector<int> file_ops;
+    std::vector<int> file_ops;  // 0-7 edit the header text, 8 the data, 9-11 the whole file
     for (int n = 1 + below(3); n > 0; --n) {
       int op = below(12);
       if (op < 8)
@@ -135,7 +135,6 @@ class Mutator {
   }
 
   void mutate_file(std::string& bytes, int op) {
-    uint64_t size_field = bytes.size() >= 8 ? 0 : 0;
     if (op == 9) {
       bytes.resize(below(bytes.size() + 1));
     } else if (op == 10) {
@@ -143,6 +142,7 @@ class Mutator {
     } else if (bytes.size() >= 8) {
       static const std::vector<uint64_t> sizes = {
           0, 1, 7, 8, uint64_t{1} << 63, ~uint64_t{0}, ~uint64_t{0} - 7};
+      uint64_t size_field;
       std::memcpy(&size_field, bytes.data(), 8);
       switch (below(4)) {
         case 0:
@@ -239,8 +239,14 @@ void recheck(const std::string& bytes, const SafetensorsLayout& layout, const Sa
   std::memcpy(&size_field, bytes.data(), 8);
   ASSERT_EQ(layout.data_begin, 8 + size_field);
   ASSERT_LE(layout.data_begin, bytes.size());
-  json header = json::parse(bytes.substr(8, size_field));
   ASSERT_EQ(bytes[8], '{');
+  size_t top_level_keys =
+      0;  // counted while parsing: the parsed object keeps one of a repeated key
+  json header =
+      json::parse(bytes.substr(8, size_field), [&](int depth, json::parse_event_t event, json&) {
+        top_level_keys += depth == 1 && event == json::parse_event_t::key;
+        return true;
+      });
   const size_t data_size = bytes.size() - layout.data_begin;
   size_t covered = 0;
   std::set<std::string> names;
@@ -256,7 +262,7 @@ void recheck(const std::string& bytes, const SafetensorsLayout& layout, const Sa
     covered = e.end;
   }
   ASSERT_EQ(covered, data_size);
-  EXPECT_EQ(names.size() + header.contains("__metadata__"), header.size());
+  EXPECT_EQ(names.size() + header.contains("__metadata__"), top_level_keys);
   if (header.contains("__metadata__")) {
     EXPECT_EQ(json(layout.metadata), header["__metadata__"]);
   }
@@ -277,6 +283,7 @@ void recheck(const std::string& bytes, const SafetensorsLayout& layout, const Sa
 TEST(SafetensorsFuzz, MutatedFilesDecodeConsistentlyOrAreRefused) {
   std::mt19937_64 rng(20261201);
   const std::vector<std::string> bases = valid_files(rng);
+  for (const std::string& bytes : bases) ASSERT_NO_THROW(decode_safetensors(bytes, "base"));
   Mutator mutator(rng());
   constexpr int kCases = 4000;
   int accepted = 0, refused = 0;
