@@ -60,7 +60,9 @@ TEST(Safetensors, RoundTripIsByteIdentical) {
     const Tensor& t = st.tensors[i].second;
     EXPECT_EQ(back.tensors[i].first, st.tensors[i].first);
     const Tensor& t2 = back.get(st.tensors[i].first, t.shape(), t.dtype());
-    EXPECT_EQ(std::memcmp(t2.data(), t.data(), t.nbytes()), 0);
+    if (t.nbytes()) {  // an empty tensor has no storage to compare
+      EXPECT_EQ(std::memcmp(t2.data(), t.data(), t.nbytes()), 0);
+    }
   }
   EXPECT_EQ(encode_safetensors(back), bytes);
   EXPECT_THROW(back.get("z", {3, 2}), Error);
@@ -97,10 +99,10 @@ TEST(Safetensors, RefusesShapesWhoseSizeOverflows) {
 TEST(Safetensors, RefusesOverlappingTensors) {
   std::string header = "{" + tensor_entry("a", "F32", "[4]", "[0,16]") + "," +
                        tensor_entry("b", "F32", "[2]", "[8,16]") + "}";
-  EXPECT_TRUE(refused(header, 16, "b", "bytes [8, 16) also belong to tensor a"));
+  EXPECT_TRUE(refused(header, 16, "b", "its bytes [8, 16) overlap tensor a, which ends at 16"));
   std::string inside = "{" + tensor_entry("a", "F32", "[4]", "[0,16]") + "," +
                        tensor_entry("e", "F32", "[0]", "[4,4]") + "}";
-  EXPECT_TRUE(refused(inside, 16, "e", "also belong to tensor a"));
+  EXPECT_TRUE(refused(inside, 16, "e", "overlap tensor a"));
 }
 
 TEST(Safetensors, RefusesHolesBetweenTensors) {

@@ -28,10 +28,13 @@ bool one_line(const std::string& s) {
 // characters (the parser has already refused invalid UTF-8).
 std::string printable(const std::string& name) { return one_line(name) ? name : json(name).dump(); }
 
-// A header value for a message, shortened when long.
+// A header value for a message, shortened when long (at a UTF-8 character boundary).
 std::string shown(const json& v) {
   std::string s = v.dump();
-  return s.size() <= 40 ? s : s.substr(0, 37) + "...";
+  if (s.size() <= 40) return s;
+  size_t cut = 37;
+  while ((s[cut] & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut) + "...";
 }
 
 // Parses the header text, refusing a key given twice in any object: the JSON parser would keep
@@ -138,8 +141,8 @@ void check_tiling(std::vector<SafetensorsEntry>& entries, size_t data_size,
   const std::string* last = nullptr;  // the tensor ending at `covered`
   for (const auto& e : entries) {
     ErrorContext ctx{origin, printable(e.name), -1};
-    K3_CHECK_CTX(e.begin >= covered, ctx, "bytes [", e.begin, ", ", covered,
-                 ") also belong to tensor ", printable(*last));
+    K3_CHECK_CTX(e.begin >= covered, ctx, "its bytes [", e.begin, ", ", e.end, ") overlap tensor ",
+                 printable(*last), ", which ends at ", covered);
     K3_CHECK_CTX(e.begin == covered, ctx, "bytes [", covered, ", ", e.begin,
                  ") before it belong to no tensor");
     covered = e.end;
