@@ -1,9 +1,12 @@
-// Hand-made safetensors files for the reader's tests.
+// Hand-made safetensors files and tensors for the reader's tests.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <string>
+
+#include "k3/tensor/tensor.h"
 
 namespace k3::testing {
 
@@ -26,6 +29,13 @@ inline std::string tensor_entry(const std::string& name, const std::string& dtyp
                                 const std::string& shape, const std::string& offsets) {
   return "\"" + name + "\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape +
          ",\"data_offsets\":" + offsets + "}";
+}
+
+// A tensor of random bytes.
+inline Tensor filled(Shape shape, DType dtype, std::mt19937_64& rng) {
+  Tensor t = Tensor::empty(std::move(shape), dtype);
+  for (size_t i = 0; i < t.nbytes(); ++i) static_cast<uint8_t*>(t.data())[i] = rng();
+  return t;
 }
 
 }  // namespace k3::testing

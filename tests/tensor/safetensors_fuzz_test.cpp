@@ -7,11 +7,13 @@
 // decoding must be refused with the same message (nothing allocated yet); whenever it is
 // accepted, the re-check recomputes each entry's byte count from its dtype and shape in 128-bit
 // arithmetic and checks the entries tile the data, so the tensors together hold exactly the
-// data's bytes, never more than the file.
+// data's bytes, never more than the file. (The parsed JSON header grows with the header text,
+// which is itself part of the file.)
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstring>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <set>
@@ -24,12 +26,7 @@ namespace k3 {
 namespace {
 
 using nlohmann::json;
-
-Tensor filled(Shape shape, DType dtype, std::mt19937_64& rng) {
-  Tensor t = Tensor::empty(std::move(shape), dtype);
-  for (size_t i = 0; i < t.nbytes(); ++i) static_cast<uint8_t*>(t.data())[i] = rng();
-  return t;
-}
+using testing::filled;
 
 // Valid files to start from: several dtypes and shapes (scalar, empty), names whose sorted order
 // differs from the data's, with and without metadata, and one written by hand with its entries
