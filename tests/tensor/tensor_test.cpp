@@ -1,13 +1,12 @@
+#include "k3/tensor/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 
 #include "k3/base/error.h"
 #include "k3/tensor/bf16.h"
-#include "k3/tensor/safetensors.h"
-#include "k3/tensor/tensor.h"
 
 namespace k3 {
 
@@ -38,29 +37,6 @@ TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(bf16_to_float(float_to_bf16(std::numeric_limits<float>::infinity())),
             std::numeric_limits<float>::infinity());
   EXPECT_EQ(bf16_to_float(float_to_bf16(-2.5f)), -2.5f);
-}
-
-TEST(Safetensors, RoundTripAndValidation) {
-  Safetensors st;
-  Tensor a = Tensor::empty({2, 3});
-  for (int i = 0; i < 6; ++i) a.f32()[i] = 0.5f * float(i);
-  Tensor b = Tensor::empty({4}, DType::BF16);
-  for (int i = 0; i < 4; ++i) b.bf16()[i] = float_to_bf16(float(i));
-  st.tensors = {{"a", a}, {"b", b}};
-  st.metadata["step"] = "7";
-  std::string bytes = encode_safetensors(st);
-  Safetensors back = decode_safetensors(bytes, "mem");
-  EXPECT_EQ(back.metadata.at("step"), "7");
-  const Tensor& a2 = back.get("a", {2, 3});
-  EXPECT_EQ(std::memcmp(a2.data(), a.data(), a.nbytes()), 0);
-  EXPECT_EQ(encode_safetensors(back), bytes);
-  EXPECT_THROW(back.get("a", {3, 2}), Error);
-  EXPECT_THROW(back.get("missing", {1}), Error);
-  EXPECT_THROW(decode_safetensors(bytes.substr(0, bytes.size() - 1), "truncated"), Error);
-  EXPECT_THROW(decode_safetensors("abc", "tiny"), Error);
-  std::string bad = bytes;
-  bad[10] = '#';  // break the JSON header
-  EXPECT_THROW(decode_safetensors(bad, "bad"), Error);
 }
 
 }  // namespace k3
