@@ -241,14 +241,15 @@ TEST(KdaLayer, PackedDocumentsEqualSeparateRuns) {
       Error);
 }
 
-// Token-by-token decoding equals the chunked forward (outputs) and the prefill's final state; with
-// slow decays the state leaving the first (full) chunk reaches the last tokens' outputs.
+// Token-by-token decoding equals the chunked forward (outputs) and the prefill's final state. With
+// slow decays over two full chunks and a partial one, the state the second chunk receives (the
+// first starts from zero) reaches the later tokens' outputs.
 TEST(KdaLayer, DecodeStepsMatchChunkedPrefill) {
-  const std::pair<bool, Decays> cases[] = {
-      {false, Decays::Fast}, {true, Decays::Fast}, {false, Decays::Slow}};
-  for (const auto& [unbounded, decays] : cases) {
+  const std::tuple<bool, Decays, int64_t> cases[] = {
+      {false, Decays::Fast, 75}, {true, Decays::Fast, 75}, {false, Decays::Slow, 2 * 64 + 11}};
+  for (const auto& [unbounded, decays, T] : cases) {
     Fixture f(unbounded, decays);
-    const int64_t B = 2, T = 75, d = f.c.hidden_size;
+    const int64_t B = 2, d = f.c.hidden_size;
     const auto x = random_vec(B * T * d, 1);
     const std::vector<float> full = f.forward(x, B, T);
 
@@ -267,9 +268,9 @@ TEST(KdaLayer, DecodeStepsMatchChunkedPrefill) {
       for (int64_t b = 0; b < B; ++b)
         std::copy_n(yt.begin() + b * d, d, stepped_out.begin() + (b * T + t) * d);
     }
-    K3_EXPECT_CLOSE(stepped_out, full, 1e-5, 1e-4);
+    K3_EXPECT_CLOSE(stepped_out, full, 1e-5, 1e-4) << ", unbounded " << unbounded << ", T=" << T;
     auto values = [](const Tensor& t) { return std::vector<float>(t.f32(), t.f32() + t.numel()); };
-    K3_EXPECT_CLOSE(values(stepped.state), values(prefilled.state), 1e-5, 1e-4);
+    K3_EXPECT_CLOSE(values(stepped.state), values(prefilled.state), 1e-5, 1e-4) << ", T=" << T;
     // The windows hold projections, computed here for one row at a time and there for all.
     for (auto w : {&KdaCache::q_window, &KdaCache::k_window, &KdaCache::v_window})
       K3_EXPECT_CLOSE(values(stepped.*w), values(prefilled.*w), 1e-6, 1e-5);
@@ -291,7 +292,7 @@ TEST(KdaLayer, PrefillAndDecodeContinueOneLongForward) {
       f.layer.decode(f.step(false), x.data() + begin * d, end - begin, *cache,
                      out.data() + begin * d);
     EXPECT_EQ(cache->length, T);
-    K3_EXPECT_CLOSE(out, full, 1e-5, 1e-4) << (decays == Decays::Slow ? "slow" : "fast");
+    K3_EXPECT_CLOSE(out, full, 1e-5, 1e-4) << (decays == Decays::Slow ? ", slow" : ", fast");
   }
 }
 
