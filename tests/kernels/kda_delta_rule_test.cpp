@@ -207,8 +207,9 @@ TEST(KdaDeltaRule, ChunkedMatchesRecurrent) {
 // the state gradient each chunk hands back, reach every later (earlier) output and gradient with
 // most of their weight, so an error in the decay applied to the carried state shows at the ~1e-2
 // level. Full chunks alone (whole sequences, packed documents) and a final partial chunk; K3's
-// head size. The fp32 chunked run accumulates its rounding over up to five chunks of state
-// updates: measured at most 5e-6 of the largest entry, within kTol.
+// head size. The fp32 chunked run accumulates its rounding over up to five chunks of carried state:
+// measured at most 8e-7 of the largest entry (dinitial_state, which gathers every chunk), so kTol
+// holds with ~25x to spare.
 TEST(KdaDeltaRule, SlowDecaysCarryStateAcrossChunks) {
   const std::pair<DeltaRuleShape, std::vector<int64_t>> cases[] = {
       {shape(1, 4 * 64 + 17, 2, 64, 64), {}},
