@@ -6,8 +6,7 @@ pseudo-queries, router biases, every norm weight and KDA's A_log away from their
 and both sides read the config with routed_scaling_factor set to ROUTED_SCALING. The sequence spans
 more than two 64-token chunks, and the KDA decays that dt_bias's initialization and these A_log
 give are mostly slow (median -0.003 to -0.16 per token by layer, up to -1.2), so the state each
-chunk hands to the next matters. The router bias must get no gradient at
-all."""
+chunk hands to the next matters. The router bias must get no gradient at all."""
 import argparse
 import json
 import pathlib
