@@ -3,6 +3,8 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "common/test_util.h"
@@ -83,6 +85,11 @@ TEST(KdaConfig, ErrorsNameTheField) {
   EXPECT_THROW(KimiDeltaAttention(reg, kPrefix, dense), Error);
 }
 
+// The decays the gate produces. Fast: dt_bias in [−2, 1], ~−0.5 to −3.5 per token, a chunk's entry
+// state all but gone by its end. Slow: dt_bias in [−7, −5], mostly −0.001 to −0.1 per token (a
+// freshly initialized layer's range), so the state each chunk hands to the next matters.
+enum class Decays { Fast, Slow };
+
 struct Fixture {
   ModelConfig c;
   ParamRegistry reg;
@@ -90,7 +97,8 @@ struct Fixture {
   Arena arena{size_t{64} << 20, false};
   ActivationManager acts;
 
-  explicit Fixture(bool unbounded = false) : c(small_config(unbounded)), layer(reg, kPrefix, c) {
+  explicit Fixture(bool unbounded = false, Decays decays = Decays::Fast)
+      : c(small_config(unbounded)), layer(reg, kPrefix, c) {
     reg.allocate();
     reg.initialize(7);
     // Away from the initial values, so that every parameter matters.
@@ -101,7 +109,10 @@ struct Fixture {
     };
     perturb(".A_log", -1, 0.5);
     perturb(".o_norm.weight", 0.5, 1.5);
-    perturb(".dt_bias", -2, 1);
+    if (decays == Decays::Fast)
+      perturb(".dt_bias", -2, 1);
+    else
+      perturb(".dt_bias", -7, -5);
     for (const char* m :
          {".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".g_proj.weight", ".b_proj.weight",
           ".f_a_proj.weight", ".f_b_proj.weight", ".o_proj.weight"})
@@ -168,11 +179,15 @@ TEST(KdaLayer, NamesShapesAndInitialization) {
 }
 
 // loss = <out, R>: the gradient along a random direction of (x, every parameter) against the
-// central difference of the fp32 forward, for both gate forms. T crosses a chunk boundary.
+// central difference of the fp32 forward, for both gate forms. T crosses a chunk boundary; with
+// slow decays it spans two full chunks, so the state gradient the last chunk hands back passes
+// through a full chunk's decay before it reaches the first.
 TEST(KdaLayer, DirectionalDerivativeMatchesFiniteDifference) {
-  for (bool unbounded : {false, true}) {
-    Fixture f(unbounded);
-    const int64_t B = 2, T = 70, d = f.c.hidden_size;
+  const std::tuple<bool, Decays, int64_t> cases[] = {
+      {false, Decays::Fast, 70}, {true, Decays::Fast, 70}, {false, Decays::Slow, 2 * 64 + 10}};
+  for (const auto& [unbounded, decays, T] : cases) {
+    Fixture f(unbounded, decays);
+    const int64_t B = 2, d = f.c.hidden_size;
     const auto x0 = random_vec(B * T * d, 1), R = random_vec(B * T * d, 2);
     f.reg.zero_grads();
     std::vector<float> out(x0.size()), dx(x0.size());
@@ -191,7 +206,8 @@ TEST(KdaLayer, DirectionalDerivativeMatchesFiniteDifference) {
     };
     const double eps = 1e-3;  // the L2 norms make larger steps visibly nonlinear
     const double numeric = (loss_at(eps) - loss_at(-eps)) / (2 * eps);
-    EXPECT_NEAR(numeric, analytic, 0.005 * std::abs(analytic) + 1e-3) << "unbounded " << unbounded;
+    EXPECT_NEAR(numeric, analytic, 0.005 * std::abs(analytic) + 1e-3)
+        << "unbounded " << unbounded << ", T=" << T;
   }
 }
 
@@ -225,11 +241,15 @@ TEST(KdaLayer, PackedDocumentsEqualSeparateRuns) {
       Error);
 }
 
-// Token-by-token decoding equals the chunked forward (outputs) and the prefill's final state.
+// Token-by-token decoding equals the chunked forward (outputs) and the prefill's final state. With
+// slow decays over two full chunks and a partial one, the state the second chunk receives (the
+// first starts from zero) reaches the later tokens' outputs.
 TEST(KdaLayer, DecodeStepsMatchChunkedPrefill) {
-  for (bool unbounded : {false, true}) {
-    Fixture f(unbounded);
-    const int64_t B = 2, T = 75, d = f.c.hidden_size;
+  const std::tuple<bool, Decays, int64_t> cases[] = {
+      {false, Decays::Fast, 75}, {true, Decays::Fast, 75}, {false, Decays::Slow, 2 * 64 + 11}};
+  for (const auto& [unbounded, decays, T] : cases) {
+    Fixture f(unbounded, decays);
+    const int64_t B = 2, d = f.c.hidden_size;
     const auto x = random_vec(B * T * d, 1);
     const std::vector<float> full = f.forward(x, B, T);
 
@@ -248,9 +268,9 @@ TEST(KdaLayer, DecodeStepsMatchChunkedPrefill) {
       for (int64_t b = 0; b < B; ++b)
         std::copy_n(yt.begin() + b * d, d, stepped_out.begin() + (b * T + t) * d);
     }
-    K3_EXPECT_CLOSE(stepped_out, full, 1e-5, 1e-4);
+    K3_EXPECT_CLOSE(stepped_out, full, 1e-5, 1e-4) << ", unbounded " << unbounded << ", T=" << T;
     auto values = [](const Tensor& t) { return std::vector<float>(t.f32(), t.f32() + t.numel()); };
-    K3_EXPECT_CLOSE(values(stepped.state), values(prefilled.state), 1e-5, 1e-4);
+    K3_EXPECT_CLOSE(values(stepped.state), values(prefilled.state), 1e-5, 1e-4) << ", T=" << T;
     // The windows hold projections, computed here for one row at a time and there for all.
     for (auto w : {&KdaCache::q_window, &KdaCache::k_window, &KdaCache::v_window})
       K3_EXPECT_CLOSE(values(stepped.*w), values(prefilled.*w), 1e-6, 1e-5);
@@ -258,20 +278,22 @@ TEST(KdaLayer, DecodeStepsMatchChunkedPrefill) {
 }
 
 // Through the model's interface: a prefill of part of a sequence, then single tokens, then another
-// prefill, equal one forward over the whole sequence.
+// prefill, equal one forward over the whole sequence, whose chunks lie elsewhere.
 TEST(KdaLayer, PrefillAndDecodeContinueOneLongForward) {
-  Fixture f;
-  const int64_t T = 150, d = f.c.hidden_size;
-  const auto x = random_vec(T * d, 5);
-  const std::vector<float> full = f.forward(x, 1, T);
-  std::unique_ptr<DecodeCache> cache = f.layer.make_cache(T);
-  std::vector<float> out(x.size());
-  const int64_t pieces[][2] = {{0, 67}, {67, 68}, {68, 69}, {69, 70}, {70, T}};
-  for (auto [begin, end] : pieces)
-    f.layer.decode(f.step(false), x.data() + begin * d, end - begin, *cache,
-                   out.data() + begin * d);
-  EXPECT_EQ(cache->length, T);
-  K3_EXPECT_CLOSE(out, full, 1e-5, 1e-4);
+  for (Decays decays : {Decays::Fast, Decays::Slow}) {
+    Fixture f(false, decays);
+    const int64_t T = 150, d = f.c.hidden_size;
+    const auto x = random_vec(T * d, 5);
+    const std::vector<float> full = f.forward(x, 1, T);
+    std::unique_ptr<DecodeCache> cache = f.layer.make_cache(T);
+    std::vector<float> out(x.size());
+    const int64_t pieces[][2] = {{0, 67}, {67, 68}, {68, 69}, {69, 70}, {70, T}};
+    for (auto [begin, end] : pieces)
+      f.layer.decode(f.step(false), x.data() + begin * d, end - begin, *cache,
+                     out.data() + begin * d);
+    EXPECT_EQ(cache->length, T);
+    K3_EXPECT_CLOSE(out, full, 1e-5, 1e-4) << (decays == Decays::Slow ? ", slow" : ", fast");
+  }
 }
 
 TEST(KdaLayer, BackwardIsDeterministic) {

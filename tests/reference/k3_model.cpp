@@ -1,11 +1,15 @@
 // Driver for k3_model.py: builds the K3 model of a config (KDA, gated MLA, LatentMoE, Attention
 // Residuals) from a seed and writes
-//   WEIGHTS  its weights (K3 names), which the PyTorch side loads. The AttnRes pseudo-queries
-//            (*res_proj*) start at zero, a uniform mix; they are set to N(0, 0.1²) here so that the
-//            mixing weights differ between rows, and the router biases to N(0, 0.01²) so that the
-//            biased selection differs from the unbiased one;
+//   WEIGHTS  its weights (K3 names), which the PyTorch side loads. The parameters that start at an
+//            identity value, behind which a dropped term would hide, are moved away from it here:
+//            the AttnRes pseudo-queries (*res_proj*, zero: a uniform mix) to N(0, 0.1²) so that the
+//            mixing weights differ between rows; the router biases (zero) to N(0, 0.01²) so that
+//            the biased selection differs from the unbiased one; every norm weight (*norm.weight:
+//            the RMSNorms, KDA's output norm, MLA's q/kv norms, the latent expert norm, the AttnRes
+//            key norms; one) to N(1, 0.25²); KDA's A_log (zero: a = 1) to N(0, 0.5²);
 //   RESULTS  logits [B*T, V] (forward_logits), loss (the mean over the counted targets, from a
-//            training forward_backward with grad_scale 1/count) and grad.<name> for every parameter.
+//            training forward_backward with grad_scale 1/count) and grad.<name> for every
+//            parameter.
 // BATCH holds tokens and targets [B, T] as float32.
 #include <string>
 
@@ -14,8 +18,19 @@
 
 namespace {
 
-constexpr float kResProjStd = 0.1f;
-constexpr float kRouterBiasStd = 0.01f;
+// How a parameter is moved away from its initial value: N(mean, std²) per element.
+struct Perturbation {
+  float mean, std;
+};
+
+// The perturbation of a parameter by name, or std 0 to keep it as initialized.
+Perturbation perturbation(const std::string& name) {
+  if (name.find("res_proj") != std::string::npos) return {0.f, 0.1f};
+  if (k3::is_router_bias(name)) return {0.f, 0.01f};
+  if (name.ends_with("norm.weight")) return {1.f, 0.25f};
+  if (name.ends_with(".A_log")) return {0.f, 0.5f};
+  return {0.f, 0.f};
+}
 
 void run(const std::string& config_path, uint64_t seed, const std::string& batch_path,
          const std::string& weights_path, const std::string& results_path) {
@@ -24,16 +39,13 @@ void run(const std::string& config_path, uint64_t seed, const std::string& batch
   k3::ParamRegistry& params = model.params();
   int perturbed = 0;
   for (int i = 0; i < params.size(); ++i) {
-    const std::string& name = params.info(i).name;
-    const bool res = name.find("res_proj") != std::string::npos;
-    const bool bias = k3::is_router_bias(name);
-    if (!res && !bias) continue;
+    const Perturbation p = perturbation(params.info(i).name);
+    if (p.std == 0.f) continue;
     k3::Tensor w = params.value(i);
-    k3::fill_normal(w.f32(), w.numel(), seed + 1, static_cast<uint64_t>(i), 0, 0.f,
-                    res ? kResProjStd : kRouterBiasStd);
+    k3::fill_normal(w.f32(), w.numel(), seed + 1, static_cast<uint64_t>(i), 0, p.mean, p.std);
     ++perturbed;
   }
-  K3_CHECK(perturbed > 0, config_path, ": no AttnRes pseudo-query or router bias to perturb");
+  K3_CHECK(perturbed > 0, config_path, ": no parameter to perturb");
   k3::reference::save_weights(params, weights_path);
 
   const k3::reference::Batch b = k3::reference::load_batch(batch_path);

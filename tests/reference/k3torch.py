@@ -198,9 +198,9 @@ class KDA(nn.Module):
         outs = []
         for t in range(T):
             S = S * torch.exp(g[:, t]).unsqueeze(-1)                            # Diag(e^g) S
-            u = v[:, t] - torch.einsum("bhkv,bhk->bhv", S, k[:, t])              # v - Sᵀk
+            u = v[:, t] - (S * k[:, t].unsqueeze(-1)).sum(-2)                    # v - Sᵀk
             S = S + beta[:, t, :, None, None] * k[:, t].unsqueeze(-1) * u.unsqueeze(-2)
-            outs.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))               # Sᵀq
+            outs.append((S * q[:, t].unsqueeze(-1)).sum(-2))                     # Sᵀq
         o = torch.stack(outs, dim=1)                                             # [B, T, H, D]
         y = self.o_norm(o) * torch.sigmoid(heads(self.g_proj(x)))
         return self.o_proj(y.reshape(B, T, H * D))

@@ -1,8 +1,9 @@
 // Driver for kda_recurrent.py: reads WORKDIR/inputs.safetensors (q, k, g [B, T, H, K]; v, dout
 // [B, T, H, V]; beta [B, T, H]; initial_state, dfinal_state [N, H, K, V]; metadata "doc_starts",
-// comma-separated, empty when each batch row is one sequence), runs the recurrent delta rule
-// forward and backward in double and in float, and writes WORKDIR/double.safetensors and
-// WORKDIR/float.safetensors (out, final_state, dq, dk, dv, dg, dbeta, dinitial_state).
+// comma-separated, empty when each batch row is one sequence), runs the delta rule forward and
+// backward three ways: recurrent in double, recurrent in float and chunked (float), and writes
+// WORKDIR/double.safetensors, WORKDIR/float.safetensors and WORKDIR/chunked.safetensors (out,
+// final_state, dq, dk, dv, dg, dbeta, dinitial_state).
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -27,8 +28,31 @@ static Tensor narrow(const std::vector<double>& v, const Shape& shape) {
   return t;
 }
 
+// Forward and backward of one implementation: (shape, inputs, dout, dfinal_state, out,
+// final_state, grads).
 template <typename T>
-static void run(const Safetensors& in, const kda::DeltaRuleShape& s, const std::string& path) {
+using Kernel = void (*)(const kda::DeltaRuleShape&, const kda::DeltaRuleInputs<T>&, const T*,
+                        const T*, T*, T*, const kda::DeltaRuleGrads<T>&);
+
+template <typename T>
+static void recurrent(const kda::DeltaRuleShape& s, const kda::DeltaRuleInputs<T>& x, const T* dout,
+                      const T* dfinal, T* out, T* final_state,
+                      const kda::DeltaRuleGrads<T>& grads) {
+  kda::recurrent_forward<T>(s, x, out, final_state);
+  kda::recurrent_backward<T>(s, x, dout, dfinal, grads);
+}
+
+static void chunked(const kda::DeltaRuleShape& s, const kda::DeltaRuleInputs<float>& x,
+                    const float* dout, const float* dfinal, float* out, float* final_state,
+                    const kda::DeltaRuleGrads<float>& grads) {
+  std::vector<float> saved(kda::chunk_saved_floats(s));
+  kda::chunk_forward(s, x, out, final_state, saved.data());
+  kda::chunk_backward(s, x, saved.data(), dout, dfinal, grads);
+}
+
+template <typename T>
+static void run(const Safetensors& in, const kda::DeltaRuleShape& s, Kernel<T> kernel,
+                const std::string& path) {
   const int64_t N = s.num_sequences();
   const Shape qs{s.B, s.T, s.H, s.K}, vs{s.B, s.T, s.H, s.V}, bs{s.B, s.T, s.H},
       ss{N, s.H, s.K, s.V};
@@ -40,11 +64,9 @@ static void run(const Safetensors& in, const kda::DeltaRuleShape& s, const std::
              dfinal = widen<T>(in.get("dfinal_state", ss));
   std::vector<T> out(v.size()), final_state(init.size()), dq(q.size()), dk(q.size()), dv(v.size()),
       dg(q.size()), dbeta(beta.size()), dinit(init.size());
-  const kda::DeltaRuleInputs<T> x{q.data(), k.data(), v.data(), g.data(), beta.data(), init.data()};
-  kda::recurrent_forward<T>(s, x, out.data(), final_state.data());
-  kda::recurrent_backward<T>(
-      s, x, dout.data(), dfinal.data(),
-      {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), dinit.data()});
+  kernel(s, {q.data(), k.data(), v.data(), g.data(), beta.data(), init.data()}, dout.data(),
+         dfinal.data(), out.data(), final_state.data(),
+         {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), dinit.data()});
   auto f64 = [](const std::vector<T>& a) { return std::vector<double>(a.begin(), a.end()); };
   Safetensors result;
   result.tensors = {
@@ -64,8 +86,9 @@ static void run_all(const std::string& dir) {
   std::istringstream list(in.metadata.count("doc_starts") ? in.metadata.at("doc_starts") : "");
   for (std::string item; std::getline(list, item, ',');) starts.push_back(std::stoll(item));
   const kda::DeltaRuleShape s{q->dim(0), q->dim(1), q->dim(2), q->dim(3), v->dim(3), starts};
-  run<double>(in, s, dir + "/double.safetensors");
-  run<float>(in, s, dir + "/float.safetensors");
+  run<double>(in, s, recurrent<double>, dir + "/double.safetensors");
+  run<float>(in, s, recurrent<float>, dir + "/float.safetensors");
+  run<float>(in, s, chunked, dir + "/chunked.safetensors");
 }
 
 int main(int argc, char** argv) {
