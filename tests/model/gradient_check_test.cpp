@@ -34,7 +34,7 @@ constexpr double kLossNoise = 1e-5;   // the loss sum's rounding noise, with a m
 constexpr double kRtol = 1e-2;
 constexpr double kMaxStep = 1e-2;  // a step moves a group by at most 1% of its norm
 constexpr int kDraws = 3;          // per group: one along the gradient's signs, two random
-constexpr int kStepsTried = 4;     // a step that changes the routing is divided by 4
+constexpr int kStepsTried = 6;     // a step that changes the routing is halved
 
 // The name with the layer index replaced by the kind of the layer's mixer (for the mixer's own
 // weights) or '*', and the expert index by '*'.
@@ -114,7 +114,7 @@ class GradientCheck {
     double slope = 0;
     for (size_t i = 0; i < dir.size(); ++i) slope += grad_[g.coords[i]] * dir[i];
     double t = std::min(kLossChange / std::abs(slope), kMaxStep);
-    for (int tries = 0; tries < kStepsTried; ++tries, t /= 4) {
+    for (int tries = 0; tries < kStepsTried; ++tries, t /= 2) {
       const std::optional<Draw> full = central(g, dir, t), half = central(g, dir, t / 2);
       if (!full || !half) continue;
       return Draw{(4 * half->analytic - full->analytic) / 3,
