@@ -3,9 +3,13 @@
 // ("model.layers.<mla>.self_attn.g_proj.weight") or the w1 of every routed expert, so a wrong
 // gradient in one role cannot hide behind the far larger gradients of the others.
 //
-// The model runs in fp32 only, so the loss sum (~170 here) carries rounding noise, measured at
-// up to 5e-6. Each step t is sized to move the loss by ~2e-3 (at most 1% of the group's norm), and
-// for every group the tolerance is
+// A step that changes which experts some token chooses makes the loss jump, so every point is
+// evaluated with a training forward whose Quantile Balancing counts give each expert's tokens:
+// where any count differs from the base point's, the step is halved and tried again.
+//
+// The model and its layers run in fp32 only, so the loss sum (~170 here) carries rounding noise,
+// measured at up to 5e-6. Each step t is sized to move the loss by ~2e-3 (at most 1% of the group's
+// norm), and for every group the tolerance is
 //   |numeric − analytic| ≤ 1e-2 |analytic| + 3e-5 / t:
 // the 1% covers what curvature the extrapolated difference leaves (measured below 0.2%), the
 // second term the noise of the combined differences (3 × 1e-5 / t). A flipped sign is off by 200%.
@@ -44,11 +48,12 @@ std::string role_of(const Model& m, const std::string& name) {
   std::string role = name;
   if (std::regex_match(name, parts, layer)) {
     const std::string rest = parts[2];
-    const std::string kind =
-        rest.starts_with("self_attn.")
-            ? "<" + std::string(mixer_kind_name(m.layer_mixer(std::stoll(parts[1])))) + ">"
-            : "*";
-    role = "model.layers." + kind + "." + rest;
+    role = "model.layers.";
+    if (rest.starts_with("self_attn."))
+      role.append("<").append(mixer_kind_name(m.layer_mixer(std::stoll(parts[1])))).append(">");
+    else
+      role.append("*");
+    role.append(".").append(rest);
   }
   return std::regex_replace(role, expert, ".experts.*.");
 }
@@ -223,6 +228,22 @@ ModelConfig config(const std::string& name) {
   return load_model_config(testing::source_dir() + "/configs/" + name);
 }
 
+// Groups gather one role across the layers of one kind, and the experts of a layer.
+TEST(GradientCheck, GroupsAreRolesOfLayerKinds) {
+  const Model m(config("k3-nano.json"), false);
+  std::map<std::string, size_t> sizes;
+  for (const Group& g : groups_of(m)) sizes[g.role] = g.coords.size();
+  // 6 KDA layers of 4 heads of 16, 2 MLA layers of 4 heads with d_v = 16, 7 MoE layers of 8
+  // experts [32, 32].
+  EXPECT_EQ(sizes["model.layers.<kda>.self_attn.g_proj.weight"], 6u * 64 * 64);
+  EXPECT_EQ(sizes["model.layers.<mla>.self_attn.g_proj.weight"], 2u * 64 * 64);
+  EXPECT_EQ(sizes["model.layers.<kda>.self_attn.A_log"], 6u * 4);
+  EXPECT_EQ(sizes["model.layers.*.block_sparse_moe.experts.*.w1.weight"], 7u * 8 * 32 * 32);
+  EXPECT_EQ(sizes["model.layers.*.mlp_res_proj.weight"], 8u * 64);
+  EXPECT_EQ(sizes.count("model.layers.*.block_sparse_moe.gate.e_score_correction_bias"), 0u);
+  EXPECT_EQ(sizes.size(), 46u);
+}
+
 // Gated attention and the dense GLU MLP, joined by ordinary residual connections.
 TEST(GradientCheck, DenseModelEveryGroup) {
   GradientCheck gc(config("dense-tiny.json"));
@@ -243,12 +264,16 @@ TEST(GradientCheck, AttnResStackEveryGroup) {
 TEST(GradientCheck, K3NanoEveryGroup) {
   GradientCheck gc(config("k3-nano.json"));
   // At init (std 0.02) a token's sigmoid router scores lie within a few hundredths of each other,
-  // so the smallest step reorders some: wider scores keep most steps inside one routing, and lift
-  // the router's own gradient well above the loss noise.
+  // so the smallest step reorders some, and the routed experts' output (through an up-projection
+  // of std 0.02/4) is too small for the router's gradient to stand above the loss noise. Ten times
+  // wider scores keep most steps inside one routing; a ten times larger routed output makes the
+  // router's slopes some 30 times the tolerance's noise term along its gradient's signs.
   ParamRegistry& p = gc.model().params();
   for (int i = 0; i < p.size(); ++i)
-    if (p.info(i).name.ends_with(".block_sparse_moe.gate.weight"))
-      for (float& w : std::span(p.value(i).f32(), static_cast<size_t>(p.info(i).numel()))) w *= 10;
+    for (const char* role : {".block_sparse_moe.gate.weight", ".routed_expert_up_proj.weight"})
+      if (p.info(i).name.ends_with(role))
+        for (float& w : std::span(p.value(i).f32(), static_cast<size_t>(p.info(i).numel())))
+          w *= 10;
   const Skips s = check_every_group(gc);
   EXPECT_LE(s.skipped * 10, s.checked + s.skipped) << "more than 10% of the draws skipped";
 }
