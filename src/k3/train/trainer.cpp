@@ -44,11 +44,23 @@ Optimizer make_optimizer(Model& model, const TrainSection& t) {
                                    .weight_decay = static_cast<float>(t.weight_decay)});
 }
 
+// [sample] must fit the model's context: refused before training, not when the first sample is due.
+std::unique_ptr<Session> check_samples_fit(std::unique_ptr<Session> s) {
+  const SampleSection& c = s->config.sample;
+  try {
+    check_prompt_fits(static_cast<int64_t>(prompt_ids(*s, c.prompt).size()), c.max_tokens,
+                      s->model->config().max_position_embeddings);
+  } catch (const Error& e) {
+    throw Error(e.message(), ErrorContext{"", "sample." + e.context().field, -1});
+  }
+  return s;
+}
+
 class Run {
  public:
   Run(const RunConfig& config, const TrainOptions& opt)
       : opt_(opt),
-        s_(open_session(config)),
+        s_(check_samples_fit(open_session(config))),
         optimizer_(make_optimizer(*s_->model, config.train)),
         schedule_(config.train.lr_schedule()),
         dataset_(load_run_dataset(*s_)),
@@ -80,6 +92,7 @@ class Run {
   void balance_experts(nlohmann::json& record);
   std::string checkpoint_now();
   std::string plot();
+  std::string sample_now() const;
   void say(const std::string& text) {
     if (progress_) progress_->message(text);
   }
@@ -205,6 +218,13 @@ std::string Run::plot() {
   return path;
 }
 
+std::string Run::sample_now() const {
+  const SampleSection& c = s_->config.sample;
+  return sample_text(*s_, c.prompt, c.max_tokens,
+                     {c.temperature, c.top_k, c.top_p, static_cast<uint64_t>(step_)})
+      .text;
+}
+
 TrainSummary Run::run() {
   const RunConfig& c = s_->config;
   const int64_t tokens_per_step = c.train.batch_size * c.data.seq_len * c.train.grad_accum;
@@ -239,8 +259,7 @@ TrainSummary Run::run() {
                             static_cast<double>(c.train.steps - step_)});
     }
     if (c.sample.every > 0 && step_ % c.sample.every == 0 && step_ != c.train.steps)
-      say("sample: " + sample_text(*s_, c.sample.prompt, c.sample.max_tokens, c.sample.temperature,
-                                   c.sample.top_k, c.sample.top_p, static_cast<uint64_t>(step_)));
+      say("sample: " + sample_now());
     if ((c.checkpoint.every > 0 && step_ % c.checkpoint.every == 0) || step_ == c.train.steps)
       checkpoint_now();
   }
@@ -249,9 +268,7 @@ TrainSummary Run::run() {
   out.validation_loss = last_val_loss_;
   out.last_checkpoint = last_checkpoint_;
   out.loss_plot = plot();
-  if (c.sample.max_tokens > 0)
-    out.sample = sample_text(*s_, c.sample.prompt, c.sample.max_tokens, c.sample.temperature,
-                             c.sample.top_k, c.sample.top_p, static_cast<uint64_t>(step_));
+  out.sample = sample_now();
   return out;
 }
 
