@@ -13,5 +13,6 @@ void add_schedule(CLI::App& app);
 void add_op(CLI::App& app);
 void add_model(CLI::App& app);
 void add_report(CLI::App& app);
+void add_config(CLI::App& app);
 
 }  // namespace k3::apps
