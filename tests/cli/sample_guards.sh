@@ -33,7 +33,9 @@ grep -q "prompt of 640 tokens was truncated to its last 56" "$WORK/stderr" ||
   fail "a sample filling the context exactly fails: $(cat "$WORK/stderr")"
 [ ! -s "$WORK/stderr" ] || fail "a sample that fits the context was noted: $(cat "$WORK/stderr")"
 
-# [sample] in a run config: checked against the model before any step.
+# [sample] in a run config: checked against the model before any step (two steps at most, should
+# the check be missing).
+short+=(--set train.steps=2)
 expect_error "field sample.max_tokens: expected from 1 to 63" \
   "$K3LAB" train "${TINY[@]}" "${short[@]}" --set sample.max_tokens=100 --set run.dir="$WORK/r1"
 expect_error "field sample.prompt: a prompt of 640 tokens plus max_tokens 1 exceeds" \
