@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <functional>
+#include <set>
 
 #include "common/test_util.h"
 #include "k3/base/error.h"
@@ -135,6 +136,38 @@ TEST(RunConfig, RoundTripThroughToml) {
   EXPECT_NE(toml.find("grad_clip = 0.0"), std::string::npos) << toml;
   EXPECT_EQ(parse_run_config(toml), c) << toml;
   EXPECT_EQ(parse_run_config(to_toml(RunConfig{})), RunConfig{});
+}
+
+// The reference page's rows: each key once, its default the default RunConfig's value (the rows,
+// read back as TOML, give the defaults), its allowed range the text validation reports.
+TEST(RunConfig, FieldDocsDescribeTheTable) {
+  const std::vector<FieldDoc> docs = run_config_fields();
+  std::string toml, section;
+  std::set<std::string> keys;
+  for (const FieldDoc& f : docs) {
+    EXPECT_TRUE(keys.insert(f.key).second) << f.key;
+    EXPECT_FALSE(f.type.empty() || f.allowed.empty() || f.doc.empty()) << f.key;
+    const std::string s = f.key.substr(0, f.key.find('.'));
+    if (s != section) toml += "[" + (section = s) + "]\n";
+    toml += f.key.substr(s.size() + 1) + " = " + f.default_value + "\n";
+  }
+  EXPECT_EQ(parse_run_config(toml), RunConfig{}) << toml;
+  auto doc_of = [&](const std::string& key) {
+    for (const FieldDoc& f : docs)
+      if (f.key == key) return f;
+    ADD_FAILURE() << "no row for " << key;
+    return FieldDoc{};
+  };
+  EXPECT_EQ(doc_of("train.optimizer").allowed, "one of \"muon\" \"adamw\"");
+  EXPECT_EQ(doc_of("data.source").allowed, "\"builtin\" or an existing path");
+  EXPECT_EQ(doc_of("train.lr").type, "number");
+  for (const char* bad :
+       {"train.lr=-1", "train.beta1=1", "sample.top_k=-2", "train.schedule=\"step\""}) {
+    const std::string key = std::string(bad).substr(0, std::string(bad).find('='));
+    RunConfig c;
+    const std::string e = testing::error_of([&] { apply_override(c, bad); });
+    EXPECT_NE(e.find("expected " + doc_of(key).allowed + ", got"), std::string::npos) << e;
+  }
 }
 
 class LoadRunConfig : public ::testing::Test {

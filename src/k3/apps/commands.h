@@ -15,5 +15,6 @@ void add_model(CLI::App& app);
 void add_report(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_export(CLI::App& app);
+void add_config(CLI::App& app);
 
 }  // namespace k3::apps

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "k3/apps/commands.h"
+#include "k3/base/log.h"
 #include "k3/train/evaluate.h"
 
 namespace k3::apps {
@@ -12,20 +13,40 @@ void add_sample(CLI::App& app) {
     int64_t max_tokens = 200, top_k = 40;
     double temperature = 0.8, top_p = 0.95;
     uint64_t seed = 1;
+    bool truncate_prompt = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
-  cmd->add_option("--checkpoint", a->checkpoint, "A run directory or a checkpoint directory")->required();
+  cmd->add_option("--checkpoint", a->checkpoint, "A run directory or a checkpoint directory")
+      ->required();
   cmd->add_option("--prompt", a->prompt, "Text to continue");
-  cmd->add_option("--max-tokens", a->max_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
-  cmd->add_option("--temperature", a->temperature, "0 for greedy decoding")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--top-p", a->top_p, "Keep the smallest set reaching this probability")->check(CLI::Range(0.0, 1.0));
+  // The ranges are checked by check_sampling_params and prompt_room, which also refuse NaN and inf.
+  cmd->add_option("--max-tokens", a->max_tokens,
+                  "Tokens to generate (at least 1; with the prompt, at most the model's context)");
+  cmd->add_option("--temperature", a->temperature, "Finite, >= 0; 0 for greedy decoding");
+  cmd->add_option("--top-k", a->top_k, "Keep the k most likely tokens (0: all)");
+  cmd->add_option("--top-p", a->top_p,
+                  "In (0, 1]: keep the smallest set reaching this probability");
   cmd->add_option("--seed", a->seed, "Seed of the sampling draws");
+  cmd->add_flag(
+      "--truncate-prompt", a->truncate_prompt,
+      "Keep the last prompt tokens that fit the model's context (max_position_embeddings) "
+      "with --max-tokens new ones; without it such a prompt is refused");
   cmd->callback([a] {
+    const SamplingParams p{a->temperature, a->top_k, a->top_p, a->seed};
+    check_sampling_params(p);  // before the checkpoint loads
     auto s = train::open_checkpoint_session(a->checkpoint);
-    std::printf("%s\n", train::sample_text(*s, a->prompt, a->max_tokens, a->temperature, a->top_k,
-                                           a->top_p, a->seed).c_str());
+    train::Sample out;
+    try {
+      out = train::sample_text(*s, a->prompt, a->max_tokens, p, a->truncate_prompt);
+    } catch (const Error& e) {
+      if (e.context().field != "prompt") throw;
+      throw Error(e.message() + " (--truncate-prompt keeps the last ones)", e.context());
+    }
+    if (out.dropped_tokens > 0)
+      log_warn("sample: the prompt of ", out.prompt_tokens, " tokens was truncated to its last ",
+               out.prompt_tokens - out.dropped_tokens, " to fit the model's context");
+    std::printf("%s\n", out.text.c_str());
   });
 }
 

@@ -12,16 +12,31 @@ class Model;
 class Arena;
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0: greedy (argmax)
+  double temperature = 1.0;  // 0: greedy (argmax)
   int64_t top_k = 0;         // 0: no top-k filter
-  float top_p = 1.0f;        // 1: no nucleus filter
+  double top_p = 1.0;        // 1: no nucleus filter
   uint64_t seed = 0;
 };
 
-// Picks a token from logits using uniform draw u in (0, 1).
+// Throws a k3::Error naming the parameter (field temperature, top_k or top_p) that is NaN,
+// infinite or out of range.
+void check_sampling_params(const SamplingParams& p);
+
+// The most prompt tokens that fit before max_new generated ones in a context of `context`
+// positions (a model's max_position_embeddings). Throws a k3::Error (field max_tokens) when
+// max_new is below 1 or leaves no room for a one-token prompt.
+int64_t prompt_room(int64_t max_new, int64_t context);
+
+// Throws a k3::Error (field prompt, or max_tokens as prompt_room) when a prompt of prompt_len
+// tokens followed by max_new generated ones does not fit a context of `context` positions.
+void check_prompt_fits(int64_t prompt_len, int64_t max_new, int64_t context);
+
+// Picks a token from finite logits using uniform draw u in [0, 1].
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, float u);
 
 // Feeds the prompt, then samples up to max_new tokens (stopping after stop_token when >= 0).
+// The parameters are checked, and the prompt and max_new must fit the model's context, before
+// any work is done.
 std::vector<int32_t> generate(Model& model, Arena& arena, const std::vector<int32_t>& prompt,
                               int64_t max_new, const SamplingParams& p, int32_t stop_token = -1);
 

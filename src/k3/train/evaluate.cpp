@@ -1,9 +1,9 @@
 #include "k3/train/evaluate.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "k3/data/validation_batches.h"
-#include "k3/model/sampling.h"
 
 namespace k3::train {
 
@@ -15,7 +15,8 @@ EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t bat
   data::Batch b;
   for (int64_t i = 0; i < n; ++i) {
     val.batch(i, b);
-    kernels::LossSum l = s.model->forward_loss(s.arena, {b.inputs.data(), b.targets.data(), b.rows, b.seq_len});
+    kernels::LossSum l =
+        s.model->forward_loss(s.arena, {b.inputs.data(), b.targets.data(), b.rows, b.seq_len});
     sum += l.sum;
     count += l.count;
   }
@@ -28,14 +29,26 @@ EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t bat
   return r;
 }
 
-std::string sample_text(Session& s, const std::string& prompt, int64_t max_tokens, double temperature,
-                        int64_t top_k, double top_p, uint64_t seed) {
-  std::vector<int32_t> ids = prompt.empty() ? std::vector<int32_t>{s.tokenizer->eos_id()}
-                                            : s.tokenizer->encode(prompt);
-  SamplingParams p{static_cast<float>(temperature), top_k, static_cast<float>(top_p), seed};
-  std::vector<int32_t> out = generate(*s.model, s.arena, ids, max_tokens, p, s.tokenizer->eos_id());
-  if (!out.empty() && out.back() == s.tokenizer->eos_id()) out.pop_back();
-  return prompt + s.tokenizer->decode(out);
+std::vector<int32_t> prompt_ids(const Session& s, const std::string& prompt) {
+  return prompt.empty() ? std::vector<int32_t>{s.tokenizer->eos_id()} : s.tokenizer->encode(prompt);
+}
+
+Sample sample_text(Session& s, const std::string& prompt, int64_t max_tokens,
+                   const SamplingParams& p, bool truncate_prompt) {
+  std::vector<int32_t> ids = prompt_ids(s, prompt);
+  Sample out;
+  out.prompt_tokens = static_cast<int64_t>(ids.size());
+  if (truncate_prompt) {
+    const int64_t room = prompt_room(max_tokens, s.model->config().max_position_embeddings);
+    out.dropped_tokens = std::max<int64_t>(0, out.prompt_tokens - room);
+    ids.erase(ids.begin(), ids.begin() + out.dropped_tokens);
+  }
+  std::vector<int32_t> continuation =
+      generate(*s.model, s.arena, ids, max_tokens, p, s.tokenizer->eos_id());
+  if (!continuation.empty() && continuation.back() == s.tokenizer->eos_id())
+    continuation.pop_back();
+  out.text = prompt + s.tokenizer->decode(continuation);
+  return out;
 }
 
 }  // namespace k3::train

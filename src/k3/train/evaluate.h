@@ -1,9 +1,11 @@
-// Validation loss over the first `batches` batches of the validation split, in fixed order.
+// Validation loss over the first `batches` batches of the validation split, in fixed order, and
+// text sampled from the model.
 #pragma once
 
 #include <cstdint>
 #include <span>
 
+#include "k3/model/sampling.h"
 #include "k3/train/session.h"
 
 namespace k3::train {
@@ -17,8 +19,18 @@ struct EvalResult {
 // batches <= 0 evaluates the whole split.
 EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t batches);
 
-// A sample continuing `prompt` (the tokenizer's bos when empty), decoded to text.
-std::string sample_text(Session& s, const std::string& prompt, int64_t max_tokens, double temperature,
-                        int64_t top_k, double top_p, uint64_t seed);
+// The token ids a sample continues: PROMPT encoded, or the tokenizer's eos when it is empty.
+std::vector<int32_t> prompt_ids(const Session& s, const std::string& prompt);
+
+struct Sample {
+  std::string text;            // the prompt and its continuation
+  int64_t prompt_tokens = 0;   // the prompt's length in tokens
+  int64_t dropped_tokens = 0;  // leading prompt tokens the model did not see (truncate_prompt)
+};
+
+// A sample of up to max_tokens tokens continuing PROMPT. A prompt too long for the model's context
+// (with max_tokens new tokens) is refused, or with truncate_prompt cut to its last tokens that fit.
+Sample sample_text(Session& s, const std::string& prompt, int64_t max_tokens,
+                   const SamplingParams& p, bool truncate_prompt = false);
 
 }  // namespace k3::train

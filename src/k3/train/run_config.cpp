@@ -134,17 +134,27 @@ std::string find_input(const std::string& path, const SearchDirs& dirs) {
 
 // An existing file or directory, or KEYWORD (which is not a path).
 Rule<std::string> input_path(std::string keyword = "") {
-  return {[](const std::string& v) { return !v.empty(); }, "a path",
+  return {[](const std::string& v) { return !v.empty(); },
+          keyword.empty() ? "an existing path" : "\"" + keyword + "\" or an existing path",
           [keyword](const std::string& v, const SearchDirs& dirs) {
             return !keyword.empty() && v == keyword ? v : find_input(v, dirs);
           }};
+}
+
+// The TOML type a field is read from, as the reference names it.
+template <typename T>
+const char* type_name() {
+  if constexpr (std::is_same_v<T, int64_t>) return "integer";
+  if constexpr (std::is_same_v<T, double>) return "number";
+  return "string";
 }
 
 // One configuration field, with its type erased.
 struct Field {
   std::string key;  // "section.name"
   std::string doc;
-  bool is_string;
+  std::string type;      // type_name
+  std::string expected;  // the rule in words
   std::function<void(RunConfig&, const toml::node&)> set;  // throws an Error without context
   std::function<std::string(const RunConfig&)> format;
   std::function<void(RunConfig&, const SearchDirs&)> resolve;  // empty unless an input path
@@ -153,7 +163,7 @@ struct Field {
 template <typename Section, typename T>
 Field field(std::string key, Section RunConfig::*section, T Section::*member, Rule<T> rule,
             std::string doc) {
-  Field f{std::move(key), std::move(doc), std::is_same_v<T, std::string>, {}, {}, {}};
+  Field f{std::move(key), std::move(doc), type_name<T>(), rule.expected, {}, {}, {}};
   f.set = [=](RunConfig& c, const toml::node& node) {
     T v = from_node<T>(node);
     K3_CHECK(rule.ok(v), "expected ", rule.expected, ", got ", format_value(v));
@@ -221,7 +231,8 @@ const std::vector<Field>& fields() {
     field("checkpoint.keep_last", &R::checkpoint, &C::keep_last, at_least<I>(0),
           "checkpoints kept; 0: all"),
     field("sample.every", &R::sample, &S::every, at_least<I>(0), "steps between samples; 0: off"),
-    field("sample.max_tokens", &R::sample, &S::max_tokens, above<I>(0), "tokens per sample"),
+    field("sample.max_tokens", &R::sample, &S::max_tokens, above<I>(0),
+          "tokens per sample; with the prompt, at most the model's context"),
     field("sample.temperature", &R::sample, &S::temperature, at_least(0.0), "0: greedy"),
     field("sample.top_k", &R::sample, &S::top_k, at_least<I>(0), "0: no top-k filter"),
     field("sample.top_p", &R::sample, &S::top_p, within('(', 0, 1, ']'), "1: no nucleus filter"),
@@ -338,7 +349,7 @@ void apply_override(RunConfig& config, const std::string& assignment) {
   }
   const toml::node* value = parsed.get("value");
   const toml::value<std::string> raw(text);
-  if (!value || (f->is_string && !value->is_string())) value = &raw;
+  if (!value || (f->type == type_name<std::string>() && !value->is_string())) value = &raw;
   try {
     f->set(config, *value);
   } catch (const Error& e) {
@@ -380,6 +391,14 @@ std::vector<FieldChange> changed_fields(const RunConfig& from, const RunConfig& 
   for (const Field& f : fields())
     if (f.format(from) != f.format(to)) changes.push_back({f.key, f.format(from), f.format(to)});
   return changes;
+}
+
+std::vector<FieldDoc> run_config_fields() {
+  const RunConfig defaults;
+  std::vector<FieldDoc> out;
+  for (const Field& f : fields())
+    out.push_back({f.key, f.type, f.format(defaults), f.expected, f.doc});
+  return out;
 }
 
 std::string to_toml(const RunConfig& config) {

@@ -121,4 +121,16 @@ std::vector<FieldChange> changed_fields(const RunConfig& from, const RunConfig& 
 // it back to an equal RunConfig.
 std::string to_toml(const RunConfig& config);
 
+// One field as the reference page shows it (`k3lab config reference`, docs/run-config.md).
+struct FieldDoc {
+  std::string key;            // "section.name"
+  std::string type;           // "integer", "number" or "string"
+  std::string default_value;  // as TOML, formatted from a default RunConfig
+  std::string allowed;        // the values accepted, in words: "a value > 0", "one of ..."
+  std::string doc;            // what the field does
+};
+
+// Every field of the table, in its order (sections together).
+std::vector<FieldDoc> run_config_fields();
+
 }  // namespace k3::train

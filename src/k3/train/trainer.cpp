@@ -57,6 +57,18 @@ nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
   return out;
 }
 
+// [sample] must fit the model's context: refused before training, not when the first sample is due.
+std::unique_ptr<Session> check_samples_fit(std::unique_ptr<Session> s) {
+  const SampleSection& c = s->config.sample;
+  try {
+    check_prompt_fits(static_cast<int64_t>(prompt_ids(*s, c.prompt).size()), c.max_tokens,
+                      s->model->config().max_position_embeddings);
+  } catch (const Error& e) {
+    throw Error(e.message(), ErrorContext{"", "sample." + e.context().field, -1});
+  }
+  return s;
+}
+
 class Run {
  public:
   // A new run (FROM null) or one resumed from a checkpoint. The caller holds the run directory.
@@ -64,7 +76,7 @@ class Run {
       const StopSignals& stop, ResumePoint* from)
       : opt_(opt),
         stop_(stop),
-        s_(open_session(config, model)),
+        s_(check_samples_fit(open_session(config, model))),
         optimizer_(make_optimizer(*s_->model, config.train)),
         schedule_(config.train.lr_schedule()),
         dataset_(load_run_dataset(*s_)),
@@ -94,6 +106,7 @@ class Run {
   void balance_experts(nlohmann::json& record);
   std::string checkpoint_now();
   void stop_early(TrainSummary& out);
+  std::string sample_now() const;
   void say(const std::string& text) {
     if (progress_) progress_->message(text);
   }
@@ -238,6 +251,13 @@ void Run::stop_early(TrainSummary& out) {
       run_dir_.c_str()));
 }
 
+std::string Run::sample_now() const {
+  const SampleSection& c = s_->config.sample;
+  return sample_text(*s_, c.prompt, c.max_tokens,
+                     {c.temperature, c.top_k, c.top_p, static_cast<uint64_t>(step_)})
+      .text;
+}
+
 TrainSummary Run::run() {
   const RunConfig& c = s_->config;
   const int64_t tokens_per_step = c.train.batch_size * c.data.seq_len * c.train.grad_accum;
@@ -274,8 +294,7 @@ TrainSummary Run::run() {
                              static_cast<double>(c.train.steps - step_)});
     }
     if (c.sample.every > 0 && step_ % c.sample.every == 0 && step_ != c.train.steps)
-      say("sample: " + sample_text(*s_, c.sample.prompt, c.sample.max_tokens, c.sample.temperature,
-                                   c.sample.top_k, c.sample.top_p, static_cast<uint64_t>(step_)));
+      say("sample: " + sample_now());
     if ((c.checkpoint.every > 0 && step_ % c.checkpoint.every == 0) || step_ == c.train.steps)
       checkpoint_now();
     if (stop_.requested() && step_ < c.train.steps) {
@@ -290,9 +309,7 @@ TrainSummary Run::run() {
   out.loss_plot = write_loss_plot(run_dir_, c);
   if (out.stop_signal) return out;
   append_history(run_dir_, {{"event", "finish"}, {"step", step_}});
-  if (c.sample.max_tokens > 0)
-    out.sample = sample_text(*s_, c.sample.prompt, c.sample.max_tokens, c.sample.temperature,
-                             c.sample.top_k, c.sample.top_p, static_cast<uint64_t>(step_));
+  out.sample = sample_now();
   return out;
 }
 
