@@ -4,6 +4,7 @@
 
 #include "k3/apps/commands.h"
 #include "k3/base/profile.h"
+#include "k3/train/preflight.h"
 #include "k3/train/trainer.h"
 
 namespace k3::apps {
@@ -27,7 +28,7 @@ void add_train(CLI::App& app) {
   struct Args {
     std::string config;
     std::vector<std::string> overrides;
-    bool resume = false, quiet = false, profile = false;
+    bool resume = false, quiet = false, profile = false, dry_run = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("train", "Train a model from a TOML run configuration");
@@ -36,8 +37,14 @@ void add_train(CLI::App& app) {
   cmd->add_flag("--resume", a->resume, "Continue the run directory's latest checkpoint");
   cmd->add_flag("--quiet", a->quiet, "No progress line");
   cmd->add_flag("--profile", a->profile, "Print where training time goes, per component");
+  cmd->add_flag("--dry-run", a->dry_run,
+                "Run the pre-flight checks, print the memory estimate, train nothing");
   cmd->callback([a] {
     train::RunConfig config = train::load_run_config(a->config, a->overrides);
+    if (a->dry_run) {
+      std::printf("%s", train::dry_run(config).c_str());
+      return;
+    }
     Profile::enable(a->profile);
     train::TrainSummary r = train::train(config, {a->resume, a->quiet});
     std::printf("\ntrained %lld steps: train loss %.4f", static_cast<long long>(r.steps), r.train_loss);

@@ -31,6 +31,11 @@ struct Session {
   double loss_floor = NAN;  // nats per token when the data's entropy is known (the built-in corpus)
 };
 
+std::unique_ptr<data::Tokenizer> run_tokenizer();  // the tokenizer every run uses
+
+// The run's model configuration, read and checked against the tokenizer and data.seq_len.
+ModelConfig load_run_model_config(const RunConfig& config, const data::Tokenizer& tokenizer);
+
 // Builds the session for a run configuration (its paths already resolved): model config read and
 // checked against the tokenizer, parameters allocated (not initialized), step arena mapped.
 std::unique_ptr<Session> open_session(const RunConfig& config);
@@ -38,10 +43,10 @@ std::unique_ptr<Session> open_session(const RunConfig& config);
 // The session of a checkpoint: the run configuration stored in its manifest, weights loaded.
 std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_path);
 
-data::TokenDataset load_run_dataset(const Session& s);
+data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokenizer& tokenizer);
 
 // The parameters as the optimizer sees them (named ranges of the flat buffers).
-ParamSet param_set(ParamRegistry& params);
+ParamSet param_set(const ParamRegistry& params);
 // The head block sizes Per-Head Muon splits projections into (optim/routing.h).
 HeadSizes head_sizes(const ModelConfig& c);
 

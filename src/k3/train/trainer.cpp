@@ -18,6 +18,7 @@
 #include "k3/train/expert_load.h"
 #include "k3/train/format.h"
 #include "k3/train/metrics.h"
+#include "k3/train/preflight.h"
 #include "k3/train/progress.h"
 #include "k3/train/svg_plot.h"
 
@@ -35,9 +36,7 @@ double peak_rss_mib() {
 // Quantile Balancing); "muon" keeps the default grouping.
 Optimizer make_optimizer(Model& model, const TrainSection& t) {
   const ParamSet params = param_set(model.params());
-  std::vector<std::string> rules = split_rules(t.optim_rules);
-  if (t.optimizer == "adamw") rules.insert(rules.end(), adamw_only_rules().begin(), adamw_only_rules().end());
-  return Optimizer(params, route_parameters(params.slots, head_sizes(model.config()), rules),
+  return Optimizer(params, optimizer_plan(params.slots, model.config(), t),
                    OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
                                    .beta2 = static_cast<float>(t.beta2),
                                    .eps = static_cast<float>(t.eps),
@@ -46,12 +45,12 @@ Optimizer make_optimizer(Model& model, const TrainSection& t) {
 
 class Run {
  public:
-  Run(const RunConfig& config, const TrainOptions& opt)
+  Run(const RunConfig& config, const TrainOptions& opt, data::TokenDataset dataset)
       : opt_(opt),
         s_(open_session(config)),
         optimizer_(make_optimizer(*s_->model, config.train)),
         schedule_(config.train.lr_schedule()),
-        dataset_(load_run_dataset(*s_)),
+        dataset_(std::move(dataset)),
         batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
                  static_cast<uint64_t>(config.model.seed)),
         run_dir_(config.run.dir),
@@ -258,8 +257,9 @@ TrainSummary Run::run() {
 }  // namespace
 
 TrainSummary train(const RunConfig& config, const TrainOptions& options) {
-  if (config.train.threads > 0) set_num_threads(static_cast<int>(config.train.threads));
-  Run run(config, options);
+  PreflightResult checked = preflight(config);
+  if (checked.threads > 0) set_num_threads(checked.threads);
+  Run run(config, options, std::move(checked.dataset));
   return run.run();
 }
 
