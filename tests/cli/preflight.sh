@@ -28,7 +28,7 @@ refused_early 30 "$WORK/batch" "train.batch_size.*fewer than one batch of train.
 refused_early 30 "$WORK/mem" \
   "run.memory_limit_gib: the run needs an estimated [0-9.]+ (MiB|GiB) \(parameters .*activations .*\), more than the 51.20 MiB of run.memory_limit_gib = 0.05" \
   "$K3LAB" train "${TINY[@]}" --set model.config=configs/k3-small.json --set run.memory_limit_gib=0.05 \
-  --set run.dir="$WORK/mem"
+  --set train.steps=2 --set run.dir="$WORK/mem"
 
 # --dry-run: the estimate by part, exit 0, no run directory.
 out=$("$K3LAB" train "${TINY[@]}" --set model.config=configs/k3-micro.json --dry-run --set run.dir="$WORK/dry")
@@ -89,4 +89,5 @@ printf '%s\n' "$err" | grep -q "train.threads = $many exceeds the $(nproc) cores
 [ "$(wc -l < "$WORK/threads/metrics.jsonl")" -eq 2 ] || fail "the run with capped threads did not train"
 
 # --config naming a directory.
-expect_error "file $WORK: is a directory, expected a file" "$K3LAB" train --config "$WORK"
+expect_error "file $WORK: is a directory, expected a file" \
+  "$K3LAB" train --config "$WORK" "${TINY[@]}" --set train.steps=1 --set run.dir="$WORK/dir-run"
