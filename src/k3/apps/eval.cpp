@@ -18,7 +18,7 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--batches", a->batches, "Validation batches to use (0: all)");
   cmd->callback([a] {
     auto s = train::open_checkpoint_session(a->checkpoint);
-    data::TokenDataset ds = train::load_run_dataset(*s);
+    data::TokenDataset ds = train::load_run_dataset(s->config, *s->tokenizer);
     train::EvalResult e = train::evaluate(*s, ds.validation, a->batches);
     std::printf("validation loss %.4f nats/token, perplexity %.3f over %lld tokens", e.loss, e.perplexity,
                 static_cast<long long>(e.tokens));

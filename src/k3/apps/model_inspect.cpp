@@ -1,10 +1,12 @@
-// `k3lab model inspect CONFIG [--tensors]`: parameters per component, total and active, and the
-// full tensor list, without allocating any tensor.
+// `k3lab model inspect CONFIG [--tensors] [--batch-size B --seq-len T]`: parameters per component,
+// total and active, the memory training takes, and the full tensor list, without allocating any
+// tensor.
 #include <cstdio>
 
 #include "k3/apps/commands.h"
 #include "k3/model/inventory.h"
 #include "k3/optim/routing.h"
+#include "k3/train/preflight.h"
 #include "k3/train/session.h"
 
 namespace k3::apps {
@@ -24,12 +26,21 @@ void add_model(CLI::App& app) {
   struct Args {
     std::string config;
     bool tensors = false, optim = false;
+    train::RunConfig run;  // its defaults: the K3 optimizer grouping, batch and sequence sizes
   };
   auto a = std::make_shared<Args>();
   auto* inspect = model->add_subcommand("inspect", "Parameter counts and tensor list of a model config");
   inspect->add_option("config", a->config, "Model configuration (HF-style JSON)")->required();
   inspect->add_flag("--tensors", a->tensors, "List every tensor: name, shape, dtype");
   inspect->add_flag("--optim", a->optim, "List every tensor's optimizer and block shape");
+  inspect
+      ->add_option("--batch-size", a->run.train.batch_size,
+                   "Sequences per micro-batch, for the activations")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  inspect->add_option("--seq-len", a->run.data.seq_len, "Tokens per sequence, for the activations")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   inspect->callback([a] {
     Model m(load_model_config(a->config), /*allocate=*/false);
     const ModelConfig& c = m.config();
@@ -40,6 +51,11 @@ void add_model(CLI::App& app) {
     for (const ComponentCount& cc : parameter_counts(m))
       std::printf("%-22s %20lld %20lld\n", cc.component.c_str(), static_cast<long long>(cc.total),
                   static_cast<long long>(cc.active));
+    const train::RunMemory mem = train::estimate_run_memory(m, a->run, 0);
+    std::printf(
+        "\nmemory to train it (fp32; bytes per parameter: 4 value, 4 gradient, 8 AdamW / 4 Muon "
+        "state):\n%s",
+        train::describe(mem, a->run.train.batch_size, a->run.data.seq_len).c_str());
     if (a->optim) print_routing(m);
     if (!a->tensors) return;
     std::printf("\n%-72s %-18s %s\n", "tensor", "shape", "dtype");

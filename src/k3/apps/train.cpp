@@ -8,6 +8,7 @@
 #include "k3/base/error.h"
 #include "k3/base/profile.h"
 #include "k3/base/stop_signals.h"
+#include "k3/train/preflight.h"
 #include "k3/train/trainer.h"
 
 namespace k3::apps {
@@ -58,7 +59,7 @@ void add_train(CLI::App& app) {
   struct Args {
     std::string config, resume_dir;
     std::vector<std::string> overrides, allowed;
-    bool quiet = false, profile = false;
+    bool quiet = false, profile = false, dry_run = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("train", "Train a model from a TOML run configuration");
@@ -73,10 +74,17 @@ void add_train(CLI::App& app) {
                   "train.batch_size, ...; 'data' for changed data) (repeatable)");
   cmd->add_flag("--quiet", a->quiet, "No progress line");
   cmd->add_flag("--profile", a->profile, "Print where training time goes, per component");
+  cmd->add_flag("--dry-run", a->dry_run,
+                "Run the pre-flight checks of a new run, print the memory estimate, train nothing");
   cmd->callback([a, cmd] {
     std::signal(SIGPIPE, SIG_IGN);  // a closed stdout (k3lab train | head) must not end training
-    Profile::enable(a->profile);
     const bool resume = cmd->count("--resume") > 0;
+    if (a->dry_run) {
+      K3_CHECK_CTX(!resume, (ErrorContext{"", "--dry-run", -1}), "checks a new run; not with --resume");
+      std::printf("%s", train::dry_run(train::load_run_config(a->config, a->overrides)).c_str());
+      return;
+    }
+    Profile::enable(a->profile);
     K3_CHECK_CTX(resume || a->allowed.empty(), (ErrorContext{"", "--allow-change", -1}),
                  "only meaningful with --resume");
     train::TrainSummary r;

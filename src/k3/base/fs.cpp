@@ -52,6 +52,10 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
 }
 
 std::string read_file(const std::string& path) {
+  // A directory opens as a stream that reads as empty: say what it is instead.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw Error("is a directory, expected a file", ErrorContext{path, "", -1});
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open");
   std::ostringstream ss;

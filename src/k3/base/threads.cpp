@@ -2,20 +2,30 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
+#include "k3/base/log.h"
+
 namespace k3 {
 
+int num_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+
+int user_thread_count(int64_t requested, const char* setting) {
+  const int cores = num_cores();
+  if (requested <= cores) return static_cast<int>(requested);
+  log_warn(setting, " = ", requested, " exceeds the ", cores, " cores of this machine: using ",
+           cores, " threads");
+  return cores;
+}
+
 void set_num_threads(int n) {
-  if (n <= 0) {
-    if (const char* e = std::getenv("K3_THREADS")) n = std::atoi(e);
+  for (const char* setting : {"K3_THREADS", "OMP_NUM_THREADS"}) {
+    const char* e = n <= 0 ? std::getenv(setting) : nullptr;
+    if (e) n = user_thread_count(std::atoll(e), setting);
   }
-  if (n <= 0) {
-    if (const char* e = std::getenv("OMP_NUM_THREADS")) n = std::atoi(e);
-  }
-  if (n <= 0) n = static_cast<int>(std::thread::hardware_concurrency());
-  if (n <= 0) n = 1;
+  if (n <= 0) n = num_cores();
   omp_set_num_threads(n);
   omp_set_max_active_levels(1);  // nested regions run serially: no oversubscription
 }

@@ -4,12 +4,20 @@
 // single-threaded in each thread): never both, so threads are never oversubscribed.
 #pragma once
 
+#include <cstdint>
+
 namespace k3 {
 
 // Set the number of threads for k3lab and oneDNN. n <= 0 means: K3_THREADS, else OMP_NUM_THREADS,
-// else the number of cores.
+// else the number of cores; a count from the environment is capped as by user_thread_count.
+// An explicit n is taken as it is (tests run more threads than cores on purpose).
 void set_num_threads(int n = 0);
 int num_threads();
 int thread_id();
+
+int num_cores();  // at least 1
+// A thread count a user asked for through SETTING (e.g. "train.threads"): more threads than cores
+// only slow every loop down, so the count is capped to the cores with a warning on stderr.
+int user_thread_count(int64_t requested, const char* setting);
 
 }  // namespace k3

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "k3/base/error.h"
@@ -30,6 +31,12 @@ Field field(const char* name, T ModelConfig::*member, bool required) {
                    K3_CHECK(v.is_boolean(), "expected true or false, found ", v.dump());
                  } else if constexpr (std::is_integral_v<T>) {
                    K3_CHECK(v.is_number_integer(), "expected an integer, found ", v.dump());
+                   K3_CHECK(v.is_number_unsigned()
+                                ? v.get<uint64_t>() <= uint64_t(std::numeric_limits<T>::max())
+                                : v.get<int64_t>() >= std::numeric_limits<T>::min() &&
+                                      v.get<int64_t>() <= std::numeric_limits<T>::max(),
+                            "expected an integer in [", std::numeric_limits<T>::min(), ", ",
+                            std::numeric_limits<T>::max(), "], found ", v.dump());
                  } else if constexpr (std::is_same_v<T, std::vector<int64_t>>) {
                    K3_CHECK(v.is_array(), "expected a list of integers, found ", v.dump());
                    for (const json& x : v) K3_CHECK(x.is_number_integer(), "expected integers, found ", x.dump());
@@ -129,45 +136,142 @@ void validate_layer_lists(const ModelConfig& c) {
 void validate_moe(const ModelConfig& c) {
   if (c.num_experts == 0) return;
   auto ctx = [](const char* f) { return ErrorContext{"", f, -1}; };
-  K3_CHECK_CTX(c.num_experts > 0, ctx("num_experts"), "must not be negative");
   K3_CHECK_CTX(c.num_experts_per_token >= 1 && c.num_experts_per_token < c.num_experts,
                ctx("num_experts_per_token"), "expected 1 <= k < num_experts (", c.num_experts,
                "): Quantile Balancing needs the (k+1)-th score, found ", c.num_experts_per_token);
   K3_CHECK_CTX(c.moe_intermediate_size > 0, ctx("moe_intermediate_size"), "must be positive with num_experts > 0");
   K3_CHECK_CTX(c.routed_expert_hidden_size > 0, ctx("routed_expert_hidden_size"),
                "must be positive with num_experts > 0");
-  K3_CHECK_CTX(c.num_shared_experts >= 0, ctx("num_shared_experts"), "must not be negative");
-  K3_CHECK_CTX(c.first_k_dense_replace >= 0 && c.first_k_dense_replace <= c.num_hidden_layers,
-               ctx("first_k_dense_replace"), "expected 0..num_hidden_layers, found ", c.first_k_dense_replace);
+  K3_CHECK_CTX(c.first_k_dense_replace <= c.num_hidden_layers, ctx("first_k_dense_replace"),
+               "expected 0..num_hidden_layers, found ", c.first_k_dense_replace);
+}
+
+// Bounds on the sizes, far above any real model (K3: 93 layers, 896 experts, 96 heads, widths up to
+// 33792, a vocabulary of 163840) and low enough that nothing downstream can overflow or run away:
+// the largest tensor (q_b_proj, [heads·(d_n + d_r), q_lora_rank]) stays below 2^41 elements, all
+// parameters together below 2^60, so every element count and offset fits int64; and a model built
+// without allocation (`model inspect`, the run's memory check) stays cheap: it registers three
+// tensors and keeps an 8 KB Quantile Balancing histogram per expert block, so K3's 82432 blocks
+// take about 2 s and 0.8 GB, and kMaxExpertBlocks (1.6x K3) about 4 s and 1.4 GB.
+constexpr int64_t kMaxWidth = int64_t{1} << 18;  // hidden, intermediate, ranks, expert widths
+constexpr int64_t kMaxVocab = int64_t{1} << 22;
+constexpr int64_t kMaxHeadDim = int64_t{1} << 12;
+constexpr int64_t kMaxHeads = int64_t{1} << 10;
+constexpr int64_t kMaxLayers = int64_t{1} << 10;
+constexpr int64_t kMaxExperts = int64_t{1} << 14;
+constexpr int64_t kMaxExpertBlocks = int64_t{1} << 17;  // num_experts x num_hidden_layers
+constexpr int64_t kMaxSharedExperts = 64;
+constexpr int64_t kMaxConvKernel = 64;
+constexpr int64_t kMaxPositions = int64_t{1} << 31;
+
+struct SizeRange {
+  const char* name;
+  int64_t ModelConfig::*member;
+  int64_t lo, hi;
+};
+
+// Sizes that may be 0 mean "absent" (no MLA ranks, no experts, no KDA, ordinary residuals).
+const std::vector<SizeRange>& size_ranges() {
+  using C = ModelConfig;
+  static const std::vector<SizeRange> kRanges = {
+      {"vocab_size", &C::vocab_size, 1, kMaxVocab},
+      {"hidden_size", &C::hidden_size, 1, kMaxWidth},
+      {"num_hidden_layers", &C::num_hidden_layers, 1, kMaxLayers},
+      {"num_attention_heads", &C::num_attention_heads, 1, kMaxHeads},
+      {"head_dim", &C::head_dim, 0, kMaxHeadDim},
+      {"intermediate_size", &C::intermediate_size, 1, kMaxWidth},
+      {"max_position_embeddings", &C::max_position_embeddings, 1, kMaxPositions},
+      {"q_lora_rank", &C::q_lora_rank, 0, kMaxWidth},
+      {"kv_lora_rank", &C::kv_lora_rank, 0, kMaxWidth},
+      {"qk_nope_head_dim", &C::qk_nope_head_dim, 0, kMaxHeadDim},
+      {"qk_rope_head_dim", &C::qk_rope_head_dim, 0, kMaxHeadDim},
+      {"v_head_dim", &C::v_head_dim, 0, kMaxHeadDim},
+      {"num_experts", &C::num_experts, 0, kMaxExperts},
+      {"num_experts_per_token", &C::num_experts_per_token, 0, kMaxExperts},
+      {"moe_intermediate_size", &C::moe_intermediate_size, 0, kMaxWidth},
+      {"routed_expert_hidden_size", &C::routed_expert_hidden_size, 0, kMaxWidth},
+      {"num_shared_experts", &C::num_shared_experts, 0, kMaxSharedExperts},
+      {"first_k_dense_replace", &C::first_k_dense_replace, 0, kMaxLayers},
+      {"attn_res_block_size", &C::attn_res_block_size, 0, kMaxLayers},
+      {"linear_attn_config.num_heads", &C::kda_num_heads, 0, kMaxHeads},
+      {"linear_attn_config.head_dim", &C::kda_head_dim, 0, kMaxHeadDim},
+      {"linear_attn_config.short_conv_kernel_size", &C::kda_short_conv_kernel_size, 1,
+       kMaxConvKernel},
+  };
+  return kRanges;
+}
+
+// Fields of the HF config that k3lab does not read because it implements one meaning of them: any
+// other value asks for a model k3lab would not build.
+struct FixedField {
+  const char* name;
+  json value;
+  const char* why;
+};
+
+const std::vector<FixedField>& fixed_fields() {
+  static const std::vector<FixedField> kFixed = {
+      {"moe_router_activation_func", "sigmoid", "the router scores are sigmoids"},
+      {"moe_renormalize", true, "the routing weights are renormalized over the chosen experts"},
+      {"moe_layer_freq", 1, "every layer from first_k_dense_replace on is a MoE layer"},
+      {"latent_moe_use_norm", true, "the routed experts' latent output is RMS-normalized"},
+      {"mla_use_nope", true, "attention has no positional encoding"},
+      {"mla_use_output_gate", true, "attention outputs are gated"},
+      {"num_nextn_predict_layers", 0, "there are no multi-token prediction layers"},
+  };
+  return kFixed;
+}
+
+void validate_fixed_fields(const json& j, const ModelConfig& c) {
+  for (const FixedField& f : fixed_fields()) {
+    const json* v = find_field(j, f.name);
+    K3_CHECK_CTX(!v || *v == f.value, (ErrorContext{"", f.name, -1}), "expected ", f.value.dump(),
+                 " (k3lab implements only that: ", f.why, "), found ", v->dump());
+  }
+  // Grouped-query attention is not implemented: every head has its own keys and values.
+  const json* kv_heads = find_field(j, "num_key_value_heads");
+  K3_CHECK_CTX(!kv_heads || *kv_heads == c.num_attention_heads,
+               (ErrorContext{"", "num_key_value_heads", -1}), "expected num_attention_heads (",
+               c.num_attention_heads, "): k3lab gives every head its own keys and values, found ",
+               kv_heads->dump());
+}
+
+void validate_sizes(const ModelConfig& c) {
+  for (const SizeRange& r : size_ranges()) {
+    const int64_t v = c.*r.member;
+    K3_CHECK_CTX(v >= r.lo && v <= r.hi, (ErrorContext{"", r.name, -1}), "expected ",
+                 r.lo == 0 ? "0 (absent) or a size" : "a size", " in [", std::max<int64_t>(r.lo, 1),
+                 ", ", r.hi, "], found ", v);
+  }
+  K3_CHECK_CTX(c.num_experts * c.num_hidden_layers <= kMaxExpertBlocks,
+               (ErrorContext{"", "num_experts", -1}),
+               "num_experts x num_hidden_layers = ", c.num_experts, " x ", c.num_hidden_layers,
+               " exceeds the ", kMaxExpertBlocks, " expert blocks k3lab can describe");
 }
 
 void validate(const ModelConfig& c) {
+  validate_sizes(c);
   auto positive = [](const char* name, double v) {
-    K3_CHECK_CTX(v > 0, (ErrorContext{"", name, -1}), "must be positive, found ", v);
+    K3_CHECK_CTX(v > 0 && std::isfinite(v), (ErrorContext{"", name, -1}),
+                 "must be positive and finite, found ", v);
   };
-  positive("vocab_size", double(c.vocab_size));
-  positive("hidden_size", double(c.hidden_size));
-  positive("num_hidden_layers", double(c.num_hidden_layers));
-  positive("num_attention_heads", double(c.num_attention_heads));
-  positive("intermediate_size", double(c.intermediate_size));
   positive("rms_norm_eps", c.rms_norm_eps);
   positive("initializer_range", c.initializer_range);
-  positive("max_position_embeddings", double(c.max_position_embeddings));
   positive("activation_situ_beta", c.activation_situ_beta);
   positive("activation_situ_linear_beta", c.activation_situ_linear_beta);
+  positive("routed_scaling_factor", c.routed_scaling_factor);
   // The plain gated attention (no MLA ranks) splits hidden_size into heads of head_dim.
   if (c.q_lora_rank == 0)
-    K3_CHECK_CTX(c.head_dim > 0, (ErrorContext{"", "head_dim", -1}),
-                 "head_dim must be positive (or absent with hidden_size divisible by num_attention_heads)");
-  K3_CHECK_CTX(c.hidden_act == "situ" || c.hidden_act == "silu", (ErrorContext{"", "hidden_act", -1}),
-               "expected \"situ\" or \"silu\", found \"", c.hidden_act, "\"");
+    K3_CHECK_CTX(
+        c.head_dim > 0, (ErrorContext{"", "head_dim", -1}),
+        "head_dim must be positive (or absent with hidden_size divisible by num_attention_heads)");
+  K3_CHECK_CTX(c.hidden_act == "situ" || c.hidden_act == "silu",
+               (ErrorContext{"", "hidden_act", -1}), "expected \"situ\" or \"silu\", found \"",
+               c.hidden_act, "\"");
   K3_CHECK_CTX(!c.tie_word_embeddings, (ErrorContext{"", "tie_word_embeddings", -1}),
                "K3 has an untied LM head: expected false");
-  K3_CHECK_CTX(c.kda_num_heads >= 0, (ErrorContext{"", "linear_attn_config.num_heads", -1}),
-               "must not be negative, found ", c.kda_num_heads);
   if (c.kda_num_heads > 0) {
     positive("linear_attn_config.head_dim", double(c.kda_head_dim));
-    positive("linear_attn_config.short_conv_kernel_size", double(c.kda_short_conv_kernel_size));
     const double lb = c.kda_gate_lower_bound;
     K3_CHECK_CTX(c.kda_unbounded_gate || (lb < 0 && std::isfinite(lb)),
                  (ErrorContext{"", "linear_attn_config.gate_lower_bound", -1}),
@@ -175,10 +279,15 @@ void validate(const ModelConfig& c) {
   }
   validate_layer_lists(c);
   validate_moe(c);
-  for (auto [name, id] : {std::pair{"bos_token_id", c.bos_token_id}, {"eos_token_id", c.eos_token_id},
+  for (auto [name, id] : {std::pair{"bos_token_id", c.bos_token_id},
+                          {"eos_token_id", c.eos_token_id},
                           {"pad_token_id", c.pad_token_id}})
-    K3_CHECK_CTX(id < c.vocab_size, (ErrorContext{"", name, -1}), "token id ", id,
-                 " is outside the vocabulary of ", c.vocab_size);
+    K3_CHECK_CTX(id >= -1 && id < c.vocab_size, (ErrorContext{"", name, -1}), "token id ", id,
+                 " is outside the vocabulary of ", c.vocab_size, " (-1: none)");
+  K3_CHECK_CTX(c.ignore_index < 0 || c.ignore_index >= c.vocab_size,
+               (ErrorContext{"", "ignore_index", -1}), "target ", c.ignore_index,
+               " is a token of the vocabulary of ", c.vocab_size,
+               ": expected a value outside it (e.g. -100)");
 }
 
 }  // namespace
@@ -206,6 +315,7 @@ ModelConfig parse_model_config(const json& root, const std::string& origin) {
     c.head_dim = c.hidden_size / c.num_attention_heads;
   try {
     validate(c);
+    validate_fixed_fields(j, c);
   } catch (const Error& e) {
     throw e.with_file(origin);
   }

@@ -35,10 +35,10 @@ Model::Model(ModelConfig c, bool allocate) : config_(std::move(c)) {
   if (allocate) params_.allocate();
 }
 
-int64_t Model::lm_head_chunk() const {
+int64_t Model::lm_head_chunk(int64_t vocab_size) {
   // At most ~32M floats (128 MiB) of logits at a time, between 64 and 1024 rows: chunks of 1024
   // rows measured as fast as the unfused path (bench_lm_head), smaller ones a few percent slower.
-  return std::clamp<int64_t>((int64_t{32} << 20) / config_.vocab_size, 64, 1024);
+  return std::clamp<int64_t>((int64_t{32} << 20) / vocab_size, 64, 1024);
 }
 
 const char* Model::ffn_bucket(int64_t layer) const {
@@ -195,7 +195,7 @@ kernels::LossSum Model::forward_backward(Arena& arena, ActivationManager& acts, 
   float* x = embed(s, b.tokens, n);
   float* h = run_stack(s, x, b.B, b.T, nullptr);
   float* dh = s.alloc(n * d);
-  const int64_t chunk = lm_head_chunk();
+  const int64_t chunk = lm_head_chunk(config_.vocab_size);
   kernels::LmHeadCeArgs ce{h, params_.value(head_).f32(), b.targets, n, d, config_.vocab_size,
                            config_.ignore_index, grad_scale, chunk,
                            s.alloc(chunk * config_.vocab_size), dh, params_.grad(head_).f32()};
@@ -215,7 +215,7 @@ kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
   Step s{arena, unused, params_, false};
   const int64_t n = b.B * b.T, d = config_.hidden_size;
   float* h = run_stack(s, embed(s, b.tokens, n), b.B, b.T, nullptr);
-  const int64_t chunk = lm_head_chunk();
+  const int64_t chunk = lm_head_chunk(config_.vocab_size);
   kernels::LmHeadCeArgs ce{h, params_.value(head_).f32(), b.targets, n, d, config_.vocab_size,
                            config_.ignore_index, 1.f, chunk, s.alloc(chunk * config_.vocab_size),
                            nullptr, nullptr};

@@ -67,6 +67,8 @@ class Model {
   // Training FLOPs per token: 6 × matmul parameters + attention (12 · layers · attn_dim · T / 2).
   double train_flops_per_token(int64_t T) const;
   int64_t matmul_params() const;
+  // Rows of logits the fused LM head + cross-entropy computes at a time.
+  static int64_t lm_head_chunk(int64_t vocab_size);
 
  private:
   struct Layer {
@@ -82,7 +84,6 @@ class Model {
   float* run_stack(const Step& s, float* x, int64_t B, int64_t T, ModelCache* cache);
   void backward_stack(const Step& s, const int32_t* tokens, float* dh, int64_t B, int64_t T);
   float* embed(const Step& s, const int32_t* tokens, int64_t n);
-  int64_t lm_head_chunk() const;
   bool attn_res() const { return config_.attn_res_block_size > 0; }
   std::string key(const Layer& L, const char* what) const;
   const char* ffn_bucket(int64_t layer) const;  // profile bucket of layer's feed-forward

@@ -18,4 +18,15 @@ std::string strprintf(const char* format, ...) {
   return out;
 }
 
+std::string format_bytes(double bytes) {
+  static const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 6) {
+    bytes /= 1024;
+    ++u;
+  }
+  return u == 0 ? strprintf("%.0f B", bytes)
+                : strprintf(bytes < 100 ? "%.2f %s" : "%.1f %s", bytes, units[u]);
+}
+
 }  // namespace k3::train

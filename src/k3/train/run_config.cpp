@@ -239,6 +239,8 @@ const std::vector<Field>& fields() {
     field("sample.prompt", &R::sample, &S::prompt, any_text(), "text the samples continue"),
     field("run.dir", &R::run, &N::dir, any_text(), "run directory; empty: runs/<name>"),
     field("run.name", &R::run, &N::name, any_text(), "empty: the TOML file's stem"),
+    field("run.memory_limit_gib", &R::run, &N::memory_limit_gib, at_least(0.0),
+          "refuse a run estimated above it; 0: the machine's"),
   };
   // clang-format on
   return table;

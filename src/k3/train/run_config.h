@@ -78,8 +78,9 @@ struct SampleSection {
 };
 
 struct RunSection {
-  std::string dir;   // empty: runs/<name>
-  std::string name;  // empty: the TOML file's stem, or "run"
+  std::string dir;              // empty: runs/<name>
+  std::string name;             // empty: the TOML file's stem, or "run"
+  double memory_limit_gib = 0;  // the run is refused when its estimate exceeds it; 0: the machine's
   bool operator==(const RunSection&) const = default;
 };
 

@@ -12,18 +12,24 @@ namespace k3::train {
 
 Arena step_arena() { return Arena(kStepArenaReserve, /*prefault=*/false); }
 
-std::unique_ptr<Session> open_session(const RunConfig& config, const ModelConfig& mc) {
-  auto s = std::make_unique<Session>();
-  s->config = config;
-  s->tokenizer = data::make_tokenizer("byte");
-  K3_CHECK_CTX(mc.vocab_size >= s->tokenizer->vocab_size(),
-               (ErrorContext{mc.source, "vocab_size", -1}), "the ", s->tokenizer->name(),
-               " tokenizer needs a vocabulary of at least ", s->tokenizer->vocab_size(), ", found ",
-               mc.vocab_size);
+std::unique_ptr<data::Tokenizer> run_tokenizer() { return data::make_tokenizer("byte"); }
+
+void check_model_for_run(const ModelConfig& mc, const RunConfig& config,
+                         const data::Tokenizer& tokenizer) {
+  K3_CHECK_CTX(mc.vocab_size >= tokenizer.vocab_size(), (ErrorContext{mc.source, "vocab_size", -1}),
+               "the ", tokenizer.name(), " tokenizer needs a vocabulary of at least ",
+               tokenizer.vocab_size(), ", found ", mc.vocab_size);
   K3_CHECK_CTX(config.data.seq_len <= mc.max_position_embeddings,
                (ErrorContext{"", "data.seq_len", -1}), "seq_len ", config.data.seq_len,
                " exceeds the model's max_position_embeddings ", mc.max_position_embeddings);
-  s->model = std::make_unique<Model>(mc);
+}
+
+std::unique_ptr<Session> open_session(const RunConfig& config, const ModelConfig& model) {
+  auto s = std::make_unique<Session>();
+  s->config = config;
+  s->tokenizer = run_tokenizer();
+  check_model_for_run(model, config, *s->tokenizer);
+  s->model = std::make_unique<Model>(model);
   s->arena = step_arena();
   s->loss_floor = data_loss_floor(config);
   return s;
@@ -66,16 +72,16 @@ nlohmann::json data_fingerprint(const data::TokenDataset& ds) {
           {"sha256", hash.hex_digest()}};
 }
 
-data::TokenDataset load_run_dataset(const Session& s) {
+data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokenizer& tokenizer) {
   data::DatasetSpec spec;
-  spec.source = s.config.data.source == "builtin" ? "corpus" : s.config.data.source;
-  spec.seed = static_cast<uint64_t>(s.config.model.seed);
-  spec.corpus_tokens = s.config.data.builtin_tokens;
-  spec.validation_fraction = s.config.data.val_fraction;
-  return data::load_dataset(spec, *s.tokenizer);
+  spec.source = config.data.source == "builtin" ? "corpus" : config.data.source;
+  spec.seed = static_cast<uint64_t>(config.model.seed);
+  spec.corpus_tokens = config.data.builtin_tokens;
+  spec.validation_fraction = config.data.val_fraction;
+  return data::load_dataset(spec, tokenizer);
 }
 
-ParamSet param_set(ParamRegistry& params) {
+ParamSet param_set(const ParamRegistry& params) {
   ParamSet set;
   for (int i = 0; i < params.size(); ++i)
     set.slots.push_back({params.info(i).name, params.info(i).shape, params.info(i).offset});

@@ -31,8 +31,15 @@ struct Session {
   double loss_floor = NAN;  // nats per token when the data's entropy is known (the built-in corpus)
 };
 
-// Builds the session of a run configuration and a model configuration (checked against the
-// tokenizer and the sequence length): parameters allocated (not initialized), step arena mapped.
+std::unique_ptr<data::Tokenizer> run_tokenizer();  // the tokenizer every run uses
+
+// Refuses a model configuration the run cannot use: a vocabulary smaller than the tokenizer's,
+// a context shorter than data.seq_len.
+void check_model_for_run(const ModelConfig& model, const RunConfig& config,
+                         const data::Tokenizer& tokenizer);
+
+// Builds the session of a run configuration and a model configuration (checked as above):
+// parameters allocated (not initialized), step arena mapped.
 std::unique_ptr<Session> open_session(const RunConfig& config, const ModelConfig& model);
 
 // A checkpoint carries its resolved configurations as files beside the weights, so evaluating,
@@ -51,13 +58,13 @@ CheckpointConfigs checkpoint_configs(const Checkpoint& ck, const std::string& di
 // own configurations, its weights; the optimizer state is not read.
 std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_path);
 
-data::TokenDataset load_run_dataset(const Session& s);
+data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokenizer& tokenizer);
 
 // What identifies a run's data: source, token counts and the SHA-256 of the token streams.
 nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 
 // The parameters as the optimizer sees them (named ranges of the flat buffers).
-ParamSet param_set(ParamRegistry& params);
+ParamSet param_set(const ParamRegistry& params);
 // The head block sizes Per-Head Muon splits projections into (optim/routing.h).
 HeadSizes head_sizes(const ModelConfig& c);
 

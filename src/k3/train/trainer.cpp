@@ -23,6 +23,7 @@
 #include "k3/train/history.h"
 #include "k3/train/loss_plot.h"
 #include "k3/train/metrics.h"
+#include "k3/train/preflight.h"
 #include "k3/train/progress.h"
 #include "k3/train/resume.h"
 
@@ -40,10 +41,7 @@ double peak_rss_mib() {
 // Quantile Balancing); "muon" keeps the default grouping.
 Optimizer make_optimizer(Model& model, const TrainSection& t) {
   const ParamSet params = param_set(model.params());
-  std::vector<std::string> rules = split_rules(t.optim_rules);
-  if (t.optimizer == "adamw")
-    rules.insert(rules.end(), adamw_only_rules().begin(), adamw_only_rules().end());
-  return Optimizer(params, route_parameters(params.slots, head_sizes(model.config()), rules),
+  return Optimizer(params, optimizer_plan(params.slots, model.config(), t),
                    OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
                                    .beta2 = static_cast<float>(t.beta2),
                                    .eps = static_cast<float>(t.eps),
@@ -71,15 +69,16 @@ std::unique_ptr<Session> check_samples_fit(std::unique_ptr<Session> s) {
 
 class Run {
  public:
-  // A new run (FROM null) or one resumed from a checkpoint. The caller holds the run directory.
+  // A new run (FROM null) or one resumed from a checkpoint, on the data the pre-flight checks
+  // loaded. The caller holds the run directory.
   Run(const RunConfig& config, const ModelConfig& model, const TrainOptions& opt,
-      const StopSignals& stop, ResumePoint* from)
+      const StopSignals& stop, data::TokenDataset dataset, ResumePoint* from)
       : opt_(opt),
         stop_(stop),
         s_(check_samples_fit(open_session(config, model))),
         optimizer_(make_optimizer(*s_->model, config.train)),
         schedule_(config.train.lr_schedule()),
-        dataset_(load_run_dataset(*s_)),
+        dataset_(std::move(dataset)),
         data_fingerprint_(data_fingerprint(dataset_)),
         batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
                  static_cast<uint64_t>(config.model.seed)),
@@ -317,15 +316,21 @@ TrainSummary Run::run() {
 
 TrainSummary train(const RunConfig& config, const TrainOptions& options) {
   StopSignals stop;
-  if (config.train.threads > 0) set_num_threads(static_cast<int>(config.train.threads));
-  std::filesystem::create_directories(config.run.dir);
-  DirLock lock(config.run.dir, "k3lab train");
-  K3_CHECK_CTX(
-      list_checkpoints(config.run.dir).empty(), (ErrorContext{config.run.dir, "", -1}),
-      "the run directory already holds checkpoints: continue it with k3lab train --resume ",
-      config.run.dir, ", or choose another run.dir");
+  const std::string& dir = config.run.dir;
+  // Locked as soon as it exists, so a second trainer is refused before any work.
+  std::unique_ptr<DirLock> lock;
+  if (std::filesystem::is_directory(dir)) lock = std::make_unique<DirLock>(dir, "k3lab train");
+  K3_CHECK_CTX(list_checkpoints(dir).empty(), (ErrorContext{dir, "", -1}),
+               "the run directory already holds checkpoints: continue it with k3lab train "
+               "--resume ", dir, ", or choose another run.dir");
   const ModelConfig model = load_model_config(config.model.config);
-  Run run(config, model, options, stop, nullptr);
+  PreflightResult checked = preflight(config, model);
+  if (checked.threads > 0) set_num_threads(checked.threads);
+  if (!lock) {
+    std::filesystem::create_directories(dir);
+    lock = std::make_unique<DirLock>(dir, "k3lab train");
+  }
+  Run run(config, model, options, stop, std::move(checked.dataset), nullptr);
   return run.run();
 }
 
@@ -347,8 +352,9 @@ TrainSummary resume(const ResumeRequest& request, const TrainOptions& options) {
     done.last_checkpoint = from.found.dir;
     return done;
   }
-  if (from.config.train.threads > 0) set_num_threads(static_cast<int>(from.config.train.threads));
-  Run run(from.config, from.model, options, stop, &from);
+  PreflightResult checked = preflight(from.config, from.model);
+  if (checked.threads > 0) set_num_threads(checked.threads);
+  Run run(from.config, from.model, options, stop, std::move(checked.dataset), &from);
   return run.run();
 }
 

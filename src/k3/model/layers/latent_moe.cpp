@@ -266,19 +266,25 @@ int64_t LatentMoE::active_matmul_params() const {
          3 * shared_width_ * hidden_;
 }
 
-size_t LatentMoE::arena_bytes(int64_t rows) const {
-  const int64_t E = experts_, L = latent_, F = width_, S = shared_width_, d = hidden_,
-                P = rows * k_;
-  // Floats: what forward keeps (its own, the latent norm's, the shared experts'), then the larger
-  // of the forward and backward scratch; index arrays counted as two floats per int64.
-  const int64_t kept = rows * E + 2 * P + 3 * rows * L + 2 * P * F + P * L + rows + 3 * rows * S;
-  const int64_t plan = 2 * (E + 1 + 2 * P);
-  const int64_t fwd = std::max(P + rows + plan + P * L + P * F, rows * d);
-  const int64_t bwd =
-      3 * rows * S + 2 * rows * L + plan + 3 * P * L + P + 4 * P * F + rows * L + rows * E;
+LatentMoE::ArenaUse LatentMoE::arena_use(const ModelConfig& c, int64_t rows) {
+  const double E = static_cast<double>(c.num_experts),
+               L = static_cast<double>(c.routed_expert_hidden_size),
+               F = static_cast<double>(c.moe_intermediate_size),
+               d = static_cast<double>(c.hidden_size),
+               S = static_cast<double>(c.num_shared_experts) * F, n = static_cast<double>(rows),
+               P = n * static_cast<double>(c.num_experts_per_token);
+  // What forward keeps (its own, the latent norm's, the shared experts'), then the larger of the
+  // forward and backward scratch.
+  const double kept = n * E + 2 * P + 3 * n * L + 2 * P * F + P * L + n + 3 * n * S;
+  const double plan = 2 * (E + 1 + 2 * P);
+  const double fwd = std::max(P + n + plan + P * L + P * F, n * d);
+  const double bwd = 3 * n * S + 2 * n * L + plan + 3 * P * L + P + 4 * P * F + n * L + n * E;
+  return {kept, std::max(fwd, bwd)};
+}
+
+size_t LatentMoE::ArenaUse::bytes() const {
   const size_t allocations = 48;  // each rounds up to 64 bytes
-  return static_cast<size_t>(kept + std::max(fwd, bwd)) * sizeof(float) +
-         allocations * Arena::kAlign;
+  return static_cast<size_t>(kept + scratch) * sizeof(float) + allocations * Arena::kAlign;
 }
 
 }  // namespace k3

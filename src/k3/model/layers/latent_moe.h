@@ -56,8 +56,14 @@ class LatentMoE final : public FeedForward {
   int router_bias() const { return bias_; }
   // Matmul parameters one token uses in forward (router, latent projections, k experts, shared).
   int64_t active_matmul_params() const;
-  // Step arena one forward + backward of `rows` tokens takes, at most.
-  size_t arena_bytes(int64_t rows) const;
+  // Step arena use of one forward + backward over `rows` tokens, in floats (index arrays count two
+  // floats per int64): what forward keeps for backward and, on top, the larger of the forward and
+  // the backward scratch. bytes() is the most it takes, allocation rounding included.
+  struct ArenaUse {
+    double kept = 0, scratch = 0;
+    size_t bytes() const;
+  };
+  static ArenaUse arena_use(const ModelConfig& c, int64_t rows);
 
  private:
   struct Expert {

@@ -1,0 +1,220 @@
+#include "k3/train/preflight.h"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+
+#include "k3/base/error.h"
+#include "k3/base/threads.h"
+#include "k3/data/batcher.h"
+#include "k3/train/format.h"
+#include "k3/train/session.h"
+
+namespace k3::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kUnlimited = std::numeric_limits<double>::infinity();
+
+// Muon keeps, beside each matrix's momentum, the Nesterov inputs of a chunk of equally shaped
+// blocks and its orthogonalized result (pack and out: count·r·c floats each, count as many blocks
+// as fit 256 MiB, at least one) and Newton-Schulz's scratch (4·count·m², m = min(r, c)). Each
+// buffer grows to the largest chunk of any shape and stays: optim/muon.cpp, newton_schulz.cpp.
+double muon_workspace_bytes(const std::vector<Assignment>& plan) {
+  constexpr double kChunkBytes = 256.0 * 1024 * 1024;
+  std::map<std::pair<int64_t, int64_t>, double> blocks;  // (rows, cols) -> blocks of that shape
+  for (const Assignment& a : plan)
+    if (a.optimizer == OptimizerKind::muon)
+      blocks[{a.block_shape[0], a.block_shape[1]}] += static_cast<double>(a.blocks());
+  double pack = 0, scratch = 0;
+  for (auto& [shape, count] : blocks) {
+    const double r = static_cast<double>(shape.first), c = static_cast<double>(shape.second);
+    const double chunk =
+        std::min(count, std::max(1.0, std::floor(kChunkBytes / (2 * r * c * sizeof(float)))));
+    pack = std::max(pack, chunk * r * c);
+    scratch = std::max(scratch, 4 * chunk * std::min(r, c) * std::min(r, c));
+  }
+  return (2 * pack + scratch) * sizeof(float);
+}
+
+// Tokens the dataset will hold, known before it loads: the built-in corpus's size (whole
+// documents run a little past it), else one token per byte of text (the byte tokenizer) and an
+// end-of-document token per file and split.
+int64_t expected_tokens(const DataSection& d) {
+  if (d.source == "builtin") return d.builtin_tokens;
+  std::error_code ec;
+  int64_t tokens = 2;
+  auto add = [&](const fs::path& p) {
+    const auto size = fs::file_size(p, ec);
+    if (!ec) tokens += static_cast<int64_t>(size) + 1;
+  };
+  if (fs::is_directory(d.source, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(d.source, ec))
+      if (e.is_regular_file(ec) && e.path().extension() == ".txt") add(e.path());
+  } else {
+    add(d.source);
+  }
+  return tokens;
+}
+
+// "MemAvailable:  123456 kB" from /proc/meminfo, in bytes.
+double available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key, unit;
+  double kib = 0;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return kUnlimited;
+}
+
+// What the cgroup (v2) limit leaves: memory.max less memory.current; unlimited when not set.
+double cgroup_room() {
+  std::ifstream max_in("/sys/fs/cgroup/memory.max"), current_in("/sys/fs/cgroup/memory.current");
+  std::string max_text;
+  double current = 0;
+  if (!(max_in >> max_text) || max_text == "max") return kUnlimited;
+  current_in >> current;
+  return std::max(0.0, std::stod(max_text) - current);
+}
+
+void check_memory(const RunMemory& m, const MemoryLimit& limit, const RunConfig& c) {
+  const double acts = m.model.activation_bytes;
+  K3_CHECK_CTX(acts <= static_cast<double>(kStepArenaReserve),
+               (ErrorContext{"", "train.batch_size", -1}), "one micro-batch of train.batch_size ",
+               c.train.batch_size, " x data.seq_len ", c.data.seq_len, " needs an estimated ",
+               format_bytes(acts), " of activations, more than the step arena's ",
+               format_bytes(static_cast<double>(kStepArenaReserve)),
+               ": lower train.batch_size (raise train.grad_accum)");
+  const bool set_limit = limit.source.rfind("run.memory_limit_gib", 0) == 0;
+  K3_CHECK_CTX(
+      m.total() <= limit.bytes, (ErrorContext{"", set_limit ? "run.memory_limit_gib" : "", -1}),
+      "the run needs an estimated ", format_bytes(m.total()), " (parameters ",
+      format_bytes(m.model.parameter_bytes), ", gradients ", format_bytes(m.model.gradient_bytes),
+      ", optimizer ", format_bytes(m.optimizer_state + m.optimizer_workspace), ", activations ",
+      format_bytes(acts), " for train.batch_size ", c.train.batch_size, " x data.seq_len ",
+      c.data.seq_len, ", data ", format_bytes(m.data), "), more than the ",
+      format_bytes(limit.bytes), " of ", limit.source, ": use a smaller model, batch or sequence");
+}
+
+// The batcher serves windows of seq_len + 1 tokens; one batch takes batch_size of them.
+void check_splits(const data::TokenDataset& ds, const RunConfig& c) {
+  const int64_t T = c.data.seq_len, B = c.train.batch_size, window = T + 1;
+  const int64_t train_tokens = static_cast<int64_t>(ds.train.size());
+  const int64_t windows =
+      train_tokens >= window ? data::Batcher(ds.train, B, T, 0).windows_per_epoch() : 0;
+  K3_CHECK_CTX(windows >= B, (ErrorContext{"", "train.batch_size", -1}), "the training split of ",
+               train_tokens, " tokens holds ", windows, " windows of data.seq_len + 1 = ", window,
+               " tokens, fewer than one batch of train.batch_size = ", B,
+               ": use more data or a smaller train.batch_size or data.seq_len");
+  if (c.eval.every == 0) return;
+  const int64_t val_tokens = static_cast<int64_t>(ds.validation.size());
+  K3_CHECK_CTX(
+      val_tokens >= window, (ErrorContext{"", "data.val_fraction", -1}), "the validation split of ",
+      val_tokens, " tokens (data.val_fraction = ", c.data.val_fraction,
+      ") cannot hold one evaluation window of data.seq_len + 1 = ", window,
+      " tokens (train.batch_size = ", B,
+      " windows per batch): raise data.val_fraction, lower data.seq_len, or set eval.every = 0");
+}
+
+}  // namespace
+
+double RunMemory::total() const {
+  return model.parameter_bytes + model.gradient_bytes + model.activation_bytes +
+         model.balancing_bytes + optimizer_state + optimizer_workspace + data;
+}
+
+std::vector<Assignment> optimizer_plan(const std::vector<ParamSlot>& slots,
+                                       const ModelConfig& model, const TrainSection& train) {
+  std::vector<std::string> rules = split_rules(train.optim_rules);
+  if (train.optimizer == "adamw")
+    rules.insert(rules.end(), adamw_only_rules().begin(), adamw_only_rules().end());
+  return route_parameters(slots, head_sizes(model), rules);
+}
+
+RunMemory estimate_run_memory(const Model& model, const RunConfig& config, int64_t data_tokens) {
+  RunMemory m;
+  m.model = model_memory(model, config.train.batch_size, config.data.seq_len);
+  const std::vector<Assignment> plan =
+      optimizer_plan(param_set(model.params()).slots, model.config(), config.train);
+  for (const Assignment& a : plan) {
+    const int64_t n = shape_numel(a.shape);
+    (a.optimizer == OptimizerKind::adamw  ? m.adamw_values
+     : a.optimizer == OptimizerKind::muon ? m.muon_values
+                                          : m.frozen_values) += n;
+  }
+  m.optimizer_state =
+      (2 * static_cast<double>(m.adamw_values) + static_cast<double>(m.muon_values)) *
+      sizeof(float);
+  m.optimizer_workspace = muon_workspace_bytes(plan);
+  m.data = static_cast<double>(data_tokens) * sizeof(int32_t);
+  return m;
+}
+
+MemoryLimit memory_limit(double limit_gib) {
+  MemoryLimit limit{available_memory(), "MemAvailable"};
+  if (const double room = cgroup_room(); room < limit.bytes) limit = {room, "cgroup memory.max"};
+  if (limit_gib > 0 && limit_gib * kGiB < limit.bytes)
+    limit = {limit_gib * kGiB, strprintf("run.memory_limit_gib = %g", limit_gib)};
+  return limit;
+}
+
+std::string describe(const RunMemory& m, int64_t batch_size, int64_t seq_len) {
+  auto line = [](const char* part, double bytes, const std::string& detail) {
+    return strprintf("  %-20s %12s  %s\n", part, format_bytes(bytes).c_str(), detail.c_str());
+  };
+  return line("parameters", m.model.parameter_bytes,
+              strprintf("%lld values, fp32", static_cast<long long>(m.model.parameters))) +
+         line("gradients", m.model.gradient_bytes, "fp32, the parameters' layout") +
+         line("optimizer state", m.optimizer_state,
+              strprintf("AdamW m + v for %lld values, Muon momentum for %lld (%lld frozen)",
+                        static_cast<long long>(m.adamw_values),
+                        static_cast<long long>(m.muon_values),
+                        static_cast<long long>(m.frozen_values))) +
+         line("optimizer scratch", m.optimizer_workspace,
+              "Muon's packed blocks and Newton-Schulz work") +
+         line("activations", m.model.activation_bytes,
+              strprintf("one micro-batch of batch_size %lld x seq_len %lld, at most",
+                        static_cast<long long>(batch_size), static_cast<long long>(seq_len))) +
+         line("expert balancing", m.model.balancing_bytes,
+              "Quantile Balancing histograms of the MoE layers") +
+         line("data", m.data, "token streams, int32") + line("total", m.total(), "");
+}
+
+PreflightResult preflight(const RunConfig& config, const ModelConfig& model) {
+  PreflightResult r;
+  if (config.train.threads > 0)
+    r.threads = user_thread_count(config.train.threads, "train.threads");
+  const std::unique_ptr<data::Tokenizer> tokenizer = run_tokenizer();
+  check_model_for_run(model, config, *tokenizer);
+  const Model described(model, /*allocate=*/false);
+  r.memory = estimate_run_memory(described, config, expected_tokens(config.data));
+  r.limit = memory_limit(config.run.memory_limit_gib);
+  check_memory(r.memory, r.limit, config);
+  r.dataset = load_run_dataset(config, *tokenizer);
+  check_splits(r.dataset, config);
+  r.memory.data =
+      static_cast<double>(r.dataset.train.size() + r.dataset.validation.size()) * sizeof(int32_t);
+  return r;
+}
+
+std::string dry_run(const RunConfig& config) {
+  const PreflightResult r = preflight(config, load_model_config(config.model.config));
+  const auto& d = r.dataset;
+  std::string out = "dry run: every check passed; nothing trained, nothing written\n";
+  out += strprintf("model:  %s\n", config.model.config.c_str());
+  out += strprintf("data:   %s: %zu training tokens, %zu validation tokens\n", d.source.c_str(),
+                   d.train.size(), d.validation.size());
+  out += strprintf("run:    %s (not created)\n", config.run.dir.c_str());
+  out += "\nmemory estimate (fp32 training):\n" +
+         describe(r.memory, config.train.batch_size, config.data.seq_len);
+  out += strprintf("  %-20s %12s  %s\n", "available", format_bytes(r.limit.bytes).c_str(),
+                   r.limit.source.c_str());
+  return out;
+}
+
+}  // namespace k3::train
