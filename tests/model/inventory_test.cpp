@@ -93,7 +93,7 @@ TEST(Inventory, ReleasedConfigMatchesTheCheckpointTensorList) {
   for (auto& [name, e] : want)
     if (++mismatches < 20) ADD_FAILURE() << "missing from k3lab: " << name;
   EXPECT_EQ(mismatches, 0u);
-  // 2.78T parameters in total (spec §1).
+  // 2.78T parameters in total (math §1).
   EXPECT_NEAR(static_cast<double>(parameter_counts(model).back().total), 2.78e12, 0.01e12);
 }
 
