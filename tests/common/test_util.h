@@ -24,6 +24,13 @@ namespace k3::testing {
 inline std::string source_dir() { return K3LAB_SOURCE_DIR; }
 inline std::string shared_dir() { return source_dir() + "/../shared"; }
 
+// Skips the calling test, in one line naming the file and what it is, when the shared folder does
+// not hold RELATIVE (a checkout without ../shared); where it is present the test runs.
+#define K3_SKIP_WITHOUT_SHARED(relative, what)                                   \
+  if (std::filesystem::exists(::k3::testing::shared_dir() + "/" + (relative))) { \
+  } else                                                                         \
+    GTEST_SKIP() << "needs ../shared/" << (relative) << " (" << (what) << "), absent here"
+
 template <typename T = float>
 std::vector<T> random_vec(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
   std::mt19937_64 rng(seed);

@@ -35,7 +35,7 @@ std::string str(const DeltaRuleShape& s) {
 double sigmoid(double x) { return 1 / (1 + std::exp(-x)); }
 double softplus(double x) { return x > 20 ? x : std::log1p(std::exp(x)); }
 
-// Bounded: g = −5·sigmoid(·) as the spec's step 4 makes it (−0.65 per token on average: a chunk's
+// Bounded: g = −5·sigmoid(·) as math §3 step 4 makes it (−0.65 per token on average: a chunk's
 // entry state reaches its last token attenuated to ~1e-18). Unbounded: a quarter of the tokens
 // take the Kimi-Linear form −exp(A)·softplus(·) with decays down to a few hundred per token.
 // Slow: log-uniform in [−0.1, −0.01] per token, what a freshly initialized layer produces; a

@@ -30,7 +30,7 @@ ModelConfig small_config() {
   return c;
 }
 
-// The spec §5 math in double, one token at a time, with the weights read from a registry.
+// The math §5 math in double, one token at a time, with the weights read from a registry.
 struct NaiveMoE {
   int64_t d, E, k, F, L, S;
   double scale, eps, b1, b2;

@@ -56,7 +56,7 @@ struct Harness {
   int index(const std::string& name) const { return reg.find(kPrefix + "." + name + ".weight"); }
 };
 
-// ---- The spec's math in double precision, one token and one head at a time. ----
+// ---- The math §4 layer in double precision, one token and one head at a time. ----
 
 using Weights = std::map<std::string, std::vector<double>>;
 

@@ -57,7 +57,7 @@ TEST(QuantileBalancing, ObserveCountsEveryExpertOfEveryToken) {
   EXPECT_EQ(std::vector<int64_t>(load.begin(), load.end()), (std::vector<int64_t>{1, 0, 0}));
 }
 
-// Hand-made histograms, the §6 update worked out on paper.
+// Hand-made histograms, the math §6 update worked out on paper.
 TEST(QuantileBalancing, UpdateFormula) {
   QB qb(2, 1);
   auto c = qb.counts();

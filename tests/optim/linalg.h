@@ -82,7 +82,7 @@ inline Svd jacobi_svd(const Mat& x) {
 
 constexpr double kA = 3.4445, kB = -4.7750, kC = 2.0315;
 
-// Newton–Schulz as spec §7 writes it: X = V / (‖V‖_F + 1e-7), then X ← aX + (bA + cA²)X.
+// Newton–Schulz as math §7 writes it: X = V / (‖V‖_F + 1e-7), then X ← aX + (bA + cA²)X.
 inline Mat newton_schulz_reference(Mat x, int steps = 5) {
   double norm = 0;
   for (double e : x.v) norm += e * e;

@@ -38,7 +38,7 @@ std::vector<float> to_vec(const Tensor& t) {
 constexpr MuonConfig kConfig{0.95f, 0.1f, 5};
 constexpr float kLr = 0.02f, kGradScale = 0.5f;
 
-// One Muon step on one matrix in double, exactly as spec §7 writes it.
+// One Muon step on one matrix in double, exactly as math §7 writes it.
 void reference_step(Mat& w, Mat& momentum, const Mat& grad) {
   const int64_t r = w.rows, c = w.cols;
   Mat v(r, c);

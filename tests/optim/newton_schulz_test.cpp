@@ -54,7 +54,7 @@ double max_abs_diff(const Mat& a, const Mat& b) {
 }
 
 // k3lab evaluates the iteration step by step or through the Gram matrix (newton_schulz.h); in
-// exact arithmetic both are the spec's form. Shapes cover both paths, one tile and several
+// exact arithmetic both are math §7's form. Shapes cover both paths, one tile and several
 // (m > 512: tiled symmetric products), and ill-conditioned inputs (singular values down to
 // 1e-6). Entries are O(1/sqrt(n)); measured fp32 differences stay below 3e-6 (the step-by-step
 // form in fp32 itself: below 3e-6 too).

@@ -53,6 +53,7 @@ const Assignment& find(const std::vector<Assignment>& plan, const std::string& n
 }
 
 TEST(Routing, EveryK3TensorIsAssigned) {
+  K3_SKIP_WITHOUT_SHARED("reference/kimi-k3/weights.tsv", "the released K3 tensor list");
   const std::vector<ParamSlot> inventory = k3_inventory();
   ASSERT_GT(inventory.size(), 100u);
   const std::vector<Assignment> plan = route_parameters(inventory, kK3Sizes);

@@ -1,5 +1,5 @@
-"""The K3 model in PyTorch, with k3lab's (K3's) parameter names, written from the spec
-(shared/reference/k3-spec.md §2-§5) for cross-checks in float64. Plain and slow: KDA runs its
+"""The K3 model in PyTorch, with k3lab's (K3's) parameter names, written from docs/math.md
+(§2-§5) for cross-checks in float64. Plain and slow: KDA runs its
 recurrent form token by token, the MoE loops over experts.
 
 embedding -> N x [AttnRes mix -> RMSNorm -> KDA or gated MLA -> AttnRes mix -> RMSNorm -> dense
@@ -56,7 +56,7 @@ class Weight(nn.Module):
 
 
 def attn_res(rows, proj, norm, eps):
-    """Agg of spec §2: softmax over rows of rho_i <Z_i, norm ⊙ proj>, mixing the raw rows."""
+    """Agg of math §2: softmax over rows of rho_i <Z_i, norm ⊙ proj>, mixing the raw rows."""
     Z = torch.stack(rows)                                        # [m, ..., d]
     w = norm.weight * proj.weight.reshape(-1)
     rho = torch.rsqrt(Z.pow(2).mean(-1) + eps)                   # [m, ...]

@@ -11,7 +11,7 @@
 
 namespace k3::apps {
 
-// Every tensor's optimizer (spec §7 grouping): a tensor no rule covers is an error.
+// Every tensor's optimizer (math §7 grouping): a tensor no rule covers is an error.
 static void print_routing(const Model& m) {
   std::vector<ParamSlot> slots;
   for (const TensorEntry& t : tensor_inventory(m)) slots.push_back({t.name, t.shape, 0});

@@ -1,4 +1,4 @@
-// AdamW over a flat buffer (K3 spec §7): θ ← θ − lr (m̂ / (√v̂ + eps) + wd θ).
+// AdamW over a flat buffer (math §7): θ ← θ − lr (m̂ / (√v̂ + eps) + wd θ).
 #pragma once
 
 #include <cstdint>

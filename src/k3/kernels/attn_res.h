@@ -1,4 +1,4 @@
-// Attention Residuals aggregation (K3 spec §2): each token mixes its rows
+// Attention Residuals aggregation (math §2): each token mixes its rows
 // Z = [bank_0, ..., bank_{n-2}, P] with softmax weights from RMS-normalized scores against one
 // learned d-vector w = norm_weight ⊙ proj_weight:
 //   ρ_i = 1/sqrt(mean_c Z_i[c]² + eps),  ℓ_i = ρ_i ⟨Z_i, w⟩,  α = softmax(ℓ),  out = Σ_i α_i Z_i

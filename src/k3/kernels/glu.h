@@ -1,6 +1,6 @@
 // Gated linear units, elementwise over n values: h = act(g) * up(u).
 //   SiLU-GLU: h = silu(g) * u
-//   SiTU-GLU: h = [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)]  (K3 spec §5, b1 = 4, b2 = 25)
+//   SiTU-GLU: h = [b1 tanh(g/b1) sigmoid(g)] * [b2 tanh(u/b2)]  (math §5, b1 = 4, b2 = 25)
 #pragma once
 
 #include <cstdint>

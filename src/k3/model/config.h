@@ -28,11 +28,11 @@ struct ModelConfig {
   int32_t bos_token_id = -1, eos_token_id = -1, pad_token_id = -1;
   int32_t ignore_index = -100;
 
-  // Gated MLA (spec §4); q_lora_rank == 0 means the plain gated multi-head attention.
+  // Gated MLA (math §4); q_lora_rank == 0 means the plain gated multi-head attention.
   int64_t q_lora_rank = 0, kv_lora_rank = 0;
   int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
 
-  // Stable LatentMoE (spec §5); num_experts == 0 means a dense MLP in every layer.
+  // Stable LatentMoE (math §5); num_experts == 0 means a dense MLP in every layer.
   int64_t num_experts = 0, num_experts_per_token = 0;
   int64_t moe_intermediate_size = 0;      // F: each expert's width
   int64_t routed_expert_hidden_size = 0;  // L: the latent space
@@ -40,10 +40,10 @@ struct ModelConfig {
   int64_t first_k_dense_replace = 0;      // layers before this one use the dense MLP
   double routed_scaling_factor = 1.0;
 
-  // Attention Residuals (spec §2); 0 means ordinary residual connections.
+  // Attention Residuals (math §2); 0 means ordinary residual connections.
   int64_t attn_res_block_size = 0;
 
-  // KDA (spec §3), read from the nested "linear_attn_config"; kda_num_heads == 0 means no KDA.
+  // KDA (math §3), read from the nested "linear_attn_config"; kda_num_heads == 0 means no KDA.
   int64_t kda_num_heads = 0, kda_head_dim = 0, kda_short_conv_kernel_size = 4;
   double kda_gate_lower_bound = -5.0;
   bool kda_unbounded_gate = false;  // Kimi-Linear's −exp(A_log)·softplus(f + dt_bias) instead

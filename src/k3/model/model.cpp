@@ -59,7 +59,7 @@ float* Model::embed(const Step& s, const int32_t* tokens, int64_t n) {
 }
 
 // P is the running state: the residual stream, or with Attention Residuals the partial sum of
-// the current block, whose snapshots at block starts form the bank (spec §2).
+// the current block, whose snapshots at block starts form the bank (math §2).
 float* Model::run_stack(const Step& s, float* P, int64_t B, int64_t T, ModelCache* cache) {
   const int64_t n = B * T, d = config_.hidden_size;
   std::vector<const float*> bank;

@@ -1,7 +1,7 @@
 // The decoder, with K3's tensor names: embedding → N layers → final RMSNorm → untied LM head.
 // Layer l is [RMSNorm → sequence mixer (gated attention, gated MLA or KDA) → RMSNorm →
 // feed-forward (dense GLU MLP or Stable LatentMoE)], joined either by ordinary residual
-// connections or, when attn_res_block_size > 0, by Attention Residuals (spec §2). The loss comes
+// connections or, when attn_res_block_size > 0, by Attention Residuals (math §2). The loss comes
 // from the fused LM-head + cross-entropy, so the [tokens, vocab] logits never exist in training.
 #pragma once
 

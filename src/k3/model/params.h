@@ -1,4 +1,4 @@
-// The parameter registry (DESIGN.md contract 1): every parameter has its K3 checkpoint name, its
+// The parameter registry (docs/design.md): every parameter has its K3 checkpoint name, its
 // global shape, a shard spec, and lives in one flat buffer (values; gradients in a second flat
 // buffer of the same layout), so a collective or ZeRO moves byte ranges of one buffer.
 // Initialization draws from Philox keyed by (seed, name, global element index).

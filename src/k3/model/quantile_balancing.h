@@ -1,4 +1,4 @@
-// Quantile Balancing (spec §6): the router bias b of a MoE layer, steered without an auxiliary
+// Quantile Balancing (math §6): the router bias b of a MoE layer, steered without an auxiliary
 // loss. Every training forward adds, per token i and expert j, r_ij = α_i − s_ij (the bias j would
 // need to tie the token's cutoff α_i, the (k+1)-th largest s_i + b) to a histogram C [E × 1000]
 // over [lo, hi]. Once per global batch, b_j becomes the (m·k/E)-th smallest r_·j, read off C with
@@ -13,7 +13,7 @@
 
 namespace k3 {
 
-// The biased top-k selection of one token (spec §5 step 2): writes the k experts with the largest
+// The biased top-k selection of one token (math §5 step 2): writes the k experts with the largest
 // s + b to ids[0, k), best first, ties to the lower index, and uses ids[k] as scratch (ids has
 // room for k + 1). Returns α, the (k+1)-th largest s + b. Requires experts > k.
 float select_top_k(const float* s, const float* b, int64_t experts, int64_t k, int32_t* ids);
@@ -55,7 +55,7 @@ class QuantileBalancer {
   int64_t tokens() const { return counts_.back(); }
 
   // Once per global batch, after the optimizer step: reduce(counts()) (the hook for data- and
-  // context-parallel ranks; none means one rank), then the §6 update of bias [E] and of the
+  // context-parallel ranks; none means one rank), then the math §6 update of bias [E] and of the
   // range, and the counts restart at zero. With m = 0 the bias and range are kept. Returns (and
   // keeps) the batch's load statistics.
   const ExpertLoadStats& update(float* bias, const CountReducer& reduce = nullptr);

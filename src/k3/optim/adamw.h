@@ -1,4 +1,4 @@
-// AdamW (K3 spec §7) over the parameters of a ParamSet, decoupled weight decay chosen per
+// AdamW (math §7) over the parameters of a ParamSet, decoupled weight decay chosen per
 // parameter. State m and v are packed per parameter, one after another.
 #pragma once
 

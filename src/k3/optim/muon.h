@@ -1,4 +1,4 @@
-// Muon (K3 spec §7) over matrix parameters, each split into blocks of rows that are
+// Muon (math §7) over matrix parameters, each split into blocks of rows that are
 // orthogonalized on their own: the whole matrix, one attention head's rows (Per-Head Muon), or
 // one expert's matrix of a stacked [E, m, n] tensor. For each parameter W with gradient G:
 //   M ← μM + G;  V = G + μM (Nesterov);  per block B of shape [r, c]:

@@ -1,4 +1,4 @@
-// Newton–Schulz orthogonalization, the core of Muon (K3 spec §7): X = V / (‖V‖_F + 1e-7), then
+// Newton–Schulz orthogonalization, the core of Muon (math §7): X = V / (‖V‖_F + 1e-7), then
 // five steps of X ← aX + (bA + cA²)X with A = XXᵀ and (a, b, c) = (3.4445, −4.7750, 2.0315).
 // Each step maps every singular value σ of X to σ·p(σ²), p(λ) = a + bλ + cλ², and keeps the
 // singular vectors, so X approaches the polar factor U Vᵀ of V — not exactly: the quintic trades

@@ -1,6 +1,6 @@
 // The optimizer a training run uses: every parameter updated as its Assignment says (routing.h) —
 // AdamW, Muon (whole, per head or per expert) or not at all (frozen) — with one learning rate and
-// one weight decay λ for both, as spec §7 intends (Muon's 0.2·√max(m, n) scale matches AdamW's
+// one weight decay λ for both, as math §7 intends (Muon's 0.2·√max(m, n) scale matches AdamW's
 // update RMS).
 #pragma once
 

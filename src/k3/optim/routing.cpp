@@ -153,7 +153,7 @@ Assignment assign(const ParamSlot& p, const Rule& r, const HeadSizes& sizes,
 
 // Tensors no optimizer touches.
 const std::vector<std::string> kFrozenRules = {
-    // Set by Quantile Balancing (spec §6), never by a gradient.
+    // Set by Quantile Balancing (math §6), never by a gradient.
     "*.block_sparse_moe.gate.e_score_correction_bias=frozen",
     // MXFP4 block scales of an exported checkpoint follow from the weights.
     "*.weight_scale=frozen",

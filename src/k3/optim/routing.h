@@ -1,4 +1,4 @@
-// Parameter groups: which optimizer updates each tensor, chosen by its K3 name (spec §7).
+// Parameter groups: which optimizer updates each tensor, chosen by its K3 name (math §7).
 //
 // A rule is "pattern=spec". The pattern is matched against the whole name; '*' stands for any
 // run of characters (dots included). The spec is one of
@@ -53,7 +53,7 @@ struct Assignment {
   std::string describe() const;  // "muon per-head 96 x [128, 7168], decay", for inspection
 };
 
-// The K3 grouping of spec §7, in the order it is tried.
+// The K3 grouping of math §7, in the order it is tried.
 const std::vector<std::string>& default_routing_rules();
 // Every trainable tensor under AdamW; what the defaults freeze stays frozen.
 const std::vector<std::string>& adamw_only_rules();

@@ -1,4 +1,4 @@
-// Learning-rate schedules (K3 spec §8): linear warmup, then constant, cosine to a floor, or WSD
+// Learning-rate schedules (math §8): linear warmup, then constant, cosine to a floor, or WSD
 // (warmup-stable-decay: hold the peak, decay over the last fraction of the run).
 //
 // Step s (0-based) uses the rate at the end of the step, t = s + 1 in [1, total]:

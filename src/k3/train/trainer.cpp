@@ -36,7 +36,7 @@ double peak_rss_mib() {
   return static_cast<double>(ru.ru_maxrss) / 1024.0;
 }
 
-// K3's parameter groups (spec §7): Muon for matrices, AdamW for the rest, one lr and λ.
+// K3's parameter groups (math §7): Muon for matrices, AdamW for the rest, one lr and λ.
 // train.optimizer = "adamw" puts every trainable tensor under AdamW (the router bias stays with
 // Quantile Balancing); "muon" keeps the default grouping.
 Optimizer make_optimizer(Model& model, const TrainSection& t) {

@@ -1,4 +1,4 @@
-// One generated token through a KDA layer's middle part (K3 spec §3 "Decode"), fused per head:
+// One generated token through a KDA layer's middle part (math §3 "Decode"), fused per head:
 // short-conv window update + SiLU for q, k, v, L2 norms, the decay gate, β, the delta-rule state
 // update and the gated output norm, in one pass over the head's D channels and D×D state.
 // The projections before (q, k, v, f_a/f_b, b, g) and after (o_proj) are matrix products the

@@ -1,4 +1,4 @@
-// The gated delta rule at the heart of Kimi Delta Attention (K3 spec §3, step 6), per head:
+// The gated delta rule at the heart of Kimi Delta Attention (math §3, step 6), per head:
 //   S ← Diag(exp(g_t)) S;  u = v_t − Sᵀ k_t;  S ← S + β_t k_t uᵀ;  o_t = Sᵀ q_t
 // with a state S ∈ R^{K×V} per (sequence, head). Two implementations with one contract:
 //   recurrent: token by token (the reference; templated so tests run it in double),
@@ -64,7 +64,7 @@ void recurrent_backward(const DeltaRuleShape& s, const DeltaRuleInputs<T>& in, c
 // pair matrices. chunk_saved and final_state may be null (forward only). The backward reads the
 // records instead of in.initial_state.
 //
-// Decays: any finite g ≤ 0 is exact. The bounded form (g ≥ −5, spec step 4) always takes the dense
+// Decays: any finite g ≤ 0 is exact. The bounded form (g ≥ −5, math §3) always takes the dense
 // tile path; a 16-token sub-chunk whose decay is steeper takes an exact per-pair path.
 constexpr int64_t kChunk = 64;
 int64_t chunk_saved_floats(const DeltaRuleShape& s);

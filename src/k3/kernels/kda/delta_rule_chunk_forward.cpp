@@ -1,4 +1,4 @@
-// Chunked forward (spec §3, "Chunkwise form"), per chunk with entry state S:
+// Chunked forward (math §3, "Chunkwise form"), per chunk with entry state S:
 //   Ṽ = (I + Diag(β) Pkk)⁻¹ Diag(β) (V − (Γ⊙K) S)     (= U − W S of the WY form)
 //   O = (Γ⊙Q) S + Aqk Ṽ
 //   S ← Diag(Γ_L) S + (e^{G_L − G} ⊙ K)ᵀ Ṽ

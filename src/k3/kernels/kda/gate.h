@@ -1,4 +1,4 @@
-// The KDA decay gate (K3 spec §3, step 4): per-channel log-decay g ≤ 0 from the low-rank gate
+// The KDA decay gate (math §3, step 4): per-channel log-decay g ≤ 0 from the low-rank gate
 // projection f, per head h and channel c of the head:
 //   bounded:   g = lb · sigmoid(exp(A_log[h]) · (f + dt_bias))        ∈ (lb, 0)
 //   unbounded: g = −exp(A_log[h]) · softplus(f + dt_bias)              (the Kimi-Linear form)

@@ -1,4 +1,4 @@
-// Per-head L2 normalization of KDA's queries and keys (K3 spec §3, step 5), over rows of dim
+// Per-head L2 normalization of KDA's queries and keys (math §3, step 5), over rows of dim
 // channels: y = scale · x / sqrt(Σx² + 1e-6) (scale D^{−1/2} for q, 1 for k).
 #pragma once
 

@@ -1,4 +1,4 @@
-// KDA's gated output norm (K3 spec §3, step 7), per head over rows of dim channels:
+// KDA's gated output norm (math §3, step 7), per head over rows of dim channels:
 //   y = o / sqrt(mean(o²) + eps) ⊙ w ⊙ sigmoid(gate)
 // with one weight w [dim] shared by all heads. o, gate, y: [rows, dim].
 #pragma once

@@ -1,4 +1,4 @@
-// Causal depthwise short convolution followed by SiLU (K3 spec §3, step 1), per channel c:
+// Causal depthwise short convolution followed by SiLU (math §3, step 1), per channel c:
 //   y[t, c] = silu(Σ_{j<K} w[c, j] · x[t − (K−1) + j, c])
 // where inputs before a sequence's first token come from its carry-in window (zeros when none).
 // The window of a sequence holds its last K−1 inputs, oldest first, so a sequence can be continued

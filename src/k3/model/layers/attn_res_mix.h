@@ -1,4 +1,4 @@
-// One Attention Residuals mixing point (K3 spec §2): a learned pseudo-query proj [1, d] (zero at
+// One Attention Residuals mixing point (math §2): a learned pseudo-query proj [1, d] (zero at
 // init: a uniform mix) and a score norm weight [d], mixing a token's bank rows and its partial sum.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Kimi Delta Attention (K3 spec §3), the linear-attention mixer of K3, with K3's tensor names
+// Kimi Delta Attention (math §3), the linear-attention mixer of K3, with K3's tensor names
 // under prefix = model.layers.N.self_attn (P = H·D):
 //   q_proj, k_proj, v_proj [P, d]; q_conv1d, k_conv1d, v_conv1d [P, 1, K_c]; f_a_proj [D, d];
 //   f_b_proj [P, D]; b_proj [H, d]; A_log [H]; dt_bias [P]; o_norm [D]; g_proj [P, d]; o_proj [d,

@@ -17,7 +17,7 @@ constexpr int64_t kParallelMin = 1 << 15;
 // Below this many FLOPs per GEMM, oneDNN's own threads cost more than they save (as in
 // gemm_batched): such experts run side by side, one per thread.
 constexpr double kSmallGemmFlops = 64e6;
-constexpr float kWeightEps = 1e-20f;  // spec §5: p_e = s_e / (Σ s + 1e-20)
+constexpr float kWeightEps = 1e-20f;  // math §5: p_e = s_e / (Σ s + 1e-20)
 
 // The permutation of the (token, slot) pairs by expert, its arrays in the arena.
 kernels::MoePermutePlan make_plan(Arena& arena, const int32_t* ids, int64_t tokens, int64_t k,

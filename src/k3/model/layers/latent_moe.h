@@ -1,4 +1,4 @@
-// Stable LatentMoE (spec §5), the feed-forward block of every K3 layer after the first:
+// Stable LatentMoE (math §5), the feed-forward block of every K3 layer after the first:
 //   s = sigmoid(W_r x) in fp32; the k experts with the largest s + b are chosen (b, the router
 //   bias, only selects: Quantile Balancing sets it, no gradient reaches it);
 //   p_e = s_e / (Σ_chosen s + 1e-20) · routed_scaling_factor;

@@ -1,4 +1,4 @@
-// Gated multi-head latent attention, no positional encoding (spec §4): the full-attention layer of
+// Gated multi-head latent attention, no positional encoding (math §4): the full-attention layer of
 // K3. Queries and keys/values come through low-rank bottlenecks; the keys share one d_r-wide part
 // k_r across heads, so a decode cache needs only the kv latent and k_r per token. The output is
 // gated like GatedAttention's: out = o_proj(attn ⊙ sigmoid(g_proj x)).
