@@ -42,7 +42,7 @@ constexpr Case kCases[] = {{"4096 x 4096", 1, 4096, 4096},
 
 struct Options {
   int warmup = 1, reps = 5;
-  std::filesystem::path bench_dir = std::filesystem::path(__FILE__).parent_path();
+  std::filesystem::path bench_dir = K3_BENCH_DIR;
 };
 
 // splitmix64 of the element index, mapped to [-0.5, 0.5): newton_schulz.py draws the same values.
