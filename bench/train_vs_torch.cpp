@@ -1,7 +1,8 @@
 // k3lab's training step against PyTorch's on the same dense model, batch shape and optimizer
 // (zeroed gradients, forward, backward, AdamW), both on 2 threads, in one run. The host is shared
 // and its load swings within seconds, so the two sides alternate step by step: each k3lab step is
-// followed by a PyTorch step, and both medians come from the same stretch of time.
+// followed by a PyTorch step, and both medians come from the same stretch of time; the ratio is
+// taken per pair of neighbouring steps.
 //
 // PyTorch runs in a child process (bench/train_vs_torch.py --serve, one step per request) with
 // its own environment: OpenBLAS on its native kernel (OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE unset),
@@ -115,8 +116,8 @@ int main(int argc, char** argv) {
     k3::set_num_threads(kThreads);
     std::printf("training step, %d threads, alternating steps, median of %d after %d warm-up\n",
                 kThreads, o.steps, o.warmup);
-    std::printf("%-32s %12s %12s %8s %10s\n", "shape", "k3lab tok/s", "torch tok/s", "ratio",
-                "k3 GFLOP/s");
+    std::printf("%-32s %12s %12s %20s %10s\n", "shape", "k3lab tok/s", "torch tok/s",
+                "ratio per step", "k3 GFLOP/s");
     std::string blas;
     for (const Shape& s : kShapes) {
       const std::filesystem::path config = o.bench_dir / "configs" / s.config;
@@ -125,7 +126,7 @@ int main(int argc, char** argv) {
       if (torch.greeting().rfind("blas ", 0) != 0)
         throw std::runtime_error("the PyTorch side said: " + torch.greeting());
       K3Side ours(c, s);
-      std::vector<double> ours_s, torch_s;
+      std::vector<double> ours_s, torch_s, ratios;
       for (int step = 0; step < o.warmup + o.steps; ++step) {
         const double a = ours.step();
         k3::bench::settle();
@@ -134,6 +135,7 @@ int main(int argc, char** argv) {
         if (step < o.warmup) continue;
         ours_s.push_back(a);
         torch_s.push_back(b);
+        ratios.push_back(b / a);
       }
       const double tokens = static_cast<double>(s.B * s.T);
       const double ours_tps = tokens / k3::bench::spread(ours_s).median;
@@ -142,12 +144,16 @@ int main(int argc, char** argv) {
       std::snprintf(name, sizeof name, "L%ld d%ld H%ld V%ld B%ld T%ld", long(c.num_hidden_layers),
                     long(c.hidden_size), long(c.num_attention_heads), long(c.vocab_size), long(s.B),
                     long(s.T));
-      std::printf("%-32s %12.1f %12.1f %7.2fx %10.1f\n", name, ours_tps, torch_tps,
-                  ours_tps / torch_tps, ours_tps * ours.model().train_flops_per_token(s.T) / 1e9);
+      std::printf("%-32s %12.1f %12.1f %19sx %10.1f\n", name, ours_tps, torch_tps,
+                  k3::bench::spread_text(k3::bench::spread(ratios), "%.2f").c_str(),
+                  ours_tps * ours.model().train_flops_per_token(s.T) / 1e9);
       std::fflush(stdout);
       blas = torch.greeting().substr(5);
     }
-    std::printf("torch BLAS: %s\n", blas.c_str());
+    std::printf(
+        "ratio per step: PyTorch's step time / k3lab's of the step before it, median [min-max] "
+        "(> 1: k3lab faster)\ntorch BLAS: %s\n",
+        blas.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;
