@@ -136,20 +136,11 @@ int main(int argc, char** argv) {
     for (const Case& c : kCases) {
       K3Side ours(c);
       TorchSide torch(c, o);
-      std::vector<double> ours_s, torch_s, ratios;
-      for (int rep = 0; rep < o.warmup + o.reps; ++rep) {
-        const double a = ours.run();
-        k3::bench::settle();
-        const double b = torch.run();
-        k3::bench::settle();
-        if (rep < o.warmup) continue;
-        ours_s.push_back(a);
-        torch_s.push_back(b);
-        ratios.push_back(b / a);
-      }
-      const k3::bench::Spread ours_t = k3::bench::spread(ours_s),
-                              torch_t = k3::bench::spread(torch_s),
-                              ratio = k3::bench::spread(ratios);
+      const k3::bench::Alternation times = k3::bench::alternate(
+          o.warmup, o.reps, [&] { return ours.run(); }, [&] { return torch.run(); });
+      const k3::bench::Spread ours_t = k3::bench::spread(times.ours),
+                              torch_t = k3::bench::spread(times.torch),
+                              ratio = k3::bench::spread(times.ratios);
       // FLOPs of the step-by-step form, per step: XXᵀ and (bA + cA²)X, 2m²n each, and A², 2m³.
       const double flops =
           kSteps * static_cast<double>(c.batch) * (4.0 * c.m * c.m * c.n + 2.0 * c.m * c.m * c.m);
@@ -161,15 +152,14 @@ int main(int argc, char** argv) {
           k3::bench::spread_text(ratio, "%.2f").c_str(), flops / ours_t.median * 1e-9,
           std::abs(ours.fro2() - torch_fro2) / torch_fro2);
       std::printf("  ratio of each pair:");
-      for (double r : ratios) std::printf(" %.2f", r);
+      for (double r : times.ratios) std::printf(" %.2f", r);
       std::printf("\n");
       std::fflush(stdout);
     }
     std::printf(
         "ratio: torch time / k3lab time of one pair (> 1: k3lab faster). * FLOPs of the plain "
         "step-by-step form over k3lab's median time;\n  k3lab does fewer (symmetric products, "
-        "Gram-matrix evaluation "
-        "for wide blocks: newton_schulz.h).\n");
+        "Gram-matrix evaluation for wide blocks: newton_schulz.h).\n");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace k3::bench {
 
@@ -70,5 +71,28 @@ class TorchChild {
 // A pause between the two sides' repetitions: OpenBLAS's idle threads spin for up to ~0.1 s after
 // the last call, and must not eat into the k3lab repetition that follows.
 inline void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
+
+// The seconds of each side's timed repetitions, and PyTorch's over k3lab's within each pair.
+struct Alternation {
+  std::vector<double> ours, torch, ratios;
+};
+
+// `warmup` + `reps` pairs: one repetition of k3lab's side (ours(), returning its seconds), then
+// one of PyTorch's (torch()), settling after each; the warm-up pairs are not kept.
+template <typename Ours, typename Torch>
+Alternation alternate(int warmup, int reps, Ours&& ours, Torch&& torch) {
+  Alternation r;
+  for (int rep = 0; rep < warmup + reps; ++rep) {
+    const double a = ours();
+    settle();
+    const double b = torch();
+    settle();
+    if (rep < warmup) continue;
+    r.ours.push_back(a);
+    r.torch.push_back(b);
+    r.ratios.push_back(b / a);
+  }
+  return r;
+}
 
 }  // namespace k3::bench

@@ -126,26 +126,18 @@ int main(int argc, char** argv) {
       if (torch.greeting().rfind("blas ", 0) != 0)
         throw std::runtime_error("the PyTorch side said: " + torch.greeting());
       K3Side ours(c, s);
-      std::vector<double> ours_s, torch_s, ratios;
-      for (int step = 0; step < o.warmup + o.steps; ++step) {
-        const double a = ours.step();
-        k3::bench::settle();
-        const double b = std::stod(torch.request("step"));
-        k3::bench::settle();
-        if (step < o.warmup) continue;
-        ours_s.push_back(a);
-        torch_s.push_back(b);
-        ratios.push_back(b / a);
-      }
+      const k3::bench::Alternation times = k3::bench::alternate(
+          o.warmup, o.steps, [&] { return ours.step(); },
+          [&] { return std::stod(torch.request("step")); });
       const double tokens = static_cast<double>(s.B * s.T);
-      const double ours_tps = tokens / k3::bench::spread(ours_s).median;
-      const double torch_tps = tokens / k3::bench::spread(torch_s).median;
+      const double ours_tps = tokens / k3::bench::spread(times.ours).median;
+      const double torch_tps = tokens / k3::bench::spread(times.torch).median;
       char name[64];
       std::snprintf(name, sizeof name, "L%ld d%ld H%ld V%ld B%ld T%ld", long(c.num_hidden_layers),
                     long(c.hidden_size), long(c.num_attention_heads), long(c.vocab_size), long(s.B),
                     long(s.T));
       std::printf("%-32s %12.1f %12.1f %19sx %10.1f\n", name, ours_tps, torch_tps,
-                  k3::bench::spread_text(k3::bench::spread(ratios), "%.2f").c_str(),
+                  k3::bench::spread_text(k3::bench::spread(times.ratios), "%.2f").c_str(),
                   ours_tps * ours.model().train_flops_per_token(s.T) / 1e9);
       std::fflush(stdout);
       blas = torch.greeting().substr(5);
