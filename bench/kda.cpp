@@ -2,9 +2,10 @@
 // the chunked WY algorithm against the recurrent reference (tokens/s and their ratio), and the
 // chunked path's GFLOP/s next to an sgemm measured in the same run; then the extra memory of a
 // chunked forward + backward at T = 16K. The host is shared and noisy, so the three are timed
-// in turns and each figure is the best of its turns. Last, the chunked path's compute floor: one
-// chunk of one head on one thread with all its data in cache, next to its K×V-sized products
-// alone, and the T = 4K time that rate would give.
+// in turns (`--turns N`, default 5), one run of each per turn: each time is the best of its
+// turns, and the chunked/recurrent ratio is given per turn (median [min-max]). Last, the chunked
+// path's compute floor: one chunk of one head on one thread with all its data in cache, next to
+// its K×V-sized products alone, and the T = 4K time that rate would give.
 //
 // FLOPs of the chunked algorithm per head and chunk of L = 64 tokens, each product counted at the
 // size the algorithm needs (triangular products at their triangle, L(L+1)/2 ≈ L²/2 pairs):
@@ -22,14 +23,17 @@
 #include <fstream>
 #include <limits>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "flags.h"
 #include "k3/base/arena.h"
 #include "k3/base/threads.h"
 #include "k3/base/timer.h"
 #include "k3/kernels/kda/delta_rule.h"
 #include "peak.h"
+#include "spread.h"
 
 namespace {
 
@@ -112,28 +116,32 @@ double seconds(Body&& body) {
   return t.seconds();
 }
 
-// Prints one line; returns the recurrent path's seconds.
-double compare(int64_t T, int chunked_turns, int recurrent_turns, Sgemm& sgemm) {
+// Prints one line; returns the recurrent path's best seconds. Each turn runs the chunked path,
+// the recurrent one and the sgemm once, so all three get the same number of runs and each
+// turn's chunked/recurrent ratio is measured side by side.
+double compare(int64_t T, int turns, Sgemm& sgemm) {
   Problem p(T);
   p.chunked();  // warm the per-thread buffers and oneDNN's kernels
   sgemm.run();
   constexpr double kInf = std::numeric_limits<double>::infinity();
   double chunked = kInf, recurrent = kInf, gemm = kInf;
-  for (int turn = 0; turn < std::max(chunked_turns, recurrent_turns); ++turn) {
-    if (turn < chunked_turns) {
-      chunked = std::min(chunked, seconds([&] { p.chunked(); }));
-      gemm = std::min(gemm, seconds([&] { sgemm.run(); }));
-    }
-    if (turn < recurrent_turns) recurrent = std::min(recurrent, seconds([&] { p.recurrent(); }));
+  std::vector<double> ratios;
+  for (int turn = 0; turn < turns; ++turn) {
+    const double c = seconds([&] { p.chunked(); }), r = seconds([&] { p.recurrent(); });
+    chunked = std::min(chunked, c);
+    recurrent = std::min(recurrent, r);
+    ratios.push_back(r / c);
+    gemm = std::min(gemm, seconds([&] { sgemm.run(); }));
   }
   const double tokens = static_cast<double>(T);
   const double gflops = tokens * kHeads * chunked_flops_per_token(kDim, kDim) / chunked / 1e9;
   const double sgemm_gflops = Sgemm::flops() / gemm / 1e9;
   std::printf(
       "T=%-6lld chunked %8.0f tokens/s (%7.1f ms, %5.1f GFLOP/s = %.2f x sgemm %5.1f)   "
-      "recurrent %7.0f tokens/s (%7.1f ms)   chunked/recurrent %.1fx\n",
+      "recurrent %7.0f tokens/s (%7.1f ms)   chunked/recurrent per turn %sx\n",
       static_cast<long long>(T), tokens / chunked, chunked * 1e3, gflops, gflops / sgemm_gflops,
-      sgemm_gflops, tokens / recurrent, recurrent * 1e3, recurrent / chunked);
+      sgemm_gflops, tokens / recurrent, recurrent * 1e3,
+      k3::bench::spread_text(k3::bench::spread(ratios), "%.1f").c_str());
   return recurrent;
 }
 
@@ -220,16 +228,26 @@ void report_memory() {
 
 }  // namespace
 
-int main() {
-  k3::set_num_threads();
-  report_memory();
-  k3::bench::fma_peak_gflops();
-  std::printf("B=1 H=%lld K=V=%lld, forward + backward, %d threads\n",
-              static_cast<long long>(kHeads), static_cast<long long>(kDim), k3::num_threads());
-  Sgemm sgemm;
-  compare(1024, 5, 3, sgemm);
-  const double recurrent_4k = compare(4096, 4, 2, sgemm);
-  compare(16384, 3, 1, sgemm);
-  report_floor(recurrent_4k);
+int main(int argc, char** argv) {
+  try {
+    int turns = 5;
+    for (const auto& [flag, value] : k3::bench::parse_flags(argc, argv, {"--turns"}))
+      turns = std::stoi(value);
+    if (turns < 1) throw std::runtime_error("--turns must be >= 1");
+    k3::set_num_threads();
+    report_memory();
+    k3::bench::fma_peak_gflops();
+    std::printf("B=1 H=%lld K=V=%lld, forward + backward, %d threads, best of %d turns\n",
+                static_cast<long long>(kHeads), static_cast<long long>(kDim), k3::num_threads(),
+                turns);
+    Sgemm sgemm;
+    compare(1024, turns, sgemm);
+    const double recurrent_4k = compare(4096, turns, sgemm);
+    compare(16384, turns, sgemm);
+    report_floor(recurrent_4k);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
   return 0;
 }

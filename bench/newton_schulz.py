@@ -1,11 +1,14 @@
 """PyTorch's side of bench_newton_schulz: Muon's Newton-Schulz orthogonalization (5 quintic steps,
-the usual step-by-step form) on a batch of matrices, timed like k3lab's. Prints the best time,
-then the output's Frobenius norm squared (a cross-check of the two sides).
+the usual step-by-step form) on a batch of matrices, timed like k3lab's. It prints "ready" once
+its input is built, then answers each line it reads: "run" with the seconds of one
+orthogonalization, "fro2" with the last output's Frobenius norm squared (a cross-check of the two
+sides). The bench sends a "run" after each of k3lab's repetitions.
 
 PyTorch gets its best form of the algorithm: fused multiply-adds (addmm / baddbmm), no extra
 temporaries. The bench launches it with its own environment (see newton_schulz.cpp).
 """
 import argparse
+import sys
 import time
 
 import numpy as np
@@ -41,25 +44,24 @@ def main():
     ap.add_argument("--m", type=int, required=True)
     ap.add_argument("--n", type=int, required=True)
     ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     g = bench_input(args.batch, args.m, args.n)
     if args.batch == 1:
         g = g[0]
-    times = []
+    x = None
+    print("ready", flush=True)
     with torch.no_grad():
-        for rep in range(args.warmup + args.reps):
-            start = time.perf_counter()
-            x = newton_schulz(g, args.steps)
-            if rep >= args.warmup:
-                times.append(time.perf_counter() - start)
-    x = x.double()
-    print(f"times {' '.join(f'{t:.4f}' for t in times)}")
-    print(f"fro2 {float((x * x).sum()):.9e}")
-    print(f"seconds {min(times):.6f}")
+        for request in sys.stdin:
+            if request.strip() == "run":
+                start = time.perf_counter()
+                x = newton_schulz(g, args.steps)
+                print(f"{time.perf_counter() - start:.6f}", flush=True)
+            elif request.strip() == "fro2" and x is not None:
+                print(f"{float((x.double() ** 2).sum()):.9e}", flush=True)
+            else:
+                print(f"unknown request {request.strip()!r}", flush=True)
 
 
 if __name__ == "__main__":
