@@ -5,6 +5,7 @@
 #include <unordered_map>
 
 #include "k3/base/error.h"
+#include "k3/base/strings.h"
 #include "k3/optim/adamw.h"
 
 namespace k3 {
@@ -36,12 +37,6 @@ bool glob_match(std::string_view pattern, std::string_view name) {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
-}
-
-std::string trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return std::string(s);
 }
 
 bool is_number(const std::string& s) {

@@ -11,6 +11,7 @@
 
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
+#include "k3/base/strings.h"
 #include "k3/train/format.h"
 
 namespace k3::train {
@@ -274,13 +275,6 @@ std::string unknown_message(const std::string& key) {
 std::string at_line(const toml::node& node) {
   auto line = node.source().begin.line;
   return line > 0 ? "line " + std::to_string(line) + ": " : "";
-}
-
-std::string trim(std::string_view s) {
-  auto is_space = [](char c) { return c == ' ' || c == '\t'; };
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return std::string(s);
 }
 
 }  // namespace
