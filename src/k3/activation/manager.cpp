@@ -1,7 +1,5 @@
 #include "k3/activation/manager.h"
 
-#include <algorithm>
-
 #include "k3/base/error.h"
 
 namespace k3 {
@@ -9,8 +7,6 @@ namespace k3 {
 void ActivationManager::save(std::string_view name, const Tensor& t) {
   auto [it, inserted] = saved_.try_emplace(std::string(name), t);
   K3_CHECK(inserted, "activation '", name, "' saved twice in one micro-batch");
-  saved_bytes_ += t.nbytes();
-  peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
 }
 
 Tensor ActivationManager::load(std::string_view name) const {
@@ -25,7 +21,6 @@ bool ActivationManager::contains(std::string_view name) const {
 
 void ActivationManager::clear() {
   saved_.clear();
-  saved_bytes_ = 0;
 }
 
 }  // namespace k3

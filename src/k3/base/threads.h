@@ -10,6 +10,5 @@ namespace k3 {
 // else the number of cores.
 void set_num_threads(int n = 0);
 int num_threads();
-int thread_id();
 
 }  // namespace k3

@@ -71,10 +71,4 @@ Tensor ParamRegistry::grad(int i) const {
   return Tensor::view(grads_ + p.offset, p.shape);
 }
 
-int64_t ParamRegistry::total_numel() const {
-  int64_t n = 0;
-  for (const ParamInfo& p : infos_) n += p.numel();
-  return n;
-}
-
 }  // namespace k3

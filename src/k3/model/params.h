@@ -66,7 +66,6 @@ class ParamRegistry {
   float* values() const { return values_; }
   float* grads() const { return grads_; }
   size_t flat_size() const { return flat_size_; }  // floats, including alignment padding
-  int64_t total_numel() const;
 
  private:
   std::vector<ParamInfo> infos_;
