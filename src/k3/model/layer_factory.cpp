@@ -41,14 +41,16 @@ std::unique_ptr<Mixer> make_mixer(ParamRegistry& reg, const std::string& prefix,
   }
 }
 
-std::unique_ptr<FeedForward> make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
-                                      int64_t layer) {
+FfnBlock make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c, int64_t layer) {
   switch (ffn_kind(c, layer)) {
-    case FfnKind::LatentMoE:
-      return std::make_unique<LatentMoE>(reg, prefix + ".block_sparse_moe", c);
+    case FfnKind::LatentMoE: {
+      auto moe = std::make_unique<LatentMoE>(reg, prefix + ".block_sparse_moe", c);
+      LatentMoE* raw = moe.get();
+      return {std::move(moe), raw};
+    }
     case FfnKind::DenseMlp:
     default:
-      return std::make_unique<GluMlp>(reg, prefix + ".mlp", c, c.intermediate_size);
+      return {std::make_unique<GluMlp>(reg, prefix + ".mlp", c, c.intermediate_size)};
   }
 }
 

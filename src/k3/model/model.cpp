@@ -25,8 +25,9 @@ Model::Model(ModelConfig c, bool allocate) : config_(std::move(c)) {
       L.mlp_res = AttnResMix(params_, p + ".mlp_res", d, eps);
     }
     L.mixer = make_mixer(params_, p, config_, l);
-    L.ffn = make_ffn(params_, p, config_, l);
-    if (auto* moe = dynamic_cast<LatentMoE*>(L.ffn.get())) moe_layers_.emplace_back(l, moe);
+    FfnBlock ffn = make_ffn(params_, p, config_, l);
+    L.ffn = std::move(ffn.ffn);
+    if (ffn.moe) moe_layers_.emplace_back(l, ffn.moe);
     layers_.push_back(std::move(L));
   }
   if (attn_res()) output_res_ = AttnResMix(params_, "model.output_attn_res", d, eps);
