@@ -45,7 +45,8 @@ const std::vector<std::string>& resume_guarded_keys() {
   static const std::vector<std::string> keys = {
       "model.config",        "model.seed",        "data.source",
       "data.builtin_tokens", "data.val_fraction", "data.seq_len",
-      "train.batch_size",    "train.grad_accum",  kDataKey};
+      "data.seed",           "train.batch_size",  "train.grad_accum",
+      kDataKey};
   return keys;
 }
 

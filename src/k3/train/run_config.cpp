@@ -191,13 +191,14 @@ const std::vector<Field>& fields() {
   // clang-format off
   static const std::vector<Field> table = {
     field("model.config", &R::model, &M::config, input_path(), "HF-style model config (JSON)"),
-    field("model.seed", &R::model, &M::seed, at_least<I>(0), "initialization and data seed"),
+    field("model.seed", &R::model, &M::seed, at_least<I>(0), "initialization seed"),
     field("data.source", &R::data, &D::source, input_path("builtin"),
           "builtin, a .txt file or a directory"),
     field("data.builtin_tokens", &R::data, &D::builtin_tokens, above<I>(0), "built-in corpus size"),
     field("data.val_fraction", &R::data, &D::val_fraction, within('(', 0, 1, ')'),
           "share held out for validation"),
     field("data.seq_len", &R::data, &D::seq_len, above<I>(0), "tokens per sequence"),
+    field("data.seed", &R::data, &D::seed, at_least<I>(0), "data order and built-in corpus seed"),
     field("train.steps", &R::train, &T::steps, above<I>(0), "optimizer steps"),
     field("train.batch_size", &R::train, &T::batch_size, above<I>(0), "sequences per micro-batch"),
     field("train.grad_accum", &R::train, &T::grad_accum, above<I>(0), "micro-batches per step"),

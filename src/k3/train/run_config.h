@@ -25,6 +25,7 @@ struct DataSection {
   int64_t builtin_tokens = 4000000;
   double val_fraction = 0.05;
   int64_t seq_len = 256;
+  int64_t seed = 1234;  // data order and the built-in corpus; apart from model.seed
   bool operator==(const DataSection&) const = default;
 };
 

@@ -69,7 +69,7 @@ nlohmann::json data_fingerprint(const data::TokenDataset& ds) {
 data::TokenDataset load_run_dataset(const Session& s) {
   data::DatasetSpec spec;
   spec.source = s.config.data.source == "builtin" ? "corpus" : s.config.data.source;
-  spec.seed = static_cast<uint64_t>(s.config.model.seed);
+  spec.seed = static_cast<uint64_t>(s.config.data.seed);
   spec.corpus_tokens = s.config.data.builtin_tokens;
   spec.validation_fraction = s.config.data.val_fraction;
   return data::load_dataset(spec, *s.tokenizer);

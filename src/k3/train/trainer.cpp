@@ -82,7 +82,7 @@ class Run {
         dataset_(load_run_dataset(*s_)),
         data_fingerprint_(data_fingerprint(dataset_)),
         batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
-                 static_cast<uint64_t>(config.model.seed)),
+                 static_cast<uint64_t>(config.data.seed)),
         run_dir_(config.run.dir),
         progress_(opt.quiet ? nullptr : std::make_unique<ProgressDisplay>()) {
     if (from) {
