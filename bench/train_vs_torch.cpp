@@ -31,6 +31,7 @@
 #include "k3/base/timer.h"
 #include "k3/model/model.h"
 #include "k3/optim/adamw.h"
+#include "k3/train/optim_adapters.h"
 #include "k3/train/session.h"
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include "driver.h"
 #include "k3/optim/adamw.h"
+#include "k3/train/optim_adapters.h"
 #include "k3/train/session.h"
 
 namespace {

@@ -5,7 +5,7 @@
 #include "k3/apps/commands.h"
 #include "k3/model/inventory.h"
 #include "k3/optim/routing.h"
-#include "k3/train/session.h"
+#include "k3/train/optim_adapters.h"
 
 namespace k3::apps {
 

@@ -56,11 +56,6 @@ data::TokenDataset load_run_dataset(const Session& s);
 // What identifies a run's data: source, token counts and the SHA-256 of the token streams.
 nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 
-// The parameters as the optimizer sees them (named ranges of the flat buffers).
-ParamSet param_set(ParamRegistry& params);
-// The head block sizes Per-Head Muon splits projections into (optim/routing.h).
-HeadSizes head_sizes(const ModelConfig& c);
-
 // Weights by K3 name (views of the flat buffer), optimizer state, and the session's
 // configurations as the checkpoint's config files.
 Checkpoint make_checkpoint(const Session& s, const Optimizer* optimizer, nlohmann::json manifest);

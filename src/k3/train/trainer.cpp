@@ -23,6 +23,7 @@
 #include "k3/train/history.h"
 #include "k3/train/loss_plot.h"
 #include "k3/train/metrics.h"
+#include "k3/train/optim_adapters.h"
 #include "k3/train/progress.h"
 #include "k3/train/resume.h"
 
