@@ -36,7 +36,7 @@ struct Model {
     params.flat_size = offset;
   }
   std::vector<Assignment> plan() const {
-    return route_parameters(params.slots, HeadSizes{.dense = 8});
+    return assign_param_groups(params.slots, HeadSizes{.dense = 8});
   }
   void draw_grads(uint64_t seed) {
     const auto g = random_vec(grads.size(), seed, -1, 1);

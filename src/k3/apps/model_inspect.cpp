@@ -4,17 +4,17 @@
 
 #include "k3/apps/commands.h"
 #include "k3/model/inventory.h"
-#include "k3/optim/routing.h"
+#include "k3/optim/param_groups.h"
 #include "k3/train/optim_adapters.h"
 
 namespace k3::apps {
 
 // Every tensor's optimizer (spec §7 grouping): a tensor no rule covers is an error.
-static void print_routing(const Model& m) {
+static void print_param_groups(const Model& m) {
   std::vector<ParamSlot> slots;
   for (const TensorEntry& t : tensor_inventory(m)) slots.push_back({t.name, t.shape, 0});
   std::printf("\n%-72s %s\n", "tensor", "optimizer");
-  for (const Assignment& a : route_parameters(slots, train::head_sizes(m.config())))
+  for (const Assignment& a : assign_param_groups(slots, train::head_sizes(m.config())))
     std::printf("%-72s %s\n", a.name.c_str(), a.describe().c_str());
 }
 
@@ -40,7 +40,7 @@ void add_model(CLI::App& app) {
     for (const ComponentCount& cc : parameter_counts(m))
       std::printf("%-22s %20lld %20lld\n", cc.component.c_str(), static_cast<long long>(cc.total),
                   static_cast<long long>(cc.active));
-    if (a->optim) print_routing(m);
+    if (a->optim) print_param_groups(m);
     if (!a->tensors) return;
     std::printf("\n%-72s %-18s %s\n", "tensor", "shape", "dtype");
     for (const TensorEntry& t : tensor_inventory(m))

@@ -1,6 +1,6 @@
-// The optimizer a training run uses: every parameter updated as its Assignment says (routing.h) —
-// AdamW, Muon (whole, per head or per expert) or not at all (frozen) — with one learning rate and
-// one weight decay λ for both, as spec §7 intends (Muon's 0.2·√max(m, n) scale matches AdamW's
+// The optimizer a training run uses: every parameter updated as its Assignment says
+// (param_groups.h) — AdamW, Muon (whole, per head or per expert) or not at all (frozen) — with one
+// learning rate and one weight decay λ for both, as spec §7 intends (Muon's 0.2·√max(m, n) scale matches AdamW's
 // update RMS).
 #pragma once
 
@@ -11,7 +11,7 @@
 
 #include "k3/optim/adamw.h"
 #include "k3/optim/muon.h"
-#include "k3/optim/routing.h"
+#include "k3/optim/param_groups.h"
 
 namespace k3 {
 
@@ -24,7 +24,7 @@ struct OptimizerConfig {
 
 class Optimizer {
  public:
-  // `plan` holds one assignment per slot of `params`, matched by name (route_parameters' output).
+  // `plan` holds one assignment per slot of `params`, matched by name (assign_param_groups' output).
   Optimizer(const ParamSet& params, const std::vector<Assignment>& plan, OptimizerConfig config);
 
   // One step at learning rate lr over every trained parameter; gradients are multiplied by

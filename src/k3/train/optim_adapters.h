@@ -5,13 +5,13 @@
 #include "k3/model/config.h"
 #include "k3/model/params.h"
 #include "k3/optim/param_set.h"
-#include "k3/optim/routing.h"
+#include "k3/optim/param_groups.h"
 
 namespace k3::train {
 
 // The parameters as named ranges of the flat value and gradient buffers.
 ParamSet param_set(ParamRegistry& params);
-// The head block sizes Per-Head Muon splits projections into (optim/routing.h).
+// The head block sizes Per-Head Muon splits projections into (optim/param_groups.h).
 HeadSizes head_sizes(const ModelConfig& c);
 
 }  // namespace k3::train

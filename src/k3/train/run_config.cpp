@@ -218,7 +218,7 @@ const std::vector<Field>& fields() {
     field("train.optimizer", &R::train, &T::optimizer, one_of({"muon", "adamw"}),
           "muon: K3's groups (Muon matrices, AdamW the rest); adamw: AdamW everywhere"),
     field("train.optim_rules", &R::train, &T::optim_rules, any_text(),
-          "extra routing rules before the defaults: \"pattern=spec, ...\""),
+          "extra parameter-group rules before the defaults: \"pattern=spec, ...\""),
     field("train.schedule", &R::train, &T::schedule, one_of({"cosine", "wsd", "constant"}),
           "learning-rate schedule after warmup"),
     field("train.decay_fraction", &R::train, &T::decay_fraction, within('(', 0, 1, ']'),

@@ -44,7 +44,7 @@ Optimizer make_optimizer(Model& model, const TrainSection& t) {
   std::vector<std::string> rules = split_rules(t.optim_rules);
   if (t.optimizer == "adamw")
     rules.insert(rules.end(), adamw_only_rules().begin(), adamw_only_rules().end());
-  return Optimizer(params, route_parameters(params.slots, head_sizes(model.config()), rules),
+  return Optimizer(params, assign_param_groups(params.slots, head_sizes(model.config()), rules),
                    OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
                                    .beta2 = static_cast<float>(t.beta2),
                                    .eps = static_cast<float>(t.eps),

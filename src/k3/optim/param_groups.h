@@ -12,7 +12,7 @@
 //                          dense, or attn — the value-head size of the tensor's own layer (KDA:
 //                          kda, MLA: mla_v, plain gated attention: dense).
 // Rules are tried in order and the first whose pattern matches wins: a run's own rules come
-// before default_routing_rules(), so they can override or extend it. A tensor no rule matches is
+// before default_param_group_rules(), so they can override or extend it. A tensor no rule matches is
 // an error naming it: nothing is left unassigned.
 //
 // The layer kind behind `attn` comes from the tensor names themselves: a layer whose self_attn
@@ -54,14 +54,14 @@ struct Assignment {
 };
 
 // The K3 grouping of spec §7, in the order it is tried.
-const std::vector<std::string>& default_routing_rules();
+const std::vector<std::string>& default_param_group_rules();
 // Every trainable tensor under AdamW; what the defaults freeze stays frozen.
 const std::vector<std::string>& adamw_only_rules();
 // "rule, rule, ..." as a list (spaces around each rule dropped, empty ones skipped).
 std::vector<std::string> split_rules(const std::string& comma_separated);
 
 // One assignment per parameter, in the order given. `rules` come before the defaults.
-std::vector<Assignment> route_parameters(const std::vector<ParamSlot>& params,
+std::vector<Assignment> assign_param_groups(const std::vector<ParamSlot>& params,
                                          const HeadSizes& sizes,
                                          const std::vector<std::string>& rules = {});
 

@@ -1,4 +1,4 @@
-#include "k3/optim/routing.h"
+#include "k3/optim/param_groups.h"
 
 #include <algorithm>
 #include <string_view>
@@ -176,7 +176,7 @@ const std::vector<std::string>& adamw_only_rules() {
   return rules;
 }
 
-const std::vector<std::string>& default_routing_rules() {
+const std::vector<std::string>& default_param_group_rules() {
   static const std::vector<std::string> rules = [] {
     std::vector<std::string> r = kFrozenRules;
     r.insert(r.end(), {
@@ -217,11 +217,11 @@ const std::vector<std::string>& default_routing_rules() {
   return rules;
 }
 
-std::vector<Assignment> route_parameters(const std::vector<ParamSlot>& params,
+std::vector<Assignment> assign_param_groups(const std::vector<ParamSlot>& params,
                                          const HeadSizes& sizes,
                                          const std::vector<std::string>& rules) {
   std::vector<Rule> parsed;
-  for (const auto* list : {&rules, &default_routing_rules()})
+  for (const auto* list : {&rules, &default_param_group_rules()})
     for (const std::string& text : *list) parsed.push_back(parse_rule(text));
   const auto kinds = attention_kinds(params);
   std::vector<Assignment> out;
