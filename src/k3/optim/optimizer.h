@@ -1,7 +1,7 @@
-// The optimizer a training run uses: every parameter updated as its Assignment says
-// (param_groups.h) — AdamW, Muon (whole, per head or per expert) or not at all (frozen) — with one
-// learning rate and one weight decay λ for both, as spec §7 intends (Muon's 0.2·√max(m, n) scale
-// matches AdamW's update RMS).
+// A run's optimizer: every parameter updated as its Assignment says (param_groups.h) —
+// AdamW, Muon (whole, per head or per expert) or not at all (frozen) — with one learning rate and
+// one weight decay λ for both, as spec §7 intends (Muon's 0.2·√max(m, n) scale matches AdamW's
+// update RMS).
 #pragma once
 
 #include <cstdint>
