@@ -1,13 +1,13 @@
 // `k3lab schedule --type cosine|wsd|constant [--steps N --warmup W --decay-fraction f
 //   --decay-shape linear|sqrt|exp --min-lr-ratio r --lr x] [--plot out.svg]`:
 // the learning rate of every step, its values at the phase boundaries, and a plot.
+#include "k3/base/svg_plot.h"
 #include "k3/optim/schedule.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "k3/apps/commands.h"
-#include "k3/train/svg_plot.h"
 
 namespace k3::apps {
 namespace {
@@ -36,7 +36,7 @@ void print_boundaries(const Schedule& s) {
 }
 
 void plot(const Schedule& s, const std::string& path) {
-  train::PlotSeries series{"lr", {}, {}};
+  PlotSeries series{"lr", {}, {}};
   const int64_t stride = std::max<int64_t>(1, s.total_steps / kMaxPlotPoints);
   for (int64_t step = 0; step < s.total_steps; step += stride) {
     series.x.push_back(static_cast<double>(step));
@@ -50,7 +50,7 @@ void plot(const Schedule& s, const std::string& path) {
   if (s.kind == ScheduleKind::wsd)
     title += std::string(", ") + decay_shape_name(s.decay_shape) + " decay over the last " +
              std::to_string(s.total_steps - s.decay_start()) + " steps";
-  train::write_svg(path, train::render_line_plot({title, "step", "learning rate", {series}}));
+  write_svg(path, render_line_plot({title, "step", "learning rate", {series}}));
   std::printf("plot: %s\n", path.c_str());
 }
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "k3/base/svg_plot.h"
 #include "k3/model/quantile_balancing.h"
-#include "k3/train/svg_plot.h"
 
 namespace k3::train {
 

@@ -11,13 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "k3/base/error.h"
+#include "k3/base/format.h"
 #include "k3/base/fs.h"
 #include "k3/base/log.h"
 #include "k3/model/inventory.h"
 #include "k3/tensor/bf16.h"
 #include "k3/tensor/safetensors.h"
 #include "k3/train/checkpoint.h"
-#include "k3/train/format.h"
 #include "k3/train/session.h"
 
 namespace k3::train {

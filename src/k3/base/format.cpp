@@ -1,9 +1,9 @@
-#include "k3/train/format.h"
+#include "k3/base/format.h"
 
 #include <cstdarg>
 #include <cstdio>
 
-namespace k3::train {
+namespace k3 {
 
 std::string strprintf(const char* format, ...) {
   va_list args;
@@ -18,4 +18,4 @@ std::string strprintf(const char* format, ...) {
   return out;
 }
 
-}  // namespace k3::train
+}  // namespace k3

@@ -3,8 +3,8 @@
 
 #include <string>
 
-namespace k3::train {
+namespace k3 {
 
 std::string strprintf(const char* format, ...) __attribute__((format(printf, 1, 2)));
 
-}  // namespace k3::train
+}  // namespace k3
