@@ -67,6 +67,7 @@ void* Arena::allocate(size_t bytes) {
   K3_CHECK(start + bytes <= capacity_, "arena exhausted: need ", bytes, " bytes at offset ", start,
            ", capacity ", capacity_, " bytes");
   used_ = start + bytes;
+  if (used_ > peak_) peak_ = used_;
   return base_ + start;
 }
 

@@ -32,12 +32,14 @@ class Arena {
   void reset() { used_ = 0; }
 
   size_t used() const { return used_; }
+  size_t peak() const { return peak_; }
 
  private:
   void release();
   char* base_ = nullptr;
   size_t capacity_ = 0;
   size_t used_ = 0;
+  size_t peak_ = 0;
 };
 
 // Rewinds an arena to where it was when the scope began.
