@@ -92,7 +92,7 @@ class K3Side {
   std::vector<int32_t> tokens_, targets_;
   k3::TokenBatch batch_;
   k3::Arena arena_ = k3::train::step_arena();  // the warm-up steps fault in what a step uses
-  k3::ActivationManager acts_;
+  k3::activation::ActivationManager acts_;
 };
 
 // PyTorch's side: a child process that first prints "blas <library>" once its model is built,

@@ -187,7 +187,7 @@ class GradientCheck {
   static constexpr int64_t B = 2, T = 16;
   Model model_;
   Arena arena_{size_t{64} << 20, false};
-  ActivationManager acts_;
+  activation::ActivationManager acts_;
   std::vector<int32_t> tokens_, targets_;
   std::vector<float> base_, grad_;
   std::vector<std::pair<std::string, Tensor>> balancer_;

@@ -95,7 +95,7 @@ struct Fixture {
   ParamRegistry reg;
   KimiDeltaAttention layer;
   Arena arena{size_t{64} << 20, false};
-  ActivationManager acts;
+  activation::ActivationManager acts;
 
   explicit Fixture(bool unbounded = false, Decays decays = Decays::Fast)
       : c(small_config(unbounded)), layer(reg, kPrefix, c) {

@@ -136,7 +136,7 @@ struct Fixture {
   ParamRegistry reg;
   LatentMoE moe;
   Arena arena{size_t{64} << 20, false};
-  ActivationManager acts;
+  activation::ActivationManager acts;
   int64_t T;
   std::vector<float> x;
 

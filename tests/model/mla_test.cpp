@@ -39,7 +39,7 @@ ModelConfig small_config() {
 struct Harness {
   ModelConfig cfg = small_config();
   Arena arena{size_t{64} << 20, false};
-  ActivationManager acts;
+  activation::ActivationManager acts;
   ParamRegistry reg;
   GatedMLA layer{reg, kPrefix, cfg};
   Step step{arena, acts, reg, true};

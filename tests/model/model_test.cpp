@@ -91,7 +91,7 @@ TEST(Model, NamesShapesAndDeterministicInit) {
 struct Fixture {
   Model model;
   Arena arena{size_t{64} << 20, false};
-  ActivationManager acts;
+  activation::ActivationManager acts;
   int64_t B = 2, T = 16;
   std::vector<int32_t> tokens, targets;
   explicit Fixture(ModelConfig c = tiny()) : model(std::move(c)) {

@@ -24,7 +24,7 @@ void run(const std::string& config_path, uint64_t seed, const std::string& batch
 
   const k3::reference::Batch b = k3::reference::load_batch(batch_path);
   k3::Arena arena = k3::train::step_arena();
-  k3::ActivationManager acts;
+  k3::activation::ActivationManager acts;
   k3::Safetensors out;
   const float scale = k3::reference::add_model_outputs(model, arena, acts, b, batch_path, out);
 

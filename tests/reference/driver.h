@@ -80,7 +80,7 @@ inline Batch load_batch(const std::string& path) {
 
 // Adds `logits`, `loss` (the mean over targets that are not ignored) and `grad.<name>` of every
 // parameter to out (gradients zeroed first). Returns the scale 1 / (counted targets).
-inline float add_model_outputs(Model& model, Arena& arena, ActivationManager& acts,
+inline float add_model_outputs(Model& model, Arena& arena, activation::ActivationManager& acts,
                                const Batch& b, const std::string& batch_path, Safetensors& out) {
   const TokenBatch& v = b.view;
   Tensor logits = Tensor::empty({v.B * v.T, model.config().vocab_size});

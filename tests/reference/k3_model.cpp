@@ -50,7 +50,7 @@ void run(const std::string& config_path, uint64_t seed, const std::string& batch
 
   const k3::reference::Batch b = k3::reference::load_batch(batch_path);
   k3::Arena arena(size_t{1} << 30, false);
-  k3::ActivationManager acts;
+  k3::activation::ActivationManager acts;
   k3::Safetensors out;
   k3::reference::add_model_outputs(model, arena, acts, b, batch_path, out);
   k3::save_safetensors(results_path, out);

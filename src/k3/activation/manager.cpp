@@ -2,7 +2,7 @@
 
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::activation {
 
 void ActivationManager::save(std::string_view name, const Tensor& t) {
   auto [it, inserted] = saved_.try_emplace(std::string(name), t);
@@ -23,4 +23,4 @@ void ActivationManager::clear() {
   saved_.clear();
 }
 
-}  // namespace k3
+}  // namespace k3::activation

@@ -12,7 +12,7 @@
 
 #include "k3/tensor/tensor.h"
 
-namespace k3 {
+namespace k3::activation {
 
 enum class ActivationPolicy { Keep };
 
@@ -37,4 +37,4 @@ class ActivationManager {
   std::unordered_map<std::string, Tensor> saved_;
 };
 
-}  // namespace k3
+}  // namespace k3::activation

@@ -188,8 +188,8 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
   kernels::embedding_backward(tokens, n, dP, config_.vocab_size, d, params_.grad(embed_).f32());
 }
 
-kernels::LossSum Model::forward_backward(Arena& arena, ActivationManager& acts, const TokenBatch& b,
-                                         float grad_scale) {
+kernels::LossSum Model::forward_backward(Arena& arena, activation::ActivationManager& acts,
+                                         const TokenBatch& b, float grad_scale) {
   ArenaScope scope(arena);
   Step s{arena, acts, params_, true};
   const int64_t n = b.B * b.T, d = config_.hidden_size;
@@ -212,7 +212,7 @@ kernels::LossSum Model::forward_backward(Arena& arena, ActivationManager& acts, 
 
 kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
   ArenaScope scope(arena);
-  ActivationManager unused;
+  activation::ActivationManager unused;
   Step s{arena, unused, params_, false};
   const int64_t n = b.B * b.T, d = config_.hidden_size;
   float* h = run_stack(s, embed(s, b.tokens, n), b.B, b.T, nullptr);
@@ -225,7 +225,7 @@ kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
 
 void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T, float* logits) {
   ArenaScope scope(arena);
-  ActivationManager unused;
+  activation::ActivationManager unused;
   Step s{arena, unused, params_, false};
   float* h = run_stack(s, embed(s, tokens, B * T), B, T, nullptr);
   kernels::gemm(false, true, B * T, config_.vocab_size, config_.hidden_size, 1.f, h,
@@ -243,7 +243,7 @@ void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64
   K3_CHECK(n > 0, "decode needs at least one token");
   K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len, " tokens");
   ArenaScope scope(arena);
-  ActivationManager unused;
+  activation::ActivationManager unused;
   Step s{arena, unused, params_, false};
   const int64_t d = config_.hidden_size;
   float* h = run_stack(s, embed(s, tokens, n), 1, n, &cache);

@@ -13,7 +13,7 @@ namespace k3 {
 
 struct Step {
   Arena& arena;
-  ActivationManager& acts;
+  activation::ActivationManager& acts;
   ParamRegistry& params;
   bool training = true;  // save activations for backward
 

@@ -27,7 +27,7 @@ struct Session {
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::unique_ptr<Model> model;
   Arena arena;  // step memory: activations and scratch of one micro-batch
-  ActivationManager acts;
+  activation::ActivationManager acts;
   double loss_floor = NAN;  // nats per token when the data's entropy is known (the built-in corpus)
 };
 
