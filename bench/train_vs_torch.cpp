@@ -62,7 +62,7 @@ void settle() { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
 // k3lab's side: the model, a random batch whose targets are the next tokens, the optimizer.
 class K3Side {
  public:
-  K3Side(const k3::ModelConfig& c, const Shape& s)
+  K3Side(const k3::model::ModelConfig& c, const Shape& s)
       : model_(c),
         opt_(k3::train::param_set(model_.params()), k3::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f}) {
     model_.initialize(1);
@@ -84,13 +84,13 @@ class K3Side {
     opt_.step(1e-3f, 1.0f);
     return timer.seconds();
   }
-  const k3::Model& model() const { return model_; }
+  const k3::model::Model& model() const { return model_; }
 
  private:
-  k3::Model model_;
+  k3::model::Model model_;
   k3::AdamW opt_;
   std::vector<int32_t> tokens_, targets_;
-  k3::TokenBatch batch_;
+  k3::model::TokenBatch batch_;
   k3::Arena arena_ = k3::train::step_arena();  // the warm-up steps fault in what a step uses
   k3::activation::ActivationManager acts_;
 };
@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
     std::string blas;
     for (const Shape& s : kShapes) {
       const std::filesystem::path config = o.bench_dir / "configs" / s.config;
-      const k3::ModelConfig c = k3::load_model_config(config.string());
+      const k3::model::ModelConfig c = k3::model::load_model_config(config.string());
       TorchSide torch(config, s, o);
       K3Side ours(c, s);
       std::vector<double> ours_s, torch_s;

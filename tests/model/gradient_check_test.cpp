@@ -30,7 +30,7 @@
 #include "k3/model/layers/latent_moe.h"
 #include "k3/model/model.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 constexpr double kLossChange = 2e-3;  // the loss change a step aims for
@@ -279,4 +279,4 @@ TEST(GradientCheck, K3NanoEveryGroup) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

@@ -10,7 +10,7 @@
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 using testing::random_vec;
@@ -418,4 +418,4 @@ TEST(LatentMoE, DeterministicAndWithinItsArenaBudget) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

@@ -14,7 +14,7 @@
 #include "k3/base/fs.h"
 #include "k3/base/philox.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 std::string root() { return testing::source_dir(); }
@@ -176,4 +176,4 @@ TEST(K3Nano, CachedDecodingMatchesFullForward) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

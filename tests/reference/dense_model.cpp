@@ -17,9 +17,9 @@ constexpr float kLearningRate = 1e-2f;
 
 void run(const std::string& config_path, uint64_t seed, const std::string& batch_path,
          const std::string& weights_path, const std::string& results_path) {
-  k3::Model model(k3::load_model_config(config_path));
+  k3::model::Model model(k3::model::load_model_config(config_path));
   model.initialize(seed);
-  k3::ParamRegistry& params = model.params();
+  k3::model::ParamRegistry& params = model.params();
   k3::reference::save_weights(params, weights_path);
 
   const k3::reference::Batch b = k3::reference::load_batch(batch_path);

@@ -10,9 +10,10 @@
 namespace k3::apps {
 
 // Every tensor's optimizer (spec §7 grouping): a tensor no rule covers is an error.
-static void print_param_groups(const Model& m) {
+static void print_param_groups(const model::Model& m) {
   std::vector<ParamSlot> slots;
-  for (const TensorEntry& t : tensor_inventory(m)) slots.push_back({t.name, t.shape, 0});
+  for (const model::TensorEntry& t : model::tensor_inventory(m))
+    slots.push_back({t.name, t.shape, 0});
   std::printf("\n%-72s %s\n", "tensor", "optimizer");
   for (const Assignment& a : assign_param_groups(slots, train::head_sizes(m.config())))
     std::printf("%-72s %s\n", a.name.c_str(), a.describe().c_str());
@@ -31,19 +32,19 @@ void add_model(CLI::App& app) {
   inspect->add_flag("--tensors", a->tensors, "List every tensor: name, shape, dtype");
   inspect->add_flag("--optim", a->optim, "List every tensor's optimizer and block shape");
   inspect->callback([a] {
-    Model m(load_model_config(a->config), /*allocate=*/false);
-    const ModelConfig& c = m.config();
+    model::Model m(model::load_model_config(a->config), /*allocate=*/false);
+    const model::ModelConfig& c = m.config();
     std::printf("%s: %lld layers, hidden %lld, vocabulary %lld\n", a->config.c_str(),
                 static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
                 static_cast<long long>(c.vocab_size));
     std::printf("%-22s %20s %20s\n", "component", "total", "active");
-    for (const ComponentCount& cc : parameter_counts(m))
+    for (const model::ComponentCount& cc : model::parameter_counts(m))
       std::printf("%-22s %20lld %20lld\n", cc.component.c_str(), static_cast<long long>(cc.total),
                   static_cast<long long>(cc.active));
     if (a->optim) print_param_groups(m);
     if (!a->tensors) return;
     std::printf("\n%-72s %-18s %s\n", "tensor", "shape", "dtype");
-    for (const TensorEntry& t : tensor_inventory(m))
+    for (const model::TensorEntry& t : model::tensor_inventory(m))
       std::printf("%-72s %-18s %s\n", t.name.c_str(), shape_str(t.shape).c_str(), t.release_dtype.c_str());
     if (c.num_experts > 0)
       std::printf("\nrouted experts are listed in their logical shapes; the released checkpoint packs them as "

@@ -8,7 +8,7 @@
 #include "k3/model/layers/mla.h"
 #include "k3/model/layers/mlp.h"
 
-namespace k3 {
+namespace k3::model {
 
 MixerKind mixer_kind(const ModelConfig& c, int64_t layer) {
   if (std::find(c.kda_layers.begin(), c.kda_layers.end(), layer + 1) != c.kda_layers.end()) return MixerKind::KDA;
@@ -54,4 +54,4 @@ FfnBlock make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConf
   }
 }
 
-}  // namespace k3
+}  // namespace k3::model

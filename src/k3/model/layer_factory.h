@@ -8,7 +8,7 @@
 #include "k3/model/config.h"
 #include "k3/model/layers/mixer.h"
 
-namespace k3 {
+namespace k3::model {
 
 class LatentMoE;
 
@@ -30,4 +30,4 @@ struct FfnBlock {
 };
 FfnBlock make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c, int64_t layer);
 
-}  // namespace k3
+}  // namespace k3::model

@@ -10,7 +10,7 @@
 #include "k3/kernels/embedding.h"
 #include "k3/kernels/gemm.h"
 
-namespace k3 {
+namespace k3::model {
 
 Model::Model(ModelConfig c, bool allocate) : config_(std::move(c)) {
   const int64_t d = config_.hidden_size, V = config_.vocab_size;
@@ -317,4 +317,4 @@ double Model::train_flops_per_token(int64_t T) const {
   return 6.0 * static_cast<double>(matmul_params()) + mixing;
 }
 
-}  // namespace k3
+}  // namespace k3::model

@@ -17,7 +17,7 @@
 #include "k3/model/layers/latent_moe.h"
 #include "k3/model/layers/norm.h"
 
-namespace k3 {
+namespace k3::model {
 
 struct TokenBatch {
   const int32_t* tokens = nullptr;   // [B, T]
@@ -96,4 +96,4 @@ class Model {
   RMSNorm final_norm_;
 };
 
-}  // namespace k3
+}  // namespace k3::model

@@ -7,7 +7,7 @@
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
 
-namespace k3 {
+namespace k3::model {
 
 ParamRegistry::~ParamRegistry() {
   unmap_buffer(values_, flat_size_ * sizeof(float));
@@ -71,4 +71,4 @@ Tensor ParamRegistry::grad(int i) const {
   return Tensor::view(grads_ + p.offset, p.shape);
 }
 
-}  // namespace k3
+}  // namespace k3::model

@@ -12,7 +12,7 @@
 
 #include "k3/tensor/tensor.h"
 
-namespace k3 {
+namespace k3::model {
 
 // Which dimension is split over which process group; dim = -1 means replicated. Every group has
 // size 1 until the parallel layers exist, so shards equal global tensors.
@@ -75,4 +75,4 @@ class ParamRegistry {
   float* grads_ = nullptr;
 };
 
-}  // namespace k3
+}  // namespace k3::model

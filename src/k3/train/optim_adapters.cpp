@@ -2,7 +2,7 @@
 
 namespace k3::train {
 
-ParamSet param_set(ParamRegistry& params) {
+ParamSet param_set(model::ParamRegistry& params) {
   ParamSet set;
   for (int i = 0; i < params.size(); ++i)
     set.slots.push_back({params.info(i).name, params.info(i).shape, params.info(i).offset});
@@ -12,7 +12,7 @@ ParamSet param_set(ParamRegistry& params) {
   return set;
 }
 
-HeadSizes head_sizes(const ModelConfig& c) {
+HeadSizes head_sizes(const model::ModelConfig& c) {
   return {c.kda_head_dim, c.qk_nope_head_dim + c.qk_rope_head_dim,
           c.qk_nope_head_dim + c.v_head_dim, c.v_head_dim, c.head_dim};
 }

@@ -96,8 +96,9 @@ ResumePoint plan_resume(const std::string& run_dir, const std::string& config_pa
     if (c.key == "run.dir") continue;
     if (c.key == "model.config") {
       // Another path to the same model is no change of model: compare the contents.
-      ModelConfig asked = load_model_config(p.config.model.config);
-      if (model_config_to_json(asked) == model_config_to_json(recorded.model)) continue;
+      model::ModelConfig asked = model::load_model_config(p.config.model.config);
+      if (model::model_config_to_json(asked) == model::model_config_to_json(recorded.model))
+        continue;
       p.model = asked;
     }
     p.changes.push_back(std::move(c));

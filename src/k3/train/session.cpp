@@ -12,7 +12,7 @@ namespace k3::train {
 
 Arena step_arena() { return Arena(kStepArenaReserve, /*prefault=*/false); }
 
-std::unique_ptr<Session> open_session(const RunConfig& config, const ModelConfig& mc) {
+std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& mc) {
   auto s = std::make_unique<Session>();
   s->config = config;
   s->tokenizer = data::make_tokenizer("byte");
@@ -23,7 +23,7 @@ std::unique_ptr<Session> open_session(const RunConfig& config, const ModelConfig
   K3_CHECK_CTX(config.data.seq_len <= mc.max_position_embeddings,
                (ErrorContext{"", "data.seq_len", -1}), "seq_len ", config.data.seq_len,
                " exceeds the model's max_position_embeddings ", mc.max_position_embeddings);
-  s->model = std::make_unique<Model>(mc);
+  s->model = std::make_unique<model::Model>(mc);
   s->arena = step_arena();
   s->loss_floor = data_loss_floor(config);
   return s;
@@ -44,7 +44,7 @@ CheckpointConfigs checkpoint_configs(const Checkpoint& ck, const std::string& di
     throw Error(std::string("malformed JSON (") + e.what() + ")", ErrorContext{model_path, "", -1});
   }
   return {parse_run_config(text(kRunConfigFile), dir + "/" + kRunConfigFile),
-          parse_model_config(model_json, model_path)};
+          model::parse_model_config(model_json, model_path)};
 }
 
 std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_path) {
@@ -76,9 +76,9 @@ data::TokenDataset load_run_dataset(const Session& s) {
 }
 
 // Every parameter's values under its K3 name, as views.
-static std::vector<std::pair<std::string, Tensor>> weight_views(const Model& model) {
+static std::vector<std::pair<std::string, Tensor>> weight_views(const model::Model& model) {
   std::vector<std::pair<std::string, Tensor>> weights;
-  const ParamRegistry& p = model.params();
+  const model::ParamRegistry& p = model.params();
   for (int i = 0; i < p.size(); ++i) weights.emplace_back(p.info(i).name, p.value(i));
   return weights;
 }
@@ -88,7 +88,7 @@ Checkpoint make_checkpoint(const Session& s, const Optimizer* optimizer, nlohman
   ck.model = weight_views(*s.model);
   for (auto& entry : s.model->balancer_state()) ck.model.push_back(std::move(entry));
   if (optimizer) ck.optimizer = optimizer->state_tensors();
-  ck.texts[kModelConfigFile] = model_config_to_json(s.model->config()).dump(2) + "\n";
+  ck.texts[kModelConfigFile] = model::model_config_to_json(s.model->config()).dump(2) + "\n";
   ck.texts[kRunConfigFile] = to_toml(s.config);
   ck.manifest = std::move(manifest);
   return ck;
@@ -113,7 +113,7 @@ static void copy_named(const std::vector<std::pair<std::string, Tensor>>& into,
   }
 }
 
-void restore_weights(Model& model, const Checkpoint& ck, const std::string& origin) {
+void restore_weights(model::Model& model, const Checkpoint& ck, const std::string& origin) {
   copy_named(weight_views(model), ck.model, origin);
   model.restore_balancer_state(ck.model, origin);
 }

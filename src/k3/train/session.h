@@ -25,7 +25,7 @@ Arena step_arena();
 struct Session {
   RunConfig config;
   std::unique_ptr<data::Tokenizer> tokenizer;
-  std::unique_ptr<Model> model;
+  std::unique_ptr<model::Model> model;
   Arena arena;  // step memory: activations and scratch of one micro-batch
   activation::ActivationManager acts;
   double loss_floor = NAN;  // nats per token when the data's entropy is known (the built-in corpus)
@@ -33,7 +33,7 @@ struct Session {
 
 // Builds the session of a run configuration and a model configuration (checked against the
 // tokenizer and the sequence length): parameters allocated (not initialized), step arena mapped.
-std::unique_ptr<Session> open_session(const RunConfig& config, const ModelConfig& model);
+std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& model);
 
 // A checkpoint carries its resolved configurations as files beside the weights, so evaluating,
 // sampling or resuming it never reads the files the run was started from.
@@ -42,7 +42,7 @@ inline constexpr const char* kRunConfigFile = "run_config.toml";  // to_toml of 
 
 struct CheckpointConfigs {
   RunConfig run;
-  ModelConfig model;
+  model::ModelConfig model;
 };
 // The configurations a checkpoint (loaded from DIR) was written with.
 CheckpointConfigs checkpoint_configs(const Checkpoint& ck, const std::string& dir);
@@ -60,7 +60,7 @@ nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 // configurations as the checkpoint's config files.
 Checkpoint make_checkpoint(const Session& s, const Optimizer* optimizer, nlohmann::json manifest);
 // Copies checkpoint weights into the model; every parameter must be present with its shape.
-void restore_weights(Model& model, const Checkpoint& ck, const std::string& origin);
+void restore_weights(model::Model& model, const Checkpoint& ck, const std::string& origin);
 void restore_optimizer(Optimizer& optimizer, const Checkpoint& ck, const std::string& origin);
 
 }  // namespace k3::train

@@ -39,7 +39,7 @@ double peak_rss_mib() {
 // K3's parameter groups (spec §7): Muon for matrices, AdamW for the rest, one lr and λ.
 // train.optimizer = "adamw" puts every trainable tensor under AdamW (the router bias stays with
 // Quantile Balancing); "muon" keeps the default grouping.
-Optimizer make_optimizer(Model& model, const TrainSection& t) {
+Optimizer make_optimizer(model::Model& model, const TrainSection& t) {
   const ParamSet params = param_set(model.params());
   std::vector<std::string> rules = split_rules(t.optim_rules);
   if (t.optimizer == "adamw")
@@ -62,8 +62,8 @@ nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
 std::unique_ptr<Session> check_samples_fit(std::unique_ptr<Session> s) {
   const SampleSection& c = s->config.sample;
   try {
-    check_prompt_fits(static_cast<int64_t>(prompt_ids(*s, c.prompt).size()), c.max_tokens,
-                      s->model->config().max_position_embeddings);
+    model::check_prompt_fits(static_cast<int64_t>(prompt_ids(*s, c.prompt).size()), c.max_tokens,
+                             s->model->config().max_position_embeddings);
   } catch (const Error& e) {
     throw Error(e.message(), ErrorContext{"", "sample." + e.context().field, -1});
   }
@@ -73,7 +73,7 @@ std::unique_ptr<Session> check_samples_fit(std::unique_ptr<Session> s) {
 class Run {
  public:
   // A new run (FROM null) or one resumed from a checkpoint. The caller holds the run directory.
-  Run(const RunConfig& config, const ModelConfig& model, const TrainOptions& opt,
+  Run(const RunConfig& config, const model::ModelConfig& model, const TrainOptions& opt,
       const StopSignals& stop, ResumePoint* from)
       : opt_(opt),
         stop_(stop),
@@ -91,7 +91,8 @@ class Run {
     } else {
       s_->model->initialize(static_cast<uint64_t>(config.model.seed));
       write_file_atomic(run_dir_ + "/config.toml", to_toml(config));
-      write_file_atomic(run_dir_ + "/model.json", model_config_to_json(model).dump(2) + "\n");
+      write_file_atomic(run_dir_ + "/model.json",
+                        model::model_config_to_json(model).dump(2) + "\n");
       append_history(run_dir_, {{"event", "start"}, {"step", 0}});
     }
     metrics_ = std::make_unique<MetricsWriter>(run_dir_, from ? step_ : -1);
@@ -162,7 +163,7 @@ void Run::resume(ResumePoint& from) {
 
 double Run::train_step() {
   const RunConfig& c = s_->config;
-  Model& model = *s_->model;
+  model::Model& model = *s_->model;
   // Fetch every micro-batch first: the gradient is of the mean over all their counted tokens.
   micro_.resize(static_cast<size_t>(c.train.grad_accum));
   int64_t count = 0;
@@ -195,7 +196,7 @@ double Run::train_step() {
 // Quantile Balancing once per global batch; per-layer load figures go to metrics.jsonl and the
 // full per-expert loads to expert_load.jsonl (drawn by `k3lab report`).
 void Run::balance_experts(nlohmann::json& record) {
-  const std::map<int64_t, ExpertLoadStats> stats = s_->model->end_global_batch();
+  const std::map<int64_t, model::ExpertLoadStats> stats = s_->model->end_global_batch();
   if (stats.empty()) return;
   double worst = 0;
   for (auto& [layer, st] : stats) {
@@ -325,7 +326,7 @@ TrainSummary train(const RunConfig& config, const TrainOptions& options) {
       list_checkpoints(config.run.dir).empty(), (ErrorContext{config.run.dir, "", -1}),
       "the run directory already holds checkpoints: continue it with k3lab train --resume ",
       config.run.dir, ", or choose another run.dir");
-  const ModelConfig model = load_model_config(config.model.config);
+  const model::ModelConfig model = model::load_model_config(config.model.config);
   Run run(config, model, options, stop, nullptr);
   return run.run();
 }

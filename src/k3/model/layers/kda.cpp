@@ -14,7 +14,7 @@
 #include "k3/kernels/kda/sequences.h"
 #include "k3/kernels/kda/short_conv.h"
 
-namespace k3 {
+namespace k3::model {
 namespace kda = kernels::kda;
 
 namespace {
@@ -287,4 +287,4 @@ void KimiDeltaAttention::decode(const Step& s, const float* x, int64_t rows, Dec
     prefill(s, x, rows, cache, out);
 }
 
-}  // namespace k3
+}  // namespace k3::model

@@ -10,7 +10,7 @@
 #include "k3/kernels/elementwise.h"
 #include "k3/kernels/moe_permute.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
@@ -281,4 +281,4 @@ size_t LatentMoE::arena_bytes(int64_t rows) const {
          allocations * Arena::kAlign;
 }
 
-}  // namespace k3
+}  // namespace k3::model
