@@ -63,7 +63,7 @@ Result run_k3lab(const Case& c, const Options& o) {
   const size_t count = static_cast<size_t>(c.batch * c.m * c.n);
   const std::vector<float> input = bench_input(count);
   std::vector<float> x(count), out(count);
-  k3::NewtonSchulz ns(kSteps);
+  k3::optim::NewtonSchulz ns(kSteps);
   double best = INFINITY;
   for (int rep = 0; rep < o.warmup + o.reps; ++rep) {
     std::memcpy(x.data(), input.data(), count * sizeof(float));  // run() overwrites x

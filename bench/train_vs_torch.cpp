@@ -64,7 +64,8 @@ class K3Side {
  public:
   K3Side(const k3::model::ModelConfig& c, const Shape& s)
       : model_(c),
-        opt_(k3::train::param_set(model_.params()), k3::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f}) {
+        opt_(k3::train::param_set(model_.params()),
+             k3::optim::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f}) {
     model_.initialize(1);
     std::mt19937 rng(2);
     std::uniform_int_distribution<int32_t> draw(0, static_cast<int32_t>(c.vocab_size - 1));
@@ -88,7 +89,7 @@ class K3Side {
 
  private:
   k3::model::Model model_;
-  k3::AdamW opt_;
+  k3::optim::AdamW opt_;
   std::vector<int32_t> tokens_, targets_;
   k3::model::TokenBatch batch_;
   k3::Arena arena_ = k3::train::step_arena();  // the warm-up steps fault in what a step uses

@@ -7,7 +7,7 @@
 #include "common/test_util.h"
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::optim {
 namespace {
 
 bool is_kda_layer(int l) { return (l + 1) % 4 != 0 && l != 92; }  // weights.tsv's header
@@ -173,4 +173,4 @@ TEST(ParamGroups, BadRulesAreErrorsNamingThem) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::optim

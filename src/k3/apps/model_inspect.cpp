@@ -11,11 +11,12 @@ namespace k3::apps {
 
 // Every tensor's optimizer (spec §7 grouping): a tensor no rule covers is an error.
 static void print_param_groups(const model::Model& m) {
-  std::vector<ParamSlot> slots;
+  std::vector<optim::ParamSlot> slots;
   for (const model::TensorEntry& t : model::tensor_inventory(m))
     slots.push_back({t.name, t.shape, 0});
   std::printf("\n%-72s %s\n", "tensor", "optimizer");
-  for (const Assignment& a : assign_param_groups(slots, train::head_sizes(m.config())))
+  for (const optim::Assignment& a :
+       optim::assign_param_groups(slots, train::head_sizes(m.config())))
     std::printf("%-72s %s\n", a.name.c_str(), a.describe().c_str());
 }
 

@@ -13,7 +13,7 @@
 #include "k3/optim/muon.h"
 #include "k3/optim/param_groups.h"
 
-namespace k3 {
+namespace k3::optim {
 
 struct OptimizerConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // AdamW
@@ -54,4 +54,4 @@ class Optimizer {
   std::string summary_;
 };
 
-}  // namespace k3
+}  // namespace k3::optim

@@ -8,7 +8,7 @@
 #include "k3/base/strings.h"
 #include "k3/optim/adamw.h"
 
-namespace k3 {
+namespace k3::optim {
 namespace {
 
 struct Rule {
@@ -268,4 +268,4 @@ const char* optimizer_name(OptimizerKind kind) {
   return "?";
 }
 
-}  // namespace k3
+}  // namespace k3::optim

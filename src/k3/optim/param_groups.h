@@ -25,7 +25,7 @@
 
 #include "k3/optim/param_set.h"
 
-namespace k3 {
+namespace k3::optim {
 
 enum class OptimizerKind { adamw, muon, frozen };
 enum class MuonGrouping { whole, per_head, per_expert };
@@ -67,4 +67,4 @@ std::vector<Assignment> assign_param_groups(const std::vector<ParamSlot>& params
 
 const char* optimizer_name(OptimizerKind kind);
 
-}  // namespace k3
+}  // namespace k3::optim

@@ -2,8 +2,8 @@
 
 namespace k3::train {
 
-ParamSet param_set(model::ParamRegistry& params) {
-  ParamSet set;
+optim::ParamSet param_set(model::ParamRegistry& params) {
+  optim::ParamSet set;
   for (int i = 0; i < params.size(); ++i)
     set.slots.push_back({params.info(i).name, params.info(i).shape, params.info(i).offset});
   set.values = params.values();
@@ -12,7 +12,7 @@ ParamSet param_set(model::ParamRegistry& params) {
   return set;
 }
 
-HeadSizes head_sizes(const model::ModelConfig& c) {
+optim::HeadSizes head_sizes(const model::ModelConfig& c) {
   return {c.kda_head_dim, c.qk_nope_head_dim + c.qk_rope_head_dim,
           c.qk_nope_head_dim + c.v_head_dim, c.v_head_dim, c.head_dim};
 }

@@ -10,8 +10,8 @@
 namespace k3::train {
 
 // The parameters as named ranges of the flat value and gradient buffers.
-ParamSet param_set(model::ParamRegistry& params);
+optim::ParamSet param_set(model::ParamRegistry& params);
 // The head block sizes Per-Head Muon splits projections into (optim/param_groups.h).
-HeadSizes head_sizes(const model::ModelConfig& c);
+optim::HeadSizes head_sizes(const model::ModelConfig& c);
 
 }  // namespace k3::train

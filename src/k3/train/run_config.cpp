@@ -286,14 +286,14 @@ int64_t TrainSection::warmup() const {
   return std::min(w, steps);
 }
 
-Schedule TrainSection::lr_schedule() const {
-  return {.kind = parse_schedule_kind(schedule),
+optim::Schedule TrainSection::lr_schedule() const {
+  return {.kind = optim::parse_schedule_kind(schedule),
           .peak_lr = static_cast<float>(lr),
           .total_steps = steps,
           .warmup_steps = warmup(),
           .min_lr_ratio = static_cast<float>(min_lr_ratio),
           .decay_fraction = decay_fraction,
-          .decay_shape = parse_decay_shape(decay_shape)};
+          .decay_shape = optim::parse_decay_shape(decay_shape)};
 }
 
 RunConfig parse_run_config(const std::string& toml_text, const std::string& origin) {

@@ -52,7 +52,7 @@ struct TrainSection {
 
   // Warmup length in steps: warmup_fraction * steps when set, else warmup_steps; at most steps.
   int64_t warmup() const;
-  Schedule lr_schedule() const;  // the learning-rate schedule these fields describe
+  optim::Schedule lr_schedule() const;  // the learning-rate schedule these fields describe
   bool operator==(const TrainSection&) const = default;
 };
 

@@ -83,7 +83,8 @@ static std::vector<std::pair<std::string, Tensor>> weight_views(const model::Mod
   return weights;
 }
 
-Checkpoint make_checkpoint(const Session& s, const Optimizer* optimizer, nlohmann::json manifest) {
+Checkpoint make_checkpoint(const Session& s, const optim::Optimizer* optimizer,
+                           nlohmann::json manifest) {
   Checkpoint ck;
   ck.model = weight_views(*s.model);
   for (auto& entry : s.model->balancer_state()) ck.model.push_back(std::move(entry));
@@ -118,7 +119,8 @@ void restore_weights(model::Model& model, const Checkpoint& ck, const std::strin
   model.restore_balancer_state(ck.model, origin);
 }
 
-void restore_optimizer(Optimizer& optimizer, const Checkpoint& ck, const std::string& origin) {
+void restore_optimizer(optim::Optimizer& optimizer, const Checkpoint& ck,
+                       const std::string& origin) {
   copy_named(optimizer.state_tensors(), ck.optimizer, origin);
 }
 

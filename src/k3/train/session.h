@@ -58,9 +58,11 @@ nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 
 // Weights by K3 name (views of the flat buffer), optimizer state, and the session's
 // configurations as the checkpoint's config files.
-Checkpoint make_checkpoint(const Session& s, const Optimizer* optimizer, nlohmann::json manifest);
+Checkpoint make_checkpoint(const Session& s, const optim::Optimizer* optimizer,
+                           nlohmann::json manifest);
 // Copies checkpoint weights into the model; every parameter must be present with its shape.
 void restore_weights(model::Model& model, const Checkpoint& ck, const std::string& origin);
-void restore_optimizer(Optimizer& optimizer, const Checkpoint& ck, const std::string& origin);
+void restore_optimizer(optim::Optimizer& optimizer, const Checkpoint& ck,
+                       const std::string& origin);
 
 }  // namespace k3::train

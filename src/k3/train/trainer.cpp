@@ -39,16 +39,17 @@ double peak_rss_mib() {
 // K3's parameter groups (spec §7): Muon for matrices, AdamW for the rest, one lr and λ.
 // train.optimizer = "adamw" puts every trainable tensor under AdamW (the router bias stays with
 // Quantile Balancing); "muon" keeps the default grouping.
-Optimizer make_optimizer(model::Model& model, const TrainSection& t) {
-  const ParamSet params = param_set(model.params());
-  std::vector<std::string> rules = split_rules(t.optim_rules);
+optim::Optimizer make_optimizer(model::Model& model, const TrainSection& t) {
+  const optim::ParamSet params = param_set(model.params());
+  std::vector<std::string> rules = optim::split_rules(t.optim_rules);
   if (t.optimizer == "adamw")
-    rules.insert(rules.end(), adamw_only_rules().begin(), adamw_only_rules().end());
-  return Optimizer(params, assign_param_groups(params.slots, head_sizes(model.config()), rules),
-                   OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
-                                   .beta2 = static_cast<float>(t.beta2),
-                                   .eps = static_cast<float>(t.eps),
-                                   .weight_decay = static_cast<float>(t.weight_decay)});
+    rules.insert(rules.end(), optim::adamw_only_rules().begin(), optim::adamw_only_rules().end());
+  return optim::Optimizer(
+      params, optim::assign_param_groups(params.slots, head_sizes(model.config()), rules),
+      optim::OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
+                             .beta2 = static_cast<float>(t.beta2),
+                             .eps = static_cast<float>(t.eps),
+                             .weight_decay = static_cast<float>(t.weight_decay)});
 }
 
 nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
@@ -116,12 +117,12 @@ class Run {
   TrainOptions opt_;
   const StopSignals& stop_;
   std::unique_ptr<Session> s_;
-  Optimizer optimizer_;  // before the data: a bad rule is reported before the dataset loads
-  Schedule schedule_;
+  optim::Optimizer optimizer_;  // before the data: a bad rule is reported before the dataset loads
+  optim::Schedule schedule_;
   data::TokenDataset dataset_;
   nlohmann::json data_fingerprint_;  // of the data the run started with, kept in checkpoints
   data::Batcher batcher_;
-  StepGuard guard_;
+  optim::StepGuard guard_;
   std::string run_dir_;
   std::unique_ptr<ProgressDisplay> progress_;  // null when quiet
   std::unique_ptr<MetricsWriter> metrics_;
@@ -181,7 +182,7 @@ double Run::train_step() {
     loss_sum += l.sum;
   }
   const double loss = count > 0 ? loss_sum / static_cast<double>(count) : NAN;
-  last_grad_norm_ = global_grad_norm(model.params().grads(), model.params().flat_size());
+  last_grad_norm_ = optim::global_grad_norm(model.params().grads(), model.params().flat_size());
   if (!guard_.admit(loss, last_grad_norm_)) {
     say(strprintf(
         "step %lld: non-finite loss (%g) or gradient norm (%g): step skipped, nothing applied",
@@ -189,7 +190,7 @@ double Run::train_step() {
     return NAN;
   }
   ProfileScope time(kOptimizerBucket);
-  optimizer_.step(schedule_.lr(step_), clip_factor(last_grad_norm_, c.train.grad_clip));
+  optimizer_.step(schedule_.lr(step_), optim::clip_factor(last_grad_norm_, c.train.grad_clip));
   return loss;
 }
 
