@@ -149,8 +149,8 @@ TEST(ParamGroups, RunRulesOverrideAndExtendTheDefaults) {
                                          {"model.layers.0.gate_stack.weight", {4, 8, 16}, 0}};
   const auto plan =
       assign_param_groups(params, kK3Sizes,
-                       {"*.q_proj.weight = adamw", "*.k_proj.weight=muon:per_head(32)",
-                        "*.adapter.weight=muon", "*.gate_stack.weight=muon:per_expert"});
+                          {"*.q_proj.weight = adamw", "*.k_proj.weight=muon:per_head(32)",
+                           "*.adapter.weight=muon", "*.gate_stack.weight=muon:per_expert"});
   EXPECT_EQ(plan[0].optimizer, OptimizerKind::adamw);
   EXPECT_EQ(plan[0].rule, "*.q_proj.weight = adamw");
   EXPECT_EQ(plan[1].block_shape, (Shape{32, 64}));

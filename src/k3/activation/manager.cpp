@@ -19,8 +19,6 @@ bool ActivationManager::contains(std::string_view name) const {
   return saved_.count(std::string(name)) != 0;
 }
 
-void ActivationManager::clear() {
-  saved_.clear();
-}
+void ActivationManager::clear() { saved_.clear(); }
 
 }  // namespace k3::activation

@@ -1,13 +1,13 @@
 // `k3lab schedule --type cosine|wsd|constant [--steps N --warmup W --decay-fraction f
 //   --decay-shape linear|sqrt|exp --min-lr-ratio r --lr x] [--plot out.svg]`:
 // the learning rate of every step, its values at the phase boundaries, and a plot.
-#include "k3/base/svg_plot.h"
 #include "k3/optim/schedule.h"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "k3/apps/commands.h"
+#include "k3/base/svg_plot.h"
 
 namespace k3::apps {
 namespace {

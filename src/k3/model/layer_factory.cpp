@@ -41,7 +41,8 @@ std::unique_ptr<Mixer> make_mixer(ParamRegistry& reg, const std::string& prefix,
   }
 }
 
-FfnBlock make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c, int64_t layer) {
+FfnBlock make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
+                  int64_t layer) {
   switch (ffn_kind(c, layer)) {
     case FfnKind::LatentMoE: {
       auto moe = std::make_unique<LatentMoE>(reg, prefix + ".block_sparse_moe", c);

@@ -28,6 +28,7 @@ struct FfnBlock {
   std::unique_ptr<FeedForward> ffn;
   LatentMoE* moe = nullptr;
 };
-FfnBlock make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c, int64_t layer);
+FfnBlock make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
+                  int64_t layer);
 
 }  // namespace k3::model

@@ -24,7 +24,7 @@ struct OptimizerConfig {
 
 class Optimizer {
  public:
-  // `plan` holds one assignment per slot of `params`, matched by name (assign_param_groups' output).
+  // `plan`: one assignment per slot of `params`, matched by name (assign_param_groups' output).
   Optimizer(const ParamSet& params, const std::vector<Assignment>& plan, OptimizerConfig config);
 
   // One step at learning rate lr over every trained parameter; gradients are multiplied by

@@ -218,8 +218,8 @@ const std::vector<std::string>& default_param_group_rules() {
 }
 
 std::vector<Assignment> assign_param_groups(const std::vector<ParamSlot>& params,
-                                         const HeadSizes& sizes,
-                                         const std::vector<std::string>& rules) {
+                                            const HeadSizes& sizes,
+                                            const std::vector<std::string>& rules) {
   std::vector<Rule> parsed;
   for (const auto* list : {&rules, &default_param_group_rules()})
     for (const std::string& text : *list) parsed.push_back(parse_rule(text));

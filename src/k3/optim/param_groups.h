@@ -12,8 +12,8 @@
 //                          dense, or attn — the value-head size of the tensor's own layer (KDA:
 //                          kda, MLA: mla_v, plain gated attention: dense).
 // Rules are tried in order and the first whose pattern matches wins: a run's own rules come
-// before default_param_group_rules(), so they can override or extend it. A tensor no rule matches is
-// an error naming it: nothing is left unassigned.
+// before default_param_group_rules(), so they can override or extend it. A tensor no rule matches
+// is an error naming it: nothing is left unassigned.
 //
 // The layer kind behind `attn` comes from the tensor names themselves: a layer whose self_attn
 // has kv_b_proj is MLA, one with f_a_proj is KDA, any other is the plain gated attention.
@@ -62,8 +62,8 @@ std::vector<std::string> split_rules(const std::string& comma_separated);
 
 // One assignment per parameter, in the order given. `rules` come before the defaults.
 std::vector<Assignment> assign_param_groups(const std::vector<ParamSlot>& params,
-                                         const HeadSizes& sizes,
-                                         const std::vector<std::string>& rules = {});
+                                            const HeadSizes& sizes,
+                                            const std::vector<std::string>& rules = {});
 
 const char* optimizer_name(OptimizerKind kind);
 

@@ -4,8 +4,8 @@
 
 #include "k3/model/config.h"
 #include "k3/model/params.h"
-#include "k3/optim/param_set.h"
 #include "k3/optim/param_groups.h"
+#include "k3/optim/param_set.h"
 
 namespace k3::train {
 
