@@ -82,7 +82,7 @@ class K3Side {
  private:
   Case c_;
   std::vector<float> input_, x_, out_;
-  k3::NewtonSchulz ns_;
+  k3::optim::NewtonSchulz ns_;
 };
 
 // PyTorch's side: the child process, asked for one orthogonalization per run().

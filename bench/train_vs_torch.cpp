@@ -27,6 +27,7 @@
 #include "k3/base/timer.h"
 #include "k3/model/model.h"
 #include "k3/optim/adamw.h"
+#include "k3/train/optim_adapters.h"
 #include "k3/train/session.h"
 #include "spread.h"
 #include "torch_child.h"
@@ -49,9 +50,10 @@ struct Options {
 // k3lab's side: the model, a random batch whose targets are the next tokens, the optimizer.
 class K3Side {
  public:
-  K3Side(const k3::ModelConfig& c, const Shape& s)
+  K3Side(const k3::model::ModelConfig& c, const Shape& s)
       : model_(c),
-        opt_(k3::train::param_set(model_.params()), k3::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f}) {
+        opt_(k3::train::param_set(model_.params()),
+             k3::optim::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f}) {
     model_.initialize(1);
     std::mt19937 rng(2);
     std::uniform_int_distribution<int32_t> draw(0, static_cast<int32_t>(c.vocab_size - 1));
@@ -71,15 +73,15 @@ class K3Side {
     opt_.step(1e-3f, 1.0f);
     return timer.seconds();
   }
-  const k3::Model& model() const { return model_; }
+  const k3::model::Model& model() const { return model_; }
 
  private:
-  k3::Model model_;
-  k3::AdamW opt_;
+  k3::model::Model model_;
+  k3::optim::AdamW opt_;
   std::vector<int32_t> tokens_, targets_;
-  k3::TokenBatch batch_;
+  k3::model::TokenBatch batch_;
   k3::Arena arena_ = k3::train::step_arena();  // the warm-up steps fault in what a step uses
-  k3::ActivationManager acts_;
+  k3::activation::ActivationManager acts_;
 };
 
 // PyTorch's side: a child process that first prints "blas <library>" once its model is built,
@@ -121,7 +123,7 @@ int main(int argc, char** argv) {
     std::string blas;
     for (const Shape& s : kShapes) {
       const std::filesystem::path config = o.bench_dir / "configs" / s.config;
-      const k3::ModelConfig c = k3::load_model_config(config.string());
+      const k3::model::ModelConfig c = k3::model::load_model_config(config.string());
       k3::bench::TorchChild torch(torch_command(config, s, o));
       if (torch.greeting().rfind("blas ", 0) != 0)
         throw std::runtime_error("the PyTorch side said: " + torch.greeting());

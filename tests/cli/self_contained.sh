@@ -55,6 +55,8 @@ grep -q '"key":"train.steps","to":"9"' "$run/history.jsonl" || fail "the steps c
 # Changes that make it another run are refused unless stated, all in one line.
 expect_error "data.seq_len 32 -> 16.*--allow-change data.seq_len" \
   "$K3LAB" train --quiet --resume "$run" --set train.steps=12 --set data.seq_len=16
+expect_error "data.seed 1234 -> 7.*--allow-change data.seed" \
+  "$K3LAB" train --quiet --resume "$run" --set train.steps=12 --set data.seed=7
 expect_error "train.batch_size 4 -> 2.*--allow-change train.batch_size" \
   "$K3LAB" train --quiet --resume "$run" --set train.steps=12 --set train.batch_size=2
 expect_error "model.config .*data.seq_len 32 -> 64" \

@@ -10,8 +10,8 @@ namespace k3::testing {
 
 // The Attention Residuals' pseudo-queries start at zero: a uniform mix, whose score norms get no
 // gradient. Moves them off it, so the mixing weights differ from token to token.
-inline void perturb_attn_res(Model& m) {
-  ParamRegistry& p = m.params();
+inline void perturb_attn_res(model::Model& m) {
+  model::ParamRegistry& p = m.params();
   for (int i = 0; i < p.size(); ++i)
     if (p.info(i).name.find("res_proj") != std::string::npos)
       fill_normal(p.value(i).f32(), p.info(i).numel(), 3, stream_of(p.info(i).name), 0, 0.f, 0.5f);

@@ -10,7 +10,7 @@
 #include "k3/base/fs.h"
 #include "k3/model/config.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 using nlohmann::json;
@@ -80,4 +80,4 @@ TEST(ModelConfigRanges, HugeSizesAreRefusedBeforeAnythingIsBuilt) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

@@ -30,7 +30,7 @@
 #include "k3/model/layers/latent_moe.h"
 #include "k3/model/model.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 constexpr double kLossChange = 2e-3;  // the loss change a step aims for
@@ -187,7 +187,7 @@ class GradientCheck {
   static constexpr int64_t B = 2, T = 16;
   Model model_;
   Arena arena_{size_t{64} << 20, false};
-  ActivationManager acts_;
+  activation::ActivationManager acts_;
   std::vector<int32_t> tokens_, targets_;
   std::vector<float> base_, grad_;
   std::vector<std::pair<std::string, Tensor>> balancer_;
@@ -279,4 +279,4 @@ TEST(GradientCheck, K3NanoEveryGroup) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

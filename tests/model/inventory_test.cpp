@@ -11,7 +11,7 @@
 #include "common/test_util.h"
 #include "k3/model/inventory.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 struct Expected {
@@ -100,4 +100,4 @@ TEST(Inventory, ReleasedConfigMatchesTheCheckpointTensorList) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

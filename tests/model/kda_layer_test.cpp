@@ -11,7 +11,7 @@
 #include "k3/base/error.h"
 #include "k3/model/layers/kda.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 using testing::random_vec;
@@ -96,7 +96,7 @@ struct Fixture {
   ParamRegistry reg;
   KimiDeltaAttention layer;
   Arena arena{size_t{64} << 20, false};
-  ActivationManager acts;
+  activation::ActivationManager acts;
 
   explicit Fixture(bool unbounded = false, Decays decays = Decays::Fast)
       : c(small_config(unbounded)), layer(reg, kPrefix, c) {
@@ -312,4 +312,4 @@ TEST(KdaLayer, BackwardIsDeterministic) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

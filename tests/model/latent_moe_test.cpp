@@ -10,7 +10,7 @@
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 using testing::random_vec;
@@ -136,7 +136,7 @@ struct Fixture {
   ParamRegistry reg;
   LatentMoE moe;
   Arena arena{size_t{64} << 20, false};
-  ActivationManager acts;
+  activation::ActivationManager acts;
   int64_t T;
   std::vector<float> x;
 
@@ -419,4 +419,4 @@ TEST(LatentMoE, DeterministicAndWithinItsArenaBudget) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

@@ -7,7 +7,7 @@
 
 #include "common/test_util.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 ModelConfig config(const std::string& name) {
@@ -20,7 +20,7 @@ size_t measured_peak(const ModelConfig& c, int64_t B, int64_t T) {
   Model m(c);
   m.initialize(7);
   Arena arena(size_t{1} << 30, /*prefault=*/false);
-  ActivationManager acts;
+  activation::ActivationManager acts;
   const auto tokens =
       testing::random_tokens(static_cast<size_t>(B * T), static_cast<int32_t>(c.vocab_size), 1);
   const auto targets =
@@ -68,4 +68,4 @@ TEST(MemoryEstimate, ParametersAndGradientsAreTheFlatBuffers) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

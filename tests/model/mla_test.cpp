@@ -13,7 +13,7 @@
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 const std::string kPrefix = "model.layers.0.self_attn";
@@ -39,7 +39,7 @@ ModelConfig small_config() {
 struct Harness {
   ModelConfig cfg = small_config();
   Arena arena{size_t{64} << 20, false};
-  ActivationManager acts;
+  activation::ActivationManager acts;
   ParamRegistry reg;
   GatedMLA layer{reg, kPrefix, cfg};
   Step step{arena, acts, reg, true};
@@ -301,4 +301,4 @@ TEST(GatedMLA, CacheHoldsOnlyTheLatentAndSharedKey) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

@@ -14,7 +14,7 @@
 #include "k3/base/fs.h"
 #include "k3/base/philox.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 std::string root() { return testing::source_dir(); }
@@ -91,7 +91,7 @@ TEST(Model, NamesShapesAndDeterministicInit) {
 struct Fixture {
   Model model;
   Arena arena{size_t{64} << 20, false};
-  ActivationManager acts;
+  activation::ActivationManager acts;
   int64_t B = 2, T = 16;
   std::vector<int32_t> tokens, targets;
   explicit Fixture(ModelConfig c = tiny()) : model(std::move(c)) {
@@ -176,4 +176,4 @@ TEST(K3Nano, CachedDecodingMatchesFullForward) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

@@ -8,7 +8,7 @@
 #include "common/test_util.h"
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 using QB = QuantileBalancer;
@@ -165,4 +165,4 @@ TEST(QuantileBalancing, BalancesASkewedRouter) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

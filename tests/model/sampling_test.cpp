@@ -11,7 +11,7 @@
 #include "k3/base/arena.h"
 #include "k3/model/model.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 using testing::error_of;
@@ -114,4 +114,4 @@ TEST(Generate, FillsTheContextExactlyAndRefusesBeyondIt) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::model

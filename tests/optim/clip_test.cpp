@@ -5,7 +5,7 @@
 #include "common/test_util.h"
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::optim {
 namespace {
 
 TEST(Clip, NormIsTheSameOnAnyThreadCount) {
@@ -50,4 +50,4 @@ TEST(StepGuard, SkippedCountSurvivesARestore) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::optim

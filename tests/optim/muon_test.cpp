@@ -4,7 +4,7 @@
 #include "k3/base/error.h"
 #include "optim/linalg.h"
 
-namespace k3 {
+namespace k3::optim {
 namespace {
 
 using testing::Mat;
@@ -139,4 +139,4 @@ TEST(Muon, RejectsVectorsAndBlocksThatDoNotTile) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::optim

@@ -6,7 +6,7 @@
 #include "k3/base/error.h"
 #include "optim/linalg.h"
 
-namespace k3 {
+namespace k3::optim {
 namespace {
 
 using testing::Mat;
@@ -135,4 +135,4 @@ TEST(NewtonSchulz, RejectsTallMatrices) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::optim

@@ -5,7 +5,7 @@
 #include "common/test_util.h"
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::optim {
 namespace {
 
 using testing::random_vec;
@@ -36,7 +36,7 @@ struct Model {
     params.flat_size = offset;
   }
   std::vector<Assignment> plan() const {
-    return route_parameters(params.slots, HeadSizes{.dense = 8});
+    return assign_param_groups(params.slots, HeadSizes{.dense = 8});
   }
   void draw_grads(uint64_t seed) {
     const auto g = random_vec(grads.size(), seed, -1, 1);
@@ -150,4 +150,4 @@ TEST(AdamW, DecaysMatricesButNotVectorsOrTheEmbedding) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::optim

@@ -3,7 +3,7 @@
 #include "common/test_util.h"
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::optim {
 namespace {
 
 // Golden values at each boundary: peak 1, 100 steps, 10 warmup steps, floor 0.1.
@@ -104,4 +104,4 @@ TEST(Schedule, NamesRoundTrip) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::optim

@@ -21,7 +21,7 @@ static void run(const std::string& dir) {
   const float grad_scale = std::stof(in.metadata.at("grad_scale"));
 
   // The parameters, packed into one flat buffer as the model's registry would.
-  ParamSet set;
+  optim::ParamSet set;
   for (const auto& [name, t] : in.tensors)
     if (name.rfind("param.", 0) == 0) {
       set.slots.push_back({name.substr(6), t.shape(), set.flat_size});
@@ -29,21 +29,21 @@ static void run(const std::string& dir) {
     }
   K3_CHECK(!set.slots.empty(), "no param.<name> tensors in the inputs");
   std::vector<float> values(set.flat_size), grads(set.flat_size);
-  for (const ParamSlot& p : set.slots)
+  for (const optim::ParamSlot& p : set.slots)
     std::memcpy(values.data() + p.offset, in.get("param." + p.name, p.shape).f32(),
                 static_cast<size_t>(p.numel()) * 4);
   set.values = values.data();
   set.grads = grads.data();
 
-  AdamW opt(set, AdamWConfig{});
+  optim::AdamW opt(set, optim::AdamWConfig{});
   Safetensors out;
   for (int step = 0; step < steps; ++step) {
     const std::string s = std::to_string(step);
-    for (const ParamSlot& p : set.slots)
+    for (const optim::ParamSlot& p : set.slots)
       std::memcpy(grads.data() + p.offset, in.get("grad." + s + "." + p.name, p.shape).f32(),
                   static_cast<size_t>(p.numel()) * 4);
     opt.step(in.get("lr." + s, {1}).f32()[0], grad_scale);
-    for (const ParamSlot& p : set.slots)
+    for (const optim::ParamSlot& p : set.slots)
       out.tensors.emplace_back("param." + s + "." + p.name,
                                reference::copy_of(Tensor::view(values.data() + p.offset, p.shape)));
   }

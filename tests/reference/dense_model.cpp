@@ -7,6 +7,7 @@
 
 #include "driver.h"
 #include "k3/optim/adamw.h"
+#include "k3/train/optim_adapters.h"
 #include "k3/train/session.h"
 
 namespace {
@@ -16,18 +17,19 @@ constexpr float kLearningRate = 1e-2f;
 
 void run(const std::string& config_path, uint64_t seed, const std::string& batch_path,
          const std::string& weights_path, const std::string& results_path) {
-  k3::Model model(k3::load_model_config(config_path));
+  k3::model::Model model(k3::model::load_model_config(config_path));
   model.initialize(seed);
-  k3::ParamRegistry& params = model.params();
+  k3::model::ParamRegistry& params = model.params();
   k3::reference::save_weights(params, weights_path);
 
   const k3::reference::Batch b = k3::reference::load_batch(batch_path);
   k3::Arena arena = k3::train::step_arena();
-  k3::ActivationManager acts;
+  k3::activation::ActivationManager acts;
   k3::Safetensors out;
   const float scale = k3::reference::add_model_outputs(model, arena, acts, b, batch_path, out);
 
-  k3::AdamW opt(k3::train::param_set(params), k3::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f});
+  k3::optim::AdamW opt(k3::train::param_set(params),
+                       k3::optim::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f});
   k3::Tensor losses = k3::Tensor::empty({kTrainSteps});
   for (int step = 0; step < kTrainSteps; ++step) {
     params.zero_grads();

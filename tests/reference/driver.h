@@ -52,7 +52,7 @@ inline Tensor copy_of(const Tensor& t) {
   return c;
 }
 
-inline void save_weights(const ParamRegistry& params, const std::string& path) {
+inline void save_weights(const model::ParamRegistry& params, const std::string& path) {
   Safetensors weights;
   for (int i = 0; i < params.size(); ++i)
     weights.tensors.emplace_back(params.info(i).name, params.value(i));
@@ -62,7 +62,7 @@ inline void save_weights(const ParamRegistry& params, const std::string& path) {
 // A batch file's `tokens` and `targets` [B, T] (ids stored as floats).
 struct Batch {
   std::vector<int32_t> tokens, targets;
-  TokenBatch view;
+  model::TokenBatch view;
 };
 
 inline Batch load_batch(const std::string& path) {
@@ -80,9 +80,10 @@ inline Batch load_batch(const std::string& path) {
 
 // Adds `logits`, `loss` (the mean over targets that are not ignored) and `grad.<name>` of every
 // parameter to out (gradients zeroed first). Returns the scale 1 / (counted targets).
-inline float add_model_outputs(Model& model, Arena& arena, ActivationManager& acts,
-                               const Batch& b, const std::string& batch_path, Safetensors& out) {
-  const TokenBatch& v = b.view;
+inline float add_model_outputs(model::Model& model, Arena& arena,
+                               activation::ActivationManager& acts, const Batch& b,
+                               const std::string& batch_path, Safetensors& out) {
+  const model::TokenBatch& v = b.view;
   Tensor logits = Tensor::empty({v.B * v.T, model.config().vocab_size});
   model.forward_logits(arena, v.tokens, v.B, v.T, logits.f32());
   out.tensors.emplace_back("logits", logits);
@@ -91,7 +92,7 @@ inline float add_model_outputs(Model& model, Arena& arena, ActivationManager& ac
   for (int32_t t : b.targets) count += t != model.config().ignore_index;
   K3_CHECK(count > 0, batch_path, ": every target is ignored");
   const float scale = 1.0f / static_cast<float>(count);
-  ParamRegistry& params = model.params();
+  model::ParamRegistry& params = model.params();
   params.zero_grads();
   Tensor loss = Tensor::empty({1});
   loss.f32()[0] = static_cast<float>(model.forward_backward(arena, acts, v, scale).sum * scale);

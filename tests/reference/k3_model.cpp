@@ -26,7 +26,7 @@ struct Perturbation {
 // The perturbation of a parameter by name, or std 0 to keep it as initialized.
 Perturbation perturbation(const std::string& name) {
   if (name.find("res_proj") != std::string::npos) return {0.f, 0.1f};
-  if (k3::is_router_bias(name)) return {0.f, 0.01f};
+  if (k3::model::is_router_bias(name)) return {0.f, 0.01f};
   if (name.ends_with("norm.weight")) return {1.f, 0.25f};
   if (name.ends_with(".A_log")) return {0.f, 0.5f};
   return {0.f, 0.f};
@@ -34,9 +34,9 @@ Perturbation perturbation(const std::string& name) {
 
 void run(const std::string& config_path, uint64_t seed, const std::string& batch_path,
          const std::string& weights_path, const std::string& results_path) {
-  k3::Model model(k3::load_model_config(config_path));
+  k3::model::Model model(k3::model::load_model_config(config_path));
   model.initialize(seed);
-  k3::ParamRegistry& params = model.params();
+  k3::model::ParamRegistry& params = model.params();
   int perturbed = 0;
   for (int i = 0; i < params.size(); ++i) {
     const Perturbation p = perturbation(params.info(i).name);
@@ -50,7 +50,7 @@ void run(const std::string& config_path, uint64_t seed, const std::string& batch
 
   const k3::reference::Batch b = k3::reference::load_batch(batch_path);
   k3::Arena arena(size_t{1} << 30, false);
-  k3::ActivationManager acts;
+  k3::activation::ActivationManager acts;
   k3::Safetensors out;
   k3::reference::add_model_outputs(model, arena, acts, b, batch_path, out);
   k3::save_safetensors(results_path, out);

@@ -22,8 +22,8 @@ class ExpertLoadTest : public ::testing::Test {
   // Two MoE layers (1 and 3) of four experts, k = 2, 10 tokens.
   void append(int64_t step, int64_t skew = 0) {
     append_expert_load(run_dir_, step,
-                       {{1, ExpertLoadStats::of({5 + skew, 5, 5, 5 - skew}, 10)},
-                        {3, ExpertLoadStats::of({12, 8, 0, 0}, 10)}});
+                       {{1, model::ExpertLoadStats::of({5 + skew, 5, 5, 5 - skew}, 10)},
+                        {3, model::ExpertLoadStats::of({12, 8, 0, 0}, 10)}});
   }
   std::string path() const { return expert_load_path(run_dir_); }
 };
@@ -34,7 +34,7 @@ TEST_F(ExpertLoadTest, WritesOneLinePerBatchAndReadsItBack) {
   const auto records = read_expert_load(path());
   ASSERT_EQ(records.size(), 2u);
   EXPECT_EQ(records[0].step, 1);
-  const ExpertLoadStats& a = records[0].layers.at(1);
+  const model::ExpertLoadStats& a = records[0].layers.at(1);
   EXPECT_EQ(a.load, (std::vector<int64_t>{8, 5, 5, 2}));
   EXPECT_EQ(a.tokens, 10);
   EXPECT_DOUBLE_EQ(a.maxvio, 0.6);  // 8 / 5 − 1

@@ -43,7 +43,8 @@ TEST(ExportTest, DtypeNames) {
 // folder is created.
 TEST(ExportTest, MissingParameterIsNamedAndNothingIsWritten) {
   testing::TempDir run("k3_export");
-  const ModelConfig config = load_model_config(testing::source_dir() + "/configs/dense-tiny.json");
+  const model::ModelConfig config =
+      model::load_model_config(testing::source_dir() + "/configs/dense-tiny.json");
   auto session = open_session(RunConfig{}, config);
   session->model->initialize(7);
   Checkpoint ck = make_checkpoint(*session, nullptr, nlohmann::json::object());

@@ -1,3 +1,4 @@
+#include "k3/train/optim_adapters.h"
 #include "k3/train/preflight.h"
 
 #include <gtest/gtest.h>
@@ -20,7 +21,7 @@ RunConfig micro_run(const std::string& optimizer) {
   return c;
 }
 
-double state_bytes(const Optimizer& opt) {
+double state_bytes(const optim::Optimizer& opt) {
   double bytes = 0;
   for (const auto& [name, t] : opt.state_tensors()) bytes += static_cast<double>(t.nbytes());
   return bytes;
@@ -29,16 +30,16 @@ double state_bytes(const Optimizer& opt) {
 TEST(Preflight, OptimizerStateIsWhatTheOptimizerAllocates) {
   for (const char* optimizer : {"muon", "adamw"}) {
     const RunConfig c = micro_run(optimizer);
-    Model model(load_model_config(c.model.config));
-    const ParamSet params = param_set(model.params());
-    const Optimizer opt(params, optimizer_plan(params.slots, model.config(), c.train), {});
-    const RunMemory m = estimate_run_memory(model, c, 1000);
-    EXPECT_EQ(m.optimizer_state, state_bytes(opt)) << optimizer;
-    EXPECT_EQ(m.adamw_values + m.muon_values + m.frozen_values, model.params().total_numel());
-    EXPECT_EQ(m.data, 4000.0);
+    model::Model m(model::load_model_config(c.model.config));
+    const optim::ParamSet params = param_set(m.params());
+    const optim::Optimizer opt(params, optimizer_plan(params.slots, m.config(), c.train), {});
+    const RunMemory mem = estimate_run_memory(m, c, 1000);
+    EXPECT_EQ(mem.optimizer_state, state_bytes(opt)) << optimizer;
+    EXPECT_EQ(mem.adamw_values + mem.muon_values + mem.frozen_values, m.params().total_numel());
+    EXPECT_EQ(mem.data, 4000.0);
   }
   // K3's grouping trains most values with Muon (one moment), AdamW with two.
-  const Model described(load_model_config(micro_run("muon").model.config), false);
+  const model::Model described(model::load_model_config(micro_run("muon").model.config), false);
   EXPECT_LT(estimate_run_memory(described, micro_run("muon"), 0).optimizer_state,
             estimate_run_memory(described, micro_run("adamw"), 0).optimizer_state);
 }
@@ -62,20 +63,20 @@ TEST(Preflight, EstimateMatchesTheResidentMemoryOfAStep) {
       1);  // what is resident does not depend on it; a busy machine makes threads wait
   const RunConfig c = micro_run("muon");
   const double before = resident_bytes();
-  Model model(load_model_config(c.model.config));
-  model.initialize(3);
-  const ParamSet params = param_set(model.params());
-  Optimizer opt(params, optimizer_plan(params.slots, model.config(), c.train), {});
+  model::Model m(model::load_model_config(c.model.config));
+  m.initialize(3);
+  const optim::ParamSet params = param_set(m.params());
+  optim::Optimizer opt(params, optimizer_plan(params.slots, m.config(), c.train), {});
   Arena arena = step_arena();
-  ActivationManager acts;
+  activation::ActivationManager acts;
   const int64_t n = c.train.batch_size * c.data.seq_len;
   const auto tokens = testing::random_tokens(static_cast<size_t>(n), 256, 1);
   const auto targets = testing::random_tokens(static_cast<size_t>(n), 256, 2);
-  model.forward_backward(arena, acts,
+  m.forward_backward(arena, acts,
                          {tokens.data(), targets.data(), c.train.batch_size, c.data.seq_len}, 1.0f);
   opt.step(1e-3f, 1.0f);
   const double grown = resident_bytes() - before;
-  const double estimate = estimate_run_memory(model, c, 0).total();
+  const double estimate = estimate_run_memory(m, c, 0).total();
   EXPECT_GT(estimate, grown / 1.25);
   EXPECT_LT(estimate, grown * 1.25);
 }

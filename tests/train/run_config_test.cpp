@@ -40,6 +40,7 @@ TEST(RunConfig, Defaults) {
   EXPECT_EQ(c.model.seed, 1234);
   EXPECT_EQ(c.data.source, "builtin");
   EXPECT_EQ(c.data.seq_len, 256);
+  EXPECT_EQ(c.data.seed, 1234);
   EXPECT_EQ(c.train.steps, 1000);
   EXPECT_DOUBLE_EQ(c.train.lr, 3e-3);
   EXPECT_EQ(c.train.warmup(), 50);

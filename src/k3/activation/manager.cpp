@@ -1,16 +1,12 @@
 #include "k3/activation/manager.h"
 
-#include <algorithm>
-
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::activation {
 
 void ActivationManager::save(std::string_view name, const Tensor& t) {
   auto [it, inserted] = saved_.try_emplace(std::string(name), t);
   K3_CHECK(inserted, "activation '", name, "' saved twice in one micro-batch");
-  saved_bytes_ += t.nbytes();
-  peak_saved_bytes_ = std::max(peak_saved_bytes_, saved_bytes_);
 }
 
 Tensor ActivationManager::load(std::string_view name) const {
@@ -23,9 +19,6 @@ bool ActivationManager::contains(std::string_view name) const {
   return saved_.count(std::string(name)) != 0;
 }
 
-void ActivationManager::clear() {
-  saved_.clear();
-  saved_bytes_ = 0;
-}
+void ActivationManager::clear() { saved_.clear(); }
 
-}  // namespace k3
+}  // namespace k3::activation

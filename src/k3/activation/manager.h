@@ -12,7 +12,7 @@
 
 #include "k3/tensor/tensor.h"
 
-namespace k3 {
+namespace k3::activation {
 
 enum class ActivationPolicy { Keep };
 
@@ -30,14 +30,11 @@ class ActivationManager {
   void clear();
 
   ActivationPolicy policy() const { return policy_; }
-  size_t saved_bytes() const { return saved_bytes_; }
-  size_t peak_saved_bytes() const { return peak_saved_bytes_; }
   size_t count() const { return saved_.size(); }
 
  private:
   ActivationPolicy policy_;
   std::unordered_map<std::string, Tensor> saved_;
-  size_t saved_bytes_ = 0, peak_saved_bytes_ = 0;
 };
 
-}  // namespace k3
+}  // namespace k3::activation

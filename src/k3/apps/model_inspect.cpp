@@ -5,18 +5,20 @@
 
 #include "k3/apps/commands.h"
 #include "k3/model/inventory.h"
-#include "k3/optim/routing.h"
+#include "k3/optim/param_groups.h"
+#include "k3/train/optim_adapters.h"
 #include "k3/train/preflight.h"
-#include "k3/train/session.h"
 
 namespace k3::apps {
 
 // Every tensor's optimizer (math §7 grouping): a tensor no rule covers is an error.
-static void print_routing(const Model& m) {
-  std::vector<ParamSlot> slots;
-  for (const TensorEntry& t : tensor_inventory(m)) slots.push_back({t.name, t.shape, 0});
+static void print_param_groups(const model::Model& m) {
+  std::vector<optim::ParamSlot> slots;
+  for (const model::TensorEntry& t : model::tensor_inventory(m))
+    slots.push_back({t.name, t.shape, 0});
   std::printf("\n%-72s %s\n", "tensor", "optimizer");
-  for (const Assignment& a : route_parameters(slots, train::head_sizes(m.config())))
+  for (const optim::Assignment& a :
+       optim::assign_param_groups(slots, train::head_sizes(m.config())))
     std::printf("%-72s %s\n", a.name.c_str(), a.describe().c_str());
 }
 
@@ -42,13 +44,13 @@ void add_model(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   inspect->callback([a] {
-    Model m(load_model_config(a->config), /*allocate=*/false);
-    const ModelConfig& c = m.config();
+    model::Model m(model::load_model_config(a->config), /*allocate=*/false);
+    const model::ModelConfig& c = m.config();
     std::printf("%s: %lld layers, hidden %lld, vocabulary %lld\n", a->config.c_str(),
                 static_cast<long long>(c.num_hidden_layers), static_cast<long long>(c.hidden_size),
                 static_cast<long long>(c.vocab_size));
     std::printf("%-22s %20s %20s\n", "component", "total", "active");
-    for (const ComponentCount& cc : parameter_counts(m))
+    for (const model::ComponentCount& cc : model::parameter_counts(m))
       std::printf("%-22s %20lld %20lld\n", cc.component.c_str(), static_cast<long long>(cc.total),
                   static_cast<long long>(cc.active));
     const train::RunMemory mem = train::estimate_run_memory(m, a->run, 0);
@@ -56,10 +58,10 @@ void add_model(CLI::App& app) {
         "\nmemory to train it (fp32; bytes per parameter: 4 value, 4 gradient, 8 AdamW / 4 Muon "
         "state):\n%s",
         train::describe(mem, a->run.train.batch_size, a->run.data.seq_len).c_str());
-    if (a->optim) print_routing(m);
+    if (a->optim) print_param_groups(m);
     if (!a->tensors) return;
     std::printf("\n%-72s %-18s %s\n", "tensor", "shape", "dtype");
-    for (const TensorEntry& t : tensor_inventory(m))
+    for (const model::TensorEntry& t : model::tensor_inventory(m))
       std::printf("%-72s %-18s %s\n", t.name.c_str(), shape_str(t.shape).c_str(), t.release_dtype.c_str());
     if (c.num_experts > 0)
       std::printf("\nrouted experts are listed in their logical shapes; the released checkpoint packs them as "

@@ -27,13 +27,13 @@ void add_report(CLI::App& app) {
                  "no expert-load records in the file");
     // Every plot is made before any is written: a bad --layer leaves no partial report.
     const auto dir = std::filesystem::path(a->run_dir);
-    std::vector<std::pair<std::string, train::Heatmap>> plots;
+    std::vector<std::pair<std::string, Heatmap>> plots;
     plots.emplace_back((dir / "expert_load.svg").string(), train::maxvio_heatmap(records));
     for (int64_t layer : a->layers)
       plots.emplace_back((dir / ("expert_load_layer" + std::to_string(layer) + ".svg")).string(),
                          train::layer_load_heatmap(records, layer));
     for (const auto& [path, map] : plots) {
-      train::write_svg(path, train::render_heatmap(map));
+      write_svg(path, render_heatmap(map));
       std::printf("%s\n", path.c_str());
     }
     const train::ExpertLoadRecord& last = records.back();

@@ -33,8 +33,8 @@ void add_sample(CLI::App& app) {
       "Keep the last prompt tokens that fit the model's context (max_position_embeddings) "
       "with --max-tokens new ones; without it such a prompt is refused");
   cmd->callback([a] {
-    const SamplingParams p{a->temperature, a->top_k, a->top_p, a->seed};
-    check_sampling_params(p);  // before the checkpoint loads
+    const model::SamplingParams p{a->temperature, a->top_k, a->top_p, a->seed};
+    model::check_sampling_params(p);  // before the checkpoint loads
     auto s = train::open_checkpoint_session(a->checkpoint);
     train::Sample out;
     try {

@@ -7,19 +7,19 @@
 #include <cstdio>
 
 #include "k3/apps/commands.h"
-#include "k3/train/svg_plot.h"
+#include "k3/base/svg_plot.h"
 
 namespace k3::apps {
 namespace {
 
 constexpr int64_t kMaxPlotPoints = 2000;
 
-void print_boundaries(const Schedule& s) {
+void print_boundaries(const optim::Schedule& s) {
   std::vector<std::pair<int64_t, std::string>> rows = {{0, "first step"}};
   if (s.warmup_steps > 0) rows.push_back({s.warmup_steps - 1, "warmup end (peak)"});
   const int64_t start = s.decay_start();
   if (start < s.total_steps) {
-    if (s.kind == ScheduleKind::wsd && start > s.warmup_steps)
+    if (s.kind == optim::ScheduleKind::wsd && start > s.warmup_steps)
       rows.push_back({start - 1, "last stable step"});
     rows.push_back({start, "decay start"});
     rows.push_back({start + (s.total_steps - start) / 2 - 1, "decay halfway"});
@@ -30,13 +30,13 @@ void print_boundaries(const Schedule& s) {
   for (const auto& [step, what] : rows)
     std::printf("%10lld  %-20s %12.6g %10.4f\n", static_cast<long long>(step), what.c_str(),
                 s.lr(step), s.lr(step) / s.peak_lr);
-  if (s.kind != ScheduleKind::constant)
+  if (s.kind != optim::ScheduleKind::constant)
     std::printf("floor: %.6g (min_lr_ratio %.4g x peak %.6g)\n", s.peak_lr * s.min_lr_ratio,
                 s.min_lr_ratio, s.peak_lr);
 }
 
-void plot(const Schedule& s, const std::string& path) {
-  train::PlotSeries series{"lr", {}, {}};
+void plot(const optim::Schedule& s, const std::string& path) {
+  PlotSeries series{"lr", {}, {}};
   const int64_t stride = std::max<int64_t>(1, s.total_steps / kMaxPlotPoints);
   for (int64_t step = 0; step < s.total_steps; step += stride) {
     series.x.push_back(static_cast<double>(step));
@@ -46,11 +46,11 @@ void plot(const Schedule& s, const std::string& path) {
     series.x.push_back(static_cast<double>(s.total_steps - 1));
     series.y.push_back(s.lr(s.total_steps - 1));
   }
-  std::string title = std::string("learning rate: ") + schedule_kind_name(s.kind);
-  if (s.kind == ScheduleKind::wsd)
-    title += std::string(", ") + decay_shape_name(s.decay_shape) + " decay over the last " +
+  std::string title = std::string("learning rate: ") + optim::schedule_kind_name(s.kind);
+  if (s.kind == optim::ScheduleKind::wsd)
+    title += std::string(", ") + optim::decay_shape_name(s.decay_shape) + " decay over the last " +
              std::to_string(s.total_steps - s.decay_start()) + " steps";
-  train::write_svg(path, train::render_line_plot({title, "step", "learning rate", {series}}));
+  write_svg(path, render_line_plot({title, "step", "learning rate", {series}}));
   std::printf("plot: %s\n", path.c_str());
 }
 
@@ -81,13 +81,13 @@ void add_schedule(CLI::App& app) {
   cmd->add_option("--lr", a->lr, "Peak learning rate")->capture_default_str();
   cmd->add_option("--plot", a->plot, "Write the schedule as an SVG plot");
   cmd->callback([a] {
-    Schedule s{.kind = parse_schedule_kind(a->type),
-               .peak_lr = static_cast<float>(a->lr),
-               .total_steps = a->steps,
-               .warmup_steps = warmup_steps_from(a->warmup, a->steps),
-               .min_lr_ratio = static_cast<float>(a->min_lr_ratio),
-               .decay_fraction = a->decay_fraction,
-               .decay_shape = parse_decay_shape(a->decay_shape)};
+    optim::Schedule s{.kind = optim::parse_schedule_kind(a->type),
+                      .peak_lr = static_cast<float>(a->lr),
+                      .total_steps = a->steps,
+                      .warmup_steps = optim::warmup_steps_from(a->warmup, a->steps),
+                      .min_lr_ratio = static_cast<float>(a->min_lr_ratio),
+                      .decay_fraction = a->decay_fraction,
+                      .decay_shape = optim::parse_decay_shape(a->decay_shape)};
     s.validate();
     print_boundaries(s);
     if (!a->plot.empty()) plot(s, a->plot);

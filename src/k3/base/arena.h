@@ -33,7 +33,6 @@ class Arena {
 
   size_t used() const { return used_; }
   size_t peak() const { return peak_; }
-  size_t capacity() const { return capacity_; }
 
  private:
   void release();

@@ -31,6 +31,5 @@ void set_num_threads(int n) {
 }
 
 int num_threads() { return omp_get_max_threads(); }
-int thread_id() { return omp_get_thread_num(); }
 
 }  // namespace k3

@@ -13,7 +13,6 @@ namespace k3 {
 // An explicit n is taken as it is (tests run more threads than cores on purpose).
 void set_num_threads(int n = 0);
 int num_threads();
-int thread_id();
 
 int num_cores();  // at least 1
 // A thread count a user asked for through SETTING (e.g. "train.threads"): more threads than cores

@@ -6,6 +6,10 @@ namespace k3::kernels {
 
 static inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
+void sigmoid(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = sigmoid(x[i]);
+}
+
 void add(const float* a, const float* b, float* out, int64_t n) {
 #pragma omp parallel for simd schedule(static) if (n > 32768)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];

@@ -69,7 +69,9 @@ inline float exp2_nonpositive(float x) {
 }
 
 // sigmoid(x) and its complement 1 - sigmoid(x) = sigmoid(-x), both to full relative precision
-// (backward passes need the complement; 1 - s would lose it where s is near 1).
+// (backward passes need the complement; 1 - s would lose it where s is near 1). Deliberately not
+// kernels::sigmoid (elementwise.h): this one is built on the polynomial exp above so the KDA and
+// GLU loops vectorize, and its results differ from libm's by a few ulp.
 struct SigmoidPair {
   float s, c;
 };

@@ -3,6 +3,7 @@
 // differences. Written for clarity, not speed. Same layouts and semantics as the fast kernels.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
 #include "k3/kernels/adamw.h"
@@ -10,6 +11,12 @@
 #include "k3/kernels/glu.h"
 
 namespace k3::ref {
+
+// The logistic function; the references' one definition.
+template <typename T>
+T sigmoid(T x) {
+  return T(1) / (T(1) + std::exp(-x));
+}
 
 template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,

@@ -9,7 +9,7 @@
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
 
-namespace k3 {
+namespace k3::model {
 
 using nlohmann::json;
 
@@ -339,4 +339,4 @@ json model_config_to_json(const ModelConfig& c) {
   return j;
 }
 
-}  // namespace k3
+}  // namespace k3::model

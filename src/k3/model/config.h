@@ -9,7 +9,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-namespace k3 {
+namespace k3::model {
 
 struct ModelConfig {
   int64_t vocab_size = 0;
@@ -65,4 +65,4 @@ ModelConfig parse_model_config(const nlohmann::json& j, const std::string& origi
 ModelConfig load_model_config(const std::string& path);
 nlohmann::json model_config_to_json(const ModelConfig& c);
 
-}  // namespace k3
+}  // namespace k3::model

@@ -2,7 +2,7 @@
 
 #include <map>
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
@@ -67,4 +67,4 @@ std::vector<ComponentCount> parameter_counts(const Model& model) {
   return out;
 }
 
-}  // namespace k3
+}  // namespace k3::model

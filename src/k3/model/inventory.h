@@ -8,7 +8,7 @@
 
 #include "k3/model/model.h"
 
-namespace k3 {
+namespace k3::model {
 
 struct TensorEntry {
   std::string name;
@@ -27,4 +27,4 @@ struct ComponentCount {
 std::vector<TensorEntry> tensor_inventory(const Model& model);
 std::vector<ComponentCount> parameter_counts(const Model& model);  // last entry: "total"
 
-}  // namespace k3
+}  // namespace k3::model

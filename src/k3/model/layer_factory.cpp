@@ -8,7 +8,7 @@
 #include "k3/model/layers/mla.h"
 #include "k3/model/layers/mlp.h"
 
-namespace k3 {
+namespace k3::model {
 
 MixerKind mixer_kind(const ModelConfig& c, int64_t layer) {
   if (std::find(c.kda_layers.begin(), c.kda_layers.end(), layer + 1) != c.kda_layers.end()) return MixerKind::KDA;
@@ -41,15 +41,18 @@ std::unique_ptr<Mixer> make_mixer(ParamRegistry& reg, const std::string& prefix,
   }
 }
 
-std::unique_ptr<FeedForward> make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
-                                      int64_t layer) {
+FfnBlock make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
+                  int64_t layer) {
   switch (ffn_kind(c, layer)) {
-    case FfnKind::LatentMoE:
-      return std::make_unique<LatentMoE>(reg, prefix + ".block_sparse_moe", c);
+    case FfnKind::LatentMoE: {
+      auto moe = std::make_unique<LatentMoE>(reg, prefix + ".block_sparse_moe", c);
+      LatentMoE* raw = moe.get();
+      return {std::move(moe), raw};
+    }
     case FfnKind::DenseMlp:
     default:
-      return std::make_unique<GluMlp>(reg, prefix + ".mlp", c, c.intermediate_size);
+      return {std::make_unique<GluMlp>(reg, prefix + ".mlp", c, c.intermediate_size)};
   }
 }
 
-}  // namespace k3
+}  // namespace k3::model

@@ -8,7 +8,9 @@
 #include "k3/model/config.h"
 #include "k3/model/layers/mixer.h"
 
-namespace k3 {
+namespace k3::model {
+
+class LatentMoE;
 
 enum class MixerKind { GatedAttention, GatedMLA, KDA };
 enum class FfnKind { DenseMlp, LatentMoE };
@@ -20,7 +22,13 @@ const char* mixer_kind_name(MixerKind k);
 // `prefix` is the layer's, e.g. "model.layers.3".
 std::unique_ptr<Mixer> make_mixer(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
                                   int64_t layer);
-std::unique_ptr<FeedForward> make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
-                                      int64_t layer);
+// The feed-forward block, and the same object as a LatentMoE when it is one (the model keeps its
+// MoE layers apart for expert balancing).
+struct FfnBlock {
+  std::unique_ptr<FeedForward> ffn;
+  LatentMoE* moe = nullptr;
+};
+FfnBlock make_ffn(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c,
+                  int64_t layer);
 
-}  // namespace k3
+}  // namespace k3::model

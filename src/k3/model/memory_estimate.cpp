@@ -6,7 +6,7 @@
 #include "k3/base/arena.h"
 #include "k3/kernels/kda/delta_rule.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 // Floats of one layer part: what its forward allocates (all of it stays in the arena until the
@@ -120,4 +120,4 @@ ModelMemory model_memory(const Model& model, int64_t B, int64_t T) {
           moe_layers * histogram};
 }
 
-}  // namespace k3
+}  // namespace k3::model

@@ -9,7 +9,7 @@
 
 #include "k3/model/model.h"
 
-namespace k3 {
+namespace k3::model {
 
 struct ModelMemory {
   int64_t parameters = 0;       // values, without the flat buffer's alignment padding
@@ -26,4 +26,4 @@ double activation_bytes(const ModelConfig& c, int64_t B, int64_t T);
 // `model` may be constructed without allocation: only its registry is read.
 ModelMemory model_memory(const Model& model, int64_t B, int64_t T);
 
-}  // namespace k3
+}  // namespace k3::model

@@ -10,7 +10,7 @@
 #include "k3/kernels/embedding.h"
 #include "k3/kernels/gemm.h"
 
-namespace k3 {
+namespace k3::model {
 
 Model::Model(ModelConfig c, bool allocate) : config_(std::move(c)) {
   const int64_t d = config_.hidden_size, V = config_.vocab_size;
@@ -25,8 +25,9 @@ Model::Model(ModelConfig c, bool allocate) : config_(std::move(c)) {
       L.mlp_res = AttnResMix(params_, p + ".mlp_res", d, eps);
     }
     L.mixer = make_mixer(params_, p, config_, l);
-    L.ffn = make_ffn(params_, p, config_, l);
-    if (auto* moe = dynamic_cast<LatentMoE*>(L.ffn.get())) moe_layers_.emplace_back(l, moe);
+    FfnBlock ffn = make_ffn(params_, p, config_, l);
+    L.ffn = std::move(ffn.ffn);
+    if (ffn.moe) moe_layers_.emplace_back(l, ffn.moe);
     layers_.push_back(std::move(L));
   }
   if (attn_res()) output_res_ = AttnResMix(params_, "model.output_attn_res", d, eps);
@@ -187,8 +188,8 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
   kernels::embedding_backward(tokens, n, dP, config_.vocab_size, d, params_.grad(embed_).f32());
 }
 
-kernels::LossSum Model::forward_backward(Arena& arena, ActivationManager& acts, const TokenBatch& b,
-                                         float grad_scale) {
+kernels::LossSum Model::forward_backward(Arena& arena, activation::ActivationManager& acts,
+                                         const TokenBatch& b, float grad_scale) {
   ArenaScope scope(arena);
   Step s{arena, acts, params_, true};
   const int64_t n = b.B * b.T, d = config_.hidden_size;
@@ -211,7 +212,7 @@ kernels::LossSum Model::forward_backward(Arena& arena, ActivationManager& acts, 
 
 kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
   ArenaScope scope(arena);
-  ActivationManager unused;
+  activation::ActivationManager unused;
   Step s{arena, unused, params_, false};
   const int64_t n = b.B * b.T, d = config_.hidden_size;
   float* h = run_stack(s, embed(s, b.tokens, n), b.B, b.T, nullptr);
@@ -224,7 +225,7 @@ kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
 
 void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T, float* logits) {
   ArenaScope scope(arena);
-  ActivationManager unused;
+  activation::ActivationManager unused;
   Step s{arena, unused, params_, false};
   float* h = run_stack(s, embed(s, tokens, B * T), B, T, nullptr);
   kernels::gemm(false, true, B * T, config_.vocab_size, config_.hidden_size, 1.f, h,
@@ -242,7 +243,7 @@ void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64
   K3_CHECK(n > 0, "decode needs at least one token");
   K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len, " tokens");
   ArenaScope scope(arena);
-  ActivationManager unused;
+  activation::ActivationManager unused;
   Step s{arena, unused, params_, false};
   const int64_t d = config_.hidden_size;
   float* h = run_stack(s, embed(s, tokens, n), 1, n, &cache);
@@ -316,4 +317,4 @@ double Model::train_flops_per_token(int64_t T) const {
   return 6.0 * static_cast<double>(matmul_params()) + mixing;
 }
 
-}  // namespace k3
+}  // namespace k3::model

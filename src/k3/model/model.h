@@ -17,7 +17,7 @@
 #include "k3/model/layers/latent_moe.h"
 #include "k3/model/layers/norm.h"
 
-namespace k3 {
+namespace k3::model {
 
 struct TokenBatch {
   const int32_t* tokens = nullptr;   // [B, T]
@@ -45,8 +45,8 @@ class Model {
 
   // One micro-batch: forward, loss, backward. Parameter gradients accumulate (they are not
   // zeroed); gradients are those of grad_scale * (sum of token losses).
-  kernels::LossSum forward_backward(Arena& arena, ActivationManager& acts, const TokenBatch& b,
-                                    float grad_scale);
+  kernels::LossSum forward_backward(Arena& arena, activation::ActivationManager& acts,
+                                    const TokenBatch& b, float grad_scale);
   // Evaluation: the summed loss, nothing saved, no gradients.
   kernels::LossSum forward_loss(Arena& arena, const TokenBatch& b);
   // Full logits [B*T, vocab] (tests and small-scale inspection only).
@@ -97,4 +97,4 @@ class Model {
   RMSNorm final_norm_;
 };
 
-}  // namespace k3
+}  // namespace k3::model

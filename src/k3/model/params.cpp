@@ -7,7 +7,7 @@
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
 
-namespace k3 {
+namespace k3::model {
 
 ParamRegistry::~ParamRegistry() {
   unmap_buffer(values_, flat_size_ * sizeof(float));
@@ -77,4 +77,4 @@ int64_t ParamRegistry::total_numel() const {
   return n;
 }
 
-}  // namespace k3
+}  // namespace k3::model

@@ -12,7 +12,7 @@
 
 #include "k3/tensor/tensor.h"
 
-namespace k3 {
+namespace k3::model {
 
 // Which dimension is split over which process group; dim = -1 means replicated. Every group has
 // size 1 until the parallel layers exist, so shards equal global tensors.
@@ -66,7 +66,7 @@ class ParamRegistry {
   float* values() const { return values_; }
   float* grads() const { return grads_; }
   size_t flat_size() const { return flat_size_; }  // floats, including alignment padding
-  int64_t total_numel() const;
+  int64_t total_numel() const;  // parameter values, without the padding
 
  private:
   std::vector<ParamInfo> infos_;
@@ -76,4 +76,4 @@ class ParamRegistry {
   float* grads_ = nullptr;
 };
 
-}  // namespace k3
+}  // namespace k3::model

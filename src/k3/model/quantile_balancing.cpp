@@ -5,7 +5,7 @@
 
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
@@ -125,4 +125,4 @@ void QuantileBalancer::set_range(float lo, float hi) {
   hi_ = hi;
 }
 
-}  // namespace k3
+}  // namespace k3::model

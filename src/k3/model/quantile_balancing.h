@@ -11,7 +11,7 @@
 #include <span>
 #include <vector>
 
-namespace k3 {
+namespace k3::model {
 
 // The biased top-k selection of one token (math §5 step 2): writes the k experts with the largest
 // s + b to ids[0, k), best first, ties to the lower index, and uses ids[k] as scratch (ids has
@@ -73,4 +73,4 @@ class QuantileBalancer {
   ExpertLoadStats last_;
 };
 
-}  // namespace k3
+}  // namespace k3::model

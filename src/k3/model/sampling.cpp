@@ -8,7 +8,7 @@
 #include "k3/base/philox.h"
 #include "k3/model/model.h"
 
-namespace k3 {
+namespace k3::model {
 
 void check_sampling_params(const SamplingParams& p) {
   auto field = [](const char* name) { return ErrorContext{"", name, -1}; };
@@ -99,4 +99,4 @@ std::vector<int32_t> generate(Model& model, Arena& arena, const std::vector<int3
   return out;
 }
 
-}  // namespace k3
+}  // namespace k3::model

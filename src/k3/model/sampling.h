@@ -6,10 +6,11 @@
 #include <span>
 #include <vector>
 
-namespace k3 {
+#include "k3/base/arena.h"
+
+namespace k3::model {
 
 class Model;
-class Arena;
 
 struct SamplingParams {
   double temperature = 1.0;  // 0: greedy (argmax)
@@ -40,4 +41,4 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, flo
 std::vector<int32_t> generate(Model& model, Arena& arena, const std::vector<int32_t>& prompt,
                               int64_t max_new, const SamplingParams& p, int32_t stop_token = -1);
 
-}  // namespace k3
+}  // namespace k3::model

@@ -9,11 +9,11 @@
 #include "k3/base/arena.h"
 #include "k3/model/params.h"
 
-namespace k3 {
+namespace k3::model {
 
 struct Step {
   Arena& arena;
-  ActivationManager& acts;
+  activation::ActivationManager& acts;
   ParamRegistry& params;
   bool training = true;  // save activations for backward
 
@@ -25,4 +25,4 @@ struct Step {
   float* load(const std::string& name) const { return acts.load(name).f32(); }
 };
 
-}  // namespace k3
+}  // namespace k3::model

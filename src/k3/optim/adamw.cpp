@@ -5,7 +5,7 @@
 #include "k3/base/error.h"
 #include "k3/kernels/adamw.h"
 
-namespace k3 {
+namespace k3::optim {
 
 bool decays_by_default(const ParamSlot& p) {
   const auto above_one =
@@ -47,4 +47,4 @@ std::vector<std::pair<std::string, Tensor>> AdamW::state_tensors() const {
   return out;
 }
 
-}  // namespace k3
+}  // namespace k3::optim

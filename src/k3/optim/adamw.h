@@ -9,7 +9,7 @@
 
 #include "k3/optim/param_set.h"
 
-namespace k3 {
+namespace k3::optim {
 
 struct AdamWConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
@@ -40,4 +40,4 @@ class AdamW {
   int64_t step_ = 0;
 };
 
-}  // namespace k3
+}  // namespace k3::optim

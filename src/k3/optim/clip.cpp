@@ -7,7 +7,7 @@
 
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::optim {
 
 double global_grad_norm(const float* g, size_t n) {
   constexpr size_t kBlock = 1 << 16;
@@ -44,4 +44,4 @@ bool StepGuard::admit(double loss, double grad_norm) {
   return false;
 }
 
-}  // namespace k3
+}  // namespace k3::optim

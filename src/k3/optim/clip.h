@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace k3 {
+namespace k3::optim {
 
 // sqrt(sum of squares) over a flat gradient buffer, accumulated in double in a fixed order
 // (blocks of fixed size, summed in block order): the same on any thread count.
@@ -31,4 +31,4 @@ class StepGuard {
   int64_t skipped_ = 0;
 };
 
-}  // namespace k3
+}  // namespace k3::optim

@@ -5,7 +5,7 @@
 
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::optim {
 namespace {
 
 // A chunk's Nesterov inputs plus results stay under this size; larger groups run in chunks.
@@ -112,4 +112,4 @@ std::vector<std::pair<std::string, Tensor>> Muon::state_tensors() const {
   return out;
 }
 
-}  // namespace k3
+}  // namespace k3::optim

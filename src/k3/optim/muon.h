@@ -16,7 +16,7 @@
 #include "k3/optim/newton_schulz.h"
 #include "k3/optim/param_set.h"
 
-namespace k3 {
+namespace k3::optim {
 
 struct MuonConfig {
   float momentum = 0.95f;
@@ -54,4 +54,4 @@ class Muon {
   Tensor pack_, out_;  // the chunk's Nesterov inputs (wide orientation) and orthogonalized result
 };
 
-}  // namespace k3
+}  // namespace k3::optim

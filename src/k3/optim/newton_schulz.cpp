@@ -9,7 +9,7 @@
 #include "k3/base/threads.h"
 #include "k3/kernels/gemm.h"
 
-namespace k3 {
+namespace k3::optim {
 namespace {
 
 // A symmetric m×m product is computed as the tiles on and below the diagonal, kTile square, each
@@ -184,4 +184,4 @@ void NewtonSchulz::run_gram(float* x, float* out, int64_t batch, int64_t m, int6
   if (cur != out) copy(out, cur, batch * mn);
 }
 
-}  // namespace k3
+}  // namespace k3::optim

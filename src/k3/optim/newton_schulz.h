@@ -21,7 +21,7 @@
 
 #include "k3/tensor/tensor.h"
 
-namespace k3 {
+namespace k3::optim {
 
 struct NewtonSchulzCoefficients {
   double a = 3.4445, b = -4.7750, c = 2.0315;
@@ -49,4 +49,4 @@ class NewtonSchulz {
   Tensor work_;  // four m×m matrices per batch item
 };
 
-}  // namespace k3
+}  // namespace k3::optim

@@ -4,7 +4,7 @@
 
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::optim {
 
 Optimizer::Split Optimizer::split(const ParamSet& params, const std::vector<Assignment>& plan) {
   std::unordered_map<std::string, const Assignment*> by_name;
@@ -61,4 +61,4 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state_tensors() const {
   return out;
 }
 
-}  // namespace k3
+}  // namespace k3::optim

@@ -1,4 +1,4 @@
-// The optimizer a training run uses: every parameter updated as its Assignment says (routing.h) —
+// A run's optimizer: every parameter updated as its Assignment says (param_groups.h) —
 // AdamW, Muon (whole, per head or per expert) or not at all (frozen) — with one learning rate and
 // one weight decay λ for both, as math §7 intends (Muon's 0.2·√max(m, n) scale matches AdamW's
 // update RMS).
@@ -11,9 +11,9 @@
 
 #include "k3/optim/adamw.h"
 #include "k3/optim/muon.h"
-#include "k3/optim/routing.h"
+#include "k3/optim/param_groups.h"
 
-namespace k3 {
+namespace k3::optim {
 
 struct OptimizerConfig {
   float beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;  // AdamW
@@ -24,7 +24,7 @@ struct OptimizerConfig {
 
 class Optimizer {
  public:
-  // `plan` holds one assignment per slot of `params`, matched by name (route_parameters' output).
+  // `plan`: one assignment per slot of `params`, matched by name (assign_param_groups' output).
   Optimizer(const ParamSet& params, const std::vector<Assignment>& plan, OptimizerConfig config);
 
   // One step at learning rate lr over every trained parameter; gradients are multiplied by
@@ -54,4 +54,4 @@ class Optimizer {
   std::string summary_;
 };
 
-}  // namespace k3
+}  // namespace k3::optim

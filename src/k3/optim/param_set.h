@@ -9,7 +9,7 @@
 
 #include "k3/tensor/tensor.h"
 
-namespace k3 {
+namespace k3::optim {
 
 struct ParamSlot {
   std::string name;
@@ -46,4 +46,4 @@ class PackedState {
   std::vector<size_t> offsets_;
 };
 
-}  // namespace k3
+}  // namespace k3::optim

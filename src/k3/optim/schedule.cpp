@@ -5,7 +5,7 @@
 
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::optim {
 
 int64_t Schedule::decay_start() const {
   switch (kind) {
@@ -102,4 +102,4 @@ int64_t warmup_steps_from(double warmup, int64_t total_steps) {
   return std::min<int64_t>(std::llround(steps), total_steps);
 }
 
-}  // namespace k3
+}  // namespace k3::optim

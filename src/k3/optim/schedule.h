@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-namespace k3 {
+namespace k3::optim {
 
 enum class ScheduleKind { constant, cosine, wsd };
 enum class DecayShape { linear, sqrt, exp };
@@ -45,4 +45,4 @@ const char* decay_shape_name(DecayShape shape);
 // Warmup length in steps: WARMUP is a fraction of TOTAL_STEPS when below 1, else a step count.
 int64_t warmup_steps_from(double warmup, int64_t total_steps);
 
-}  // namespace k3
+}  // namespace k3::optim

@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "k3/base/arena.h"
 #include "k3/base/error.h"
 
 namespace k3 {
@@ -42,12 +41,6 @@ Tensor Tensor::zeros(Shape shape, DType dtype) {
   Tensor t = empty(std::move(shape), dtype);
   t.zero_();
   return t;
-}
-
-Tensor Tensor::in_arena(Arena& arena, Shape shape, DType dtype) {
-  check_shape(shape);
-  size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
-  return view(arena.allocate(bytes), std::move(shape), dtype);
 }
 
 Tensor Tensor::view(void* data, Shape shape, DType dtype) {

@@ -13,8 +13,6 @@
 
 namespace k3 {
 
-class Arena;
-
 using Shape = std::vector<int64_t>;
 
 int64_t shape_numel(const Shape& s);
@@ -26,10 +24,8 @@ class Tensor {
 
   static Tensor empty(Shape shape, DType dtype = DType::F32);  // owned, 64-byte aligned, uninitialized
   static Tensor zeros(Shape shape, DType dtype = DType::F32);
-  static Tensor in_arena(Arena& arena, Shape shape, DType dtype = DType::F32);
   static Tensor view(void* data, Shape shape, DType dtype = DType::F32);
 
-  bool defined() const { return data_ != nullptr || numel() == 0; }
   const Shape& shape() const { return shape_; }
   int ndim() const { return static_cast<int>(shape_.size()); }
   int64_t dim(int i) const;  // negative i counts from the end

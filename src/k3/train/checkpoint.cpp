@@ -10,9 +10,9 @@
 
 #include "k3/base/checksum.h"
 #include "k3/base/error.h"
+#include "k3/base/format.h"
 #include "k3/base/fs.h"
 #include "k3/tensor/safetensors.h"
-#include "k3/train/format.h"
 
 namespace k3::train {
 namespace {

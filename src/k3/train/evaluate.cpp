@@ -34,17 +34,17 @@ std::vector<int32_t> prompt_ids(const Session& s, const std::string& prompt) {
 }
 
 Sample sample_text(Session& s, const std::string& prompt, int64_t max_tokens,
-                   const SamplingParams& p, bool truncate_prompt) {
+                   const model::SamplingParams& p, bool truncate_prompt) {
   std::vector<int32_t> ids = prompt_ids(s, prompt);
   Sample out;
   out.prompt_tokens = static_cast<int64_t>(ids.size());
   if (truncate_prompt) {
-    const int64_t room = prompt_room(max_tokens, s.model->config().max_position_embeddings);
+    const int64_t room = model::prompt_room(max_tokens, s.model->config().max_position_embeddings);
     out.dropped_tokens = std::max<int64_t>(0, out.prompt_tokens - room);
     ids.erase(ids.begin(), ids.begin() + out.dropped_tokens);
   }
   std::vector<int32_t> continuation =
-      generate(*s.model, s.arena, ids, max_tokens, p, s.tokenizer->eos_id());
+      model::generate(*s.model, s.arena, ids, max_tokens, p, s.tokenizer->eos_id());
   if (!continuation.empty() && continuation.back() == s.tokenizer->eos_id())
     continuation.pop_back();
   out.text = prompt + s.tokenizer->decode(continuation);

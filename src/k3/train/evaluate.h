@@ -31,6 +31,6 @@ struct Sample {
 // A sample of up to max_tokens tokens continuing PROMPT. A prompt too long for the model's context
 // (with max_tokens new tokens) is refused, or with truncate_prompt cut to its last tokens that fit.
 Sample sample_text(Session& s, const std::string& prompt, int64_t max_tokens,
-                   const SamplingParams& p, bool truncate_prompt = false);
+                   const model::SamplingParams& p, bool truncate_prompt = false);
 
 }  // namespace k3::train

@@ -48,7 +48,7 @@ ExpertLoadRecord parse_record(const json& j, const std::string& path, int64_t li
       load.push_back(v.get<int64_t>());
     }
     r.layers[std::stoll(key)] =
-        ExpertLoadStats::of(std::move(load), layer["tokens"].get<int64_t>());
+        model::ExpertLoadStats::of(std::move(load), layer["tokens"].get<int64_t>());
   }
   return r;
 }
@@ -72,7 +72,7 @@ std::string expert_load_path(const std::string& run_dir) {
 }
 
 void append_expert_load(const std::string& run_dir, int64_t step,
-                        const std::map<int64_t, ExpertLoadStats>& layers) {
+                        const std::map<int64_t, model::ExpertLoadStats>& layers) {
   std::filesystem::create_directories(run_dir);
   const std::string path = expert_load_path(run_dir);
   nlohmann::ordered_json record{{"step", step}, {"layers", nlohmann::ordered_json::object()}};

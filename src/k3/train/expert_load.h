@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "k3/base/svg_plot.h"
 #include "k3/model/quantile_balancing.h"
-#include "k3/train/svg_plot.h"
 
 namespace k3::train {
 
@@ -22,11 +22,11 @@ std::string expert_load_path(const std::string& run_dir);  // RUN_DIR/expert_loa
 // Appends one record (the trainer calls it once per global batch, after the Quantile Balancing
 // update), flushed at once. Creates the directory and file when missing.
 void append_expert_load(const std::string& run_dir, int64_t step,
-                        const std::map<int64_t, ExpertLoadStats>& layers);
+                        const std::map<int64_t, model::ExpertLoadStats>& layers);
 
 struct ExpertLoadRecord {
   int64_t step = 0;
-  std::map<int64_t, ExpertLoadStats> layers;
+  std::map<int64_t, model::ExpertLoadStats> layers;
 };
 
 // The records in step order. A record whose step is not after the previous one starts the history

@@ -11,13 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "k3/base/error.h"
+#include "k3/base/format.h"
 #include "k3/base/fs.h"
 #include "k3/base/log.h"
 #include "k3/model/inventory.h"
 #include "k3/tensor/bf16.h"
 #include "k3/tensor/safetensors.h"
 #include "k3/train/checkpoint.h"
-#include "k3/train/format.h"
 #include "k3/train/session.h"
 
 namespace k3::train {
@@ -32,8 +32,8 @@ constexpr const char* kWeightsFile = "model.safetensors";
 constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 // config.json: the resolved configuration plus the keys Hugging Face tools look for first.
-json folder_config(const ModelConfig& c, DType dtype) {
-  json j = model_config_to_json(c);
+json folder_config(const model::ModelConfig& c, DType dtype) {
+  json j = model::model_config_to_json(c);
   j["architectures"] = json::array({"K3LabForCausalLM"});
   j["model_type"] = "k3lab";
   j["torch_dtype"] = dtype == DType::BF16 ? "bfloat16" : "float32";
@@ -41,7 +41,7 @@ json folder_config(const ModelConfig& c, DType dtype) {
 }
 
 // Rounds to bf16 only what the released K3 stores in bf16 when bf16 is asked for.
-Tensor in_export_dtype(const Tensor& trained, const TensorEntry& entry, DType dtype) {
+Tensor in_export_dtype(const Tensor& trained, const model::TensorEntry& entry, DType dtype) {
   if (dtype != DType::BF16 || entry.release_dtype != "bf16") return trained;
   Tensor out = Tensor::empty(trained.shape(), DType::BF16);
   float_to_bf16(trained.f32(), out.bf16(), trained.numel());
@@ -50,10 +50,10 @@ Tensor in_export_dtype(const Tensor& trained, const TensorEntry& entry, DType dt
 
 // Every parameter of the model (and nothing else), in registry order, from the checkpoint's
 // fp32 weights; a missing or misshapen one is an error naming it.
-NamedTensors export_tensors(const Model& model, const Safetensors& weights, DType dtype,
+NamedTensors export_tensors(const model::Model& model, const Safetensors& weights, DType dtype,
                             const std::string& origin) {
   NamedTensors out;
-  for (const TensorEntry& entry : tensor_inventory(model)) {
+  for (const model::TensorEntry& entry : model::tensor_inventory(model)) {
     try {
       out.emplace_back(entry.name,
                        in_export_dtype(weights.get(entry.name, entry.shape), entry, dtype));
@@ -142,7 +142,7 @@ ExportSummary export_checkpoint(const std::string& checkpoint, const ExportOptio
   for (const std::string& why : found.skipped) log_warn("skipped checkpoint ", why);
   summary.checkpoint_dir = found.dir;
   const Checkpoint& ck = found.checkpoint;
-  const Model model(checkpoint_configs(ck, found.dir).model, /*allocate=*/false);
+  const model::Model model(checkpoint_configs(ck, found.dir).model, /*allocate=*/false);
 
   const NamedTensors tensors = export_tensors(model, Safetensors{ck.model, {}}, options.dtype,
                                               summary.checkpoint_dir + "/" + kWeightsFile);

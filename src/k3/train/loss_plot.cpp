@@ -2,9 +2,9 @@
 
 #include <cmath>
 
+#include "k3/base/svg_plot.h"
 #include "k3/data/corpus_entropy.h"
 #include "k3/train/metrics.h"
-#include "k3/train/svg_plot.h"
 
 namespace k3::train {
 

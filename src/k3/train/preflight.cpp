@@ -10,7 +10,8 @@
 #include "k3/base/error.h"
 #include "k3/base/threads.h"
 #include "k3/data/batcher.h"
-#include "k3/train/format.h"
+#include "k3/base/format.h"
+#include "k3/train/optim_adapters.h"
 #include "k3/train/session.h"
 
 namespace k3::train {
@@ -25,11 +26,11 @@ constexpr double kUnlimited = std::numeric_limits<double>::infinity();
 // blocks and its orthogonalized result (pack and out: count·r·c floats each, count as many blocks
 // as fit 256 MiB, at least one) and Newton-Schulz's scratch (4·count·m², m = min(r, c)). Each
 // buffer grows to the largest chunk of any shape and stays: optim/muon.cpp, newton_schulz.cpp.
-double muon_workspace_bytes(const std::vector<Assignment>& plan) {
+double muon_workspace_bytes(const std::vector<optim::Assignment>& plan) {
   constexpr double kChunkBytes = 256.0 * 1024 * 1024;
   std::map<std::pair<int64_t, int64_t>, double> blocks;  // (rows, cols) -> blocks of that shape
-  for (const Assignment& a : plan)
-    if (a.optimizer == OptimizerKind::muon)
+  for (const optim::Assignment& a : plan)
+    if (a.optimizer == optim::OptimizerKind::muon)
       blocks[{a.block_shape[0], a.block_shape[1]}] += static_cast<double>(a.blocks());
   double pack = 0, scratch = 0;
   for (auto& [shape, count] : blocks) {
@@ -128,23 +129,23 @@ double RunMemory::total() const {
          model.balancing_bytes + optimizer_state + optimizer_workspace + data;
 }
 
-std::vector<Assignment> optimizer_plan(const std::vector<ParamSlot>& slots,
-                                       const ModelConfig& model, const TrainSection& train) {
-  std::vector<std::string> rules = split_rules(train.optim_rules);
+std::vector<optim::Assignment> optimizer_plan(const std::vector<optim::ParamSlot>& slots,
+                                       const model::ModelConfig& mc, const TrainSection& train) {
+  std::vector<std::string> rules = optim::split_rules(train.optim_rules);
   if (train.optimizer == "adamw")
-    rules.insert(rules.end(), adamw_only_rules().begin(), adamw_only_rules().end());
-  return route_parameters(slots, head_sizes(model), rules);
+    rules.insert(rules.end(), optim::adamw_only_rules().begin(), optim::adamw_only_rules().end());
+  return optim::assign_param_groups(slots, head_sizes(mc), rules);
 }
 
-RunMemory estimate_run_memory(const Model& model, const RunConfig& config, int64_t data_tokens) {
+RunMemory estimate_run_memory(const model::Model& described, const RunConfig& config, int64_t data_tokens) {
   RunMemory m;
-  m.model = model_memory(model, config.train.batch_size, config.data.seq_len);
-  const std::vector<Assignment> plan =
-      optimizer_plan(param_set(model.params()).slots, model.config(), config.train);
-  for (const Assignment& a : plan) {
+  m.model = model::model_memory(described, config.train.batch_size, config.data.seq_len);
+  const std::vector<optim::Assignment> plan =
+      optimizer_plan(param_set(described.params()).slots, described.config(), config.train);
+  for (const optim::Assignment& a : plan) {
     const int64_t n = shape_numel(a.shape);
-    (a.optimizer == OptimizerKind::adamw  ? m.adamw_values
-     : a.optimizer == OptimizerKind::muon ? m.muon_values
+    (a.optimizer == optim::OptimizerKind::adamw  ? m.adamw_values
+     : a.optimizer == optim::OptimizerKind::muon ? m.muon_values
                                           : m.frozen_values) += n;
   }
   m.optimizer_state =
@@ -185,13 +186,13 @@ std::string describe(const RunMemory& m, int64_t batch_size, int64_t seq_len) {
          line("data", m.data, "token streams, int32") + line("total", m.total(), "");
 }
 
-PreflightResult preflight(const RunConfig& config, const ModelConfig& model) {
+PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc) {
   PreflightResult r;
   if (config.train.threads > 0)
     r.threads = user_thread_count(config.train.threads, "train.threads");
   const std::unique_ptr<data::Tokenizer> tokenizer = run_tokenizer();
-  check_model_for_run(model, config, *tokenizer);
-  const Model described(model, /*allocate=*/false);
+  check_model_for_run(mc, config, *tokenizer);
+  const model::Model described(mc, /*allocate=*/false);
   r.memory = estimate_run_memory(described, config, expected_tokens(config.data));
   r.limit = memory_limit(config.run.memory_limit_gib);
   check_memory(r.memory, r.limit, config);
@@ -203,7 +204,7 @@ PreflightResult preflight(const RunConfig& config, const ModelConfig& model) {
 }
 
 std::string dry_run(const RunConfig& config) {
-  const PreflightResult r = preflight(config, load_model_config(config.model.config));
+  const PreflightResult r = preflight(config, model::load_model_config(config.model.config));
   const auto& d = r.dataset;
   std::string out = "dry run: every check passed; nothing trained, nothing written\n";
   out += strprintf("model:  %s\n", config.model.config.c_str());

@@ -12,14 +12,14 @@
 
 #include "k3/data/dataset.h"
 #include "k3/model/memory_estimate.h"
-#include "k3/optim/routing.h"
+#include "k3/optim/param_groups.h"
 #include "k3/train/run_config.h"
 
 namespace k3::train {
 
 // Bytes a run needs at its peak, by part.
 struct RunMemory {
-  ModelMemory model;               // parameters, gradients, one micro-batch's activations
+  model::ModelMemory model;               // parameters, gradients, one micro-batch's activations
   double optimizer_state = 0;      // AdamW m and v, Muon momentum: fp32, per trained value
   double optimizer_workspace = 0;  // Muon's packed blocks and Newton-Schulz scratch
   double data = 0;                 // the dataset's token streams (int32)
@@ -29,11 +29,11 @@ struct RunMemory {
 
 // Which optimizer updates each parameter: train.optim_rules, then train.optimizer's defaults.
 // Throws naming a tensor no rule covers or a rule that does not parse.
-std::vector<Assignment> optimizer_plan(const std::vector<ParamSlot>& slots,
-                                       const ModelConfig& model, const TrainSection& train);
+std::vector<optim::Assignment> optimizer_plan(const std::vector<optim::ParamSlot>& slots,
+                                       const model::ModelConfig& mc, const TrainSection& train);
 
 // `model` may be constructed without allocation. data_tokens: both splits together.
-RunMemory estimate_run_memory(const Model& model, const RunConfig& config, int64_t data_tokens);
+RunMemory estimate_run_memory(const model::Model& described, const RunConfig& config, int64_t data_tokens);
 
 // What the run may use: the smaller of the machine's available memory (MemAvailable, and what the
 // cgroup's memory.max leaves) and limit_gib when it is > 0; `source` says which it is.
@@ -56,7 +56,7 @@ struct PreflightResult {
 // Runs every check above for a run of MODEL (read from config.model.config, or a checkpoint's);
 // throws a k3::Error (one line naming the field and the numbers) on the first that fails.
 // Writes nothing.
-PreflightResult preflight(const RunConfig& config, const ModelConfig& model);
+PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc);
 
 // `train --dry-run`: the checks, then what the run would use, as text.
 std::string dry_run(const RunConfig& config);

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "k3/train/format.h"
+#include "k3/base/format.h"
 
 namespace k3::train {
 namespace {

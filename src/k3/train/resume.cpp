@@ -43,9 +43,8 @@ void refuse_unallowed(const std::vector<FieldChange>& changes,
 
 const std::vector<std::string>& resume_guarded_keys() {
   static const std::vector<std::string> keys = {
-      "model.config",        "model.seed",        "data.source",
-      "data.builtin_tokens", "data.val_fraction", "data.seq_len",
-      "train.batch_size",    "train.grad_accum",  kDataKey};
+      "model.config", "model.seed", "data.source",      "data.builtin_tokens", "data.val_fraction",
+      "data.seq_len", "data.seed",  "train.batch_size", "train.grad_accum",    kDataKey};
   return keys;
 }
 
@@ -95,8 +94,9 @@ ResumePoint plan_resume(const std::string& run_dir, const std::string& config_pa
     if (c.key == "run.dir") continue;
     if (c.key == "model.config") {
       // Another path to the same model is no change of model: compare the contents.
-      ModelConfig asked = load_model_config(p.config.model.config);
-      if (model_config_to_json(asked) == model_config_to_json(recorded.model)) continue;
+      model::ModelConfig asked = model::load_model_config(p.config.model.config);
+      if (model::model_config_to_json(asked) == model::model_config_to_json(recorded.model))
+        continue;
       p.model = asked;
     }
     p.changes.push_back(std::move(c));

@@ -35,7 +35,7 @@ struct ResumePoint {
   FoundCheckpoint found;  // the step directory, its contents, the newer ones skipped
   TrainingState state;
   RunConfig config;   // to continue with: the checkpoint's, with the changes asked for
-  ModelConfig model;  // the checkpoint's, or the one asked for when allowed
+  model::ModelConfig model;                  // the checkpoint's, or the one asked for when allowed
   std::vector<FieldChange> changes;          // from the checkpoint's configuration
   std::vector<std::string> allowed_changes;  // as asked, for the data check once it is loaded
 };

@@ -10,8 +10,9 @@
 #include <sstream>
 
 #include "k3/base/error.h"
+#include "k3/base/format.h"
 #include "k3/base/fs.h"
-#include "k3/train/format.h"
+#include "k3/base/strings.h"
 
 namespace k3::train {
 namespace {
@@ -190,13 +191,14 @@ const std::vector<Field>& fields() {
   // clang-format off
   static const std::vector<Field> table = {
     field("model.config", &R::model, &M::config, input_path(), "HF-style model config (JSON)"),
-    field("model.seed", &R::model, &M::seed, at_least<I>(0), "initialization and data seed"),
+    field("model.seed", &R::model, &M::seed, at_least<I>(0), "initialization seed"),
     field("data.source", &R::data, &D::source, input_path("builtin"),
           "builtin, a .txt file or a directory"),
     field("data.builtin_tokens", &R::data, &D::builtin_tokens, above<I>(0), "built-in corpus size"),
     field("data.val_fraction", &R::data, &D::val_fraction, within('(', 0, 1, ')'),
           "share held out for validation"),
     field("data.seq_len", &R::data, &D::seq_len, above<I>(0), "tokens per sequence"),
+    field("data.seed", &R::data, &D::seed, at_least<I>(0), "data order and built-in corpus seed"),
     field("train.steps", &R::train, &T::steps, above<I>(0), "optimizer steps"),
     field("train.batch_size", &R::train, &T::batch_size, above<I>(0), "sequences per micro-batch"),
     field("train.grad_accum", &R::train, &T::grad_accum, above<I>(0), "micro-batches per step"),
@@ -216,7 +218,7 @@ const std::vector<Field>& fields() {
     field("train.optimizer", &R::train, &T::optimizer, one_of({"muon", "adamw"}),
           "muon: K3's groups (Muon matrices, AdamW the rest); adamw: AdamW everywhere"),
     field("train.optim_rules", &R::train, &T::optim_rules, any_text(),
-          "extra routing rules before the defaults: \"pattern=spec, ...\""),
+          "extra parameter-group rules before the defaults: \"pattern=spec, ...\""),
     field("train.schedule", &R::train, &T::schedule, one_of({"cosine", "wsd", "constant"}),
           "learning-rate schedule after warmup"),
     field("train.decay_fraction", &R::train, &T::decay_fraction, within('(', 0, 1, ']'),
@@ -278,13 +280,6 @@ std::string at_line(const toml::node& node) {
   return line > 0 ? "line " + std::to_string(line) + ": " : "";
 }
 
-std::string trim(std::string_view s) {
-  auto is_space = [](char c) { return c == ' ' || c == '\t'; };
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return std::string(s);
-}
-
 }  // namespace
 
 int64_t TrainSection::warmup() const {
@@ -293,14 +288,14 @@ int64_t TrainSection::warmup() const {
   return std::min(w, steps);
 }
 
-Schedule TrainSection::lr_schedule() const {
-  return {.kind = parse_schedule_kind(schedule),
+optim::Schedule TrainSection::lr_schedule() const {
+  return {.kind = optim::parse_schedule_kind(schedule),
           .peak_lr = static_cast<float>(lr),
           .total_steps = steps,
           .warmup_steps = warmup(),
           .min_lr_ratio = static_cast<float>(min_lr_ratio),
           .decay_fraction = decay_fraction,
-          .decay_shape = parse_decay_shape(decay_shape)};
+          .decay_shape = optim::parse_decay_shape(decay_shape)};
 }
 
 RunConfig parse_run_config(const std::string& toml_text, const std::string& origin) {

@@ -25,6 +25,7 @@ struct DataSection {
   int64_t builtin_tokens = 4000000;
   double val_fraction = 0.05;
   int64_t seq_len = 256;
+  int64_t seed = 1234;  // data order and the built-in corpus; apart from model.seed
   bool operator==(const DataSection&) const = default;
 };
 
@@ -42,7 +43,7 @@ struct TrainSection {
   double eps = 1e-8;
   double grad_clip = 1.0;          // global gradient norm limit; 0 disables clipping
   std::string optimizer = "muon";  // "muon" (K3's parameter groups) or "adamw" (AdamW for all)
-  // Extra routing rules tried before the defaults: "pattern=spec, pattern=spec" (optim/routing.h).
+  // Extra rules tried before the defaults: "pattern=spec, pattern=spec" (optim/param_groups.h).
   std::string optim_rules;
   std::string schedule = "cosine";     // cosine, wsd or constant
   double decay_fraction = 0.2;         // wsd: share of the steps spent decaying
@@ -51,7 +52,7 @@ struct TrainSection {
 
   // Warmup length in steps: warmup_fraction * steps when set, else warmup_steps; at most steps.
   int64_t warmup() const;
-  Schedule lr_schedule() const;  // the learning-rate schedule these fields describe
+  optim::Schedule lr_schedule() const;  // the learning-rate schedule these fields describe
   bool operator==(const TrainSection&) const = default;
 };
 

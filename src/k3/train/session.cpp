@@ -14,7 +14,7 @@ Arena step_arena() { return Arena(kStepArenaReserve, /*prefault=*/false); }
 
 std::unique_ptr<data::Tokenizer> run_tokenizer() { return data::make_tokenizer("byte"); }
 
-void check_model_for_run(const ModelConfig& mc, const RunConfig& config,
+void check_model_for_run(const model::ModelConfig& mc, const RunConfig& config,
                          const data::Tokenizer& tokenizer) {
   K3_CHECK_CTX(mc.vocab_size >= tokenizer.vocab_size(), (ErrorContext{mc.source, "vocab_size", -1}),
                "the ", tokenizer.name(), " tokenizer needs a vocabulary of at least ",
@@ -24,12 +24,12 @@ void check_model_for_run(const ModelConfig& mc, const RunConfig& config,
                " exceeds the model's max_position_embeddings ", mc.max_position_embeddings);
 }
 
-std::unique_ptr<Session> open_session(const RunConfig& config, const ModelConfig& model) {
+std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& model) {
   auto s = std::make_unique<Session>();
   s->config = config;
   s->tokenizer = run_tokenizer();
   check_model_for_run(model, config, *s->tokenizer);
-  s->model = std::make_unique<Model>(model);
+  s->model = std::make_unique<model::Model>(model);
   s->arena = step_arena();
   s->loss_floor = data_loss_floor(config);
   return s;
@@ -50,7 +50,7 @@ CheckpointConfigs checkpoint_configs(const Checkpoint& ck, const std::string& di
     throw Error(std::string("malformed JSON (") + e.what() + ")", ErrorContext{model_path, "", -1});
   }
   return {parse_run_config(text(kRunConfigFile), dir + "/" + kRunConfigFile),
-          parse_model_config(model_json, model_path)};
+          model::parse_model_config(model_json, model_path)};
 }
 
 std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_path) {
@@ -75,41 +75,27 @@ nlohmann::json data_fingerprint(const data::TokenDataset& ds) {
 data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokenizer& tokenizer) {
   data::DatasetSpec spec;
   spec.source = config.data.source == "builtin" ? "corpus" : config.data.source;
-  spec.seed = static_cast<uint64_t>(config.model.seed);
+  spec.seed = static_cast<uint64_t>(config.data.seed);
   spec.corpus_tokens = config.data.builtin_tokens;
   spec.validation_fraction = config.data.val_fraction;
   return data::load_dataset(spec, tokenizer);
 }
 
-ParamSet param_set(const ParamRegistry& params) {
-  ParamSet set;
-  for (int i = 0; i < params.size(); ++i)
-    set.slots.push_back({params.info(i).name, params.info(i).shape, params.info(i).offset});
-  set.values = params.values();
-  set.grads = params.grads();
-  set.flat_size = params.flat_size();
-  return set;
-}
-
-HeadSizes head_sizes(const ModelConfig& c) {
-  return {c.kda_head_dim, c.qk_nope_head_dim + c.qk_rope_head_dim,
-          c.qk_nope_head_dim + c.v_head_dim, c.v_head_dim, c.head_dim};
-}
-
 // Every parameter's values under its K3 name, as views.
-static std::vector<std::pair<std::string, Tensor>> weight_views(const Model& model) {
+static std::vector<std::pair<std::string, Tensor>> weight_views(const model::Model& model) {
   std::vector<std::pair<std::string, Tensor>> weights;
-  const ParamRegistry& p = model.params();
+  const model::ParamRegistry& p = model.params();
   for (int i = 0; i < p.size(); ++i) weights.emplace_back(p.info(i).name, p.value(i));
   return weights;
 }
 
-Checkpoint make_checkpoint(const Session& s, const Optimizer* optimizer, nlohmann::json manifest) {
+Checkpoint make_checkpoint(const Session& s, const optim::Optimizer* optimizer,
+                           nlohmann::json manifest) {
   Checkpoint ck;
   ck.model = weight_views(*s.model);
   for (auto& entry : s.model->balancer_state()) ck.model.push_back(std::move(entry));
   if (optimizer) ck.optimizer = optimizer->state_tensors();
-  ck.texts[kModelConfigFile] = model_config_to_json(s.model->config()).dump(2) + "\n";
+  ck.texts[kModelConfigFile] = model::model_config_to_json(s.model->config()).dump(2) + "\n";
   ck.texts[kRunConfigFile] = to_toml(s.config);
   ck.manifest = std::move(manifest);
   return ck;
@@ -134,12 +120,13 @@ static void copy_named(const std::vector<std::pair<std::string, Tensor>>& into,
   }
 }
 
-void restore_weights(Model& model, const Checkpoint& ck, const std::string& origin) {
+void restore_weights(model::Model& model, const Checkpoint& ck, const std::string& origin) {
   copy_named(weight_views(model), ck.model, origin);
   model.restore_balancer_state(ck.model, origin);
 }
 
-void restore_optimizer(Optimizer& optimizer, const Checkpoint& ck, const std::string& origin) {
+void restore_optimizer(optim::Optimizer& optimizer, const Checkpoint& ck,
+                       const std::string& origin) {
   copy_named(optimizer.state_tensors(), ck.optimizer, origin);
 }
 

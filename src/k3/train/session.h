@@ -25,9 +25,9 @@ Arena step_arena();
 struct Session {
   RunConfig config;
   std::unique_ptr<data::Tokenizer> tokenizer;
-  std::unique_ptr<Model> model;
+  std::unique_ptr<model::Model> model;
   Arena arena;  // step memory: activations and scratch of one micro-batch
-  ActivationManager acts;
+  activation::ActivationManager acts;
   double loss_floor = NAN;  // nats per token when the data's entropy is known (the built-in corpus)
 };
 
@@ -35,12 +35,12 @@ std::unique_ptr<data::Tokenizer> run_tokenizer();  // the tokenizer every run us
 
 // Refuses a model configuration the run cannot use: a vocabulary smaller than the tokenizer's,
 // a context shorter than data.seq_len.
-void check_model_for_run(const ModelConfig& model, const RunConfig& config,
+void check_model_for_run(const model::ModelConfig& model, const RunConfig& config,
                          const data::Tokenizer& tokenizer);
 
 // Builds the session of a run configuration and a model configuration (checked as above):
 // parameters allocated (not initialized), step arena mapped.
-std::unique_ptr<Session> open_session(const RunConfig& config, const ModelConfig& model);
+std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& model);
 
 // A checkpoint carries its resolved configurations as files beside the weights, so evaluating,
 // sampling or resuming it never reads the files the run was started from.
@@ -49,7 +49,7 @@ inline constexpr const char* kRunConfigFile = "run_config.toml";  // to_toml of 
 
 struct CheckpointConfigs {
   RunConfig run;
-  ModelConfig model;
+  model::ModelConfig model;
 };
 // The configurations a checkpoint (loaded from DIR) was written with.
 CheckpointConfigs checkpoint_configs(const Checkpoint& ck, const std::string& dir);
@@ -63,16 +63,13 @@ data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokeniz
 // What identifies a run's data: source, token counts and the SHA-256 of the token streams.
 nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 
-// The parameters as the optimizer sees them (named ranges of the flat buffers).
-ParamSet param_set(const ParamRegistry& params);
-// The head block sizes Per-Head Muon splits projections into (optim/routing.h).
-HeadSizes head_sizes(const ModelConfig& c);
-
 // Weights by K3 name (views of the flat buffer), optimizer state, and the session's
 // configurations as the checkpoint's config files.
-Checkpoint make_checkpoint(const Session& s, const Optimizer* optimizer, nlohmann::json manifest);
+Checkpoint make_checkpoint(const Session& s, const optim::Optimizer* optimizer,
+                           nlohmann::json manifest);
 // Copies checkpoint weights into the model; every parameter must be present with its shape.
-void restore_weights(Model& model, const Checkpoint& ck, const std::string& origin);
-void restore_optimizer(Optimizer& optimizer, const Checkpoint& ck, const std::string& origin);
+void restore_weights(model::Model& model, const Checkpoint& ck, const std::string& origin);
+void restore_optimizer(optim::Optimizer& optimizer, const Checkpoint& ck,
+                       const std::string& origin);
 
 }  // namespace k3::train

@@ -8,6 +8,7 @@
 #include "k3/base/dir_lock.h"
 #include "k3/base/error.h"
 #include "k3/base/fma_peak.h"
+#include "k3/base/format.h"
 #include "k3/base/fs.h"
 #include "k3/base/log.h"
 #include "k3/base/profile.h"
@@ -19,11 +20,11 @@
 #include "k3/optim/schedule.h"
 #include "k3/train/evaluate.h"
 #include "k3/train/expert_load.h"
-#include "k3/train/format.h"
 #include "k3/train/history.h"
 #include "k3/train/loss_plot.h"
 #include "k3/train/metrics.h"
 #include "k3/train/preflight.h"
+#include "k3/train/optim_adapters.h"
 #include "k3/train/progress.h"
 #include "k3/train/resume.h"
 
@@ -39,13 +40,13 @@ double peak_rss_mib() {
 // K3's parameter groups (math §7): Muon for matrices, AdamW for the rest, one lr and λ.
 // train.optimizer = "adamw" puts every trainable tensor under AdamW (the router bias stays with
 // Quantile Balancing); "muon" keeps the default grouping.
-Optimizer make_optimizer(Model& model, const TrainSection& t) {
-  const ParamSet params = param_set(model.params());
-  return Optimizer(params, optimizer_plan(params.slots, model.config(), t),
-                   OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
-                                   .beta2 = static_cast<float>(t.beta2),
-                                   .eps = static_cast<float>(t.eps),
-                                   .weight_decay = static_cast<float>(t.weight_decay)});
+optim::Optimizer make_optimizer(model::Model& model, const TrainSection& t) {
+  const optim::ParamSet params = param_set(model.params());
+  return optim::Optimizer(params, optimizer_plan(params.slots, model.config(), t),
+                          optim::OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
+                                                 .beta2 = static_cast<float>(t.beta2),
+                                                 .eps = static_cast<float>(t.eps),
+                                                 .weight_decay = static_cast<float>(t.weight_decay)});
 }
 
 nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
@@ -59,8 +60,8 @@ nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
 std::unique_ptr<Session> check_samples_fit(std::unique_ptr<Session> s) {
   const SampleSection& c = s->config.sample;
   try {
-    check_prompt_fits(static_cast<int64_t>(prompt_ids(*s, c.prompt).size()), c.max_tokens,
-                      s->model->config().max_position_embeddings);
+    model::check_prompt_fits(static_cast<int64_t>(prompt_ids(*s, c.prompt).size()), c.max_tokens,
+                             s->model->config().max_position_embeddings);
   } catch (const Error& e) {
     throw Error(e.message(), ErrorContext{"", "sample." + e.context().field, -1});
   }
@@ -71,7 +72,7 @@ class Run {
  public:
   // A new run (FROM null) or one resumed from a checkpoint, on the data the pre-flight checks
   // loaded. The caller holds the run directory.
-  Run(const RunConfig& config, const ModelConfig& model, const TrainOptions& opt,
+  Run(const RunConfig& config, const model::ModelConfig& model, const TrainOptions& opt,
       const StopSignals& stop, data::TokenDataset dataset, ResumePoint* from)
       : opt_(opt),
         stop_(stop),
@@ -81,7 +82,7 @@ class Run {
         dataset_(std::move(dataset)),
         data_fingerprint_(data_fingerprint(dataset_)),
         batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
-                 static_cast<uint64_t>(config.model.seed)),
+                 static_cast<uint64_t>(config.data.seed)),
         run_dir_(config.run.dir),
         progress_(opt.quiet ? nullptr : std::make_unique<ProgressDisplay>()) {
     if (from) {
@@ -89,7 +90,8 @@ class Run {
     } else {
       s_->model->initialize(static_cast<uint64_t>(config.model.seed));
       write_file_atomic(run_dir_ + "/config.toml", to_toml(config));
-      write_file_atomic(run_dir_ + "/model.json", model_config_to_json(model).dump(2) + "\n");
+      write_file_atomic(run_dir_ + "/model.json",
+                        model::model_config_to_json(model).dump(2) + "\n");
       append_history(run_dir_, {{"event", "start"}, {"step", 0}});
     }
     metrics_ = std::make_unique<MetricsWriter>(run_dir_, from ? step_ : -1);
@@ -113,12 +115,12 @@ class Run {
   TrainOptions opt_;
   const StopSignals& stop_;
   std::unique_ptr<Session> s_;
-  Optimizer optimizer_;  // before the data: a bad rule is reported before the dataset loads
-  Schedule schedule_;
+  optim::Optimizer optimizer_;  // before the data: a bad rule is reported before the dataset loads
+  optim::Schedule schedule_;
   data::TokenDataset dataset_;
   nlohmann::json data_fingerprint_;  // of the data the run started with, kept in checkpoints
   data::Batcher batcher_;
-  StepGuard guard_;
+  optim::StepGuard guard_;
   std::string run_dir_;
   std::unique_ptr<ProgressDisplay> progress_;  // null when quiet
   std::unique_ptr<MetricsWriter> metrics_;
@@ -160,7 +162,7 @@ void Run::resume(ResumePoint& from) {
 
 double Run::train_step() {
   const RunConfig& c = s_->config;
-  Model& model = *s_->model;
+  model::Model& model = *s_->model;
   // Fetch every micro-batch first: the gradient is of the mean over all their counted tokens.
   micro_.resize(static_cast<size_t>(c.train.grad_accum));
   int64_t count = 0;
@@ -178,7 +180,7 @@ double Run::train_step() {
     loss_sum += l.sum;
   }
   const double loss = count > 0 ? loss_sum / static_cast<double>(count) : NAN;
-  last_grad_norm_ = global_grad_norm(model.params().grads(), model.params().flat_size());
+  last_grad_norm_ = optim::global_grad_norm(model.params().grads(), model.params().flat_size());
   if (!guard_.admit(loss, last_grad_norm_)) {
     say(strprintf(
         "step %lld: non-finite loss (%g) or gradient norm (%g): step skipped, nothing applied",
@@ -186,14 +188,14 @@ double Run::train_step() {
     return NAN;
   }
   ProfileScope time(kOptimizerBucket);
-  optimizer_.step(schedule_.lr(step_), clip_factor(last_grad_norm_, c.train.grad_clip));
+  optimizer_.step(schedule_.lr(step_), optim::clip_factor(last_grad_norm_, c.train.grad_clip));
   return loss;
 }
 
 // Quantile Balancing once per global batch; per-layer load figures go to metrics.jsonl and the
 // full per-expert loads to expert_load.jsonl (drawn by `k3lab report`).
 void Run::balance_experts(nlohmann::json& record) {
-  const std::map<int64_t, ExpertLoadStats> stats = s_->model->end_global_batch();
+  const std::map<int64_t, model::ExpertLoadStats> stats = s_->model->end_global_batch();
   if (stats.empty()) return;
   double worst = 0;
   for (auto& [layer, st] : stats) {
@@ -323,7 +325,7 @@ TrainSummary train(const RunConfig& config, const TrainOptions& options) {
   K3_CHECK_CTX(list_checkpoints(dir).empty(), (ErrorContext{dir, "", -1}),
                "the run directory already holds checkpoints: continue it with k3lab train "
                "--resume ", dir, ", or choose another run.dir");
-  const ModelConfig model = load_model_config(config.model.config);
+  const model::ModelConfig model = model::load_model_config(config.model.config);
   PreflightResult checked = preflight(config, model);
   if (checked.threads > 0) set_num_threads(checked.threads);
   if (!lock) {

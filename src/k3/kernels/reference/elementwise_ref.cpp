@@ -12,7 +12,7 @@ void sigmoid_gate_forward(const T* x, const T* g, T* y, int64_t n) {
 template <typename T>
 void sigmoid_gate_backward(const T* x, const T* g, const T* dy, T* dx, T* dg, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
-    T s = T(1) / (T(1) + std::exp(-g[i]));
+    T s = sigmoid(g[i]);
     dx[i] = dy[i] * s;
     dg[i] = dy[i] * x[i] * s * (T(1) - s);
   }

@@ -5,11 +5,6 @@
 namespace k3::ref {
 
 template <typename T>
-static T sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
-}
-
-template <typename T>
 void glu_forward(const kernels::GluParams& p, const T* g, const T* u, T* h, int64_t n) {
   const T b1 = p.beta1, b2 = p.beta2;
   for (int64_t i = 0; i < n; ++i) {

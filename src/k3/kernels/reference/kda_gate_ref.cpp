@@ -1,15 +1,11 @@
 #include <cmath>
 
 #include "k3/kernels/kda/reference.h"
+#include "k3/kernels/reference.h"
 
 namespace k3::ref::kda {
 
 using kernels::kda::GateParams;
-
-template <typename T>
-static T sigmoid(T x) {
-  return T(1) / (T(1) + std::exp(-x));
-}
 
 template <typename T>
 static T softplus(T x) {

@@ -3,7 +3,7 @@
 #include "k3/base/profile.h"
 #include "k3/kernels/attn_res.h"
 
-namespace k3 {
+namespace k3::model {
 
 AttnResMix::AttnResMix(ParamRegistry& reg, const std::string& prefix, int64_t dim, float eps)
     : prefix_(prefix),
@@ -31,4 +31,4 @@ void AttnResMix::backward(const Step& s, std::span<const float* const> rows, int
                              s.params.grad(proj_).f32(), s.alloc(N * n));
 }
 
-}  // namespace k3
+}  // namespace k3::model

@@ -8,7 +8,7 @@
 
 #include "k3/model/step.h"
 
-namespace k3 {
+namespace k3::model {
 
 class AttnResMix {
  public:
@@ -30,4 +30,4 @@ class AttnResMix {
   float eps_ = 1e-5f;
 };
 
-}  // namespace k3
+}  // namespace k3::model

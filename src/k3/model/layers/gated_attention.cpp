@@ -7,7 +7,7 @@
 #include "k3/kernels/attention.h"
 #include "k3/kernels/elementwise.h"
 
-namespace k3 {
+namespace k3::model {
 
 GatedAttention::GatedAttention(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c)
     : prefix_(prefix), heads_(c.num_attention_heads), head_dim_(c.head_dim), hidden_(c.hidden_size) {
@@ -116,4 +116,4 @@ void GatedAttention::decode(const Step& s, const float* x, int64_t rows, DecodeC
   o_.forward(s, o, rows, out);
 }
 
-}  // namespace k3
+}  // namespace k3::model

@@ -10,7 +10,7 @@
 #include "k3/model/layers/linear.h"
 #include "k3/model/layers/mixer.h"
 
-namespace k3 {
+namespace k3::model {
 
 class GatedAttention final : public Mixer {
  public:
@@ -28,4 +28,4 @@ class GatedAttention final : public Mixer {
   Linear q_, k_, v_, g_, o_;
 };
 
-}  // namespace k3
+}  // namespace k3::model

@@ -5,6 +5,7 @@
 
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
+#include "k3/kernels/elementwise.h"
 #include "k3/kernels/kda/decode.h"
 #include "k3/kernels/kda/delta_rule.h"
 #include "k3/kernels/kda/gate.h"
@@ -13,7 +14,7 @@
 #include "k3/kernels/kda/sequences.h"
 #include "k3/kernels/kda/short_conv.h"
 
-namespace k3 {
+namespace k3::model {
 namespace kda = kernels::kda;
 
 namespace {
@@ -43,10 +44,6 @@ ParamInit conv_init(int64_t kernel) {
     fill_uniform(out, n, seed, stream, static_cast<uint64_t>(first), -bound, bound);
   };
   return p;
-}
-
-void sigmoid(const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + std::exp(-x[i]));
 }
 
 }  // namespace
@@ -139,7 +136,7 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   kda::gate_forward(gp, f, pr.value(A_log_).f32(), pr.value(dt_bias_).f32(), g);
   float* beta = s.alloc(n * H);
   b_.forward(s, x, n, beta);
-  sigmoid(beta, beta, n * H);
+  kernels::sigmoid(beta, beta, n * H);
 
   const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
   float* o = s.alloc(n * P);
@@ -290,4 +287,4 @@ void KimiDeltaAttention::decode(const Step& s, const float* x, int64_t rows, Dec
     prefill(s, x, rows, cache, out);
 }
 
-}  // namespace k3
+}  // namespace k3::model

@@ -20,7 +20,7 @@
 #include "k3/model/layers/mixer.h"
 #include "k3/tensor/tensor.h"
 
-namespace k3 {
+namespace k3::model {
 
 // What decoding keeps for `batch` sequences.
 struct KdaCache final : DecodeCache {
@@ -73,4 +73,4 @@ class KimiDeltaAttention final : public Mixer {
   int q_conv_ = -1, k_conv_ = -1, v_conv_ = -1, A_log_ = -1, dt_bias_ = -1, o_norm_ = -1;
 };
 
-}  // namespace k3
+}  // namespace k3::model

@@ -10,7 +10,7 @@
 #include "k3/kernels/elementwise.h"
 #include "k3/kernels/moe_permute.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
@@ -287,4 +287,4 @@ size_t LatentMoE::ArenaUse::bytes() const {
   return static_cast<size_t>(kept + scratch) * sizeof(float) + allocations * Arena::kAlign;
 }
 
-}  // namespace k3
+}  // namespace k3::model

@@ -21,7 +21,7 @@
 #include "k3/model/layers/norm.h"
 #include "k3/model/quantile_balancing.h"
 
-namespace k3 {
+namespace k3::model {
 
 // True for a router bias (*.gate.e_score_correction_bias). Quantile Balancing owns its value: the
 // optimizer must skip it entirely (no update, no weight decay).
@@ -87,4 +87,4 @@ class LatentMoE final : public FeedForward {
   mutable QuantileBalancer balancer_;  // forward adds to its counts
 };
 
-}  // namespace k3
+}  // namespace k3::model

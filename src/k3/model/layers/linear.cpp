@@ -2,7 +2,7 @@
 
 #include "k3/kernels/gemm.h"
 
-namespace k3 {
+namespace k3::model {
 
 Linear::Linear(ParamRegistry& reg, const std::string& name, int64_t in, int64_t out, float std)
     : w_(reg.add(name + ".weight", {out, in}, ParamInit::normal(std))), in_(in), out_(out) {}
@@ -19,4 +19,4 @@ void Linear::backward(const Step& s, const float* x, const float* dy, int64_t ro
                   accumulate_dx ? 1.f : 0.f, dx);
 }
 
-}  // namespace k3
+}  // namespace k3::model

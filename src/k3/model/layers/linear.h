@@ -6,7 +6,7 @@
 
 #include "k3/model/step.h"
 
-namespace k3 {
+namespace k3::model {
 
 class Linear {
  public:
@@ -28,4 +28,4 @@ class Linear {
   int64_t in_ = 0, out_ = 0;
 };
 
-}  // namespace k3
+}  // namespace k3::model

@@ -8,7 +8,7 @@
 
 #include "k3/model/step.h"
 
-namespace k3 {
+namespace k3::model {
 
 // Whatever a mixer keeps between decoding calls (keys and values, MLA's latents, KDA's states).
 struct DecodeCache {
@@ -35,4 +35,4 @@ class FeedForward {
   virtual void backward(const Step& s, const float* dout, int64_t rows, float* dx) const = 0;
 };
 
-}  // namespace k3
+}  // namespace k3::model

@@ -10,7 +10,7 @@
 #include "k3/kernels/elementwise.h"
 #include "k3/kernels/gemm.h"
 
-namespace k3 {
+namespace k3::model {
 namespace {
 
 // src [rows, na + nb] -> a [rows, na], b [rows, nb].
@@ -223,4 +223,4 @@ void GatedMLA::decode(const Step& s, const float* x, int64_t rows, DecodeCache& 
   cache.length += rows;
 }
 
-}  // namespace k3
+}  // namespace k3::model

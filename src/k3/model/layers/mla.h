@@ -14,7 +14,7 @@
 #include "k3/model/layers/norm.h"
 #include "k3/tensor/tensor.h"
 
-namespace k3 {
+namespace k3::model {
 
 // What decoding keeps of one sequence: r_kv + d_r floats per token, whatever the head count.
 struct MlaCache final : DecodeCache {
@@ -50,4 +50,4 @@ class GatedMLA final : public Mixer {
   RMSNorm q_norm_, kv_norm_;
 };
 
-}  // namespace k3
+}  // namespace k3::model

@@ -1,6 +1,6 @@
 #include "k3/model/layers/mlp.h"
 
-namespace k3 {
+namespace k3::model {
 
 kernels::GluParams glu_params(const ModelConfig& c) {
   kernels::GluParams p;
@@ -44,4 +44,4 @@ void GluMlp::backward(const Step& s, const float* dout, int64_t rows, float* dx)
   up_.backward(s, x, du, rows, dx, true);
 }
 
-}  // namespace k3
+}  // namespace k3::model

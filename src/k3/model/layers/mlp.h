@@ -9,7 +9,7 @@
 #include "k3/model/layers/linear.h"
 #include "k3/model/layers/mixer.h"
 
-namespace k3 {
+namespace k3::model {
 
 // The GLU activation the config names (hidden_act and the SiTU betas).
 kernels::GluParams glu_params(const ModelConfig& c);
@@ -28,4 +28,4 @@ class GluMlp final : public FeedForward {
   Linear gate_, up_, down_;
 };
 
-}  // namespace k3
+}  // namespace k3::model

@@ -4,7 +4,7 @@
 #include "k3/kernels/elementwise.h"
 #include "k3/kernels/rmsnorm.h"
 
-namespace k3 {
+namespace k3::model {
 
 RMSNorm::RMSNorm(ParamRegistry& reg, const std::string& name, int64_t dim, float eps)
     : name_(name), w_(reg.add(name + ".weight", {dim}, ParamInit::ones())), dim_(dim), eps_(eps) {}
@@ -25,4 +25,4 @@ void RMSNorm::backward(const Step& s, const float* dy, int64_t rows, float* dx,
   if (accumulate_dx) kernels::add_inplace(dx, out, rows * dim_);
 }
 
-}  // namespace k3
+}  // namespace k3::model

@@ -6,7 +6,7 @@
 
 #include "k3/model/step.h"
 
-namespace k3 {
+namespace k3::model {
 
 class RMSNorm {
  public:
@@ -25,4 +25,4 @@ class RMSNorm {
   float eps_ = 1e-5f;
 };
 
-}  // namespace k3
+}  // namespace k3::model

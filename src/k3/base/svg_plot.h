@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace k3::train {
+namespace k3 {
 
 struct PlotSeries {
   std::string name;
@@ -39,4 +39,4 @@ std::vector<double> nice_ticks(double lo, double hi, int target = 6);
 // 2 and 5 times them when the range spans at most two decades.
 std::vector<double> log_ticks(double lo, double hi);
 
-}  // namespace k3::train
+}  // namespace k3

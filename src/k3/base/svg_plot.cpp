@@ -1,13 +1,13 @@
-#include "k3/train/svg_plot.h"
+#include "k3/base/svg_plot.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "k3/base/format.h"
 #include "k3/base/fs.h"
-#include "k3/train/format.h"
 
-namespace k3::train {
+namespace k3 {
 namespace {
 
 constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
@@ -327,4 +327,4 @@ std::string render_heatmap(const Heatmap& map) {
 
 void write_svg(const std::string& path, const std::string& svg) { write_file_atomic(path, svg); }
 
-}  // namespace k3::train
+}  // namespace k3

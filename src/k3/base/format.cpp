@@ -1,9 +1,9 @@
-#include "k3/train/format.h"
+#include "k3/base/format.h"
 
 #include <cstdarg>
 #include <cstdio>
 
-namespace k3::train {
+namespace k3 {
 
 std::string strprintf(const char* format, ...) {
   va_list args;
@@ -29,4 +29,4 @@ std::string format_bytes(double bytes) {
                 : strprintf(bytes < 100 ? "%.2f %s" : "%.1f %s", bytes, units[u]);
 }
 
-}  // namespace k3::train
+}  // namespace k3

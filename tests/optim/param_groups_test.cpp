@@ -1,4 +1,4 @@
-#include "k3/optim/routing.h"
+#include "k3/optim/param_groups.h"
 
 #include <fstream>
 #include <map>
@@ -7,7 +7,7 @@
 #include "common/test_util.h"
 #include "k3/base/error.h"
 
-namespace k3 {
+namespace k3::optim {
 namespace {
 
 bool is_kda_layer(int l) { return (l + 1) % 4 != 0 && l != 92; }  // weights.tsv's header
@@ -52,11 +52,11 @@ const Assignment& find(const std::vector<Assignment>& plan, const std::string& n
   throw Error("no assignment for " + name);
 }
 
-TEST(Routing, EveryK3TensorIsAssigned) {
+TEST(ParamGroups, EveryK3TensorIsAssigned) {
   K3_SKIP_WITHOUT_SHARED("reference/kimi-k3/weights.tsv", "the released K3 tensor list");
   const std::vector<ParamSlot> inventory = k3_inventory();
   ASSERT_GT(inventory.size(), 100u);
-  const std::vector<Assignment> plan = route_parameters(inventory, kK3Sizes);
+  const std::vector<Assignment> plan = assign_param_groups(inventory, kK3Sizes);
   ASSERT_EQ(plan.size(), inventory.size());
   std::map<OptimizerKind, int> count;
   for (size_t i = 0; i < plan.size(); ++i) {
@@ -116,12 +116,12 @@ TEST(Routing, EveryK3TensorIsAssigned) {
 }
 
 // k3lab's dense model: the plain gated attention splits q/k/v/g by its head_dim.
-TEST(Routing, DenseModelUsesItsHeadDim) {
+TEST(ParamGroups, DenseModelUsesItsHeadDim) {
   const std::vector<ParamSlot> dense = {{"model.layers.0.self_attn.q_proj.weight", {64, 64}, 0},
                                         {"model.layers.0.self_attn.g_proj.weight", {64, 64}, 0},
                                         {"model.layers.0.self_attn.o_proj.weight", {64, 64}, 0},
                                         {"model.layers.0.mlp.up_proj.weight", {160, 64}, 0}};
-  const auto plan = route_parameters(dense, HeadSizes{.dense = 16});
+  const auto plan = assign_param_groups(dense, HeadSizes{.dense = 16});
   EXPECT_EQ(plan[0].block_shape, (Shape{16, 64}));
   EXPECT_EQ(plan[1].blocks(), 4);
   EXPECT_EQ(plan[2].grouping, MuonGrouping::whole);
@@ -132,26 +132,26 @@ TEST(Routing, DenseModelUsesItsHeadDim) {
 void expect_error(const std::vector<ParamSlot>& params, const std::vector<std::string>& rules,
                   const std::string& mention) {
   try {
-    route_parameters(params, kK3Sizes, rules);
+    assign_param_groups(params, kK3Sizes, rules);
     ADD_FAILURE() << "expected an error mentioning " << mention;
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find(mention), std::string::npos) << e.what();
   }
 }
 
-TEST(Routing, UnknownTensorIsAnErrorNamingIt) {
+TEST(ParamGroups, UnknownTensorIsAnErrorNamingIt) {
   expect_error({{"model.layers.0.mystery.weight", {4, 4}, 0}}, {}, "model.layers.0.mystery.weight");
 }
 
-TEST(Routing, RunRulesOverrideAndExtendTheDefaults) {
+TEST(ParamGroups, RunRulesOverrideAndExtendTheDefaults) {
   const std::vector<ParamSlot> params = {{"model.layers.0.self_attn.q_proj.weight", {256, 64}, 0},
                                          {"model.layers.0.self_attn.k_proj.weight", {256, 64}, 0},
                                          {"model.layers.0.adapter.weight", {32, 64}, 0},
                                          {"model.layers.0.gate_stack.weight", {4, 8, 16}, 0}};
   const auto plan =
-      route_parameters(params, kK3Sizes,
-                       {"*.q_proj.weight = adamw", "*.k_proj.weight=muon:per_head(32)",
-                        "*.adapter.weight=muon", "*.gate_stack.weight=muon:per_expert"});
+      assign_param_groups(params, kK3Sizes,
+                          {"*.q_proj.weight = adamw", "*.k_proj.weight=muon:per_head(32)",
+                           "*.adapter.weight=muon", "*.gate_stack.weight=muon:per_expert"});
   EXPECT_EQ(plan[0].optimizer, OptimizerKind::adamw);
   EXPECT_EQ(plan[0].rule, "*.q_proj.weight = adamw");
   EXPECT_EQ(plan[1].block_shape, (Shape{32, 64}));
@@ -160,7 +160,7 @@ TEST(Routing, RunRulesOverrideAndExtendTheDefaults) {
   EXPECT_EQ(plan[3].blocks(), 4);
 }
 
-TEST(Routing, BadRulesAreErrorsNamingThem) {
+TEST(ParamGroups, BadRulesAreErrorsNamingThem) {
   const std::vector<ParamSlot> norm = {{"model.norm.weight", {64}, 0}};
   expect_error(norm, {"model.norm.weight"}, "pattern=spec");
   expect_error(norm, {"model.norm.weight=sgd"}, "unknown optimizer \"sgd\"");
@@ -174,4 +174,4 @@ TEST(Routing, BadRulesAreErrorsNamingThem) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::optim

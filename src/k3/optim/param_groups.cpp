@@ -1,13 +1,14 @@
-#include "k3/optim/routing.h"
+#include "k3/optim/param_groups.h"
 
 #include <algorithm>
 #include <string_view>
 #include <unordered_map>
 
 #include "k3/base/error.h"
+#include "k3/base/strings.h"
 #include "k3/optim/adamw.h"
 
-namespace k3 {
+namespace k3::optim {
 namespace {
 
 struct Rule {
@@ -36,12 +37,6 @@ bool glob_match(std::string_view pattern, std::string_view name) {
   }
   while (p < pattern.size() && pattern[p] == '*') ++p;
   return p == pattern.size();
-}
-
-std::string trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return std::string(s);
 }
 
 bool is_number(const std::string& s) {
@@ -181,7 +176,7 @@ const std::vector<std::string>& adamw_only_rules() {
   return rules;
 }
 
-const std::vector<std::string>& default_routing_rules() {
+const std::vector<std::string>& default_param_group_rules() {
   static const std::vector<std::string> rules = [] {
     std::vector<std::string> r = kFrozenRules;
     r.insert(r.end(), {
@@ -222,11 +217,11 @@ const std::vector<std::string>& default_routing_rules() {
   return rules;
 }
 
-std::vector<Assignment> route_parameters(const std::vector<ParamSlot>& params,
-                                         const HeadSizes& sizes,
-                                         const std::vector<std::string>& rules) {
+std::vector<Assignment> assign_param_groups(const std::vector<ParamSlot>& params,
+                                            const HeadSizes& sizes,
+                                            const std::vector<std::string>& rules) {
   std::vector<Rule> parsed;
-  for (const auto* list : {&rules, &default_routing_rules()})
+  for (const auto* list : {&rules, &default_param_group_rules()})
     for (const std::string& text : *list) parsed.push_back(parse_rule(text));
   const auto kinds = attention_kinds(params);
   std::vector<Assignment> out;
@@ -273,4 +268,4 @@ const char* optimizer_name(OptimizerKind kind) {
   return "?";
 }
 
-}  // namespace k3
+}  // namespace k3::optim

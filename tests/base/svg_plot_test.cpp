@@ -1,4 +1,4 @@
-#include "k3/train/svg_plot.h"
+#include "k3/base/svg_plot.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -10,7 +10,7 @@
 
 #include "k3/base/fs.h"
 
-namespace k3::train {
+namespace k3 {
 namespace {
 
 // True when every tag is closed in order, the root is <svg>, attribute quotes pair up and every
@@ -178,4 +178,4 @@ TEST(SvgPlot, WriteSvg) {
 }
 
 }  // namespace
-}  // namespace k3::train
+}  // namespace k3

@@ -12,8 +12,8 @@
 //                          dense, or attn — the value-head size of the tensor's own layer (KDA:
 //                          kda, MLA: mla_v, plain gated attention: dense).
 // Rules are tried in order and the first whose pattern matches wins: a run's own rules come
-// before default_routing_rules(), so they can override or extend it. A tensor no rule matches is
-// an error naming it: nothing is left unassigned.
+// before default_param_group_rules(), so they can override or extend it. A tensor no rule matches
+// is an error naming it: nothing is left unassigned.
 //
 // The layer kind behind `attn` comes from the tensor names themselves: a layer whose self_attn
 // has kv_b_proj is MLA, one with f_a_proj is KDA, any other is the plain gated attention.
@@ -25,7 +25,7 @@
 
 #include "k3/optim/param_set.h"
 
-namespace k3 {
+namespace k3::optim {
 
 enum class OptimizerKind { adamw, muon, frozen };
 enum class MuonGrouping { whole, per_head, per_expert };
@@ -54,17 +54,17 @@ struct Assignment {
 };
 
 // The K3 grouping of math §7, in the order it is tried.
-const std::vector<std::string>& default_routing_rules();
+const std::vector<std::string>& default_param_group_rules();
 // Every trainable tensor under AdamW; what the defaults freeze stays frozen.
 const std::vector<std::string>& adamw_only_rules();
 // "rule, rule, ..." as a list (spaces around each rule dropped, empty ones skipped).
 std::vector<std::string> split_rules(const std::string& comma_separated);
 
 // One assignment per parameter, in the order given. `rules` come before the defaults.
-std::vector<Assignment> route_parameters(const std::vector<ParamSlot>& params,
-                                         const HeadSizes& sizes,
-                                         const std::vector<std::string>& rules = {});
+std::vector<Assignment> assign_param_groups(const std::vector<ParamSlot>& params,
+                                            const HeadSizes& sizes,
+                                            const std::vector<std::string>& rules = {});
 
 const char* optimizer_name(OptimizerKind kind);
 
-}  // namespace k3
+}  // namespace k3::optim
