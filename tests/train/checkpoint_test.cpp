@@ -155,8 +155,9 @@ TEST_F(CheckpointTest, PreviousCheckpointSurvivesCorruptionOfTheNewest) {
   EXPECT_EQ(found.checkpoint.manifest["step"], 10);
   EXPECT_EQ(found.checkpoint.model[0].second.f32()[0], 1000.f);
   ASSERT_EQ(found.skipped.size(), 1u);
-  EXPECT_NE(found.skipped[0].find(newest), std::string::npos);
-  EXPECT_NE(found.skipped[0].find("checksum"), std::string::npos) << found.skipped[0];
+  EXPECT_NE(found.skipped[0].describe().find(newest), std::string::npos);
+  EXPECT_NE(found.skipped[0].describe().find("checksum"), std::string::npos)
+      << found.skipped[0].describe();
   // Given as a step directory, the corrupt one is an error, not a fallback.
   EXPECT_THROW(load_newest_valid(newest, CheckpointParts::everything), Error);
 }
@@ -171,7 +172,7 @@ TEST_F(CheckpointTest, CallerChecksCanRejectACheckpoint) {
       load_newest_valid(run_dir(), CheckpointParts::model_only, cursor_below_100);
   EXPECT_EQ(found.checkpoint.manifest["step"], 10);
   ASSERT_EQ(found.skipped.size(), 1u);
-  EXPECT_NE(found.skipped[0].find("cursor too far"), std::string::npos);
+  EXPECT_NE(found.skipped[0].describe().find("cursor too far"), std::string::npos);
   auto reject_all = [](const Checkpoint&, const std::string&) { throw Error("unfit"); };
   try {
     load_newest_valid(run_dir(), CheckpointParts::model_only, reject_all);

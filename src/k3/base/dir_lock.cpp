@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "k3/base/error.h"
+#include "k3/base/log.h"
 
 namespace k3 {
 namespace {
@@ -40,9 +41,8 @@ DirLock::DirLock(const std::string& dir, const std::string& what) {
     throw Error(std::string("cannot lock: ") + std::strerror(err), ErrorContext{path, "", -1});
   }
   const std::string owner = "process " + std::to_string(::getpid()) + " (" + what + ")\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, owner.data(), owner.size(), 0) < 0) {
-    // The lock is held; only the note for others is missing.
-  }
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, owner.data(), owner.size(), 0) < 0)
+    log_warn("holding ", path, " but cannot record the owner in it: ", std::strerror(errno));
 }
 
 DirLock::~DirLock() {

@@ -255,29 +255,27 @@ FoundCheckpoint load_newest_valid(
   K3_CHECK_CTX(fs::is_directory(path), ctx,
                "not a directory: expected a run directory or a checkpoint step directory");
   auto load = [&](const std::string& dir) {
-    FoundCheckpoint found{dir, load_checkpoint(dir, parts), {}, {}};
+    FoundCheckpoint found{dir, load_checkpoint(dir, parts), {}};
     if (check) check(found.checkpoint, dir);
     return found;
   };
   if (step_of(path.filename().string()) || file_exists((path / kManifestFile).string()))
     return load(path.string());
 
-  std::vector<std::string> skipped, skipped_dirs;
+  std::vector<SkippedCheckpoint> skipped;
   for (const std::string& dir : list_checkpoints(path.string())) {
     try {
       FoundCheckpoint found = load(dir);
       found.skipped = std::move(skipped);
-      found.skipped_dirs = std::move(skipped_dirs);
       return found;
     } catch (const Error& e) {
-      skipped.push_back(dir + ": " + e.what());
-      skipped_dirs.push_back(dir);
+      skipped.push_back({dir, e.what()});
     }
   }
-  std::string why = skipped.empty()
-                        ? std::string(" (no ") + kCheckpointsDir + "/step_* directory)"
-                        : " (" + std::to_string(skipped.size()) +
-                              " skipped as unusable; the newest: " + skipped.front() + ")";
+  std::string why =
+      skipped.empty() ? std::string(" (no ") + kCheckpointsDir + "/step_* directory)"
+                      : " (" + std::to_string(skipped.size()) +
+                            " skipped as unusable; the newest: " + skipped.front().describe() + ")";
   throw Error("no usable checkpoint" + why, ctx);
 }
 

@@ -59,12 +59,17 @@ int remove_unfinished_saves(const std::string& run_dir);
 // for inspection; returns the new path. Only the process that owns the run directory may call it.
 std::string set_aside_checkpoint(const std::string& step_dir);
 
+// A step directory passed over because it could not be used, and why.
+struct SkippedCheckpoint {
+  std::string dir, why;
+  std::string describe() const { return dir + ": " + why; }
+};
+
 // A checkpoint and where it came from.
 struct FoundCheckpoint {
   std::string dir;  // the step directory loaded
   Checkpoint checkpoint;
-  std::vector<std::string> skipped;  // newer step directories that failed: "DIR: why"
-  std::vector<std::string> skipped_dirs;
+  std::vector<SkippedCheckpoint> skipped;  // newer step directories that failed
 };
 
 // Loads a step directory as given (its errors propagate), or for a run directory the newest step

@@ -139,7 +139,7 @@ ExportSummary export_checkpoint(const std::string& checkpoint, const ExportOptio
   check_out_dir(out);
   ExportSummary summary;
   FoundCheckpoint found = load_newest_valid(checkpoint, CheckpointParts::model_only);
-  for (const std::string& why : found.skipped) log_warn("skipped checkpoint ", why);
+  for (const SkippedCheckpoint& s : found.skipped) log_warn("skipped checkpoint ", s.describe());
   summary.checkpoint_dir = found.dir;
   const Checkpoint& ck = found.checkpoint;
   const model::Model model(checkpoint_configs(ck, found.dir).model, /*allocate=*/false);

@@ -55,7 +55,7 @@ CheckpointConfigs checkpoint_configs(const Checkpoint& ck, const std::string& di
 
 std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_path) {
   FoundCheckpoint found = load_newest_valid(checkpoint_path, CheckpointParts::model_only);
-  for (const std::string& why : found.skipped) log_warn("skipped checkpoint ", why);
+  for (const SkippedCheckpoint& s : found.skipped) log_warn("skipped checkpoint ", s.describe());
   CheckpointConfigs configs = checkpoint_configs(found.checkpoint, found.dir);
   auto s = open_session(configs.run, configs.model);
   restore_weights(*s->model, found.checkpoint, found.dir);

@@ -23,8 +23,8 @@
 #include "k3/train/history.h"
 #include "k3/train/loss_plot.h"
 #include "k3/train/metrics.h"
-#include "k3/train/preflight.h"
 #include "k3/train/optim_adapters.h"
+#include "k3/train/preflight.h"
 #include "k3/train/progress.h"
 #include "k3/train/resume.h"
 
@@ -42,11 +42,12 @@ double peak_rss_mib() {
 // Quantile Balancing); "muon" keeps the default grouping.
 optim::Optimizer make_optimizer(model::Model& model, const TrainSection& t) {
   const optim::ParamSet params = param_set(model.params());
-  return optim::Optimizer(params, optimizer_plan(params.slots, model.config(), t),
-                          optim::OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
-                                                 .beta2 = static_cast<float>(t.beta2),
-                                                 .eps = static_cast<float>(t.eps),
-                                                 .weight_decay = static_cast<float>(t.weight_decay)});
+  return optim::Optimizer(
+      params, optimizer_plan(params.slots, model.config(), t),
+      optim::OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
+                             .beta2 = static_cast<float>(t.beta2),
+                             .eps = static_cast<float>(t.eps),
+                             .weight_decay = static_cast<float>(t.weight_decay)});
 }
 
 nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
@@ -136,9 +137,14 @@ void Run::resume(ResumePoint& from) {
   for (FieldChange& c :
        check_data_unchanged(from.state.data, data_fingerprint_, from.allowed_changes, run_dir_))
     changes.push_back(std::move(c));
-  nlohmann::json set_aside = nlohmann::json::array();
-  for (const std::string& skipped : from.found.skipped_dirs)
-    set_aside.push_back(set_aside_checkpoint(skipped));
+  // The unusable newer checkpoints move out of the way, kept for inspection.
+  nlohmann::json skipped = nlohmann::json::array(), set_aside = nlohmann::json::array();
+  for (const SkippedCheckpoint& sk : from.found.skipped) {
+    skipped.push_back(sk.describe());
+    set_aside.push_back(set_aside_checkpoint(sk.dir));
+    log_warn("skipped checkpoint ", sk.describe(), "; set aside as ",
+             set_aside.back().get<std::string>());
+  }
   restore_weights(*s_->model, from.found.checkpoint, dir);
   restore_optimizer(optimizer_, from.found.checkpoint, dir);
   optimizer_.set_steps_taken(from.state.optimizer_steps);
@@ -150,12 +156,9 @@ void Run::resume(ResumePoint& from) {
   append_history(run_dir_, {{"event", "resume"},
                             {"step", step_},
                             {"checkpoint", dir},
-                            {"skipped", from.found.skipped},
+                            {"skipped", skipped},
                             {"set_aside", set_aside},
                             {"changes", changes_json(changes)}});
-  for (size_t i = 0; i < from.found.skipped.size(); ++i)
-    log_warn("skipped checkpoint ", from.found.skipped[i], "; set aside as ",
-             set_aside[i].get<std::string>());
   for (const FieldChange& c : changes) log_warn("resuming with ", c.key, " ", c.from, " -> ", c.to);
   say("resumed from " + dir + " at step " + std::to_string(step_));
 }
@@ -324,7 +327,8 @@ TrainSummary train(const RunConfig& config, const TrainOptions& options) {
   if (std::filesystem::is_directory(dir)) lock = std::make_unique<DirLock>(dir, "k3lab train");
   K3_CHECK_CTX(list_checkpoints(dir).empty(), (ErrorContext{dir, "", -1}),
                "the run directory already holds checkpoints: continue it with k3lab train "
-               "--resume ", dir, ", or choose another run.dir");
+               "--resume ",
+               dir, ", or choose another run.dir");
   const model::ModelConfig model = model::load_model_config(config.model.config);
   PreflightResult checked = preflight(config, model);
   if (checked.threads > 0) set_num_threads(checked.threads);
