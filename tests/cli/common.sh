@@ -20,7 +20,7 @@ expect_error() {
   err=$("$@" 2>&1 >/dev/null) || rc=$?
   [ "$rc" -ne 0 ] || fail "expected failure: $*"
   [ "$(printf '%s\n' "$err" | wc -l)" -eq 1 ] || fail "expected one error line, got: $err"
-  printf '%s\n' "$err" | grep -Eq -e "$pattern" || fail "error '$err' does not match '$pattern'"
+  grep -Eq -e "$pattern" <<< "$err" || fail "error '$err' does not match '$pattern'"
   echo "ok: $err"
 }
 
@@ -61,7 +61,7 @@ kill_and_resume_matches() {
     target=$(( $(recorded_steps "$WORK/killed") + 3 + RANDOM % 12 ))
     [ "$target" -lt "$steps" ] || break
     resume=()
-    if ls "$WORK/killed/checkpoints" 2>/dev/null | grep -q '^step_'; then resume=(--resume); fi
+    if compgen -G "$WORK/killed/checkpoints/step_*" >/dev/null; then resume=(--resume); fi
     "$K3LAB" train "${args[@]}" --set run.dir="$WORK/killed" "${resume[@]}" &
     pid=$!
     while kill -0 "$pid" 2>/dev/null && [ "$(recorded_steps "$WORK/killed")" -lt "$target" ]; do sleep 0.02; done

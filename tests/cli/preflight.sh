@@ -31,11 +31,13 @@ refused_early 30 "$WORK/mem" \
   --set train.steps=2 --set run.dir="$WORK/mem"
 
 # --dry-run: the estimate by part, exit 0, no run directory.
+# (here-strings, not pipes: grep -q stops reading at its match, and under pipefail the writer's
+# broken pipe would fail the check)
 out=$("$K3LAB" train "${TINY[@]}" --set model.config=configs/k3-micro.json --dry-run --set run.dir="$WORK/dry")
 for part in parameters gradients "optimizer state" activations "expert balancing" data total available; do
-  printf '%s\n' "$out" | grep -Eq "^  $part +[0-9.]+ (B|KiB|MiB|GiB)" || fail "--dry-run prints no '$part' line: $out"
+  grep -Eq "^  $part +[0-9.]+ (B|KiB|MiB|GiB)" <<< "$out" || fail "--dry-run prints no '$part' line: $out"
 done
-printf '%s\n' "$out" | grep -q "batch_size 4 x seq_len 32" || fail "--dry-run does not say the batch shape: $out"
+grep -q "batch_size 4 x seq_len 32" <<< "$out" || fail "--dry-run does not say the batch shape: $out"
 [ ! -e "$WORK/dry" ] || fail "--dry-run wrote the run directory"
 refused_early 30 "$WORK/dry" "data.val_fraction" \
   "$K3LAB" train "${TINY[@]}" "${SHORT_VAL[@]}" --set eval.every=1 --dry-run --set run.dir="$WORK/dry"
@@ -76,16 +78,16 @@ refused_early 10 "$WORK/huge" "field num_hidden_layers" \
 
 # model inspect: training memory per part, for the batch shape asked for.
 out=$("$K3LAB" model inspect configs/k3-micro.json --batch-size 3 --seq-len 64)
-printf '%s\n' "$out" | grep -Eq "^  activations +[0-9.]+ MiB +one micro-batch of batch_size 3 x seq_len 64" ||
+grep -Eq "^  activations +[0-9.]+ MiB +one micro-batch of batch_size 3 x seq_len 64" <<< "$out" ||
   fail "model inspect prints no activations line for 3 x 64: $out"
 
 # More threads than cores: capped with a warning, and the run trains.
 many=$(( $(nproc) + 3 ))
 err=$(K3_THREADS=$many "$K3LAB" train "${TINY[@]}" --set train.threads=0 --set train.steps=2 \
       --set run.dir="$WORK/threads-env" 2>&1 >/dev/null)
-printf '%s\n' "$err" | grep -q "K3_THREADS = $many exceeds the $(nproc) cores" || fail "no warning for K3_THREADS: $err"
+grep -q "K3_THREADS = $many exceeds the $(nproc) cores" <<< "$err" || fail "no warning for K3_THREADS: $err"
 err=$("$K3LAB" train "${TINY[@]}" --set train.threads=$many --set train.steps=2 --set run.dir="$WORK/threads" 2>&1 >/dev/null)
-printf '%s\n' "$err" | grep -q "train.threads = $many exceeds the $(nproc) cores" || fail "no warning for train.threads: $err"
+grep -q "train.threads = $many exceeds the $(nproc) cores" <<< "$err" || fail "no warning for train.threads: $err"
 [ "$(wc -l < "$WORK/threads/metrics.jsonl")" -eq 2 ] || fail "the run with capped threads did not train"
 
 # --config naming a directory.
