@@ -12,13 +12,15 @@
 
 namespace k3::model {
 
-Model::Model(ModelConfig c, bool allocate) : config_(std::move(c)) {
+Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid)
+    : config_(std::move(c)), grid_(grid) {
   const int64_t d = config_.hidden_size, V = config_.vocab_size;
   const float std = static_cast<float>(config_.initializer_range), eps = static_cast<float>(config_.rms_norm_eps);
   embed_ = params_.add("model.embed_tokens.weight", {V, d}, ParamInit::normal(std));
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
-    Layer L{l, attn_res() && l % config_.attn_res_block_size == 0, RMSNorm(params_, p + ".input_layernorm", d, eps),
+    Layer L{l, attn_res() && l % config_.attn_res_block_size == 0,
+            params_.size(), 0, RMSNorm(params_, p + ".input_layernorm", d, eps),
             RMSNorm(params_, p + ".post_attention_layernorm", d, eps), nullptr, nullptr, {}, {}};
     if (attn_res()) {
       L.self_res = AttnResMix(params_, p + ".self_attention_res", d, eps);  // no effect at layer 0
@@ -28,8 +30,10 @@ Model::Model(ModelConfig c, bool allocate) : config_(std::move(c)) {
     FfnBlock ffn = make_ffn(params_, p, config_, l);
     L.ffn = std::move(ffn.ffn);
     if (ffn.moe) moe_layers_.emplace_back(l, ffn.moe);
+    L.params_end = params_.size();
     layers_.push_back(std::move(L));
   }
+  tail_first_ = params_.size();
   if (attn_res()) output_res_ = AttnResMix(params_, "model.output_attn_res", d, eps);
   final_norm_ = RMSNorm(params_, "model.norm", d, eps);
   head_ = params_.add("lm_head.weight", {V, d}, ParamInit::normal(std));
@@ -122,7 +126,11 @@ float* Model::run_stack(const Step& s, float* P, int64_t B, int64_t T, ModelCach
 
 // Mirrors run_stack in reverse. dbank[j] gathers the gradient of bank entry j from every mixing
 // point that read it; it flows into P at the layer that took the snapshot.
-void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int64_t B, int64_t T) {
+void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int64_t B, int64_t T,
+                           const GradsFinal& grads_final) {
+  auto final_now = [&](int first, int end) {
+    if (grads_final) grads_final(first, end);
+  };
   const int64_t n = B * T, d = config_.hidden_size, size = n * d;
   std::vector<const float*> bank;
   for (const Layer& L : layers_)
@@ -151,6 +159,7 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
   } else {
     std::swap(dP, tmp);
   }
+  final_now(tail_first_, params_.size());  // the head was done before; the tail's norms now
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     const Layer& L = *it;
     const size_t nb_after = attn_res() ? static_cast<size_t>(L.index / config_.attn_res_block_size) + 1 : 0;
@@ -184,14 +193,17 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
       L.input_norm.backward(s, da_in, n, dP_in, true);
     }
     dP = dP_in;
+    final_now(L.params_first, L.params_end);
   }
   kernels::embedding_backward(tokens, n, dP, config_.vocab_size, d, params_.grad(embed_).f32());
+  final_now(embed_, embed_ + 1);
 }
 
 kernels::LossSum Model::forward_backward(Arena& arena, activation::ActivationManager& acts,
-                                         const TokenBatch& b, float grad_scale) {
+                                         const TokenBatch& b, float grad_scale,
+                                         const GradsFinal& grads_final) {
   ArenaScope scope(arena);
-  Step s{arena, acts, params_, true};
+  Step s{arena, acts, params_, true, grid_};
   const int64_t n = b.B * b.T, d = config_.hidden_size;
   float* x = embed(s, b.tokens, n);
   float* h = run_stack(s, x, b.B, b.T, nullptr);
@@ -205,7 +217,7 @@ kernels::LossSum Model::forward_backward(Arena& arena, activation::ActivationMan
     ProfileScope time("lm_head");
     loss = kernels::lm_head_cross_entropy(ce);
   }
-  backward_stack(s, b.tokens, dh, b.B, b.T);
+  backward_stack(s, b.tokens, dh, b.B, b.T, grads_final);
   acts.clear();
   return loss;
 }
@@ -213,7 +225,7 @@ kernels::LossSum Model::forward_backward(Arena& arena, activation::ActivationMan
 kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
   ArenaScope scope(arena);
   activation::ActivationManager unused;
-  Step s{arena, unused, params_, false};
+  Step s{arena, unused, params_, false, grid_};
   const int64_t n = b.B * b.T, d = config_.hidden_size;
   float* h = run_stack(s, embed(s, b.tokens, n), b.B, b.T, nullptr);
   const int64_t chunk = lm_head_chunk(config_.vocab_size);
@@ -226,7 +238,7 @@ kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
 void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T, float* logits) {
   ArenaScope scope(arena);
   activation::ActivationManager unused;
-  Step s{arena, unused, params_, false};
+  Step s{arena, unused, params_, false, grid_};
   float* h = run_stack(s, embed(s, tokens, B * T), B, T, nullptr);
   kernels::gemm(false, true, B * T, config_.vocab_size, config_.hidden_size, 1.f, h,
                 params_.value(head_).f32(), 0.f, logits);
@@ -244,7 +256,7 @@ void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64
   K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len, " tokens");
   ArenaScope scope(arena);
   activation::ActivationManager unused;
-  Step s{arena, unused, params_, false};
+  Step s{arena, unused, params_, false, grid_};
   const int64_t d = config_.hidden_size;
   float* h = run_stack(s, embed(s, tokens, n), 1, n, &cache);
   cache.length += n;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -25,6 +26,11 @@ struct TokenBatch {
   int64_t B = 0, T = 0;
 };
 
+// Called during the backward with a range [first, end) of parameter indices (registry order)
+// whose gradients are final for this micro-batch: nothing later in the backward adds to them.
+// Data parallelism starts reducing a bucket as soon as all of its parameters are final.
+using GradsFinal = std::function<void(int first, int end)>;
+
 // Every layer's decoding state for one sequence.
 struct ModelCache {
   int64_t max_len = 0, length = 0;
@@ -35,7 +41,9 @@ class Model {
  public:
   // Registers every parameter and, when `allocate`, maps their flat buffers (not initialized).
   // Without allocation the model only describes itself (inventory of the full-size config).
-  explicit Model(ModelConfig config, bool allocate = true);
+  // `grid` must outlive the model; its groups reach every layer through Step.
+  explicit Model(ModelConfig config, bool allocate = true,
+                 const dist::ProcessGrid& grid = dist::single_process());
   void initialize(uint64_t seed) { params_.initialize(seed); }
 
   const ModelConfig& config() const { return config_; }
@@ -44,9 +52,11 @@ class Model {
   MixerKind layer_mixer(int64_t layer) const { return mixer_kind(config_, layer); }
 
   // One micro-batch: forward, loss, backward. Parameter gradients accumulate (they are not
-  // zeroed); gradients are those of grad_scale * (sum of token losses).
+  // zeroed); gradients are those of grad_scale * (sum of token losses). `grads_final`, when set,
+  // hears of each range of parameters as soon as the backward is done with it.
   kernels::LossSum forward_backward(Arena& arena, activation::ActivationManager& acts,
-                                    const TokenBatch& b, float grad_scale);
+                                    const TokenBatch& b, float grad_scale,
+                                    const GradsFinal& grads_final = {});
   // Evaluation: the summed loss, nothing saved, no gradients.
   kernels::LossSum forward_loss(Arena& arena, const TokenBatch& b);
   // Full logits [B*T, vocab] (tests and small-scale inspection only).
@@ -73,7 +83,8 @@ class Model {
  private:
   struct Layer {
     int64_t index;
-    bool starts_block;  // Attention Residuals: the layer opens a new block
+    bool starts_block;
+    int params_first = 0, params_end = 0;  // the layer's parameters, in registry order  // Attention Residuals: the layer opens a new block
     RMSNorm input_norm, post_norm;
     std::unique_ptr<Mixer> mixer;
     std::unique_ptr<FeedForward> ffn;
@@ -82,15 +93,18 @@ class Model {
   // x holds B·T tokens. Without a cache the mixers run their (training or evaluation) forward;
   // with one they decode B·T = n new tokens of one sequence, updating the cache.
   float* run_stack(const Step& s, float* x, int64_t B, int64_t T, ModelCache* cache);
-  void backward_stack(const Step& s, const int32_t* tokens, float* dh, int64_t B, int64_t T);
+  void backward_stack(const Step& s, const int32_t* tokens, float* dh, int64_t B, int64_t T,
+                      const GradsFinal& grads_final);
   float* embed(const Step& s, const int32_t* tokens, int64_t n);
   bool attn_res() const { return config_.attn_res_block_size > 0; }
   std::string key(const Layer& L, const char* what) const;
   const char* ffn_bucket(int64_t layer) const;  // profile bucket of layer's feed-forward
 
   ModelConfig config_;
+  const dist::ProcessGrid& grid_;
   ParamRegistry params_;
   int embed_ = -1, head_ = -1;
+  int tail_first_ = 0;  // the first parameter after the layers (output mixing, final norm, head)
   std::vector<Layer> layers_;
   std::vector<std::pair<int64_t, LatentMoE*>> moe_layers_;  // (layer, the layer's MoE) for balancing
   AttnResMix output_res_;
