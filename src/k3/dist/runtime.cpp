@@ -50,6 +50,16 @@ int Runtime::world_size() {
   return n;
 }
 
+int Runtime::ranks_on_this_machine() {
+  if (!active()) return 1;
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
 std::string rank_tag() {
   return Runtime::world_size() > 1 ? "[rank " + std::to_string(Runtime::world_rank()) + "] " : "";
 }

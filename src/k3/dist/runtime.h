@@ -25,6 +25,7 @@ class Runtime {
   static bool active();  // MPI is initialized and not finalized
   static int world_rank();
   static int world_size();
+  static int ranks_on_this_machine();  // 1 without a launcher
 
  private:
   bool owns_ = false;
