@@ -27,7 +27,7 @@
 #include "k3/base/timer.h"
 #include "k3/model/model.h"
 #include "k3/optim/adamw.h"
-#include "k3/train/optim_adapters.h"
+#include "k3/parallel/optim_adapters.h"
 #include "k3/train/session.h"
 #include "spread.h"
 #include "torch_child.h"
@@ -52,7 +52,7 @@ class K3Side {
  public:
   K3Side(const k3::model::ModelConfig& c, const Shape& s)
       : model_(c),
-        opt_(k3::train::param_set(model_.params()),
+        opt_(k3::parallel::param_set(model_.params()),
              k3::optim::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f}) {
     model_.initialize(1);
     std::mt19937 rng(2);

@@ -48,28 +48,43 @@ same_checkpoint() {
   cmp "$1/optimizer.safetensors" "$2/optimizer.safetensors" || fail "optimizer state differs: $1 vs $2"
 }
 
+# The processes SIGKILL targets in a run started as PID: the run itself, or under a launcher
+# (LAUNCH, e.g. mpirun) one of its ranks, chosen at random.
+kill_target() {
+  if [ ${#LAUNCH[@]} -eq 0 ]; then echo "$1"; return; fi
+  local ranks
+  mapfile -t ranks < <(pgrep -P "$1" -f k3lab)
+  [ ${#ranks[@]} -gt 0 ] && echo "${ranks[RANDOM % ${#ranks[@]}]}"
+}
+
 # A run of STEPS steps (extra args: the model and more --set) killed with SIGKILL at random moments,
 # then resumed, ends bit-identical to a run that was never interrupted. The moments are random
 # steps (read off metrics.jsonl) plus a random delay, so a kill can land in a step, in an
-# evaluation or in the middle of writing a checkpoint.
+# evaluation or in the middle of writing a checkpoint. With LAUNCH set (an mpirun command line),
+# every run goes through it and a kill hits one rank, after which the whole job must end within
+# 20 s.
+LAUNCH=()
 kill_and_resume_matches() {
   local steps=$1; shift
   local args=("${TINY[@]}" "$@" --set train.steps="$steps" --set checkpoint.every=4 --set checkpoint.keep_last=2)
-  "$K3LAB" train "${args[@]}" --set run.dir="$WORK/straight"
-  local kills=0 round target pid resume
+  "${LAUNCH[@]}" "$K3LAB" train "${args[@]}" --set run.dir="$WORK/straight"
+  local kills=0 round target pid resume victim killed_at
   for round in 1 2 3; do
     target=$(( $(recorded_steps "$WORK/killed") + 3 + RANDOM % 12 ))
     [ "$target" -lt "$steps" ] || break
     resume=()
     if compgen -G "$WORK/killed/checkpoints/step_*" >/dev/null; then resume=(--resume); fi
-    "$K3LAB" train "${args[@]}" --set run.dir="$WORK/killed" "${resume[@]}" &
+    "${LAUNCH[@]}" "$K3LAB" train "${args[@]}" --set run.dir="$WORK/killed" "${resume[@]}" 2>/dev/null &
     pid=$!
     while kill -0 "$pid" 2>/dev/null && [ "$(recorded_steps "$WORK/killed")" -lt "$target" ]; do sleep 0.02; done
     sleep "$(awk -v r=$RANDOM 'BEGIN { printf "%.3f", 0.3 * r / 32767 }')"
-    if kill -9 "$pid" 2>/dev/null; then kills=$((kills + 1)); fi
+    victim=$(kill_target "$pid") || true
+    killed_at=$SECONDS
+    if [ -n "$victim" ] && kill -9 "$victim" 2>/dev/null; then kills=$((kills + 1)); fi
     wait "$pid" 2>/dev/null || true
+    [ $((SECONDS - killed_at)) -le 20 ] || fail "the job took $((SECONDS - killed_at)) s to end after a kill"
   done
-  "$K3LAB" train --quiet --resume "$WORK/killed"
+  "${LAUNCH[@]}" "$K3LAB" train --quiet --resume "$WORK/killed"
   echo "interrupted $kills time(s)"
   [ "$kills" -ge 1 ] || fail "the run was never interrupted"
   local final=checkpoints/step_$(printf %08d "$steps")

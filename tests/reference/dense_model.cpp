@@ -7,7 +7,7 @@
 
 #include "driver.h"
 #include "k3/optim/adamw.h"
-#include "k3/train/optim_adapters.h"
+#include "k3/parallel/optim_adapters.h"
 #include "k3/train/session.h"
 
 namespace {
@@ -28,7 +28,7 @@ void run(const std::string& config_path, uint64_t seed, const std::string& batch
   k3::Safetensors out;
   const float scale = k3::reference::add_model_outputs(model, arena, acts, b, batch_path, out);
 
-  k3::optim::AdamW opt(k3::train::param_set(params),
+  k3::optim::AdamW opt(k3::parallel::param_set(params),
                        k3::optim::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f});
   k3::Tensor losses = k3::Tensor::empty({kTrainSteps});
   for (int step = 0; step < kTrainSteps; ++step) {

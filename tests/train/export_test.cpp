@@ -47,7 +47,7 @@ TEST(ExportTest, MissingParameterIsNamedAndNothingIsWritten) {
       model::load_model_config(testing::source_dir() + "/configs/dense-tiny.json");
   auto session = open_session(RunConfig{}, config);
   session->model->initialize(7);
-  Checkpoint ck = make_checkpoint(*session, nullptr, nlohmann::json::object());
+  Checkpoint ck = make_checkpoint(*session, {}, nlohmann::json::object());
   const std::string dropped = ck.model[3].first;
   ck.model.erase(ck.model.begin() + 3);
   const std::string step_dir = save_checkpoint(run.path(), 1, ck);

@@ -1,4 +1,4 @@
-#include "k3/train/optim_adapters.h"
+#include "k3/parallel/optim_adapters.h"
 #include "k3/train/preflight.h"
 
 #include <gtest/gtest.h>
@@ -31,7 +31,7 @@ TEST(Preflight, OptimizerStateIsWhatTheOptimizerAllocates) {
   for (const char* optimizer : {"muon", "adamw"}) {
     const RunConfig c = micro_run(optimizer);
     model::Model m(model::load_model_config(c.model.config));
-    const optim::ParamSet params = param_set(m.params());
+    const optim::ParamSet params = parallel::param_set(m.params());
     const optim::Optimizer opt(params, optimizer_plan(params.slots, m.config(), c.train), {});
     const RunMemory mem = estimate_run_memory(m, c, 1000);
     EXPECT_EQ(mem.optimizer_state, state_bytes(opt)) << optimizer;
@@ -65,7 +65,7 @@ TEST(Preflight, EstimateMatchesTheResidentMemoryOfAStep) {
   const double before = resident_bytes();
   model::Model m(model::load_model_config(c.model.config));
   m.initialize(3);
-  const optim::ParamSet params = param_set(m.params());
+  const optim::ParamSet params = parallel::param_set(m.params());
   optim::Optimizer opt(params, optimizer_plan(params.slots, m.config(), c.train), {});
   Arena arena = step_arena();
   activation::ActivationManager acts;

@@ -4,9 +4,15 @@
 
 #include "k3/apps/commands.h"
 #include "k3/base/error.h"
+#include "k3/base/log.h"
 #include "k3/base/threads.h"
+#include "k3/dist/runtime.h"
 
 int main(int argc, char** argv) {
+  // Under mpirun or srun every rank runs this; without a launcher it is a world of one.
+  k3::dist::Runtime mpi(&argc, &argv);
+  k3::set_log_tag(k3::dist::rank_tag());
+  k3::share_cores(k3::dist::Runtime::ranks_on_this_machine());
   k3::set_num_threads();
   CLI::App app{"k3lab: train, inspect and plan Kimi-K3-style language models"};
   app.require_subcommand(1);
@@ -27,12 +33,10 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
-  } catch (const k3::Error& e) {
-    std::fprintf(stderr, "k3lab: error: %s\n", e.what());
-    return 1;
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "k3lab: error: %s\n", e.what());
-    return 1;
+    // One line naming the rank; in a multi-rank job it ends every rank, never leaving one
+    // waiting in a collective.
+    k3::dist::fail(e.what());
   }
   return 0;
 }

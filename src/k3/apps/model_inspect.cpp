@@ -6,7 +6,7 @@
 #include "k3/apps/commands.h"
 #include "k3/model/inventory.h"
 #include "k3/optim/param_groups.h"
-#include "k3/train/optim_adapters.h"
+#include "k3/parallel/optim_adapters.h"
 #include "k3/train/preflight.h"
 
 namespace k3::apps {
@@ -18,7 +18,7 @@ static void print_param_groups(const model::Model& m) {
     slots.push_back({t.name, t.shape, 0});
   std::printf("\n%-72s %s\n", "tensor", "optimizer");
   for (const optim::Assignment& a :
-       optim::assign_param_groups(slots, train::head_sizes(m.config())))
+       optim::assign_param_groups(slots, parallel::head_sizes(m.config())))
     std::printf("%-72s %s\n", a.name.c_str(), a.describe().c_str());
 }
 

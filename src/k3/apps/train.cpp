@@ -8,6 +8,7 @@
 #include "k3/base/error.h"
 #include "k3/base/profile.h"
 #include "k3/base/stop_signals.h"
+#include "k3/dist/runtime.h"
 #include "k3/train/preflight.h"
 #include "k3/train/trainer.h"
 
@@ -95,8 +96,10 @@ void add_train(CLI::App& app) {
     } else {
       r = train::train(train::load_run_config(a->config, a->overrides), {a->quiet});
     }
-    print_summary(r);
-    if (a->profile && !r.finished_before) print_profile();
+    if (dist::Runtime::world_rank() == 0) {  // one summary for the job, from the lead
+      print_summary(r);
+      if (a->profile && !r.finished_before) print_profile();
+    }
     std::fflush(stdout);
     if (r.stop_signal) throw CLI::RuntimeError(train::kStoppedExitStatus);
   });

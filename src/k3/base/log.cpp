@@ -14,6 +14,17 @@ bool warnings_enabled() {
   return enabled;
 }
 
-void log_line(const std::string& text) { std::fprintf(stderr, "[k3lab warn] %s\n", text.c_str()); }
+namespace {
+std::string& log_tag() {
+  static std::string tag;
+  return tag;
+}
+}  // namespace
+
+void set_log_tag(const std::string& tag) { log_tag() = tag; }
+
+void log_line(const std::string& text) {
+  std::fprintf(stderr, "[k3lab warn] %s%s\n", log_tag().c_str(), text.c_str());
+}
 
 }  // namespace k3

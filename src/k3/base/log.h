@@ -8,7 +8,9 @@
 namespace k3 {
 
 bool warnings_enabled();
-void log_line(const std::string& text);  // one "[k3lab warn] text" line
+void log_line(const std::string& text);  // one "[k3lab warn] TAG text" line
+// A tag every later line carries, e.g. "[rank 3] " in a multi-process job (empty by default).
+void set_log_tag(const std::string& tag);
 
 template <typename... Args>
 void log_warn(Args&&... a) {

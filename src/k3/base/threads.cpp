@@ -10,7 +10,15 @@
 
 namespace k3 {
 
-int num_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
+namespace {
+int sharing_processes = 1;
+}
+
+void share_cores(int processes_on_machine) { sharing_processes = std::max(1, processes_on_machine); }
+
+int num_cores() {
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / sharing_processes);
+}
 
 int user_thread_count(int64_t requested, const char* setting) {
   const int cores = num_cores();

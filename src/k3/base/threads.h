@@ -14,7 +14,9 @@ namespace k3 {
 void set_num_threads(int n = 0);
 int num_threads();
 
-int num_cores();  // at least 1
+int num_cores();  // this process's share of the machine's cores; at least 1
+// Several processes of one job on this machine: each counts cores / processes as its own.
+void share_cores(int processes_on_machine);
 // A thread count a user asked for through SETTING (e.g. "train.threads"): more threads than cores
 // only slow every loop down, so the count is capped to the cores with a warning on stderr.
 int user_thread_count(int64_t requested, const char* setting);

@@ -31,11 +31,16 @@ void Batcher::prepare_epoch(int64_t epoch) {
   prepared_epoch_ = epoch;
 }
 
-void Batcher::next(Batch& out) {
-  out.resize(batch_size_, seq_len_);
+void Batcher::next(Batch& out) { next(out, 0, batch_size_); }
+
+void Batcher::next(Batch& out, int64_t first_row, int64_t rows) {
+  K3_CHECK(first_row >= 0 && rows >= 0 && first_row + rows <= batch_size_, "rows ", first_row,
+           "..", first_row + rows, " of a batch of ", batch_size_);
+  out.resize(rows, seq_len_);
   for (int64_t r = 0; r < batch_size_; ++r) {
     prepare_epoch(cursor_.epoch);
-    out.fill_row(r, tokens_, offset_ + order_[cursor_.position] * seq_len_);
+    if (r >= first_row && r < first_row + rows)
+      out.fill_row(r - first_row, tokens_, offset_ + order_[cursor_.position] * seq_len_);
     if (++cursor_.position == windows_per_epoch_) cursor_ = {cursor_.epoch + 1, 0};
   }
 }

@@ -25,6 +25,9 @@ class Batcher {
   Batcher(std::span<const int32_t> tokens, int64_t batch_size, int64_t seq_len, uint64_t seed);
 
   void next(Batch& out);  // fills batch_size rows, reusing out's memory
+  // The rows [first_row, first_row + rows) of the next batch only (a data-parallel rank's
+  // share); the cursor moves past the whole batch, as next() does.
+  void next(Batch& out, int64_t first_row, int64_t rows);
   Batch next();
 
   const DataCursor& cursor() const { return cursor_; }  // where the next batch begins

@@ -9,9 +9,10 @@
 
 #include "k3/base/error.h"
 #include "k3/base/threads.h"
+#include "k3/dist/runtime.h"
 #include "k3/data/batcher.h"
 #include "k3/base/format.h"
-#include "k3/train/optim_adapters.h"
+#include "k3/parallel/optim_adapters.h"
 #include "k3/train/session.h"
 
 namespace k3::train {
@@ -134,14 +135,17 @@ std::vector<optim::Assignment> optimizer_plan(const std::vector<optim::ParamSlot
   std::vector<std::string> rules = optim::split_rules(train.optim_rules);
   if (train.optimizer == "adamw")
     rules.insert(rules.end(), optim::adamw_only_rules().begin(), optim::adamw_only_rules().end());
-  return optim::assign_param_groups(slots, head_sizes(mc), rules);
+  return optim::assign_param_groups(slots, parallel::head_sizes(mc), rules);
 }
 
 RunMemory estimate_run_memory(const model::Model& described, const RunConfig& config, int64_t data_tokens) {
   RunMemory m;
-  m.model = model::model_memory(described, config.train.batch_size, config.data.seq_len);
+  // Per rank: its share of the batch, and with ZeRO its share of the optimizer states.
+  const int64_t dp = config.parallel.dp;
+  m.model = model::model_memory(described, std::max<int64_t>(1, config.train.batch_size / dp),
+                                config.data.seq_len);
   const std::vector<optim::Assignment> plan =
-      optimizer_plan(param_set(described.params()).slots, described.config(), config.train);
+      optimizer_plan(parallel::param_set(described.params()).slots, described.config(), config.train);
   for (const optim::Assignment& a : plan) {
     const int64_t n = shape_numel(a.shape);
     (a.optimizer == optim::OptimizerKind::adamw  ? m.adamw_values
@@ -150,7 +154,7 @@ RunMemory estimate_run_memory(const model::Model& described, const RunConfig& co
   }
   m.optimizer_state =
       (2 * static_cast<double>(m.adamw_values) + static_cast<double>(m.muon_values)) *
-      sizeof(float);
+      sizeof(float) / static_cast<double>(config.parallel.zero > 0 ? dp : 1);
   m.optimizer_workspace = muon_workspace_bytes(plan);
   m.data = static_cast<double>(data_tokens) * sizeof(int32_t);
   return m;
@@ -186,8 +190,24 @@ std::string describe(const RunMemory& m, int64_t batch_size, int64_t seq_len) {
          line("data", m.data, "token streams, int32") + line("total", m.total(), "");
 }
 
+void check_parallel(const ParallelSection& p, const TrainSection& train, int world_size) {
+  const int64_t product = p.dp * p.tp * p.pp * p.ep * p.cp;
+  K3_CHECK_CTX(product == world_size, (ErrorContext{"", "parallel", -1}), "dp·tp·pp·ep·cp = ",
+               p.dp, "·", p.tp, "·", p.pp, "·", p.ep, "·", p.cp, " = ", product, " but the job has ",
+               world_size, " process", world_size == 1 ? "" : "es",
+               world_size == 1 ? " (start it with mpirun -np N, or set parallel.dp=1)" : "");
+  for (auto [key, n] : {std::pair{"parallel.tp", p.tp}, {"parallel.pp", p.pp},
+                        {"parallel.ep", p.ep}, {"parallel.cp", p.cp}})
+    K3_CHECK_CTX(n == 1, (ErrorContext{"", key, -1}), key, " = ", n,
+                 ": only data parallelism (parallel.dp) is available in this version");
+  K3_CHECK_CTX(train.batch_size % p.dp == 0, (ErrorContext{"", "train.batch_size", -1}),
+               "the global batch of ", train.batch_size, " sequences does not split over dp = ",
+               p.dp, " ranks: use a multiple of ", p.dp);
+}
+
 PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc) {
   PreflightResult r;
+  check_parallel(config.parallel, config.train, dist::Runtime::world_size());
   if (config.train.threads > 0)
     r.threads = user_thread_count(config.train.threads, "train.threads");
   const std::unique_ptr<data::Tokenizer> tokenizer = run_tokenizer();

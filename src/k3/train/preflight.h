@@ -53,6 +53,11 @@ struct PreflightResult {
   int threads = 0;             // train.threads capped to the cores (with a warning); 0: unset
 };
 
+// The process grid of [parallel] on a job of WORLD_SIZE ranks: the sizes must multiply to it,
+// the global batch (train.batch_size sequences) must split evenly over dp, and only data
+// parallelism is available so far. Throws one line naming the field.
+void check_parallel(const ParallelSection& p, const TrainSection& train, int world_size);
+
 // Runs every check above for a run of MODEL (read from config.model.config, or a checkpoint's);
 // throws a k3::Error (one line naming the field and the numbers) on the first that fails.
 // Writes nothing.

@@ -38,6 +38,7 @@ struct ResumePoint {
   model::ModelConfig model;                  // the checkpoint's, or the one asked for when allowed
   std::vector<FieldChange> changes;          // from the checkpoint's configuration
   std::vector<std::string> allowed_changes;  // as asked, for the data check once it is loaded
+  std::vector<std::string> set_aside;        // where the skipped checkpoints were moved
 };
 
 // The keys --allow-change accepts.

@@ -98,6 +98,12 @@ Rule<T> at_least(T lo) {
   return {[lo](const T& v) { return v >= lo; }, "a value >= " + shortest(lo)};
 }
 
+// An integer from lo to hi, both included.
+Rule<int64_t> within_int(int64_t lo, int64_t hi) {
+  return {[=](const int64_t& v) { return v >= lo && v <= hi; },
+          "an integer from " + shortest(lo) + " to " + shortest(hi)};
+}
+
 // A value in the interval from lo to hi; each end open or closed.
 Rule<double> within(char open, double lo, double hi, char close) {
   return {[=](const double& v) {
@@ -187,6 +193,7 @@ const std::vector<Field>& fields() {
   using C = CheckpointSection;
   using S = SampleSection;
   using N = RunSection;
+  using P = ParallelSection;
   using I = int64_t;
   // clang-format off
   static const std::vector<Field> table = {
@@ -243,6 +250,17 @@ const std::vector<Field>& fields() {
     field("run.name", &R::run, &N::name, any_text(), "empty: the TOML file's stem"),
     field("run.memory_limit_gib", &R::run, &N::memory_limit_gib, at_least(0.0),
           "refuse a run estimated above it; 0: the machine's"),
+    field("parallel.dp", &R::parallel, &P::dp, above<I>(0), "data-parallel ranks"),
+    field("parallel.tp", &R::parallel, &P::tp, above<I>(0), "tensor-parallel ranks"),
+    field("parallel.pp", &R::parallel, &P::pp, above<I>(0), "pipeline-parallel ranks"),
+    field("parallel.ep", &R::parallel, &P::ep, above<I>(0), "expert-parallel ranks"),
+    field("parallel.cp", &R::parallel, &P::cp, above<I>(0), "context-parallel ranks"),
+    field("parallel.zero", &R::parallel, &P::zero, within_int(0, 2),
+          "0: replicated optimizer; 1: optimizer states sharded over dp; 2: gradients too"),
+    field("parallel.bucket_mib", &R::parallel, &P::bucket_mib, above(0.0),
+          "gradient-reduction bucket size (MiB)"),
+    field("parallel.overlap", &R::parallel, &P::overlap, within_int(0, 1),
+          "1: reduce gradient buckets during the backward; 0: after it"),
   };
   // clang-format on
   return table;

@@ -85,6 +85,16 @@ struct RunSection {
   bool operator==(const RunSection&) const = default;
 };
 
+// How the run is spread over processes (docs/distributed.md). The sizes multiply to the number
+// of ranks the job was launched with; a plain `k3lab train` is one rank.
+struct ParallelSection {
+  int64_t dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
+  int64_t zero = 0;           // 0: replicated optimizer; 1: states sharded; 2: gradients too
+  double bucket_mib = 4;      // gradient-reduction bucket size
+  int64_t overlap = 1;        // 1: reduce buckets during the backward; 0: after it
+  bool operator==(const ParallelSection&) const = default;
+};
+
 struct RunConfig {
   ModelSection model;
   DataSection data;
@@ -93,6 +103,7 @@ struct RunConfig {
   CheckpointSection checkpoint;
   SampleSection sample;
   RunSection run;
+  ParallelSection parallel;
   bool operator==(const RunConfig&) const = default;
 };
 

@@ -24,12 +24,13 @@ void check_model_for_run(const model::ModelConfig& mc, const RunConfig& config,
                " exceeds the model's max_position_embeddings ", mc.max_position_embeddings);
 }
 
-std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& model) {
+std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& model,
+                                      const dist::ProcessGrid& grid) {
   auto s = std::make_unique<Session>();
   s->config = config;
   s->tokenizer = run_tokenizer();
   check_model_for_run(model, config, *s->tokenizer);
-  s->model = std::make_unique<model::Model>(model);
+  s->model = std::make_unique<model::Model>(model, /*allocate=*/true, grid);
   s->arena = step_arena();
   s->loss_floor = data_loss_floor(config);
   return s;
@@ -89,12 +90,13 @@ static std::vector<std::pair<std::string, Tensor>> weight_views(const model::Mod
   return weights;
 }
 
-Checkpoint make_checkpoint(const Session& s, const optim::Optimizer* optimizer,
+Checkpoint make_checkpoint(const Session& s,
+                           std::vector<std::pair<std::string, Tensor>> optimizer_state,
                            nlohmann::json manifest) {
   Checkpoint ck;
   ck.model = weight_views(*s.model);
   for (auto& entry : s.model->balancer_state()) ck.model.push_back(std::move(entry));
-  if (optimizer) ck.optimizer = optimizer->state_tensors();
+  ck.optimizer = std::move(optimizer_state);
   ck.texts[kModelConfigFile] = model::model_config_to_json(s.model->config()).dump(2) + "\n";
   ck.texts[kRunConfigFile] = to_toml(s.config);
   ck.manifest = std::move(manifest);
@@ -125,9 +127,11 @@ void restore_weights(model::Model& model, const Checkpoint& ck, const std::strin
   model.restore_balancer_state(ck.model, origin);
 }
 
-void restore_optimizer(optim::Optimizer& optimizer, const Checkpoint& ck,
-                       const std::string& origin) {
-  copy_named(optimizer.state_tensors(), ck.optimizer, origin);
+const Tensor& optimizer_tensor(const Checkpoint& ck, const std::string& name,
+                               const std::string& origin) {
+  for (const auto& [n, t] : ck.optimizer)
+    if (n == name) return t;
+  throw Error("tensor missing from the checkpoint", ErrorContext{origin, name, -1});
 }
 
 }  // namespace k3::train

@@ -39,8 +39,9 @@ void check_model_for_run(const model::ModelConfig& model, const RunConfig& confi
                          const data::Tokenizer& tokenizer);
 
 // Builds the session of a run configuration and a model configuration (checked as above):
-// parameters allocated (not initialized), step arena mapped.
-std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& model);
+// parameters allocated (not initialized), step arena mapped. `grid` must outlive the session.
+std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& model,
+                                      const dist::ProcessGrid& grid = dist::single_process());
 
 // A checkpoint carries its resolved configurations as files beside the weights, so evaluating,
 // sampling or resuming it never reads the files the run was started from.
@@ -63,13 +64,16 @@ data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokeniz
 // What identifies a run's data: source, token counts and the SHA-256 of the token streams.
 nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 
-// Weights by K3 name (views of the flat buffer), optimizer state, and the session's
-// configurations as the checkpoint's config files.
-Checkpoint make_checkpoint(const Session& s, const optim::Optimizer* optimizer,
+// Weights by K3 name (views of the flat buffer), optimizer state (global tensors by name, as
+// optim::Optimizer::state_tensors names them; empty for none), and the session's configurations
+// as the checkpoint's config files.
+Checkpoint make_checkpoint(const Session& s,
+                           std::vector<std::pair<std::string, Tensor>> optimizer_state,
                            nlohmann::json manifest);
 // Copies checkpoint weights into the model; every parameter must be present with its shape.
 void restore_weights(model::Model& model, const Checkpoint& ck, const std::string& origin);
-void restore_optimizer(optim::Optimizer& optimizer, const Checkpoint& ck,
-                       const std::string& origin);
+// The checkpoint's optimizer tensor of that name, or an Error naming it and ORIGIN.
+const Tensor& optimizer_tensor(const Checkpoint& ck, const std::string& name,
+                               const std::string& origin);
 
 }  // namespace k3::train

@@ -2,9 +2,13 @@
 
 #include <sys/resource.h>
 
+#include <array>
+#include <cstring>
 #include <filesystem>
+#include <span>
 #include <nlohmann/json.hpp>
 
+#include "k3/base/checksum.h"
 #include "k3/base/dir_lock.h"
 #include "k3/base/error.h"
 #include "k3/base/fma_peak.h"
@@ -16,6 +20,10 @@
 #include "k3/base/threads.h"
 #include "k3/base/timer.h"
 #include "k3/data/batcher.h"
+#include "k3/dist/grid.h"
+#include "k3/dist/runtime.h"
+#include "k3/parallel/optim_adapters.h"
+#include "k3/parallel/zero/data_parallel.h"
 #include "k3/optim/clip.h"
 #include "k3/optim/schedule.h"
 #include "k3/train/evaluate.h"
@@ -23,7 +31,6 @@
 #include "k3/train/history.h"
 #include "k3/train/loss_plot.h"
 #include "k3/train/metrics.h"
-#include "k3/train/optim_adapters.h"
 #include "k3/train/preflight.h"
 #include "k3/train/progress.h"
 #include "k3/train/resume.h"
@@ -39,15 +46,43 @@ double peak_rss_mib() {
 
 // K3's parameter groups (math §7): Muon for matrices, AdamW for the rest, one lr and λ.
 // train.optimizer = "adamw" puts every trainable tensor under AdamW (the router bias stays with
-// Quantile Balancing); "muon" keeps the default grouping.
-optim::Optimizer make_optimizer(model::Model& model, const TrainSection& t) {
-  const optim::ParamSet params = param_set(model.params());
-  return optim::Optimizer(
-      params, optimizer_plan(params.slots, model.config(), t),
+// Quantile Balancing); "muon" keeps the default grouping. Sharded over dp by parallel.zero.
+parallel::DataParallel make_data_parallel(model::Model& model, const RunConfig& c,
+                                          const dist::ProcessGrid& grid) {
+  const TrainSection& t = c.train;
+  const ParallelSection& p = c.parallel;
+  return parallel::DataParallel(
+      model, grid, optimizer_plan(parallel::param_set(model.params()).slots, model.config(), t),
       optim::OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
                              .beta2 = static_cast<float>(t.beta2),
                              .eps = static_cast<float>(t.eps),
-                             .weight_decay = static_cast<float>(t.weight_decay)});
+                             .weight_decay = static_cast<float>(t.weight_decay)},
+      parallel::DataParallelOptions{
+          .zero = static_cast<int>(p.zero),
+          .bucket_floats = static_cast<size_t>(p.bucket_mib * 1024 * 1024 / sizeof(float)),
+          .overlap = p.overlap != 0});
+}
+
+// Every rank must train the same run: a job launched with different arguments or files on
+// different ranks would wait forever in mismatched collectives. Refused on the rank that differs.
+void check_same_run(const dist::Comm& world, const RunConfig& config,
+                    const model::ModelConfig& model) {
+  if (world.size() == 1) return;
+  Sha256 hash;
+  hash.update(to_toml(config));
+  hash.update(model::model_config_to_json(model).dump());
+  const std::array<uint8_t, 32> mine = hash.digest();
+  std::array<int32_t, 8> lead{};
+  std::memcpy(lead.data(), mine.data(), mine.size());
+  world.broadcast(lead.data(), static_cast<int64_t>(lead.size()), 0);
+  K3_CHECK(std::memcmp(lead.data(), mine.data(), mine.size()) == 0, "rank ", world.rank(),
+           " resolved another run configuration than rank 0 (different arguments, files or "
+           "working directory on this rank?)");
+}
+
+dist::ParallelDims dims_of(const ParallelSection& p) {
+  return {.tp = static_cast<int>(p.tp), .cp = static_cast<int>(p.cp), .ep = static_cast<int>(p.ep),
+          .dp = static_cast<int>(p.dp), .pp = static_cast<int>(p.pp)};
 }
 
 nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
@@ -73,29 +108,35 @@ class Run {
  public:
   // A new run (FROM null) or one resumed from a checkpoint, on the data the pre-flight checks
   // loaded. The caller holds the run directory.
+  // Every rank of the job builds one; the lead (world rank 0) alone prints and writes files.
   Run(const RunConfig& config, const model::ModelConfig& model, const TrainOptions& opt,
-      const StopSignals& stop, data::TokenDataset dataset, ResumePoint* from)
+      const StopSignals& stop, data::TokenDataset dataset, ResumePoint* from,
+      const dist::ProcessGrid& grid)
       : opt_(opt),
         stop_(stop),
-        s_(check_samples_fit(open_session(config, model))),
-        optimizer_(make_optimizer(*s_->model, config.train)),
+        grid_(grid),
+        lead_(grid.world().rank() == 0),
+        s_(check_samples_fit(open_session(config, model, grid))),
+        dp_(make_data_parallel(*s_->model, config, grid)),
         schedule_(config.train.lr_schedule()),
         dataset_(std::move(dataset)),
         data_fingerprint_(data_fingerprint(dataset_)),
         batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
                  static_cast<uint64_t>(config.data.seed)),
         run_dir_(config.run.dir),
-        progress_(opt.quiet ? nullptr : std::make_unique<ProgressDisplay>()) {
+        progress_(opt.quiet || !lead_ ? nullptr : std::make_unique<ProgressDisplay>()) {
     if (from) {
       resume(*from);
     } else {
       s_->model->initialize(static_cast<uint64_t>(config.model.seed));
-      write_file_atomic(run_dir_ + "/config.toml", to_toml(config));
-      write_file_atomic(run_dir_ + "/model.json",
-                        model::model_config_to_json(model).dump(2) + "\n");
-      append_history(run_dir_, {{"event", "start"}, {"step", 0}});
+      if (lead_) {
+        write_file_atomic(run_dir_ + "/config.toml", to_toml(config));
+        write_file_atomic(run_dir_ + "/model.json",
+                          model::model_config_to_json(model).dump(2) + "\n");
+        append_history(run_dir_, {{"event", "start"}, {"step", 0}, {"layout", layout_json()}});
+      }
     }
-    metrics_ = std::make_unique<MetricsWriter>(run_dir_, from ? step_ : -1);
+    if (lead_) metrics_ = std::make_unique<MetricsWriter>(run_dir_, from ? step_ : -1);
     peak_gflops_ = fma_peak_gflops();
   }
 
@@ -104,10 +145,13 @@ class Run {
  private:
   void resume(ResumePoint& from);
   double train_step();  // one optimizer step; returns the mean loss (NaN when skipped)
+  void count_communication(nlohmann::json& record);
+  int agreed_stop() const;  // the stop signal any rank received, agreed by all (0: none)
+  nlohmann::json layout_json() const;
   void evaluate_now(nlohmann::json& record);
   void balance_experts(nlohmann::json& record);
   std::string checkpoint_now();
-  void stop_early(TrainSummary& out);
+  void stop_early(TrainSummary& out, int signal);
   std::string sample_now() const;
   void say(const std::string& text) {
     if (progress_) progress_->message(text);
@@ -115,8 +159,10 @@ class Run {
 
   TrainOptions opt_;
   const StopSignals& stop_;
+  const dist::ProcessGrid& grid_;
+  bool lead_;
   std::unique_ptr<Session> s_;
-  optim::Optimizer optimizer_;  // before the data: a bad rule is reported before the dataset loads
+  parallel::DataParallel dp_;  // before the data: a bad optimizer rule is reported first
   optim::Schedule schedule_;
   data::TokenDataset dataset_;
   nlohmann::json data_fingerprint_;  // of the data the run started with, kept in checkpoints
@@ -129,6 +175,7 @@ class Run {
   double peak_gflops_ = 0, last_grad_norm_ = NAN, last_val_loss_ = NAN;
   std::string last_checkpoint_;
   std::vector<data::Batch> micro_;
+  std::vector<std::pair<std::string, dist::Counters>> counted_;  // per group, at the last record
 };
 
 void Run::resume(ResumePoint& from) {
@@ -137,69 +184,99 @@ void Run::resume(ResumePoint& from) {
   for (FieldChange& c :
        check_data_unchanged(from.state.data, data_fingerprint_, from.allowed_changes, run_dir_))
     changes.push_back(std::move(c));
-  // The unusable newer checkpoints move out of the way, kept for inspection.
-  nlohmann::json skipped = nlohmann::json::array(), set_aside = nlohmann::json::array();
-  for (const SkippedCheckpoint& sk : from.found.skipped) {
-    skipped.push_back(sk.describe());
-    set_aside.push_back(set_aside_checkpoint(sk.dir));
-    log_warn("skipped checkpoint ", sk.describe(), "; set aside as ",
-             set_aside.back().get<std::string>());
-  }
   restore_weights(*s_->model, from.found.checkpoint, dir);
-  restore_optimizer(optimizer_, from.found.checkpoint, dir);
-  optimizer_.set_steps_taken(from.state.optimizer_steps);
+  dp_.optimizer().restore_state([&](const std::string& name) {
+    return &optimizer_tensor(from.found.checkpoint, name, dir);
+  });
+  dp_.optimizer().set_steps_taken(from.state.optimizer_steps);
   step_ = checkpoint_step_ = from.state.step;
   guard_.set_skipped(from.state.skipped_steps);
   batcher_.seek(from.state.cursor);
   last_checkpoint_ = dir;
   from.found.checkpoint = {};  // the weights are in the model now
+  if (!lead_) return;
+  nlohmann::json skipped = nlohmann::json::array();
+  for (const SkippedCheckpoint& sk : from.found.skipped) skipped.push_back(sk.describe());
   append_history(run_dir_, {{"event", "resume"},
                             {"step", step_},
                             {"checkpoint", dir},
+                            {"layout", layout_json()},
                             {"skipped", skipped},
-                            {"set_aside", set_aside},
+                            {"set_aside", from.set_aside},
                             {"changes", changes_json(changes)}});
   for (const FieldChange& c : changes) log_warn("resuming with ", c.key, " ", c.from, " -> ", c.to);
   say("resumed from " + dir + " at step " + std::to_string(step_));
 }
 
+nlohmann::json Run::layout_json() const {
+  const dist::ParallelDims& d = grid_.dims();
+  return {{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"ep", d.ep}, {"cp", d.cp},
+          {"zero", s_->config.parallel.zero}};
+}
+
 double Run::train_step() {
   const RunConfig& c = s_->config;
-  model::Model& model = *s_->model;
-  // Fetch every micro-batch first: the gradient is of the mean over all their counted tokens.
+  // This rank's share of every micro-batch of the global batch.
+  const int64_t rows = dp_.rows(c.train.batch_size);
   micro_.resize(static_cast<size_t>(c.train.grad_accum));
-  int64_t count = 0;
+  std::vector<model::TokenBatch> views;
   for (auto& b : micro_) {
-    batcher_.next(b);
-    for (int32_t t : b.targets) count += t != model.config().ignore_index;
+    batcher_.next(b, dp_.first_row(c.train.batch_size), rows);
+    views.push_back({b.inputs.data(), b.targets.data(), b.rows, b.seq_len});
   }
-  model.params().zero_grads();
-  double loss_sum = 0;
-  const float grad_scale = count > 0 ? 1.0f / static_cast<float>(count) : 0.0f;
-  for (auto& b : micro_) {
+  parallel::StepTotals t;
+  {
     ProfileScope time(kStepBucket);
-    kernels::LossSum l = model.forward_backward(
-        s_->arena, s_->acts, {b.inputs.data(), b.targets.data(), b.rows, b.seq_len}, grad_scale);
-    loss_sum += l.sum;
+    t = dp_.forward_backward(s_->arena, s_->acts, views);
   }
-  const double loss = count > 0 ? loss_sum / static_cast<double>(count) : NAN;
-  last_grad_norm_ = optim::global_grad_norm(model.params().grads(), model.params().flat_size());
-  if (!guard_.admit(loss, last_grad_norm_)) {
+  last_grad_norm_ = t.grad_norm;
+  if (!guard_.admit(t.loss, last_grad_norm_)) {
     say(strprintf(
         "step %lld: non-finite loss (%g) or gradient norm (%g): step skipped, nothing applied",
-        static_cast<long long>(step_ + 1), loss, last_grad_norm_));
+        static_cast<long long>(step_ + 1), t.loss, last_grad_norm_));
     return NAN;
   }
   ProfileScope time(kOptimizerBucket);
-  optimizer_.step(schedule_.lr(step_), optim::clip_factor(last_grad_norm_, c.train.grad_clip));
-  return loss;
+  dp_.apply(schedule_.lr(step_), optim::clip_factor(last_grad_norm_, c.train.grad_clip));
+  return t.loss;
+}
+
+// Bytes and calls of each process group since the last record (the lead's own).
+void Run::count_communication(nlohmann::json& record) {
+  if (counted_.empty())
+    for (const dist::Comm* g : grid_.groups()) counted_.emplace_back(g->name(), dist::Counters{});
+  const auto groups = grid_.groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const dist::Counters& now = groups[i]->counters();
+    dist::Counters& before = counted_[i].second;
+    if (groups[i]->size() > 1) {
+      record["comm." + counted_[i].first + ".bytes"] = now.bytes() - before.bytes();
+      record["comm." + counted_[i].first + ".calls"] = now.calls() - before.calls();
+    }
+    before = now;
+  }
+  if (grid_.dp().size() > 1) record["comm.dp.wait_seconds"] = dp_.sync().wait_seconds();
+}
+
+int Run::agreed_stop() const {
+  // One flag per signal number, summed over the world: every rank stops after the same step,
+  // whichever of them the signal reached.
+  std::array<int32_t, 32> flags{};
+  if (int s = stop_.requested(); s > 0 && s < 32) flags[static_cast<size_t>(s)] = 1;
+  grid_.world().all_reduce(flags.data(), static_cast<int64_t>(flags.size()));
+  for (size_t s = 1; s < flags.size(); ++s)
+    if (flags[s]) return static_cast<int>(s);
+  return 0;
 }
 
 // Quantile Balancing once per global batch; per-layer load figures go to metrics.jsonl and the
 // full per-expert loads to expert_load.jsonl (drawn by `k3lab report`).
 void Run::balance_experts(nlohmann::json& record) {
-  const std::map<int64_t, model::ExpertLoadStats> stats = s_->model->end_global_batch();
-  if (stats.empty()) return;
+  // The routing counts of every data-parallel rank's tokens, summed: every rank moves its
+  // router bias identically.
+  const std::map<int64_t, model::ExpertLoadStats> stats =
+      s_->model->end_global_batch(dp_.count_reducer());
+  if (stats.empty() || !lead_) return;
   double worst = 0;
   for (auto& [layer, st] : stats) {
     const std::string l = std::to_string(layer);
@@ -227,24 +304,29 @@ void Run::evaluate_now(nlohmann::json& record) {
 
 std::string Run::checkpoint_now() {
   nlohmann::json manifest = {{"step", step_},
-                             {"optimizer", optimizer_.summary()},
-                             {"optimizer_steps", optimizer_.steps_taken()},
+                             {"optimizer", dp_.optimizer().summary()},
+                             {"optimizer_steps", dp_.optimizer().steps_taken()},
                              {"skipped_steps", guard_.skipped()},
                              {"data_cursor", batcher_.cursor().to_string()},
                              {"seed", s_->config.model.seed},
                              {"rng", "philox4x32-10; stateless, keyed by (seed, stream, index)"},
-                             {"layout", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"ep", 1}, {"cp", 1}}},
+                             {"layout", layout_json()},
                              {"data", data_fingerprint_}};
-  last_checkpoint_ = save_checkpoint(run_dir_, step_, make_checkpoint(*s_, &optimizer_, manifest),
-                                     static_cast<int>(s_->config.checkpoint.keep_last));
+  // The optimizer state in global coordinates (every rank takes part); the lead writes it.
+  auto state = dp_.optimizer().gather_state();
+  if (lead_)
+    last_checkpoint_ =
+        save_checkpoint(run_dir_, step_, make_checkpoint(*s_, std::move(state), manifest),
+                        static_cast<int>(s_->config.checkpoint.keep_last));
   checkpoint_step_ = step_;
   return last_checkpoint_;
 }
 
 // A stop signal arrived: the step is done; save it and leave everything complete.
-void Run::stop_early(TrainSummary& out) {
-  out.stop_signal = stop_.requested();
+void Run::stop_early(TrainSummary& out, int signal) {
+  out.stop_signal = signal;
   if (checkpoint_step_ != step_) checkpoint_now();
+  if (!lead_) return;
   append_history(run_dir_, {{"event", "stop"},
                             {"signal", signal_name(out.stop_signal)},
                             {"step", step_},
@@ -287,9 +369,13 @@ TrainSummary Run::run() {
                           {"peak_memory_mib", peak_rss_mib()},
                           {"skipped_steps", guard_.skipped()}};
     balance_experts(rec);
-    const bool evaluate = c.eval.every > 0 && (step_ % c.eval.every == 0 || step_ == c.train.steps);
+    count_communication(rec);
+    // Evaluation, metrics, plots and samples are the lead's; the other ranks go on to the next
+    // step's first collective and wait there.
+    const bool evaluate = lead_ && c.eval.every > 0 &&
+                          (step_ % c.eval.every == 0 || step_ == c.train.steps);
     if (evaluate) evaluate_now(rec);
-    metrics_->write(rec);
+    if (metrics_) metrics_->write(rec);
     if (evaluate) write_loss_plot(run_dir_, c);
     if (progress_) {
       const double elapsed = since_start.seconds();
@@ -297,12 +383,12 @@ TrainSummary Run::run() {
                          elapsed / static_cast<double>(step_ - first_step) *
                              static_cast<double>(c.train.steps - step_)});
     }
-    if (c.sample.every > 0 && step_ % c.sample.every == 0 && step_ != c.train.steps)
+    if (lead_ && c.sample.every > 0 && step_ % c.sample.every == 0 && step_ != c.train.steps)
       say("sample: " + sample_now());
     if ((c.checkpoint.every > 0 && step_ % c.checkpoint.every == 0) || step_ == c.train.steps)
       checkpoint_now();
-    if (stop_.requested() && step_ < c.train.steps) {
-      stop_early(out);
+    if (const int signal = agreed_stop(); signal && step_ < c.train.steps) {
+      stop_early(out, signal);
       break;
     }
   }
@@ -310,6 +396,7 @@ TrainSummary Run::run() {
   out.steps = step_;
   out.validation_loss = last_val_loss_;
   out.last_checkpoint = last_checkpoint_;
+  if (!lead_) return out;
   out.loss_plot = write_loss_plot(run_dir_, c);
   if (out.stop_signal) return out;
   append_history(run_dir_, {{"event", "finish"}, {"step", step_}});
@@ -322,21 +409,25 @@ TrainSummary Run::run() {
 TrainSummary train(const RunConfig& config, const TrainOptions& options) {
   StopSignals stop;
   const std::string& dir = config.run.dir;
+  const dist::Comm world = dist::Comm::world();
+  const bool lead = world.rank() == 0;  // the lead alone owns and writes the run directory
   // Locked as soon as it exists, so a second trainer is refused before any work.
   std::unique_ptr<DirLock> lock;
-  if (std::filesystem::is_directory(dir)) lock = std::make_unique<DirLock>(dir, "k3lab train");
+  if (lead && std::filesystem::is_directory(dir)) lock = std::make_unique<DirLock>(dir, "k3lab train");
   K3_CHECK_CTX(list_checkpoints(dir).empty(), (ErrorContext{dir, "", -1}),
                "the run directory already holds checkpoints: continue it with k3lab train "
                "--resume ",
                dir, ", or choose another run.dir");
   const model::ModelConfig model = model::load_model_config(config.model.config);
+  check_same_run(world, config, model);
   PreflightResult checked = preflight(config, model);
   if (checked.threads > 0) set_num_threads(checked.threads);
-  if (!lock) {
+  const dist::ProcessGrid grid(dims_of(config.parallel), world);
+  if (lead && !lock) {
     std::filesystem::create_directories(dir);
     lock = std::make_unique<DirLock>(dir, "k3lab train");
   }
-  Run run(config, model, options, stop, std::move(checked.dataset), nullptr);
+  Run run(config, model, options, stop, std::move(checked.dataset), nullptr, grid);
   return run.run();
 }
 
@@ -345,11 +436,27 @@ TrainSummary resume(const ResumeRequest& request, const TrainOptions& options) {
   const std::string& dir = request.run_dir;
   K3_CHECK_CTX(std::filesystem::is_directory(dir + "/checkpoints"), (ErrorContext{dir, "", -1}),
                "not a run directory (it has no checkpoints/ folder)");
-  DirLock lock(dir, "k3lab train");
-  if (int n = remove_unfinished_saves(dir); n > 0)
-    log_warn("removed ", n, " unfinished checkpoint save(s) in ", dir, "/checkpoints");
-  ResumePoint from =
-      plan_resume(dir, request.config_path, request.overrides, request.allowed_changes);
+  const dist::Comm world = dist::Comm::world();
+  const bool lead = world.rank() == 0;
+  auto plan = [&] {
+    return plan_resume(dir, request.config_path, request.overrides, request.allowed_changes);
+  };
+  // The lead tidies the checkpoints (unfinished saves removed, unusable ones set aside) before
+  // any other rank looks for the newest usable one.
+  std::unique_ptr<DirLock> lock;
+  ResumePoint from;
+  if (lead) {
+    lock = std::make_unique<DirLock>(dir, "k3lab train");
+    if (int n = remove_unfinished_saves(dir); n > 0)
+      log_warn("removed ", n, " unfinished checkpoint save(s) in ", dir, "/checkpoints");
+    from = plan();
+    for (const SkippedCheckpoint& sk : from.found.skipped) {
+      from.set_aside.push_back(set_aside_checkpoint(sk.dir));
+      log_warn("skipped checkpoint ", sk.describe(), "; set aside as ", from.set_aside.back());
+    }
+  }
+  world.barrier();
+  if (!lead) from = plan();
   TrainSummary done;
   if (from.state.step >= from.config.train.steps) {  // nothing to do: say so, change nothing
     done.run_dir = dir;
@@ -358,9 +465,11 @@ TrainSummary resume(const ResumeRequest& request, const TrainOptions& options) {
     done.last_checkpoint = from.found.dir;
     return done;
   }
+  check_same_run(world, from.config, from.model);
   PreflightResult checked = preflight(from.config, from.model);
   if (checked.threads > 0) set_num_threads(checked.threads);
-  Run run(from.config, from.model, options, stop, std::move(checked.dataset), &from);
+  const dist::ProcessGrid grid(dims_of(from.config.parallel), world);
+  Run run(from.config, from.model, options, stop, std::move(checked.dataset), &from, grid);
   return run.run();
 }
 

@@ -1,6 +1,6 @@
-#include "k3/train/optim_adapters.h"
+#include "k3/parallel/optim_adapters.h"
 
-namespace k3::train {
+namespace k3::parallel {
 
 optim::ParamSet param_set(const model::ParamRegistry& params) {
   optim::ParamSet set;
@@ -17,4 +17,4 @@ optim::HeadSizes head_sizes(const model::ModelConfig& c) {
           c.qk_nope_head_dim + c.v_head_dim, c.v_head_dim, c.head_dim};
 }
 
-}  // namespace k3::train
+}  // namespace k3::parallel

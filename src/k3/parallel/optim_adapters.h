@@ -7,11 +7,11 @@
 #include "k3/optim/param_groups.h"
 #include "k3/optim/param_set.h"
 
-namespace k3::train {
+namespace k3::parallel {
 
 // The parameters as named ranges of the flat value and gradient buffers.
 optim::ParamSet param_set(const model::ParamRegistry& params);
 // The head block sizes Per-Head Muon splits projections into (optim/param_groups.h).
 optim::HeadSizes head_sizes(const model::ModelConfig& c);
 
-}  // namespace k3::train
+}  // namespace k3::parallel

@@ -1,0 +1,72 @@
+#include "k3/parallel/zero/data_parallel.h"
+
+#include <cmath>
+
+#include "k3/base/error.h"
+#include "k3/optim/clip.h"
+#include "k3/parallel/optim_adapters.h"
+
+namespace k3::parallel {
+
+DataParallel::DataParallel(model::Model& model, const dist::ProcessGrid& grid,
+                           const std::vector<optim::Assignment>& plan,
+                           optim::OptimizerConfig config, DataParallelOptions options)
+    : model_(model),
+      dp_(grid.dp()),
+      options_(options),
+      layout_(model.params(), dp_.size(), dp_.rank(), options.bucket_floats),
+      sync_(model.params(), layout_, dp_, options.zero, options.overlap),
+      optimizer_(param_set(model.params()), plan, config, layout_, dp_, options.zero) {}
+
+int64_t DataParallel::first_row(int64_t global_rows) const { return dp_.rank() * rows(global_rows); }
+
+int64_t DataParallel::rows(int64_t global_rows) const {
+  K3_CHECK(global_rows % dp_.size() == 0, "a batch of ", global_rows,
+           " rows does not split over dp = ", dp_.size());
+  return global_rows / dp_.size();
+}
+
+StepTotals DataParallel::forward_backward(Arena& arena, activation::ActivationManager& acts,
+                                          std::span<const model::TokenBatch> micro_batches) {
+  const int32_t ignore = model_.config().ignore_index;
+  StepTotals t;
+  for (const model::TokenBatch& b : micro_batches)
+    for (int64_t i = 0; i < b.B * b.T; ++i) t.tokens += b.targets[i] != ignore;
+  dp_.all_reduce(&t.tokens, 1);
+  model_.params().zero_grads();
+  const float grad_scale = t.tokens > 0 ? 1.0f / static_cast<float>(t.tokens) : 0.0f;
+  double loss_sum = 0;
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    // The last micro-batch's backward starts the reduction of each bucket as it completes.
+    const model::GradsFinal hook = i + 1 == micro_batches.size() ? sync_.begin() : nullptr;
+    loss_sum += model_.forward_backward(arena, acts, micro_batches[i], grad_scale, hook).sum;
+  }
+  if (micro_batches.empty()) sync_.begin();
+  sync_.finish();
+  dp_.all_reduce(&loss_sum, 1);
+  t.loss = t.tokens > 0 ? loss_sum / static_cast<double>(t.tokens) : NAN;
+  t.grad_norm = grad_norm();
+  return t;
+}
+
+// Every rank holds the whole reduced gradient, except under ZeRO-2, where each holds its pieces
+// and the squares are summed over dp.
+double DataParallel::grad_norm() const {
+  const model::ParamRegistry& p = model_.params();
+  if (options_.zero < 2 || dp_.size() == 1) return optim::global_grad_norm(p.grads(), p.flat_size());
+  double squares = 0;
+  for (const FlatRange& r : layout_.owned()) {
+    const double n = optim::global_grad_norm(p.grads() + r.begin, r.size());
+    squares += n * n;
+  }
+  dp_.all_reduce(&squares, 1);
+  return std::sqrt(squares);
+}
+
+model::CountReducer DataParallel::count_reducer() const {
+  return [this](std::span<int64_t> counts) {
+    dp_.all_reduce(counts.data(), static_cast<int64_t>(counts.size()));
+  };
+}
+
+}  // namespace k3::parallel

@@ -1,0 +1,73 @@
+// One optimizer step under data parallelism: what the trainer runs, in one piece that tests can
+// drive with their own batches (every layout against the single-process run).
+//
+// Each rank takes a contiguous share of the rows of every micro-batch of the global batch;
+// together the ranks see exactly the single-process batch. The loss and the gradient are the
+// mean over every counted token of the global batch: the token count is summed over dp before
+// the backward, each rank scales its sum by 1 / that count, and the gradient reduction (GradSync,
+// overlapped with the last micro-batch's backward) adds the shares. The optimizer is sharded as
+// parallel.zero says (ShardedOptimizer); gradient clipping uses the global norm.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "k3/activation/manager.h"
+#include "k3/base/arena.h"
+#include "k3/dist/grid.h"
+#include "k3/model/model.h"
+#include "k3/parallel/zero/grad_sync.h"
+#include "k3/parallel/zero/shard_layout.h"
+#include "k3/parallel/zero/sharded_optimizer.h"
+
+namespace k3::parallel {
+
+struct DataParallelOptions {
+  int zero = 0;              // 0, 1 or 2
+  size_t bucket_floats = 0;  // 0: one bucket
+  bool overlap = true;       // reduce buckets during the backward
+};
+
+struct StepTotals {
+  double loss = 0;     // mean over the global batch's counted tokens (NaN when none)
+  int64_t tokens = 0;  // counted tokens of the global batch
+  double grad_norm = 0;
+};
+
+class DataParallel {
+ public:
+  // `model` must have been built on `grid`; the optimizer updates it as `plan` says.
+  DataParallel(model::Model& model, const dist::ProcessGrid& grid,
+               const std::vector<optim::Assignment>& plan, optim::OptimizerConfig config,
+               DataParallelOptions options);
+
+  // This rank's rows of a global micro-batch of `global_rows` rows (which dp must divide).
+  int64_t first_row(int64_t global_rows) const;
+  int64_t rows(int64_t global_rows) const;
+
+  // Forward and backward of this rank's shares of the step's micro-batches, gradients reduced.
+  StepTotals forward_backward(Arena& arena, activation::ActivationManager& acts,
+                              std::span<const model::TokenBatch> micro_batches);
+  // Applies the step to every parameter (each rank updates its shard; all end equal).
+  void apply(float lr, float grad_scale) { optimizer_.step(lr, grad_scale); }
+
+  // The sum of routing counts over dp, for Quantile Balancing.
+  model::CountReducer count_reducer() const;
+
+  ShardedOptimizer& optimizer() { return optimizer_; }
+  const ShardLayout& layout() const { return layout_; }
+  const GradSync& sync() const { return sync_; }
+
+ private:
+  double grad_norm() const;
+
+  model::Model& model_;
+  const dist::Comm& dp_;
+  DataParallelOptions options_;
+  ShardLayout layout_;
+  GradSync sync_;
+  ShardedOptimizer optimizer_;
+};
+
+}  // namespace k3::parallel

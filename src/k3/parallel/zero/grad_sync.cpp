@@ -1,0 +1,73 @@
+#include "k3/parallel/zero/grad_sync.h"
+
+#include <cstring>
+
+#include "k3/base/error.h"
+#include "k3/base/timer.h"
+
+namespace k3::parallel {
+
+GradSync::GradSync(model::ParamRegistry& params, const ShardLayout& layout, const dist::Comm& dp,
+                   int zero_stage, bool overlap)
+    : params_(params), layout_(layout), dp_(dp), zero_(zero_stage), overlap_(overlap) {
+  K3_CHECK(layout.ranks() == dp.size(), "gradient sync: a layout for ", layout.ranks(),
+           " ranks on a group of ", dp.size());
+  const auto& buckets = layout.buckets();
+  bucket_of_.assign(static_cast<size_t>(params.size()), -1);
+  size_t at = 0;
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    for (int i = buckets[b].first_param; i < buckets[b].end_param; ++i)
+      bucket_of_[static_cast<size_t>(i)] = static_cast<int>(b);
+    piece_at_.push_back(at);
+    at += buckets[b].piece(layout.rank()).size();
+  }
+  if (zero_ == 2) piece_.resize(at);
+  pending_.resize(buckets.size());
+  final_left_.resize(buckets.size());
+}
+
+model::GradsFinal GradSync::begin() {
+  const auto& buckets = layout_.buckets();
+  for (size_t b = 0; b < buckets.size(); ++b)
+    final_left_[b] = buckets[b].end_param - buckets[b].first_param;
+  next_ = 0;
+  return [this](int first, int end) { on_final(first, end); };
+}
+
+void GradSync::on_final(int first, int end) {
+  for (int i = first; i < end; ++i) --final_left_[static_cast<size_t>(bucket_of_[static_cast<size_t>(i)])];
+  if (!overlap_) return;
+  launch_ready();
+  for (size_t b = 0; b < next_; ++b) pending_[b].test();  // lets the started ones progress
+}
+
+void GradSync::launch_ready() {
+  while (next_ < pending_.size() && final_left_[next_] == 0) launch(next_++);
+}
+
+void GradSync::launch(size_t b) {
+  const Bucket& bucket = layout_.buckets()[b];
+  float* g = params_.grads() + bucket.range.begin;
+  if (zero_ == 2)
+    pending_[b] = dp_.reduce_scatter_async(g, piece_.data() + piece_at_[b], bucket.counts);
+  else
+    pending_[b] = dp_.all_reduce_async(g, static_cast<int64_t>(bucket.range.size()));
+}
+
+void GradSync::finish() {
+  for (size_t b = next_; b < pending_.size(); ++b)
+    K3_CHECK(final_left_[b] == 0, "gradient sync: bucket ", b, " has ", final_left_[b],
+             " parameter(s) the backward never reported final");
+  launch_ready();
+  Timer t;
+  for (dist::Request& r : pending_) r.wait();
+  wait_seconds_ = t.seconds();
+  if (zero_ != 2) return;
+  const auto& buckets = layout_.buckets();
+  for (size_t b = 0; b < buckets.size(); ++b) {
+    const FlatRange p = buckets[b].piece(layout_.rank());
+    std::memcpy(params_.grads() + p.begin, piece_.data() + piece_at_[b], p.size() * sizeof(float));
+  }
+}
+
+}  // namespace k3::parallel

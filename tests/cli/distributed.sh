@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# k3lab train under mpirun: a data-parallel run writes one set of files from rank 0 and loads in
+# one process; bad grids are refused before any work; a rank that fails or is killed ends the
+# whole job promptly (never a hang), and the run resumes from its last checkpoint.
+source "$(dirname "$0")/common.sh"
+export OMP_NUM_THREADS=1
+MPI=(mpirun --allow-run-as-root --oversubscribe -q)
+ONE=(--set train.threads=1)
+
+# A dp2 run under ZeRO-2: one progress summary, metrics with the communication counters.
+"${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set parallel.zero=2 \
+  --set train.steps=6 --set checkpoint.every=3 --set run.dir="$WORK/dp2" > "$WORK/out.txt"
+[ "$(grep -c '^trained 6 steps' "$WORK/out.txt")" -eq 1 ] || fail "expected one summary: $(cat "$WORK/out.txt")"
+[ "$(recorded_steps "$WORK/dp2")" -eq 6 ] || fail "metrics.jsonl should have 6 steps, one writer"
+grep -q '"comm.dp.bytes"' "$WORK/dp2/metrics.jsonl" || fail "no communication counters in metrics.jsonl"
+grep -q '"dp":2' "$WORK/dp2/checkpoints/step_00000006/manifest.json" || fail "the manifest does not record the layout"
+echo "ok: dp2 × ZeRO-2 run, one writer"
+
+# Its checkpoint is in global coordinates: evaluated, and resumed, in one process.
+"$K3LAB" eval "$WORK/dp2" > /dev/null
+"$K3LAB" train --quiet --resume "$WORK/dp2" --set train.steps=8 --set parallel.dp=1 --set parallel.zero=0
+[ "$(recorded_steps "$WORK/dp2")" -eq 8 ] || fail "the one-process resume did not continue to step 8"
+grep -q '"key":"parallel.dp"' "$WORK/dp2/history.jsonl" || fail "the layout change is not in history.jsonl"
+echo "ok: resumed in one process"
+
+# Refusals before any work, the first line naming the rank and the field.
+first_error_line() {  # COMMAND...: must fail; prints its first stderr line
+  local err rc=0
+  err=$(timeout 60 "$@" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "expected a prompt failure (rc $rc): $*"
+  head -n 1 <<< "$err"
+}
+line=$(first_error_line "${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=3 --set run.dir="$WORK/bad")
+grep -Eq "rank [01] of 2: error: .*parallel.*dp·tp·pp·ep·cp = .*job has 2 processes" <<< "$line" || fail "grid: $line"
+line=$(first_error_line "${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set train.batch_size=3 --set run.dir="$WORK/bad")
+grep -Eq "rank [01] of 2: error: .*train.batch_size.*3 sequences does not split over dp = 2" <<< "$line" || fail "batch: $line"
+[ ! -e "$WORK/bad/checkpoints" ] || fail "a refused run wrote checkpoints"
+echo "ok: refusals"
+
+# One rank failing alone (here: a data file only rank 1 is given, which does not exist) ends
+# the job while rank 0 already waits in a collective.
+start=$SECONDS
+line=$(first_error_line mpirun --allow-run-as-root --oversubscribe -q \
+  -np 1 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set run.dir="$WORK/solo" : \
+  -np 1 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set run.dir="$WORK/solo" --set data.source=/nonexistent.txt)
+grep -Eq "rank 1 of 2: error: .*nonexistent" <<< "$line" || fail "one failing rank: $line"
+[ $((SECONDS - start)) -lt 30 ] || fail "the job took $((SECONDS - start)) s to end"
+echo "ok: one failing rank ended the job in $((SECONDS - start)) s"
+
+# Different configurations on different ranks are refused, not left to hang.
+line=$(first_error_line mpirun --allow-run-as-root --oversubscribe -q \
+  -np 1 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set run.dir="$WORK/mixed" : \
+  -np 1 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set run.dir="$WORK/mixed" --set train.steps=7)
+grep -Eq "rank 1 of 2: error: .*another run configuration than rank 0" <<< "$line" || fail "mixed: $line"
+echo "ok: mismatched ranks refused"
