@@ -2,14 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "k3/base/error.h"
 
 namespace k3::optim {
 namespace {
 
-// A chunk's Nesterov inputs plus results stay under this size; larger groups run in chunks.
-constexpr int64_t kChunkBytes = int64_t{256} << 20;
+// A batch's Nesterov inputs plus results stay under this size; larger groups run in batches.
+constexpr int64_t kBatchBytes = int64_t{256} << 20;
 constexpr int64_t kTile = 32;
 
 // Calls f(i, p) for the elements of rows [r0, r1) of a [rows, cols] block: i indexes the block,
@@ -28,81 +29,130 @@ void for_rows(int64_t r0, int64_t r1, int64_t rows, int64_t cols, bool transpose
   }
 }
 
+// f(b, i, p) for every element of `count` [rows, cols] blocks, in parallel over row tiles.
+template <typename F>
+void for_blocks(int64_t count, int64_t rows, int64_t cols, bool transposed, F f) {
+  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t b = 0; b < count; ++b)
+    for (int64_t t = 0; t < row_tiles; ++t)
+      for_rows(t * kTile, std::min(rows, (t + 1) * kTile), rows, cols, transposed,
+               [&](int64_t i, int64_t p) { f(b, i, p); });
+}
+
 }  // namespace
 
-Muon::Muon(ParamSet params, std::vector<int64_t> block_rows, MuonConfig config)
-    : params_(std::move(params)), config_(config), momentum_(params_.slots), ns_(config.ns_steps) {
-  K3_CHECK(block_rows.size() == params_.slots.size(), "muon: ", block_rows.size(),
-           " block sizes for ", params_.slots.size(), " parameters");
-  for (size_t i = 0; i < params_.slots.size(); ++i) {
-    const ParamSlot& p = params_.slots[i];
+std::vector<MuonBlock> muon_blocks(const ParamSet& params, const std::vector<int64_t>& block_rows) {
+  K3_CHECK(block_rows.size() == params.slots.size(), "muon: ", block_rows.size(),
+           " block sizes for ", params.slots.size(), " parameters");
+  std::vector<MuonBlock> blocks;
+  for (size_t i = 0; i < params.slots.size(); ++i) {
+    const ParamSlot& p = params.slots[i];
     K3_CHECK_CTX(p.shape.size() >= 2 && p.numel() > 0, (ErrorContext{"", p.name, -1}),
                  "muon needs a matrix, got shape ", shape_str(p.shape));
     const int64_t cols = p.shape.back(), rows = p.numel() / cols;
     const int64_t r = block_rows[i] > 0 ? block_rows[i] : rows;
     K3_CHECK_CTX(rows % r == 0, (ErrorContext{"", p.name, -1}), "blocks of ", r,
                  " rows do not tile its ", rows, " rows");
-    auto it = std::find_if(groups_.begin(), groups_.end(),
-                           [&](const ShapeGroup& g) { return g.rows == r && g.cols == cols; });
-    if (it == groups_.end()) it = groups_.insert(groups_.end(), ShapeGroup{r, cols, {}});
-    for (int64_t b = 0; b < rows / r; ++b) {
-      const size_t at = static_cast<size_t>(b * r * cols);
-      it->blocks.push_back({params_.values + p.offset + at, params_.grads + p.offset + at,
-                            momentum_.at(i) + at});
-    }
+    for (int64_t b = 0; b < rows / r; ++b)
+      blocks.push_back({i, p.offset + static_cast<size_t>(b * r * cols), r, cols});
   }
+  return blocks;
 }
+
+std::vector<MuonShapeGroup> group_by_shape(std::span<const MuonBlock> blocks) {
+  std::vector<MuonShapeGroup> groups;
+  for (size_t b = 0; b < blocks.size(); ++b) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const MuonShapeGroup& g) {
+      return g.rows == blocks[b].rows && g.cols == blocks[b].cols;
+    });
+    if (it == groups.end())
+      it = groups.insert(groups.end(), MuonShapeGroup{blocks[b].rows, blocks[b].cols, {}});
+    it->blocks.push_back(b);
+  }
+  return groups;
+}
+
+size_t muon_batch_blocks(int64_t rows, int64_t cols) {
+  const int64_t per_block = 2 * rows * cols * static_cast<int64_t>(sizeof(float));
+  return static_cast<size_t>(std::max<int64_t>(1, kBatchBytes / per_block));
+}
+
+float muon_update_scale(int64_t rows, int64_t cols) {
+  return 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols)));
+}
+
+void muon_apply(float* w, const float* x, int64_t n, float lr, float scale, float weight_decay) {
+#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
+  for (int64_t i = 0; i < n; ++i) w[i] -= lr * (scale * x[i] + weight_decay * w[i]);
+}
+
+MuonOrthogonalizer::MuonOrthogonalizer(float momentum, int ns_steps)
+    : momentum_(momentum), ns_(ns_steps) {}
+
+int64_t MuonOrthogonalizer::workspace_bytes() const {
+  return static_cast<int64_t>(pack_.nbytes()) + ns_.workspace_bytes();
+}
+
+void MuonOrthogonalizer::run(int64_t rows, int64_t cols, std::span<const Input> blocks,
+                             float grad_scale, float* x) {
+  const int64_t size = rows * cols, n = static_cast<int64_t>(blocks.size());
+  if (n == 0) return;
+  const bool transposed = rows > cols;  // Newton-Schulz works on the wide orientation
+  if (pack_.numel() < n * size) pack_ = Tensor::empty({n * size});
+  float* pack = pack_.f32();
+  const float mu = momentum_;
+
+  // M ← μM + G; V = G + μM, written into the batch in the wide orientation.
+  for_blocks(n, rows, cols, transposed, [&](int64_t b, int64_t i, int64_t p) {
+    const Input& in = blocks[static_cast<size_t>(b)];
+    const float grad = in.g[i] * grad_scale, m = mu * in.m[i] + grad;
+    in.m[i] = m;
+    pack[b * size + p] = grad + mu * m;
+  });
+
+  if (!transposed) {
+    ns_.run(pack, x, n, rows, cols);
+    return;
+  }
+  ns_.run(pack, x, n, cols, rows);
+  // x holds X in the wide orientation and pack is scratch now: turn X back through it.
+  for_blocks(n, rows, cols, true,
+             [&](int64_t b, int64_t i, int64_t p) { pack[b * size + i] = x[b * size + p]; });
+  std::memcpy(x, pack, static_cast<size_t>(n * size) * sizeof(float));
+}
+
+Muon::Muon(ParamSet params, std::vector<int64_t> block_rows, MuonConfig config)
+    : params_(std::move(params)),
+      config_(config),
+      momentum_(params_.slots),
+      blocks_(muon_blocks(params_, block_rows)),
+      groups_(group_by_shape(blocks_)),
+      orthogonalizer_(config.momentum, config.ns_steps) {}
 
 void Muon::step(float lr, float grad_scale) {
-  for (const ShapeGroup& g : groups_) {
-    const int64_t per_block = 2 * g.rows * g.cols * static_cast<int64_t>(sizeof(float));
-    const size_t chunk = static_cast<size_t>(std::max<int64_t>(1, kChunkBytes / per_block));
-    for (size_t first = 0; first < g.blocks.size(); first += chunk)
-      step_chunk(g, first, std::min(chunk, g.blocks.size() - first), lr, grad_scale);
-  }
-}
-
-void Muon::step_chunk(const ShapeGroup& g, size_t first, size_t count, float lr, float grad_scale) {
-  const int64_t rows = g.rows, cols = g.cols, size = rows * cols, n = static_cast<int64_t>(count);
-  const bool transposed = rows > cols;  // Newton-Schulz works on the wide orientation
-  if (pack_.numel() < n * size) {
-    pack_ = Tensor::empty({n * size});
-    out_ = Tensor::empty({n * size});
-  }
-  float *pack = pack_.f32(), *out = out_.f32();
-  const int64_t row_tiles = (rows + kTile - 1) / kTile;
-  const float mu = config_.momentum;
-
-  // M ← μM + G; V = G + μM, written into the chunk in the wide orientation.
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t t = 0; t < row_tiles; ++t) {
-      const Block& blk = g.blocks[first + static_cast<size_t>(b)];
-      float* v = pack + b * size;
-      for_rows(t * kTile, std::min(rows, (t + 1) * kTile), rows, cols, transposed,
-               [&](int64_t i, int64_t p) {
-                 const float grad = blk.g[i] * grad_scale, m = mu * blk.m[i] + grad;
-                 blk.m[i] = m;
-                 v[p] = grad + mu * m;
-               });
+  std::vector<MuonOrthogonalizer::Input> inputs;
+  for (const MuonShapeGroup& g : groups_) {
+    const int64_t size = g.rows * g.cols;
+    const size_t batch = muon_batch_blocks(g.rows, g.cols);
+    const float scale = muon_update_scale(g.rows, g.cols);
+    for (size_t first = 0; first < g.blocks.size(); first += batch) {
+      const size_t count = std::min(batch, g.blocks.size() - first);
+      inputs.clear();
+      for (size_t k = first; k < first + count; ++k) {
+        const MuonBlock& b = blocks_[g.blocks[k]];
+        const size_t within = b.offset - params_.slots[b.slot].offset;
+        inputs.push_back({params_.grads + b.offset, momentum_.at(b.slot) + within});
+      }
+      if (x_.numel() < static_cast<int64_t>(count) * size)
+        x_ = Tensor::empty({static_cast<int64_t>(count) * size});
+      orthogonalizer_.run(g.rows, g.cols, inputs, grad_scale, x_.f32());
+      for (size_t k = 0; k < count; ++k)
+        muon_apply(params_.values + blocks_[g.blocks[first + k]].offset,
+                   x_.f32() + static_cast<int64_t>(k) * size, size, lr, scale,
+                   config_.weight_decay);
     }
-
-  if (transposed)
-    ns_.run(pack, out, n, cols, rows);
-  else
-    ns_.run(pack, out, n, rows, cols);
-
-  // W ← W − lr (0.2·√max(r, c)·X + λW)
-  const float scale = 0.2f * std::sqrt(static_cast<float>(std::max(rows, cols))),
-              wd = config_.weight_decay;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t t = 0; t < row_tiles; ++t) {
-      float* w = g.blocks[first + static_cast<size_t>(b)].w;
-      const float* x = out + b * size;
-      for_rows(t * kTile, std::min(rows, (t + 1) * kTile), rows, cols, transposed,
-               [&](int64_t i, int64_t p) { w[i] -= lr * (scale * x[p] + wd * w[i]); });
-    }
+  }
 }
 
 std::vector<std::pair<std::string, Tensor>> Muon::state_tensors() const {

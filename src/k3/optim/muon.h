@@ -6,9 +6,16 @@
 //   W_B ← W_B − lr (0.2·√max(r, c)·X + λ W_B).
 // The 0.2·√max(r, c) factor gives X the update RMS of AdamW, so both share lr and λ.
 // Blocks of equal shape — across heads, experts and layers — run as one batch.
+//
+// The pieces are public so that one process (Muon) and data parallelism (parallel/zero, where
+// each block is orthogonalized by one rank and applied by the ranks that own its elements) run
+// the same code: muon_blocks cuts the parameters into blocks, MuonOrthogonalizer turns a batch of
+// gradients into X, muon_apply applies X to any range of a block.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,10 +31,56 @@ struct MuonConfig {
   int ns_steps = 5;
 };
 
+// One orthogonalized block: rows × cols consecutive values of one parameter.
+struct MuonBlock {
+  size_t slot = 0;    // index into the ParamSet's slots
+  size_t offset = 0;  // floats, into the flat buffers: the block's first element
+  int64_t rows = 0, cols = 0;
+  int64_t numel() const { return rows * cols; }
+};
+
+// The blocks of every slot, slot by slot. block_rows[i] splits params.slots[i], viewed as
+// [rows, cols] (cols = last dimension), into blocks of that many rows; 0 means one block. Every
+// slot must be a matrix whose rows the blocks tile.
+std::vector<MuonBlock> muon_blocks(const ParamSet& params, const std::vector<int64_t>& block_rows);
+
+// Blocks of one shape, in the order their shapes first appear: the batches Newton–Schulz runs.
+struct MuonShapeGroup {
+  int64_t rows = 0, cols = 0;
+  std::vector<size_t> blocks;  // indices into the block list
+};
+std::vector<MuonShapeGroup> group_by_shape(std::span<const MuonBlock> blocks);
+
+// How many [rows, cols] blocks one batch holds: a batch's inputs and results stay under a fixed
+// size, so larger groups run in several batches.
+size_t muon_batch_blocks(int64_t rows, int64_t cols);
+
+// W ← W − lr (scale·X + λW) over n elements; scale = 0.2·√max(r, c) of the block's shape.
+float muon_update_scale(int64_t rows, int64_t cols);
+void muon_apply(float* w, const float* x, int64_t n, float lr, float scale, float weight_decay);
+
+// Momentum and Newton–Schulz for a batch of blocks of one shape [rows, cols]: for block b,
+// M ← μM + s·G; V = s·G + μM; X_b = NewtonSchulz(V) in the block's own orientation, row-major at
+// x + b·rows·cols (s: grad_scale). The workspace is kept between calls.
+class MuonOrthogonalizer {
+ public:
+  struct Input {
+    const float* g;  // the block's gradient
+    float* m;        // its momentum, updated in place
+  };
+  MuonOrthogonalizer(float momentum, int ns_steps);
+  void run(int64_t rows, int64_t cols, std::span<const Input> blocks, float grad_scale, float* x);
+  int64_t workspace_bytes() const;
+
+ private:
+  float momentum_;
+  NewtonSchulz ns_;
+  Tensor pack_;  // the batch's Nesterov inputs in the wide orientation
+};
+
 class Muon {
  public:
-  // block_rows[i] splits params.slots[i], viewed as [rows, cols] (cols = last dimension), into
-  // blocks of that many rows; 0 means one block. Every slot must have at least two dimensions.
+  // block_rows as for muon_blocks.
   Muon(ParamSet params, std::vector<int64_t> block_rows, MuonConfig config);
 
   // One step at learning rate lr; gradients are multiplied by grad_scale first (clipping).
@@ -37,21 +90,13 @@ class Muon {
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;
 
  private:
-  struct Block {
-    float *w, *g, *m;  // the block's first element in values, gradients, momentum
-  };
-  struct ShapeGroup {
-    int64_t rows = 0, cols = 0;
-    std::vector<Block> blocks;
-  };
-  void step_chunk(const ShapeGroup& group, size_t first, size_t count, float lr, float grad_scale);
-
   ParamSet params_;
   MuonConfig config_;
-  PackedState momentum_;            // every slot's M
-  std::vector<ShapeGroup> groups_;  // in order of first appearance: deterministic
-  NewtonSchulz ns_;
-  Tensor pack_, out_;  // the chunk's Nesterov inputs (wide orientation) and orthogonalized result
+  PackedState momentum_;  // every slot's M
+  std::vector<MuonBlock> blocks_;
+  std::vector<MuonShapeGroup> groups_;
+  MuonOrthogonalizer orthogonalizer_;
+  Tensor x_;  // one batch's results
 };
 
 }  // namespace k3::optim

@@ -40,6 +40,8 @@ class NewtonSchulz {
   // Whether [m, n] runs through the Gram matrix (cheaper) rather than step by step.
   bool uses_gram(int64_t m, int64_t n) const;
 
+  int64_t workspace_bytes() const { return static_cast<int64_t>(work_.nbytes()); }
+
  private:
   void run_direct(float* x, float* out, int64_t batch, int64_t m, int64_t n);
   void run_gram(float* x, float* out, int64_t batch, int64_t m, int64_t n);

@@ -6,10 +6,10 @@
 
 namespace k3::optim {
 
-Optimizer::Split Optimizer::split(const ParamSet& params, const std::vector<Assignment>& plan) {
+OptimizerParts split_by_optimizer(const ParamSet& params, const std::vector<Assignment>& plan) {
   std::unordered_map<std::string, const Assignment*> by_name;
   for (const Assignment& a : plan) by_name[a.name] = &a;
-  Split s;
+  OptimizerParts s;
   s.adamw = s.muon = ParamSet{{}, params.values, params.grads, params.flat_size};
   int64_t tensors[3] = {}, values[3] = {};
   for (const ParamSlot& p : params.slots) {
@@ -38,16 +38,21 @@ Optimizer::Split Optimizer::split(const ParamSet& params, const std::vector<Assi
   return s;
 }
 
+AdamWConfig adamw_config(const OptimizerConfig& c) {
+  return {c.beta1, c.beta2, c.eps, c.weight_decay};
+}
+
+MuonConfig muon_config(const OptimizerConfig& c) {
+  return {c.muon_momentum, c.weight_decay, c.ns_steps};
+}
+
 Optimizer::Optimizer(const ParamSet& params, const std::vector<Assignment>& plan,
                      OptimizerConfig config)
-    : Optimizer(split(params, plan), config) {}
+    : Optimizer(split_by_optimizer(params, plan), config) {}
 
-Optimizer::Optimizer(Split parts, OptimizerConfig config)
-    : adamw_(std::move(parts.adamw),
-             AdamWConfig{config.beta1, config.beta2, config.eps, config.weight_decay},
-             std::move(parts.decay)),
-      muon_(std::move(parts.muon), std::move(parts.block_rows),
-            MuonConfig{config.muon_momentum, config.weight_decay, config.ns_steps}),
+Optimizer::Optimizer(OptimizerParts parts, OptimizerConfig config)
+    : adamw_(std::move(parts.adamw), adamw_config(config), std::move(parts.decay)),
+      muon_(std::move(parts.muon), std::move(parts.block_rows), muon_config(config)),
       summary_(std::move(parts.summary)) {}
 
 void Optimizer::step(float lr, float grad_scale) {

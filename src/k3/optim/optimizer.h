@@ -22,6 +22,19 @@ struct OptimizerConfig {
   int ns_steps = 5;
 };
 
+// The parameters of each optimizer, as a plan assigns them (checked against the ParamSet by
+// name and shape), and the summary line below.
+struct OptimizerParts {
+  ParamSet adamw, muon;
+  std::vector<bool> decay;          // per AdamW slot
+  std::vector<int64_t> block_rows;  // per Muon slot
+  std::string summary;
+};
+OptimizerParts split_by_optimizer(const ParamSet& params, const std::vector<Assignment>& plan);
+
+AdamWConfig adamw_config(const OptimizerConfig& c);
+MuonConfig muon_config(const OptimizerConfig& c);
+
 class Optimizer {
  public:
   // `plan`: one assignment per slot of `params`, matched by name (assign_param_groups' output).
@@ -40,14 +53,7 @@ class Optimizer {
   const std::string& summary() const { return summary_; }
 
  private:
-  struct Split {  // the parameters of each optimizer
-    ParamSet adamw, muon;
-    std::vector<bool> decay;
-    std::vector<int64_t> block_rows;
-    std::string summary;
-  };
-  static Split split(const ParamSet& params, const std::vector<Assignment>& plan);
-  Optimizer(Split parts, OptimizerConfig config);
+  Optimizer(OptimizerParts parts, OptimizerConfig config);
 
   AdamW adamw_;
   Muon muon_;

@@ -12,6 +12,7 @@
 // a balanced share from every rank.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -48,10 +49,18 @@ class ShardLayout {
   // pieces, in flat-buffer order.
   template <typename F>
   void for_each_owner(FlatRange r, F f) const {
-    for (const Bucket& b : buckets_) {
-      if (b.range.end <= r.begin || b.range.begin >= r.end) continue;
+    // Buckets run from the end of the flat buffer to its start: the ones r meets are
+    // [first, last), visited last to first.
+    auto first = std::partition_point(buckets_.begin(), buckets_.end(),
+                                      [&](const Bucket& b) { return b.range.begin >= r.end; });
+    auto last = std::partition_point(first, buckets_.end(),
+                                     [&](const Bucket& b) { return b.range.end > r.begin; });
+    for (auto b = last; b != first;) {
+      --b;
+      size_t at = b->range.begin;
       for (int k = 0; k < ranks_; ++k) {
-        const FlatRange p = b.piece(k);
+        const FlatRange p{at, at + static_cast<size_t>(b->counts[static_cast<size_t>(k)])};
+        at = p.end;
         const size_t lo = std::max(p.begin, r.begin), hi = std::min(p.end, r.end);
         if (lo < hi) f(k, FlatRange{lo, hi});
       }

@@ -1,0 +1,98 @@
+// Distributed Muon's block owners, its point-to-point traffic and its memory.
+#include "k3/parallel/zero/distributed_muon.h"
+
+#include <cstdio>
+
+#include "k3/parallel/zero/sharded_optimizer.h"
+#include "parallel/zero_fixture.h"
+
+namespace k3::parallel {
+namespace {
+
+using testing::Tensors;
+
+double ns_cost(const optim::MuonBlock& b) {
+  const double m = static_cast<double>(std::min(b.rows, b.cols)),
+               n = static_cast<double>(std::max(b.rows, b.cols));
+  return 2 * m * m * n + m * m * m;
+}
+
+// Largest first onto the least loaded rank: no rank's load exceeds another's by more than the
+// largest block, and every rank gets work when there are blocks enough.
+TEST(DistributedMuon, OwnersBalanceNewtonSchulzWork) {
+  std::vector<optim::MuonBlock> blocks;
+  for (int i = 0; i < 7; ++i) blocks.push_back({0, 0, 64, 512});
+  for (int i = 0; i < 2; ++i) blocks.push_back({0, 0, 512, 512});
+  for (int i = 0; i < 13; ++i) blocks.push_back({0, 0, 16, 96});
+  for (int ranks : {1, 2, 3, 4, 5}) {
+    const std::vector<int> owners = assign_block_owners(blocks, ranks, 5);
+    std::vector<double> load(static_cast<size_t>(ranks), 0.0);
+    double largest = 0;
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      load[static_cast<size_t>(owners[b])] += ns_cost(blocks[b]);
+      largest = std::max(largest, ns_cost(blocks[b]));
+    }
+    const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
+    EXPECT_LE(*hi - *lo, largest) << ranks << " ranks";
+    EXPECT_GT(*lo, 0.0) << ranks << " ranks";
+    EXPECT_EQ(owners, assign_block_owners(blocks, ranks, 5));  // deterministic
+  }
+}
+
+// One step's Muon point-to-point bytes, as the group's counters saw them, equal the analytic
+// count; ZeRO 2 moves the gradient pieces too, so twice ZeRO 1's. Prints the figures.
+void check_traffic(Tensors& t, size_t bucket_floats, const char* what) {
+  const dist::Comm world = dist::Comm::world();
+  int64_t moved[3] = {};
+  for (int zero : {1, 2}) {
+    const ShardLayout layout = t.layout(world.size(), world.rank(), bucket_floats);
+    ShardedOptimizer opt(t.set(), t.plan(), optim::OptimizerConfig{}, layout, world, zero);
+    t.set_gradient(0, zero == 2 ? &layout : nullptr);
+    opt.step(testing::kLr, testing::kGradScale);
+    const DistributedMuon& muon = *opt.distributed_muon();
+    const MuonTraffic traffic = opt.muon_traffic();
+    EXPECT_EQ(traffic.p2p_bytes,
+              muon_p2p_bytes(layout, muon.blocks(), muon.owners(), zero, world.rank()))
+        << what << ", zero " << zero << ", rank " << world.rank();
+    EXPECT_EQ(traffic.p2p_bytes, muon.expected_p2p_bytes());
+    moved[zero] = traffic.p2p_bytes;
+    int64_t total = traffic.p2p_bytes;
+    dist::Comm(world).all_reduce(&total, 1);
+    if (world.size() > 1) {
+      EXPECT_GT(total, 0) << what << ": the layout should cut some block";
+      EXPECT_LT(traffic.x_buffer_bytes, traffic.all_gather_bytes) << what;
+    }
+    std::printf(
+        "[muon figures] %s, zero %d, rank %d of %d: X buffers %lld B + Newton-Schulz workspace "
+        "%lld B (all-gather approach: %lld B + the same workspace); p2p %lld B, analytic %lld B\n",
+        what, zero, world.rank(), world.size(), static_cast<long long>(traffic.x_buffer_bytes),
+        static_cast<long long>(traffic.workspace_bytes),
+        static_cast<long long>(traffic.all_gather_bytes),
+        static_cast<long long>(traffic.p2p_bytes),
+        static_cast<long long>(muon.expected_p2p_bytes()));
+  }
+  EXPECT_EQ(moved[2], 2 * moved[1]) << what;
+}
+
+TEST(DistributedMuonMpi, TrafficEqualsTheAnalyticCount) {
+  Tensors t;
+  check_traffic(t, 64, "test tensors");
+}
+
+// A K3-shaped slice at d = 512: Per-Head Muon projections, whole matrices (wide, square, tall),
+// stacked experts; buckets of 256 Ki floats.
+TEST(DistributedMuonMpi, FiguresAtWidth512) {
+  using K = optim::OptimizerKind;
+  Tensors t({{"embed", {1024, 512}, K::adamw, 0, false},
+             {"q_proj", {8 * 64, 512}, K::muon, 64},
+             {"o_proj", {512, 512}, K::muon, 0},
+             {"kv_proj", {8 * 128, 512}, K::muon, 128},
+             {"experts.up", {8, 256, 512}, K::muon, 256},
+             {"experts.down", {8, 512, 256}, K::muon, 512},
+             {"shared.up", {1024, 512}, K::muon, 0},
+             {"norm", {512}, K::adamw, 0, false}});
+  check_traffic(t, size_t{256} << 10, "width 512");
+}
+
+}  // namespace
+}  // namespace k3::parallel
