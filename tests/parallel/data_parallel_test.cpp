@@ -29,7 +29,7 @@ using model::TokenBatch;
 
 constexpr int64_t kRows = 4, kT = 16, kMicro = 2;
 
-model::ModelConfig nano() { return model::load_model_config(test::source_dir() + "/configs/k3-nano.json"); }
+model::ModelConfig nano() { return model::load_model_config(k3::testing::source_dir() + "/configs/k3-nano.json"); }
 
 // The global batch of step `step`: kMicro micro-batches of kRows rows, some targets ignored
 // (unevenly over rows, so the ranks count different numbers of tokens).
@@ -64,7 +64,7 @@ struct Setup {
   const char* optimizer;  // "adamw" or "muon"
 };
 
-std::string name(const testing::TestParamInfo<Setup>& p) {
+std::string name(const ::testing::TestParamInfo<Setup>& p) {
   return std::string(p.param.optimizer) + "_zero" + std::to_string(p.param.zero);
 }
 
@@ -104,7 +104,7 @@ double rel_error(const float* a, const float* b, int64_t n) {
   return scale > 0 ? diff / scale : diff;
 }
 
-class DataParallelMatchesOneProcess : public testing::TestWithParam<Setup> {
+class DataParallelMatchesOneProcess : public ::testing::TestWithParam<Setup> {
  protected:
   dist::Comm world = dist::Comm::world();
   dist::ProcessGrid grid{dist::ParallelDims{.dp = world.size()}, world};
@@ -193,7 +193,7 @@ TEST(GradSync, StartsEachBucketDuringTheBackward) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelMatchesOneProcess,
-                         testing::Values(Setup{0, "adamw"}, Setup{1, "adamw"}, Setup{2, "adamw"},
+                         ::testing::Values(Setup{0, "adamw"}, Setup{1, "adamw"}, Setup{2, "adamw"},
                                          Setup{0, "muon"}, Setup{1, "muon"}, Setup{2, "muon"}),
                          name);
 
