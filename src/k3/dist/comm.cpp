@@ -148,7 +148,7 @@ void Comm::barrier() const {
   if (handle_) MPI_Barrier(handle_->comm);
 }
 
-void Comm::count(Op op, Elem e, int64_t elements) {
+void Comm::count(Op op, Elem e, int64_t elements) const {
   OpCount& c = (*counters_)[op];
   ++c.calls;
   if (size_ > 1) c.bytes += elements * static_cast<int64_t>(elem_size(e));
@@ -159,7 +159,7 @@ void Comm::check_counts(std::span<const int64_t> counts, const char* what) const
            " counts for a group of ", size_, " (", name_, ")");
 }
 
-Request Comm::start_all_reduce(Elem e, void* data, int64_t n) {
+Request Comm::start_all_reduce(Elem e, void* data, int64_t n) const {
   count(Op::all_reduce, e, n);
   if (!handle_) return {};
   auto s = std::make_unique<Request::State>();
@@ -168,7 +168,7 @@ Request Comm::start_all_reduce(Elem e, void* data, int64_t n) {
 }
 
 Request Comm::start_reduce_scatter(Elem e, const void* in, void* out,
-                                   std::span<const int64_t> counts) {
+                                   std::span<const int64_t> counts) const {
   check_counts(counts, "reduce_scatter");
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   count(Op::reduce_scatter, e, total);
@@ -182,7 +182,7 @@ Request Comm::start_reduce_scatter(Elem e, const void* in, void* out,
   return Request(std::move(s));
 }
 
-Request Comm::start_all_gather(Elem e, void* data, std::span<const int64_t> counts) {
+Request Comm::start_all_gather(Elem e, void* data, std::span<const int64_t> counts) const {
   check_counts(counts, "all_gather");
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   count(Op::all_gather, e, total);
@@ -200,7 +200,7 @@ Request Comm::start_all_gather(Elem e, void* data, std::span<const int64_t> coun
 }
 
 Request Comm::start_all_to_all(Elem e, const void* in, std::span<const int64_t> send_counts,
-                               void* out, std::span<const int64_t> recv_counts) {
+                               void* out, std::span<const int64_t> recv_counts) const {
   check_counts(send_counts, "all_to_all (send counts)");
   check_counts(recv_counts, "all_to_all (receive counts)");
   count(Op::all_to_all, e, std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0}));
@@ -224,7 +224,7 @@ Request Comm::start_all_to_all(Elem e, const void* in, std::span<const int64_t> 
   return Request(std::move(s));
 }
 
-Request Comm::start_broadcast(Elem e, void* data, int64_t n, int root) {
+Request Comm::start_broadcast(Elem e, void* data, int64_t n, int root) const {
   count(Op::broadcast, e, n);
   if (!handle_) return {};
   auto s = std::make_unique<Request::State>();
@@ -232,7 +232,7 @@ Request Comm::start_broadcast(Elem e, void* data, int64_t n, int root) {
   return Request(std::move(s));
 }
 
-Request Comm::start_send(Elem e, const void* data, int64_t n, int to, int tag) {
+Request Comm::start_send(Elem e, const void* data, int64_t n, int to, int tag) const {
   K3_CHECK(to >= 0 && to < size_ && to != rank_, "send to rank ", to, " of group ", name_,
            " (size ", size_, ", this rank ", rank_, ")");
   count(Op::send, e, n);
@@ -241,7 +241,7 @@ Request Comm::start_send(Elem e, const void* data, int64_t n, int to, int tag) {
   return Request(std::move(s));
 }
 
-Request Comm::start_recv(Elem e, void* data, int64_t n, int from, int tag) {
+Request Comm::start_recv(Elem e, void* data, int64_t n, int from, int tag) const {
   K3_CHECK(from >= 0 && from < size_ && from != rank_, "receive from rank ", from, " of group ",
            name_, " (size ", size_, ", this rank ", rank_, ")");
   count(Op::recv, e, n);

@@ -4,6 +4,9 @@
 // norms). A group of size 1 runs every collective as a local copy and never calls MPI, so code
 // written for a group works unchanged in a plain single-process run.
 //
+// Running an operation does not change the group (its counters are shared state), so every
+// operation is const: a layer runs them through the const grid its Step carries.
+//
 // Every group counts its calls and payload bytes per operation (Counters). The payload is what
 // this rank hands to the operation: n elements for an all-reduce or a broadcast, the whole input
 // for a reduce-scatter, the whole gathered output for an all-gather, the elements sent for an
@@ -84,54 +87,54 @@ class Comm {
   const Counters& counters() const { return *counters_; }
 
   // Sum over the group, in place.
-  template <typename T> void all_reduce(T* data, int64_t n) { all_reduce_async(data, n).wait(); }
-  template <typename T> Request all_reduce_async(T* data, int64_t n) {
+  template <typename T> void all_reduce(T* data, int64_t n) const { all_reduce_async(data, n).wait(); }
+  template <typename T> Request all_reduce_async(T* data, int64_t n) const {
     return start_all_reduce(elem_of<T>(), data, n);
   }
   // `in` holds sum(counts) elements; this rank's out receives the sum of its block, counts[rank].
   template <typename T>
-  void reduce_scatter(const T* in, T* out, std::span<const int64_t> counts) {
+  void reduce_scatter(const T* in, T* out, std::span<const int64_t> counts) const {
     reduce_scatter_async(in, out, counts).wait();
   }
   template <typename T>
-  Request reduce_scatter_async(const T* in, T* out, std::span<const int64_t> counts) {
+  Request reduce_scatter_async(const T* in, T* out, std::span<const int64_t> counts) const {
     return start_reduce_scatter(elem_of<T>(), in, out, counts);
   }
   // In place: data holds sum(counts) elements, block r at the sum of counts[0..r); each rank
   // contributes its own block and receives everyone else's.
-  template <typename T> void all_gather(T* data, std::span<const int64_t> counts) {
+  template <typename T> void all_gather(T* data, std::span<const int64_t> counts) const {
     all_gather_async(data, counts).wait();
   }
-  template <typename T> Request all_gather_async(T* data, std::span<const int64_t> counts) {
+  template <typename T> Request all_gather_async(T* data, std::span<const int64_t> counts) const {
     return start_all_gather(elem_of<T>(), data, counts);
   }
   // Sends send_counts[r] consecutive elements of `in` to rank r; receives recv_counts[r] from r.
   template <typename T>
   void all_to_all(const T* in, std::span<const int64_t> send_counts, T* out,
-                  std::span<const int64_t> recv_counts) {
+                  std::span<const int64_t> recv_counts) const {
     all_to_all_async(in, send_counts, out, recv_counts).wait();
   }
   template <typename T>
   Request all_to_all_async(const T* in, std::span<const int64_t> send_counts, T* out,
-                           std::span<const int64_t> recv_counts) {
+                           std::span<const int64_t> recv_counts) const {
     return start_all_to_all(elem_of<T>(), in, send_counts, out, recv_counts);
   }
-  template <typename T> void broadcast(T* data, int64_t n, int root) {
+  template <typename T> void broadcast(T* data, int64_t n, int root) const {
     broadcast_async(data, n, root).wait();
   }
-  template <typename T> Request broadcast_async(T* data, int64_t n, int root) {
+  template <typename T> Request broadcast_async(T* data, int64_t n, int root) const {
     return start_broadcast(elem_of<T>(), data, n, root);
   }
-  template <typename T> void send(const T* data, int64_t n, int to, int tag) {
+  template <typename T> void send(const T* data, int64_t n, int to, int tag) const {
     send_async(data, n, to, tag).wait();
   }
-  template <typename T> Request send_async(const T* data, int64_t n, int to, int tag) {
+  template <typename T> Request send_async(const T* data, int64_t n, int to, int tag) const {
     return start_send(elem_of<T>(), data, n, to, tag);
   }
-  template <typename T> void recv(T* data, int64_t n, int from, int tag) {
+  template <typename T> void recv(T* data, int64_t n, int from, int tag) const {
     recv_async(data, n, from, tag).wait();
   }
-  template <typename T> Request recv_async(T* data, int64_t n, int from, int tag) {
+  template <typename T> Request recv_async(T* data, int64_t n, int from, int tag) const {
     return start_recv(elem_of<T>(), data, n, from, tag);
   }
 
@@ -141,15 +144,15 @@ class Comm {
   struct Handle;  // the MPI communicator, when the group has more than one rank
   Comm(std::string name, std::shared_ptr<Handle> h);
 
-  Request start_all_reduce(Elem e, void* data, int64_t n);
-  Request start_reduce_scatter(Elem e, const void* in, void* out, std::span<const int64_t> counts);
-  Request start_all_gather(Elem e, void* data, std::span<const int64_t> counts);
+  Request start_all_reduce(Elem e, void* data, int64_t n) const;
+  Request start_reduce_scatter(Elem e, const void* in, void* out, std::span<const int64_t> counts) const;
+  Request start_all_gather(Elem e, void* data, std::span<const int64_t> counts) const;
   Request start_all_to_all(Elem e, const void* in, std::span<const int64_t> send_counts, void* out,
-                           std::span<const int64_t> recv_counts);
-  Request start_broadcast(Elem e, void* data, int64_t n, int root);
-  Request start_send(Elem e, const void* data, int64_t n, int to, int tag);
-  Request start_recv(Elem e, void* data, int64_t n, int from, int tag);
-  void count(Op op, Elem e, int64_t elements);
+                           std::span<const int64_t> recv_counts) const;
+  Request start_broadcast(Elem e, void* data, int64_t n, int root) const;
+  Request start_send(Elem e, const void* data, int64_t n, int to, int tag) const;
+  Request start_recv(Elem e, void* data, int64_t n, int from, int tag) const;
+  void count(Op op, Elem e, int64_t elements) const;
   void check_counts(std::span<const int64_t> counts, const char* what) const;
 
   std::string name_ = "self";
