@@ -22,7 +22,8 @@ void register_all(ParamRegistry& reg, int dim) {
   ParamInit custom;
   custom.kind = ParamInit::Kind::Custom;
   custom.fill = [](float* out, int64_t first, int64_t n, uint64_t seed, uint64_t stream) {
-    for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>(first + i) + philox_uniform(seed, stream, first + i);
+    for (int64_t i = 0; i < n; ++i)
+      out[i] = static_cast<float>(first + i) + philox_uniform(seed, stream, first + i);
   };
   reg.add("stack", {4, 6, 2}, custom, {dim, "tp"});
   reg.add("norm", {5}, ParamInit::ones());
@@ -35,8 +36,10 @@ std::vector<float> slice(const Tensor& t, int dim, int64_t start, int64_t extent
   const Shape& s = t.shape();
   int64_t outer = 1, inner = 1;
   for (size_t k = 0; k < s.size(); ++k)
-    if (static_cast<int>(k) < dim) outer *= s[k];
-    else if (static_cast<int>(k) > dim) inner *= s[k];
+    if (static_cast<int>(k) < dim)
+      outer *= s[k];
+    else if (static_cast<int>(k) > dim)
+      inner *= s[k];
   std::vector<float> out;
   for (int64_t o = 0; o < outer; ++o) {
     const float* row = t.f32() + (o * s[static_cast<size_t>(dim)] + start) * inner;
@@ -62,7 +65,8 @@ TEST(ShardedRegistry, ShardsAreSlicesOfTheUnsplitTensors) {
         EXPECT_EQ(shard.grad(i).shape(), local);
         EXPECT_EQ(p.shard_start, rank * local[static_cast<size_t>(dim)]);
         const Tensor v = shard.value(i);
-        const std::vector<float> want = slice(whole.value(i), dim, p.shard_start, local[static_cast<size_t>(dim)]);
+        const std::vector<float> want =
+            slice(whole.value(i), dim, p.shard_start, local[static_cast<size_t>(dim)]);
         ASSERT_EQ(static_cast<size_t>(v.numel()), want.size());
         EXPECT_EQ(std::memcmp(v.f32(), want.data(), want.size() * sizeof(float)), 0)
             << p.name << " dim " << dim << " rank " << rank;
@@ -76,9 +80,13 @@ TEST(ShardedRegistry, ShardsAreSlicesOfTheUnsplitTensors) {
 
 TEST(ShardedRegistry, RefusesUnevenSplits) {
   ParamRegistry reg(GroupPlaces{{"tp", {4, 1}}});
-  const std::string e = testing::error_of([&] { reg.add("w", {6, 4}, ParamInit::zeros(), {0, "tp"}); });
-  EXPECT_NE(e.find("'w' of shape [6, 4]: dimension 0 does not split evenly over group tp of size 4"),
-            std::string::npos) << e;
+  const std::string e = testing::error_of([&] {
+    reg.add("w", {6, 4}, ParamInit::zeros(), {0, "tp"});
+  });
+  EXPECT_NE(
+      e.find("'w' of shape [6, 4]: dimension 0 does not split evenly over group tp of size 4"),
+      std::string::npos)
+      << e;
   EXPECT_THROW(reg.add("v", {6}, ParamInit::zeros(), {1, "tp"}), Error);
   EXPECT_THROW(ParamRegistry(GroupPlaces{{"tp", {2, 2}}}), Error);
 }
@@ -101,7 +109,8 @@ std::vector<float> random(int64_t n, uint64_t seed) {
 // With tp of size 1 the three modes are the same layer, bit for bit.
 TEST(LinearModes, AllModesEqualReplicatedWithoutTensorParallelism) {
   const int64_t rows = 5, in = 8, out = 6;
-  const std::vector<float> x = random(rows * in, 1), dy = random(rows * out, 2), dx0 = random(rows * in, 3);
+  const std::vector<float> x = random(rows * in, 1), dy = random(rows * out, 2),
+                           dx0 = random(rows * in, 3);
   std::vector<float> want_y, want_dx, want_dw;
   for (LinearMode mode : {LinearMode::replicated, LinearMode::column, LinearMode::row}) {
     Ranks r;
@@ -160,10 +169,13 @@ TEST(LinearModes, ColumnThenRowPairOverTwoRanksMatchesUnsplit) {
     EXPECT_EQ(p.down.in(), width / 2);
     y[k] = run(r.rank[k], p, dx[k]);
     const Tensor dup = r.rank[k].grad(p.up.weight()), ddown = r.rank[k].grad(p.down.weight());
-    const std::vector<float> want_up = slice(r.whole.grad(whole.up.weight()), 0, k * width / 2, width / 2);
-    const std::vector<float> want_down = slice(r.whole.grad(whole.down.weight()), 1, k * width / 2, width / 2);
+    const std::vector<float> want_up =
+        slice(r.whole.grad(whole.up.weight()), 0, k * width / 2, width / 2);
+    const std::vector<float> want_down =
+        slice(r.whole.grad(whole.down.weight()), 1, k * width / 2, width / 2);
     K3_EXPECT_CLOSE(std::vector<float>(dup.f32(), dup.f32() + dup.numel()), want_up, 1e-6, 1e-5);
-    K3_EXPECT_CLOSE(std::vector<float>(ddown.f32(), ddown.f32() + ddown.numel()), want_down, 1e-6, 1e-5);
+    K3_EXPECT_CLOSE(std::vector<float>(ddown.f32(), ddown.f32() + ddown.numel()), want_down, 1e-6,
+                    1e-5);
   }
   std::vector<float> y_sum(want_y.size()), dx_sum(want_dx.size());
   for (size_t i = 0; i < y_sum.size(); ++i) y_sum[i] = y[0][i] + y[1][i];

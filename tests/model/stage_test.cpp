@@ -52,7 +52,8 @@ struct Rig {
 // Both micro-batches through forward_backward, one after the other: the reference.
 std::vector<float> one_at_a_time(Rig& r, double losses[2]) {
   r.model.params().zero_grads();
-  for (int m = 0; m < 2; ++m) losses[m] = r.model.forward_backward(r.regions[0], r.acts, r.batch(m), 0.5f).sum;
+  for (int m = 0; m < 2; ++m)
+    losses[m] = r.model.forward_backward(r.regions[0], r.acts, r.batch(m), 0.5f).sum;
   return r.grads();
 }
 
@@ -73,7 +74,9 @@ TEST(MicroBatches, TwoInFlightMatchOneAtATime) {
     r.model.params().zero_grads();
     const Stage all = r.model.whole();
     for (int m = 0; m < 2; ++m)
-      EXPECT_EQ(r.model.forward_stage(r.micro_batch(m), all, r.batch(m), 0.5f, nullptr, nullptr).sum, want_loss[m]);
+      EXPECT_EQ(
+          r.model.forward_stage(r.micro_batch(m), all, r.batch(m), 0.5f, nullptr, nullptr).sum,
+          want_loss[m]);
     EXPECT_EQ(r.acts.in_flight(), 2u);
     for (int m : second_first ? std::vector{1, 0} : std::vector{0, 1}) {
       r.model.backward_stage(r.micro_batch(m), all, r.batch(m), nullptr, nullptr);
@@ -83,8 +86,10 @@ TEST(MicroBatches, TwoInFlightMatchOneAtATime) {
       r.regions[m].reset();
     }
     EXPECT_EQ(r.acts.count(), 0u);
-    if (second_first) K3_EXPECT_CLOSE(r.grads(), want, 1e-7, 1e-5);
-    else expect_same_grads(r.grads(), want);
+    if (second_first)
+      K3_EXPECT_CLOSE(r.grads(), want, 1e-7, 1e-5);
+    else
+      expect_same_grads(r.grads(), want);
   }
 }
 
@@ -99,7 +104,8 @@ void check_stages(ModelConfig c, const std::vector<int64_t>& cuts) {
   std::vector<Stage> stages;
   for (int64_t i = 0; i < S; ++i) stages.push_back({cuts[i], cuts[i + 1], i == 0, i == S - 1});
   // payload[i]: what enters stage i (unused for i = 0); grad[i] its gradient.
-  std::vector<std::vector<float>> payload(static_cast<size_t>(S + 1)), grad(static_cast<size_t>(S + 1));
+  std::vector<std::vector<float>> payload(static_cast<size_t>(S + 1)),
+      grad(static_cast<size_t>(S + 1));
   for (int64_t i = 1; i < S; ++i) {
     payload[i].assign(static_cast<size_t>(m.payload_floats(cuts[i], n)), 0.f);
     grad[i] = payload[i];
@@ -108,14 +114,16 @@ void check_stages(ModelConfig c, const std::vector<int64_t>& cuts) {
   for (int mb = 0; mb < 2; ++mb) {
     double loss = 0;
     for (int64_t i = 0; i < S; ++i)
-      loss += m.forward_stage({mb * 10 + static_cast<int>(i), r.regions[mb], r.acts}, stages[i], r.batch(mb), 0.5f,
-                              payload[i].data(), i + 1 < S ? payload[i + 1].data() : nullptr).sum;
+      loss += m.forward_stage({mb * 10 + static_cast<int>(i), r.regions[mb], r.acts}, stages[i],
+                              r.batch(mb), 0.5f, payload[i].data(),
+                              i + 1 < S ? payload[i + 1].data() : nullptr)
+                  .sum;
     EXPECT_EQ(loss, want_loss[mb]) << "micro-batch " << mb;
   }
   for (int mb = 0; mb < 2; ++mb) {
     for (int64_t i = S - 1; i >= 0; --i)
-      m.backward_stage({mb * 10 + static_cast<int>(i), r.regions[mb], r.acts}, stages[i], r.batch(mb),
-                       i + 1 < S ? grad[i + 1].data() : nullptr, grad[i].data());
+      m.backward_stage({mb * 10 + static_cast<int>(i), r.regions[mb], r.acts}, stages[i],
+                       r.batch(mb), i + 1 < S ? grad[i + 1].data() : nullptr, grad[i].data());
     r.regions[mb].reset();
   }
   EXPECT_EQ(r.acts.count(), 0u);
@@ -152,9 +160,15 @@ TEST(Stages, PayloadHoldsTheBankTakenSoFar) {
 TEST(Stages, RefusesStagesThatDoNotFit) {
   Rig r(dense(0));
   std::vector<float> out(static_cast<size_t>(r.model.payload_floats(2, r.B * r.T)));
-  EXPECT_THROW(r.model.forward_stage(r.micro_batch(0), {1, 3, true, false}, r.batch(0), 1.f, nullptr, out.data()), Error);
-  EXPECT_THROW(r.model.forward_stage(r.micro_batch(0), {0, 3, true, true}, r.batch(0), 1.f, nullptr, nullptr), Error);
-  EXPECT_THROW(r.model.forward_stage(r.micro_batch(0), {3, 6, false, true}, r.batch(0), 1.f, out.data(), nullptr), Error);
+  EXPECT_THROW(r.model.forward_stage(r.micro_batch(0), {1, 3, true, false}, r.batch(0), 1.f,
+                                     nullptr, out.data()),
+               Error);
+  EXPECT_THROW(r.model.forward_stage(r.micro_batch(0), {0, 3, true, true}, r.batch(0), 1.f, nullptr,
+                                     nullptr),
+               Error);
+  EXPECT_THROW(r.model.forward_stage(r.micro_batch(0), {3, 6, false, true}, r.batch(0), 1.f,
+                                     out.data(), nullptr),
+               Error);
 }
 
 }  // namespace

@@ -23,12 +23,13 @@ std::vector<float> random(int64_t n, uint64_t seed) {
 TEST(LinearTensorParallel, ColumnThenRowPairMatchesUnsplit) {
   const dist::ProcessGrid grid({.tp = 2}, dist::Comm::world());
   const int64_t rows = 3, d = 8, width = 12;
-  const std::vector<float> x = random(rows * d, 1), dy = random(rows * d, 2), dx0 = random(rows * d, 3);
+  const std::vector<float> x = random(rows * d, 1), dy = random(rows * d, 2),
+                           dx0 = random(rows * d, 3);
   Arena arena(size_t{1} << 20, false);
   activation::ActivationManager acts;
   // Runs up then down, then their backward; dx starts at dx0 and the pair's gradient is added.
-  auto run = [&](ParamRegistry& reg, LinearMode first, LinearMode second, const dist::ProcessGrid& g,
-                 std::vector<float>& y, std::vector<float>& dx) {
+  auto run = [&](ParamRegistry& reg, LinearMode first, LinearMode second,
+                 const dist::ProcessGrid& g, std::vector<float>& y, std::vector<float>& dx) {
     const Linear up(reg, "up", d, width, 0.4f, first), down(reg, "down", width, d, 0.4f, second);
     reg.allocate();
     reg.initialize(5);
@@ -43,7 +44,8 @@ TEST(LinearTensorParallel, ColumnThenRowPairMatchesUnsplit) {
   };
   ParamRegistry whole, shard(places_of(grid));
   std::vector<float> want_y, want_dx, y, dx;
-  run(whole, LinearMode::replicated, LinearMode::replicated, dist::single_process(), want_y, want_dx);
+  run(whole, LinearMode::replicated, LinearMode::replicated, dist::single_process(), want_y,
+      want_dx);
   run(shard, LinearMode::column, LinearMode::row, grid, y, dx);
   EXPECT_EQ(shard.info(0).local_shape, (Shape{width / 2, d}));
   K3_EXPECT_CLOSE(y, want_y, 1e-6, 1e-5);

@@ -96,7 +96,8 @@ ArenaRegions::ArenaRegions(size_t bytes_each, int count, bool prefault) {
   bytes_ = each * static_cast<size_t>(count);
   base_ = map_buffer(bytes_, prefault);
   for (int i = 0; i < count; ++i)
-    regions_.push_back(Arena::over(static_cast<char*>(base_) + each * static_cast<size_t>(i), each));
+    regions_.push_back(
+        Arena::over(static_cast<char*>(base_) + each * static_cast<size_t>(i), each));
 }
 
 ArenaRegions::~ArenaRegions() {

@@ -76,7 +76,8 @@ void Model::check_stage(const Stage& st) const {
   const int64_t L = config_.num_hidden_layers;
   K3_CHECK(0 <= st.first && st.first <= st.end && st.end <= L, "stage layers [", st.first, ", ",
            st.end, ") outside the model's ", L, " layers");
-  K3_CHECK(!st.embedding || st.first == 0, "a stage with the embedding starts at layer 0, not ", st.first);
+  K3_CHECK(!st.embedding || st.first == 0, "a stage with the embedding starts at layer 0, not ",
+           st.first);
   K3_CHECK(!st.head || st.end == L, "a stage with the head ends at layer ", L, ", not ", st.end);
 }
 
@@ -90,7 +91,8 @@ std::vector<const float*> Model::Stream::with(const float* last) const {
 // the current block, whose snapshots at block starts form the bank (math §2). P_in, mid and P_out
 // are read back only by the Attention Residuals' backward. The sums are written over the summand
 // that nothing saved (the mixer's or the feed-forward's output).
-void Model::run_layer(const Step& s, const Layer& L, Stream& x, int64_t n, const MixerCall& mix) const {
+void Model::run_layer(const Step& s, const Layer& L, Stream& x, int64_t n,
+                      const MixerCall& mix) const {
   const int64_t d = config_.hidden_size;
   float* P = x.P;
   if (attn_res()) s.save(key(L, "P_in"), P, n * d);
@@ -158,21 +160,32 @@ float* Model::forward_layers(const Step& s, const Stage& st, const TokenBatch& b
   }
   for (int64_t l = st.first; l < st.end; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
-    run_layer(s, L, x, n, [&](const float* a_in, float* A) { L.mixer->forward(s, a_in, b.B, b.T, A); });
+    run_layer(s, L, x, n,
+              [&](const float* a_in, float* A) { L.mixer->forward(s, a_in, b.B, b.T, A); });
   }
   if (st.head) return head_input(s, x, n);
   for (size_t j = 0; j < x.bank.size(); ++j)
-    std::memcpy(out + static_cast<int64_t>(j) * size, x.bank[j], static_cast<size_t>(size) * sizeof(float));
-  std::memcpy(out + static_cast<int64_t>(x.bank.size()) * size, x.P, static_cast<size_t>(size) * sizeof(float));
+    std::memcpy(out + static_cast<int64_t>(j) * size, x.bank[j],
+                static_cast<size_t>(size) * sizeof(float));
+  std::memcpy(out + static_cast<int64_t>(x.bank.size()) * size, x.P,
+              static_cast<size_t>(size) * sizeof(float));
   return nullptr;
 }
 
-kernels::LossSum Model::head_loss(const Step& s, const float* h, const TokenBatch& b, float grad_scale,
-                                  float* dh) const {
+kernels::LossSum Model::head_loss(const Step& s, const float* h, const TokenBatch& b,
+                                  float grad_scale, float* dh) const {
   const int64_t chunk = lm_head_chunk(config_.vocab_size);
-  kernels::LmHeadCeArgs ce{h, params_.value(head_).f32(), b.targets, b.B * b.T, config_.hidden_size,
-                           config_.vocab_size, config_.ignore_index, grad_scale, chunk,
-                           s.alloc(chunk * config_.vocab_size), dh,
+  kernels::LmHeadCeArgs ce{h,
+                           params_.value(head_).f32(),
+                           b.targets,
+                           b.B * b.T,
+                           config_.hidden_size,
+                           config_.vocab_size,
+                           config_.ignore_index,
+                           grad_scale,
+                           chunk,
+                           s.alloc(chunk * config_.vocab_size),
+                           dh,
                            dh ? params_.grad(head_).f32() : nullptr};
   return kernels::lm_head_cross_entropy(ce);
 }
@@ -220,8 +233,10 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
   std::vector<float*> dbank;
   for (size_t j = 0; j < nb_out; ++j) {
     dbank.push_back(s.alloc(size));
-    if (d_out) std::memcpy(dbank.back(), d_out + static_cast<int64_t>(j) * size, bytes(1));
-    else std::memset(dbank.back(), 0, bytes(1));
+    if (d_out)
+      std::memcpy(dbank.back(), d_out + static_cast<int64_t>(j) * size, bytes(1));
+    else
+      std::memset(dbank.back(), 0, bytes(1));
   }
   float *dP = s.alloc(size), *tmp = s.alloc(size), *da_in = s.alloc(size);
   auto rows_of = [&](size_t count, const float* last) {
@@ -243,7 +258,8 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     } else {
       std::swap(dP, tmp);
     }
-    final_now(tail_first_, params_.size());  // the head was done in the forward; the tail's norms now
+    final_now(tail_first_,
+              params_.size());  // the head was done in the forward; the tail's norms now
   } else {
     std::memcpy(dP, d_out + static_cast<int64_t>(nb_out) * size, bytes(1));
   }
@@ -286,7 +302,8 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     kernels::embedding_backward(b.tokens, n, dP, config_.vocab_size, d, params_.grad(embed_).f32());
     final_now(embed_, embed_ + 1);
   } else {
-    for (size_t j = 0; j < nb_in; ++j) std::memcpy(d_in + static_cast<int64_t>(j) * size, dbank[j], bytes(1));
+    for (size_t j = 0; j < nb_in; ++j)
+      std::memcpy(d_in + static_cast<int64_t>(j) * size, dbank[j], bytes(1));
     std::memcpy(d_in + static_cast<int64_t>(nb_in) * size, dP, bytes(1));
   }
   mb.acts.release(mb.id);
@@ -334,7 +351,8 @@ void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64
   Stream x{embed(s, tokens, n), {}};
   for (const Layer& L : layers_) {
     DecodeCache& layer_cache = *cache.layers[static_cast<size_t>(L.index)];
-    run_layer(s, L, x, n, [&](const float* a_in, float* A) { L.mixer->decode(s, a_in, n, layer_cache, A); });
+    run_layer(s, L, x, n,
+              [&](const float* a_in, float* A) { L.mixer->decode(s, a_in, n, layer_cache, A); });
   }
   const float* h = head_input(s, x, n);
   cache.length += n;

@@ -128,7 +128,7 @@ class Model {
  private:
   struct Layer {
     int64_t index;
-    bool starts_block;  // Attention Residuals: the layer opens a new block
+    bool starts_block;                     // Attention Residuals: the layer opens a new block
     int params_first = 0, params_end = 0;  // the layer's parameters, in registry order
     RMSNorm input_norm, post_norm;
     std::unique_ptr<Mixer> mixer;

@@ -55,7 +55,7 @@ struct ParamInfo {
   std::string name;   // K3 checkpoint name, e.g. model.layers.3.self_attn.q_proj.weight
   Shape shape;        // global shape
   Shape local_shape;  // this rank's shard: `shape` with shard.dim divided by the group size
-  int64_t shard_start = 0;  // where the shard begins along shard.dim (0 when replicated)
+  int64_t shard_start = 0;   // where the shard begins along shard.dim (0 when replicated)
   DType dtype = DType::F32;  // training dtype (k3lab trains in fp32)
   ShardSpec shard;
   ParamInit init;
@@ -92,7 +92,7 @@ class ParamRegistry {
   float* values() const { return values_; }
   float* grads() const { return grads_; }
   size_t flat_size() const { return flat_size_; }  // floats, including alignment padding
-  int64_t total_numel() const;  // elements of the global tensors
+  int64_t total_numel() const;                     // elements of the global tensors
 
  private:
   GroupPlaces places_;
