@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "k3/base/arena.h"
@@ -81,6 +82,26 @@ TEST(Arena, AlignsRewindsAndRefusesOverflow) {
   EXPECT_EQ(a.used(), m);
   EXPECT_THROW(a.allocate(2 << 20), Error);
   EXPECT_GE(a.peak(), 1000u);
+}
+
+// Regions of one mapping: disjoint, each bounded by its own capacity, reset on their own.
+TEST(ArenaRegions, RegionsAreDisjointAndResetApart) {
+  ArenaRegions regions(1000, 3);  // rounded up to 1024 bytes each
+  ASSERT_EQ(regions.count(), 3);
+  char* first[3];
+  for (int i = 0; i < 3; ++i) {
+    first[i] = static_cast<char*>(regions[i].allocate(1024));
+    std::memset(first[i], 'a' + i, 1024);
+    EXPECT_THROW(regions[i].allocate(1), Error);
+  }
+  EXPECT_EQ(first[1] - first[0], 1024);
+  EXPECT_EQ(first[2] - first[1], 1024);
+  regions[1].reset();
+  EXPECT_EQ(regions[1].allocate(1024), first[1]);  // reused, not remapped
+  EXPECT_EQ(first[0][1023], 'a');
+  EXPECT_EQ(first[2][0], 'c');
+  EXPECT_EQ(regions[0].used(), 1024u);
+  EXPECT_THROW(regions[3], std::out_of_range);
 }
 
 }  // namespace k3

@@ -14,7 +14,7 @@ inline void perturb_attn_res(model::Model& m) {
   model::ParamRegistry& p = m.params();
   for (int i = 0; i < p.size(); ++i)
     if (p.info(i).name.find("res_proj") != std::string::npos)
-      fill_normal(p.value(i).f32(), p.info(i).numel(), 3, stream_of(p.info(i).name), 0, 0.f, 0.5f);
+      fill_normal(p.value(i).f32(), p.value(i).numel(), 3, stream_of(p.info(i).name), 0, 0.f, 0.5f);
 }
 
 }  // namespace k3::testing

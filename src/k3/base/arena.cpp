@@ -37,13 +37,22 @@ void unmap_buffer(void* p, size_t bytes) {
 Arena::Arena(size_t capacity_bytes, bool prefault)
     : base_(static_cast<char*>(map_buffer(capacity_bytes, prefault))), capacity_(capacity_bytes) {}
 
+Arena Arena::over(void* base, size_t capacity_bytes) {
+  Arena a;
+  a.base_ = static_cast<char*>(base);
+  a.capacity_ = capacity_bytes;
+  a.owns_ = false;
+  return a;
+}
+
 Arena::~Arena() { release(); }
 
 Arena::Arena(Arena&& o) noexcept
     : base_(std::exchange(o.base_, nullptr)),
       capacity_(std::exchange(o.capacity_, 0)),
       used_(std::exchange(o.used_, 0)),
-      peak_(std::exchange(o.peak_, 0)) {}
+      peak_(std::exchange(o.peak_, 0)),
+      owns_(std::exchange(o.owns_, true)) {}
 
 Arena& Arena::operator=(Arena&& o) noexcept {
   if (this != &o) {
@@ -52,12 +61,13 @@ Arena& Arena::operator=(Arena&& o) noexcept {
     capacity_ = std::exchange(o.capacity_, 0);
     used_ = std::exchange(o.used_, 0);
     peak_ = std::exchange(o.peak_, 0);
+    owns_ = std::exchange(o.owns_, true);
   }
   return *this;
 }
 
 void Arena::release() {
-  unmap_buffer(base_, capacity_);
+  if (owns_) unmap_buffer(base_, capacity_);
   base_ = nullptr;
   capacity_ = used_ = 0;
 }
@@ -74,6 +84,25 @@ void* Arena::allocate(size_t bytes) {
 void Arena::rewind(size_t mark) {
   K3_CHECK(mark <= used_, "arena rewind to ", mark, " beyond used ", used_);
   used_ = mark;
+}
+
+}  // namespace k3
+
+namespace k3 {
+
+ArenaRegions::ArenaRegions(size_t bytes_each, int count, bool prefault) {
+  K3_CHECK(count > 0, "ArenaRegions needs at least one region, got ", count);
+  const size_t each = (bytes_each + Arena::kAlign - 1) & ~(Arena::kAlign - 1);
+  bytes_ = each * static_cast<size_t>(count);
+  base_ = map_buffer(bytes_, prefault);
+  for (int i = 0; i < count; ++i)
+    regions_.push_back(
+        Arena::over(static_cast<char*>(base_) + each * static_cast<size_t>(i), each));
+}
+
+ArenaRegions::~ArenaRegions() {
+  regions_.clear();
+  unmap_buffer(base_, bytes_);
 }
 
 }  // namespace k3

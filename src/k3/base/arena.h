@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace k3 {
 
@@ -15,6 +16,8 @@ class Arena {
   Arena() = default;
   // prefault = false reserves address space only (pages are faulted in on first use, then reused).
   explicit Arena(size_t capacity_bytes, bool prefault = true);
+  // An arena over memory someone else owns (a region of ArenaRegions); never unmapped by it.
+  static Arena over(void* base, size_t capacity_bytes);
   ~Arena();
   Arena(const Arena&) = delete;
   Arena& operator=(const Arena&) = delete;
@@ -40,6 +43,27 @@ class Arena {
   size_t capacity_ = 0;
   size_t used_ = 0;
   size_t peak_ = 0;
+  bool owns_ = true;
+};
+
+// One mapping cut into equal arenas, one per micro-batch in flight: a micro-batch allocates its
+// activations from its region in forward and the region is reset when its backward is done, while
+// the other regions stay alive. The mapping is reserved once; each page is faulted on first use
+// and then reused, as in a single arena.
+class ArenaRegions {
+ public:
+  ArenaRegions(size_t bytes_each, int count, bool prefault = false);
+  ~ArenaRegions();
+  ArenaRegions(const ArenaRegions&) = delete;
+  ArenaRegions& operator=(const ArenaRegions&) = delete;
+
+  Arena& operator[](int i) { return regions_.at(static_cast<size_t>(i)); }
+  int count() const { return static_cast<int>(regions_.size()); }
+
+ private:
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+  std::vector<Arena> regions_;
 };
 
 // Rewinds an arena to where it was when the scope began.

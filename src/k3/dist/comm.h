@@ -4,6 +4,9 @@
 // norms). A group of size 1 runs every collective as a local copy and never calls MPI, so code
 // written for a group works unchanged in a plain single-process run.
 //
+// Running an operation does not change the group (its counters are shared state), so every
+// operation is const: a layer runs them through the const grid its Step carries.
+//
 // Every group counts its calls and payload bytes per operation (Counters). The payload is what
 // this rank hands to the operation: n elements for an all-reduce or a broadcast, the whole input
 // for a reduce-scatter, the whole gathered output for an all-gather, the elements sent for an

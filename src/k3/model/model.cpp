@@ -13,7 +13,7 @@
 namespace k3::model {
 
 Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid)
-    : config_(std::move(c)), grid_(grid) {
+    : config_(std::move(c)), grid_(grid), params_(places_of(grid)) {
   const int64_t d = config_.hidden_size, V = config_.vocab_size;
   const float std = static_cast<float>(config_.initializer_range), eps = static_cast<float>(config_.rms_norm_eps);
   embed_ = params_.add("model.embed_tokens.weight", {V, d}, ParamInit::normal(std));
@@ -54,7 +54,7 @@ std::string Model::key(const Layer& L, const char* what) const {
   return "model.layers." + std::to_string(L.index) + "." + what;
 }
 
-float* Model::embed(const Step& s, const int32_t* tokens, int64_t n) {
+float* Model::embed(const Step& s, const int32_t* tokens, int64_t n) const {
   for (int64_t i = 0; i < n; ++i)
     K3_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "token[", i, "] = ", tokens[i],
              " is outside the vocabulary of ", config_.vocab_size);
@@ -63,82 +63,180 @@ float* Model::embed(const Step& s, const int32_t* tokens, int64_t n) {
   return x;
 }
 
-// P is the running state: the residual stream, or with Attention Residuals the partial sum of
-// the current block, whose snapshots at block starts form the bank (math §2).
-float* Model::run_stack(const Step& s, float* P, int64_t B, int64_t T, ModelCache* cache) {
-  const int64_t n = B * T, d = config_.hidden_size;
-  std::vector<const float*> bank;
-  auto with = [&bank](const float* last) {
-    std::vector<const float*> rows = bank;
-    rows.push_back(last);
-    return rows;
-  };
-  // P_in, mid and P_out are read back only by the Attention Residuals' backward. The sums are
-  // written over the summand that nothing saved (the mixer's or the feed-forward's output).
-  for (const Layer& L : layers_) {
-    if (attn_res()) s.save(key(L, "P_in"), P, n * d);
-    float* a_in = s.alloc(n * d);
-    if (attn_res() && !bank.empty()) {
-      float* agg = s.alloc(n * d);
-      L.self_res.forward(s, with(P), n, agg);
-      L.input_norm.forward(s, agg, n, a_in);
-    } else {
-      L.input_norm.forward(s, P, n, a_in);
-    }
-    if (L.starts_block) bank.push_back(P);
-    float* A = s.alloc(n * d);
-    {
-      ProfileScope time(mixer_kind_name(mixer_kind(config_, L.index)));
-      if (cache)
-        L.mixer->decode(s, a_in, n, *cache->layers[static_cast<size_t>(L.index)], A);
-      else
-        L.mixer->forward(s, a_in, B, T, A);
-    }
-    if (!L.starts_block) kernels::add(P, A, A, n * d);
-    float* mid = A;
-    if (attn_res()) s.save(key(L, "mid"), mid, n * d);
-    float* m_in = s.alloc(n * d);
-    if (attn_res()) {
-      float* agg = s.alloc(n * d);
-      L.mlp_res.forward(s, with(mid), n, agg);
-      L.post_norm.forward(s, agg, n, m_in);
-    } else {
-      L.post_norm.forward(s, mid, n, m_in);
-    }
-    float* F = s.alloc(n * d);
-    {
-      ProfileScope time(ffn_bucket(L.index));
-      L.ffn->forward(s, m_in, n, F);
-    }
-    kernels::add(mid, F, F, n * d);
-    P = F;
+int64_t Model::banks_before(int64_t layer) const {
+  const int64_t size = config_.attn_res_block_size;
+  return attn_res() ? (layer + size - 1) / size : 0;
+}
+
+int64_t Model::payload_floats(int64_t layer, int64_t tokens) const {
+  return (banks_before(layer) + 1) * tokens * config_.hidden_size;
+}
+
+void Model::check_stage(const Stage& st) const {
+  const int64_t L = config_.num_hidden_layers;
+  K3_CHECK(0 <= st.first && st.first <= st.end && st.end <= L, "stage layers [", st.first, ", ",
+           st.end, ") outside the model's ", L, " layers");
+  K3_CHECK(!st.embedding || st.first == 0, "a stage with the embedding starts at layer 0, not ",
+           st.first);
+  K3_CHECK(!st.head || st.end == L, "a stage with the head ends at layer ", L, ", not ", st.end);
+}
+
+std::vector<const float*> Model::Stream::with(const float* last) const {
+  std::vector<const float*> rows = bank;
+  rows.push_back(last);
+  return rows;
+}
+
+// x.P is the running state: the residual stream, or with Attention Residuals the partial sum of
+// the current block, whose snapshots at block starts form the bank (math §2). P_in, mid and P_out
+// are read back only by the Attention Residuals' backward. The sums are written over the summand
+// that nothing saved (the mixer's or the feed-forward's output).
+void Model::run_layer(const Step& s, const Layer& L, Stream& x, int64_t n,
+                      const MixerCall& mix) const {
+  const int64_t d = config_.hidden_size;
+  float* P = x.P;
+  if (attn_res()) s.save(key(L, "P_in"), P, n * d);
+  float* a_in = s.alloc(n * d);
+  if (attn_res() && !x.bank.empty()) {
+    float* agg = s.alloc(n * d);
+    L.self_res.forward(s, x.with(P), n, agg);
+    L.input_norm.forward(s, agg, n, a_in);
+  } else {
+    L.input_norm.forward(s, P, n, a_in);
   }
-  if (attn_res()) s.save("model.P_out", P, n * d);
-  float* h = P;
+  if (L.starts_block) x.bank.push_back(P);
+  float* A = s.alloc(n * d);
+  {
+    ProfileScope time(mixer_kind_name(mixer_kind(config_, L.index)));
+    mix(a_in, A);
+  }
+  if (!L.starts_block) kernels::add(P, A, A, n * d);
+  float* mid = A;
+  if (attn_res()) s.save(key(L, "mid"), mid, n * d);
+  float* m_in = s.alloc(n * d);
   if (attn_res()) {
+    float* agg = s.alloc(n * d);
+    L.mlp_res.forward(s, x.with(mid), n, agg);
+    L.post_norm.forward(s, agg, n, m_in);
+  } else {
+    L.post_norm.forward(s, mid, n, m_in);
+  }
+  float* F = s.alloc(n * d);
+  {
+    ProfileScope time(ffn_bucket(L.index));
+    L.ffn->forward(s, m_in, n, F);
+  }
+  kernels::add(mid, F, F, n * d);
+  x.P = F;
+}
+
+float* Model::head_input(const Step& s, const Stream& x, int64_t n) const {
+  const int64_t d = config_.hidden_size;
+  float* h = x.P;
+  if (attn_res()) {
+    s.save("model.P_out", x.P, n * d);
     h = s.alloc(n * d);
-    output_res_.forward(s, with(P), n, h);
+    output_res_.forward(s, x.with(x.P), n, h);
   }
   float* out = s.alloc(n * d);
   final_norm_.forward(s, h, n, out);
   return out;
 }
 
-// Mirrors run_stack in reverse. dbank[j] gathers the gradient of bank entry j from every mixing
-// point that read it; it flows into P at the layer that took the snapshot.
-void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int64_t B, int64_t T,
-                           const GradsFinal& grads_final) {
+float* Model::forward_layers(const Step& s, const Stage& st, const TokenBatch& b, const float* in,
+                             float* out) const {
+  const int64_t n = b.B * b.T, size = n * config_.hidden_size, nb_in = banks_before(st.first);
+  Stream x;
+  if (st.embedding) {
+    x.P = embed(s, b.tokens, n);
+  } else {
+    // The payload becomes this micro-batch's own: the backward reads its bank entries again.
+    const int64_t floats = payload_floats(st.first, n);
+    float* own = s.alloc(floats);
+    std::memcpy(own, in, static_cast<size_t>(floats) * sizeof(float));
+    s.save("model.stage_in", own, floats);
+    for (int64_t j = 0; j < nb_in; ++j) x.bank.push_back(own + j * size);
+    x.P = own + nb_in * size;
+  }
+  for (int64_t l = st.first; l < st.end; ++l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    run_layer(s, L, x, n,
+              [&](const float* a_in, float* A) { L.mixer->forward(s, a_in, b.B, b.T, A); });
+  }
+  if (st.head) return head_input(s, x, n);
+  for (size_t j = 0; j < x.bank.size(); ++j)
+    std::memcpy(out + static_cast<int64_t>(j) * size, x.bank[j],
+                static_cast<size_t>(size) * sizeof(float));
+  std::memcpy(out + static_cast<int64_t>(x.bank.size()) * size, x.P,
+              static_cast<size_t>(size) * sizeof(float));
+  return nullptr;
+}
+
+kernels::LossSum Model::head_loss(const Step& s, const float* h, const TokenBatch& b,
+                                  float grad_scale, float* dh) const {
+  const int64_t chunk = lm_head_chunk(config_.vocab_size);
+  kernels::LmHeadCeArgs ce{h,
+                           params_.value(head_).f32(),
+                           b.targets,
+                           b.B * b.T,
+                           config_.hidden_size,
+                           config_.vocab_size,
+                           config_.ignore_index,
+                           grad_scale,
+                           chunk,
+                           s.alloc(chunk * config_.vocab_size),
+                           dh,
+                           dh ? params_.grad(head_).f32() : nullptr};
+  return kernels::lm_head_cross_entropy(ce);
+}
+
+kernels::LossSum Model::forward_stage(const MicroBatch& mb, const Stage& st, const TokenBatch& b,
+                                      float grad_scale, const float* in, float* out) {
+  check_stage(st);
+  const Step s{mb.arena, mb.acts, params_, true, grid_, mb.id};
+  const float* h = forward_layers(s, st, b, in, out);
+  if (!st.head) return {};
+  const int64_t n = b.B * b.T;
+  float* dh = s.alloc(n * config_.hidden_size);
+  kernels::LossSum loss;
+  {
+    ProfileScope time("lm_head");
+    loss = head_loss(s, h, b, grad_scale, dh);
+  }
+  s.save("model.head_grad", dh, n * config_.hidden_size);
+  return loss;
+}
+
+// Mirrors the forward in reverse. dbank[j] gathers the gradient of bank entry j from every mixing
+// point that read it (in this stage, and in later ones through d_out); it flows into P at the
+// layer that took the snapshot.
+void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBatch& b,
+                           const float* d_out, float* d_in, const GradsFinal& grads_final) {
+  check_stage(st);
   auto final_now = [&](int first, int end) {
     if (grads_final) grads_final(first, end);
   };
-  const int64_t n = B * T, d = config_.hidden_size, size = n * d;
+  ArenaScope scratch(mb.arena);
+  const Step s{mb.arena, mb.acts, params_, true, grid_, mb.id};
+  const int64_t n = b.B * b.T, d = config_.hidden_size, size = n * d;
+  const auto nb_in = static_cast<size_t>(banks_before(st.first));
+  const auto nb_out = static_cast<size_t>(banks_before(st.end));
+  auto bytes = [size](size_t count) { return count * static_cast<size_t>(size) * sizeof(float); };
   std::vector<const float*> bank;
-  for (const Layer& L : layers_)
-    if (L.starts_block) bank.push_back(s.load(key(L, "P_in")));
+  if (nb_in > 0) {
+    const float* in = s.load("model.stage_in");
+    for (size_t j = 0; j < nb_in; ++j) bank.push_back(in + static_cast<int64_t>(j) * size);
+  }
+  for (int64_t l = st.first; l < st.end; ++l)
+    if (layers_[static_cast<size_t>(l)].starts_block)
+      bank.push_back(s.load(key(layers_[static_cast<size_t>(l)], "P_in")));
   std::vector<float*> dbank;
-  for (size_t j = 0; j < bank.size(); ++j) {
+  for (size_t j = 0; j < nb_out; ++j) {
     dbank.push_back(s.alloc(size));
-    std::memset(dbank.back(), 0, static_cast<size_t>(size) * sizeof(float));
+    if (d_out)
+      std::memcpy(dbank.back(), d_out + static_cast<int64_t>(j) * size, bytes(1));
+    else
+      std::memset(dbank.back(), 0, bytes(1));
   }
   float *dP = s.alloc(size), *tmp = s.alloc(size), *da_in = s.alloc(size);
   auto rows_of = [&](size_t count, const float* last) {
@@ -152,17 +250,22 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
     return g;
   };
 
-  final_norm_.backward(s, dh, n, tmp, false);
-  if (attn_res()) {
-    std::memset(dP, 0, static_cast<size_t>(size) * sizeof(float));
-    output_res_.backward(s, rows_of(bank.size(), s.load("model.P_out")), n, tmp, grads_of(bank.size(), dP));
+  if (st.head) {
+    final_norm_.backward(s, s.load("model.head_grad"), n, tmp, false);
+    if (attn_res()) {
+      std::memset(dP, 0, bytes(1));
+      output_res_.backward(s, rows_of(nb_out, s.load("model.P_out")), n, tmp, grads_of(nb_out, dP));
+    } else {
+      std::swap(dP, tmp);
+    }
+    final_now(tail_first_,
+              params_.size());  // the head was done in the forward; the tail's norms now
   } else {
-    std::swap(dP, tmp);
+    std::memcpy(dP, d_out + static_cast<int64_t>(nb_out) * size, bytes(1));
   }
-  final_now(tail_first_, params_.size());  // the head was done before; the tail's norms now
-  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
-    const Layer& L = *it;
-    const size_t nb_after = attn_res() ? static_cast<size_t>(L.index / config_.attn_res_block_size) + 1 : 0;
+  for (int64_t l = st.end - 1; l >= st.first; --l) {
+    const Layer& L = layers_[static_cast<size_t>(l)];
+    const size_t nb_after = static_cast<size_t>(banks_before(L.index + 1));
     const size_t nb_before = nb_after - (L.starts_block ? 1 : 0);
     // P_out = mid + ffn(post_norm(mix(bank, mid)))
     {
@@ -182,7 +285,7 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
     // mid = A (a block start) or P_in + A
     {
       ProfileScope time(mixer_kind_name(mixer_kind(config_, L.index)));
-      L.mixer->backward(s, dmid, B, T, da_in);
+      L.mixer->backward(s, dmid, b.B, b.T, da_in);
     }
     float* dP_in = L.starts_block ? dbank[nb_after - 1] : dmid;
     // a_in = input_norm(P_in), or input_norm(mix(bank, P_in)) once the bank is not empty
@@ -195,51 +298,39 @@ void Model::backward_stack(const Step& s, const int32_t* tokens, float* dh, int6
     dP = dP_in;
     final_now(L.params_first, L.params_end);
   }
-  kernels::embedding_backward(tokens, n, dP, config_.vocab_size, d, params_.grad(embed_).f32());
-  final_now(embed_, embed_ + 1);
+  if (st.embedding) {
+    kernels::embedding_backward(b.tokens, n, dP, config_.vocab_size, d, params_.grad(embed_).f32());
+    final_now(embed_, embed_ + 1);
+  } else {
+    for (size_t j = 0; j < nb_in; ++j)
+      std::memcpy(d_in + static_cast<int64_t>(j) * size, dbank[j], bytes(1));
+    std::memcpy(d_in + static_cast<int64_t>(nb_in) * size, dP, bytes(1));
+  }
+  mb.acts.release(mb.id);
 }
 
 kernels::LossSum Model::forward_backward(Arena& arena, activation::ActivationManager& acts,
                                          const TokenBatch& b, float grad_scale,
                                          const GradsFinal& grads_final) {
   ArenaScope scope(arena);
-  Step s{arena, acts, params_, true, grid_};
-  const int64_t n = b.B * b.T, d = config_.hidden_size;
-  float* x = embed(s, b.tokens, n);
-  float* h = run_stack(s, x, b.B, b.T, nullptr);
-  float* dh = s.alloc(n * d);
-  const int64_t chunk = lm_head_chunk(config_.vocab_size);
-  kernels::LmHeadCeArgs ce{h, params_.value(head_).f32(), b.targets, n, d, config_.vocab_size,
-                           config_.ignore_index, grad_scale, chunk,
-                           s.alloc(chunk * config_.vocab_size), dh, params_.grad(head_).f32()};
-  kernels::LossSum loss;
-  {
-    ProfileScope time("lm_head");
-    loss = kernels::lm_head_cross_entropy(ce);
-  }
-  backward_stack(s, b.tokens, dh, b.B, b.T, grads_final);
-  acts.clear();
+  const MicroBatch mb{0, arena, acts};
+  const kernels::LossSum loss = forward_stage(mb, whole(), b, grad_scale, nullptr, nullptr);
+  backward_stage(mb, whole(), b, nullptr, nullptr, grads_final);
   return loss;
 }
 
 kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
   ArenaScope scope(arena);
   activation::ActivationManager unused;
-  Step s{arena, unused, params_, false, grid_};
-  const int64_t n = b.B * b.T, d = config_.hidden_size;
-  float* h = run_stack(s, embed(s, b.tokens, n), b.B, b.T, nullptr);
-  const int64_t chunk = lm_head_chunk(config_.vocab_size);
-  kernels::LmHeadCeArgs ce{h, params_.value(head_).f32(), b.targets, n, d, config_.vocab_size,
-                           config_.ignore_index, 1.f, chunk, s.alloc(chunk * config_.vocab_size),
-                           nullptr, nullptr};
-  return kernels::lm_head_cross_entropy(ce);
+  const Step s{arena, unused, params_, false, grid_};
+  return head_loss(s, forward_layers(s, whole(), b, nullptr, nullptr), b, 1.f, nullptr);
 }
 
 void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T, float* logits) {
   ArenaScope scope(arena);
   activation::ActivationManager unused;
-  Step s{arena, unused, params_, false, grid_};
-  float* h = run_stack(s, embed(s, tokens, B * T), B, T, nullptr);
+  const Step s{arena, unused, params_, false, grid_};
+  const float* h = forward_layers(s, whole(), {tokens, nullptr, B, T}, nullptr, nullptr);
   kernels::gemm(false, true, B * T, config_.vocab_size, config_.hidden_size, 1.f, h,
                 params_.value(head_).f32(), 0.f, logits);
 }
@@ -256,10 +347,16 @@ void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64
   K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len, " tokens");
   ArenaScope scope(arena);
   activation::ActivationManager unused;
-  Step s{arena, unused, params_, false, grid_};
-  const int64_t d = config_.hidden_size;
-  float* h = run_stack(s, embed(s, tokens, n), 1, n, &cache);
+  const Step s{arena, unused, params_, false, grid_};
+  Stream x{embed(s, tokens, n), {}};
+  for (const Layer& L : layers_) {
+    DecodeCache& layer_cache = *cache.layers[static_cast<size_t>(L.index)];
+    run_layer(s, L, x, n,
+              [&](const float* a_in, float* A) { L.mixer->decode(s, a_in, n, layer_cache, A); });
+  }
+  const float* h = head_input(s, x, n);
   cache.length += n;
+  const int64_t d = config_.hidden_size;
   kernels::gemm(false, true, 1, config_.vocab_size, d, 1.f, h + (n - 1) * d, params_.value(head_).f32(), 0.f,
                 logits);
 }

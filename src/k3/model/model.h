@@ -3,6 +3,13 @@
 // feed-forward (dense GLU MLP or Stable LatentMoE)], joined either by ordinary residual
 // connections or, when attn_res_block_size > 0, by Attention Residuals (math §2). The loss comes
 // from the fused LM-head + cross-entropy, so the [tokens, vocab] logits never exist in training.
+//
+// Training runs in stages and micro-batches: a Stage is a range of layers, with the embedding in
+// front and the head (final norm, LM head, loss) behind when it holds them; the whole model is
+// one stage. Between stages flows a payload (the residual stream, and with Attention Residuals
+// the block snapshots taken so far) and, backwards, its gradient. Each micro-batch in flight has
+// an id in the activation manager and its own arena, so several can sit between their forward
+// and their backward and be released in any order.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +38,23 @@ struct TokenBatch {
 // Data parallelism starts reducing a bucket as soon as all of its parameters are final.
 using GradsFinal = std::function<void(int first, int end)>;
 
+// A pipeline stage: decoder layers [first, end), after the embedding when it holds it (then
+// first = 0) and before the head when it holds it (then end = the number of layers).
+struct Stage {
+  int64_t first = 0, end = 0;
+  bool embedding = true, head = true;
+};
+
+// One micro-batch in flight: `id` scopes what its forward saves in `acts`; `arena` holds its
+// activations from its forward until its backward returns, after which the caller frees them
+// (resets the micro-batch's region of an ArenaRegions, or rewinds). Different micro-batches in
+// flight at once need different ids and different arenas.
+struct MicroBatch {
+  int id = 0;
+  Arena& arena;
+  activation::ActivationManager& acts;
+};
+
 // Every layer's decoding state for one sequence.
 struct ModelCache {
   int64_t max_len = 0, length = 0;
@@ -51,19 +75,40 @@ class Model {
   const ParamRegistry& params() const { return params_; }
   MixerKind layer_mixer(int64_t layer) const { return mixer_kind(config_, layer); }
 
-  // One micro-batch: forward, loss, backward. Parameter gradients accumulate (they are not
-  // zeroed); gradients are those of grad_scale * (sum of token losses). `grads_final`, when set,
-  // hears of each range of parameters as soon as the backward is done with it.
+  // One micro-batch through the whole model: forward, loss, backward. Parameter gradients
+  // accumulate (they are not zeroed); gradients are those of grad_scale * (sum of token losses).
+  // `grads_final`, when set, hears of each range of parameters as soon as the backward is done
+  // with it. Leaves arena and acts as it found them.
   kernels::LossSum forward_backward(Arena& arena, activation::ActivationManager& acts,
                                     const TokenBatch& b, float grad_scale,
                                     const GradsFinal& grads_final = {});
+
+  // The stage of all layers with the embedding and the head.
+  Stage whole() const { return {0, config_.num_hidden_layers, true, true}; }
+  // Floats of the payload entering layer `layer` (= leaving layer - 1) for `tokens` tokens:
+  // [bank entries taken before `layer`..., residual stream], each [tokens, hidden].
+  int64_t payload_floats(int64_t layer, int64_t tokens) const;
+  // The training forward of one stage for micro-batch mb. Reads b.tokens (with the embedding) or
+  // `in`, the payload entering stage.first (copied: the caller may reuse it at once). Writes
+  // `out`, the payload leaving it, or with the head returns the loss (of b.targets) and keeps its
+  // gradient, of grad_scale * (sum of losses), for the backward; without the head the loss is
+  // empty. The lm_head gradient accumulates here.
+  kernels::LossSum forward_stage(const MicroBatch& mb, const Stage& stage, const TokenBatch& b,
+                                 float grad_scale, const float* in, float* out);
+  // Its backward: reads `d_out`, the gradient of the payload the forward wrote (not with the
+  // head); writes `d_in`, the gradient of the payload it read (not with the embedding); parameter
+  // gradients accumulate. Releases mb's saved tensors; mb.arena's activations are the caller's
+  // to free. b gives B and T, and with the embedding the tokens again.
+  void backward_stage(const MicroBatch& mb, const Stage& stage, const TokenBatch& b,
+                      const float* d_out, float* d_in, const GradsFinal& grads_final = {});
   // Evaluation: the summed loss, nothing saved, no gradients.
   kernels::LossSum forward_loss(Arena& arena, const TokenBatch& b);
   // Full logits [B*T, vocab] (tests and small-scale inspection only).
   void forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T, float* logits);
 
   ModelCache make_cache(int64_t max_len) const;
-  // Feeds n tokens at positions cache.length..; writes the logits of the last one [vocab].
+  // Feeds n tokens of one sequence at positions cache.length..; writes the logits of the last one
+  // [vocab]. Runs the same per-layer steps as the forward, with each mixer's decode.
   void decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n, float* logits);
 
   // Quantile Balancing, once per global batch after the optimizer step: every MoE layer updates
@@ -83,19 +128,37 @@ class Model {
  private:
   struct Layer {
     int64_t index;
-    bool starts_block;
-    int params_first = 0, params_end = 0;  // the layer's parameters, in registry order  // Attention Residuals: the layer opens a new block
+    bool starts_block;                     // Attention Residuals: the layer opens a new block
+    int params_first = 0, params_end = 0;  // the layer's parameters, in registry order
     RMSNorm input_norm, post_norm;
     std::unique_ptr<Mixer> mixer;
     std::unique_ptr<FeedForward> ffn;
     AttnResMix self_res, mlp_res;  // only with Attention Residuals
   };
-  // x holds B·T tokens. Without a cache the mixers run their (training or evaluation) forward;
-  // with one they decode B·T = n new tokens of one sequence, updating the cache.
-  float* run_stack(const Step& s, float* x, int64_t B, int64_t T, ModelCache* cache);
-  void backward_stack(const Step& s, const int32_t* tokens, float* dh, int64_t B, int64_t T,
-                      const GradsFinal& grads_final);
-  float* embed(const Step& s, const int32_t* tokens, int64_t n);
+  // The state between layers (math §2): the stream P (with Attention Residuals the current
+  // block's partial sum) and the bank of snapshots taken at block starts.
+  struct Stream {
+    float* P = nullptr;
+    std::vector<const float*> bank;
+    std::vector<const float*> with(const float* last) const;  // the bank, then `last`
+  };
+  // The sequence mixing of one layer: (normalized input, output), both [n, hidden].
+  using MixerCall = std::function<void(const float* a_in, float* out)>;
+
+  // One decoder layer on n tokens, advancing x; `mix` runs the layer's mixer (forward or decode).
+  void run_layer(const Step& s, const Layer& L, Stream& x, int64_t n, const MixerCall& mix) const;
+  // Output mixing and the final norm: the LM head's input [n, hidden].
+  float* head_input(const Step& s, const Stream& x, int64_t n) const;
+  // The training or evaluation forward of a stage's layers: returns the head input with the head,
+  // else writes the payload `out` and returns null.
+  float* forward_layers(const Step& s, const Stage& stage, const TokenBatch& b, const float* in,
+                        float* out) const;
+  // The fused LM head + cross-entropy; dh and the lm_head gradient only when dh is not null.
+  kernels::LossSum head_loss(const Step& s, const float* h, const TokenBatch& b, float grad_scale,
+                             float* dh) const;
+  float* embed(const Step& s, const int32_t* tokens, int64_t n) const;
+  int64_t banks_before(int64_t layer) const;  // bank entries taken before layer `layer`
+  void check_stage(const Stage& stage) const;
   bool attn_res() const { return config_.attn_res_block_size > 0; }
   std::string key(const Layer& L, const char* what) const;
   const char* ffn_bucket(int64_t layer) const;  // profile bucket of layer's feed-forward

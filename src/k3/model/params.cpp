@@ -6,8 +6,27 @@
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
+#include "k3/dist/grid.h"
 
 namespace k3::model {
+
+GroupPlaces places_of(const dist::ProcessGrid& grid) {
+  GroupPlaces out;
+  for (const dist::Comm* g : grid.groups()) out[g->name()] = {g->size(), g->rank()};
+  return out;
+}
+
+ParamRegistry::ParamRegistry(GroupPlaces places) : places_(std::move(places)) {
+  for (const auto& [group, p] : places_)
+    K3_CHECK(p.size > 0 && p.rank >= 0 && p.rank < p.size, "group ", group, ": rank ", p.rank,
+             " of size ", p.size);
+}
+
+const GroupPlace& ParamRegistry::place(const std::string& group) const {
+  static const GroupPlace alone;
+  auto it = places_.find(group);
+  return it == places_.end() ? alone : it->second;
+}
 
 ParamRegistry::~ParamRegistry() {
   unmap_buffer(values_, flat_size_ * sizeof(float));
@@ -22,8 +41,20 @@ int ParamRegistry::add(std::string name, Shape shape, ParamInit init, ShardSpec 
   p.shape = std::move(shape);
   p.init = std::move(init);
   p.shard = std::move(shard);
+  p.local_shape = p.shape;
+  if (p.shard.dim >= 0) {
+    K3_CHECK(p.shard.dim < static_cast<int>(p.shape.size()), "parameter '", p.name, "' of shape ",
+             shape_str(p.shape), " cannot be split along dimension ", p.shard.dim);
+    const GroupPlace& g = place(p.shard.group);
+    int64_t& extent = p.local_shape[static_cast<size_t>(p.shard.dim)];
+    K3_CHECK(extent % g.size == 0, "parameter '", p.name, "' of shape ", shape_str(p.shape),
+             ": dimension ", p.shard.dim, " does not split evenly over group ", p.shard.group,
+             " of size ", g.size);
+    extent /= g.size;
+    p.shard_start = extent * g.rank;
+  }
   p.offset = flat_size_;
-  flat_size_ += (static_cast<size_t>(p.numel()) + 15) / 16 * 16;  // keep every tensor 64-byte aligned
+  flat_size_ += (static_cast<size_t>(p.local_numel()) + 15) / 16 * 16;  // keep every tensor 64-byte aligned
   by_name_[p.name] = size();
   infos_.push_back(std::move(p));
   return size() - 1;
@@ -40,14 +71,25 @@ void ParamRegistry::allocate() {
 void ParamRegistry::initialize(uint64_t seed) {
   K3_CHECK(values_, "parameters initialized before allocation");
   for (const ParamInfo& p : infos_) {
-    float* out = values_ + p.offset;
-    const int64_t n = p.numel();
+    // The shard is `outer` runs of `run` consecutive global elements, one per index of the
+    // dimensions before the split one (a replicated tensor is one run).
+    const size_t dim = p.shard.dim < 0 ? 0 : static_cast<size_t>(p.shard.dim);
+    int64_t outer = 1, inner = 1;
+    for (size_t k = 0; k < p.shape.size(); ++k)
+      if (k < dim) outer *= p.shape[k];
+      else if (k > dim) inner *= p.shape[k];
+    const int64_t global_extent = p.shape.empty() ? 1 : p.shape[dim];
+    const int64_t run = p.shape.empty() ? 1 : p.local_shape[dim] * inner;
     const uint64_t stream = stream_of(p.name);
-    switch (p.init.kind) {
-      case ParamInit::Kind::Normal: fill_normal(out, n, seed, stream, 0, 0.f, p.init.std); break;
-      case ParamInit::Kind::Zeros: std::fill(out, out + n, 0.f); break;
-      case ParamInit::Kind::Ones: std::fill(out, out + n, 1.f); break;
-      case ParamInit::Kind::Custom: p.init.fill(out, 0, n, seed, stream); break;
+    for (int64_t o = 0; o < outer; ++o) {
+      float* out = values_ + p.offset + o * run;
+      const auto first = static_cast<uint64_t>((o * global_extent + p.shard_start) * inner);
+      switch (p.init.kind) {
+        case ParamInit::Kind::Normal: fill_normal(out, run, seed, stream, first, 0.f, p.init.std); break;
+        case ParamInit::Kind::Zeros: std::fill(out, out + run, 0.f); break;
+        case ParamInit::Kind::Ones: std::fill(out, out + run, 1.f); break;
+        case ParamInit::Kind::Custom: p.init.fill(out, static_cast<int64_t>(first), run, seed, stream); break;
+      }
     }
   }
 }
@@ -63,12 +105,12 @@ int ParamRegistry::find(const std::string& name) const {
 
 Tensor ParamRegistry::value(int i) const {
   const ParamInfo& p = info(i);
-  return Tensor::view(values_ + p.offset, p.shape);
+  return Tensor::view(values_ + p.offset, p.local_shape);
 }
 
 Tensor ParamRegistry::grad(int i) const {
   const ParamInfo& p = info(i);
-  return Tensor::view(grads_ + p.offset, p.shape);
+  return Tensor::view(grads_ + p.offset, p.local_shape);
 }
 
 int64_t ParamRegistry::total_numel() const {

@@ -1,25 +1,43 @@
 // The parameter registry (docs/design.md): every parameter has its K3 checkpoint name, its
 // global shape, a shard spec, and lives in one flat buffer (values; gradients in a second flat
 // buffer of the same layout), so a collective or ZeRO moves byte ranges of one buffer.
-// Initialization draws from Philox keyed by (seed, name, global element index).
+// The flat buffers hold this rank's shard of each parameter (its local shape): a parameter
+// split over a group of size g keeps 1/g of the split dimension, at this rank's offset.
+// Initialization draws from Philox keyed by (seed, name, global element index), so a shard
+// equals the same slice of the unsplit tensor.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "k3/tensor/tensor.h"
 
+namespace k3::dist {
+class ProcessGrid;
+}
+
 namespace k3::model {
 
-// Which dimension is split over which process group; dim = -1 means replicated. Every group has
-// size 1 until the parallel layers exist, so shards equal global tensors.
+// Which dimension is split over which process group ("tp", "ep", ...); dim = -1 means
+// replicated.
 struct ShardSpec {
   int dim = -1;
   std::string group;
 };
+
+// This rank's place in each process group that parameters are split over, by group name; a group
+// not named has size 1. The registry needs nothing else of the grid, so a test can describe rank
+// r of a group of size g without starting g processes.
+struct GroupPlace {
+  int size = 1, rank = 0;
+};
+using GroupPlaces = std::map<std::string, GroupPlace>;
+// The places of this rank in the grid's groups (tp, cp, ep, dp, pp, replica).
+GroupPlaces places_of(const dist::ProcessGrid& grid);
 
 struct ParamInit {
   enum class Kind { Normal, Zeros, Ones, Custom };
@@ -36,39 +54,48 @@ struct ParamInit {
 struct ParamInfo {
   std::string name;   // K3 checkpoint name, e.g. model.layers.3.self_attn.q_proj.weight
   Shape shape;        // global shape
+  Shape local_shape;  // this rank's shard: `shape` with shard.dim divided by the group size
+  int64_t shard_start = 0;   // where the shard begins along shard.dim (0 when replicated)
   DType dtype = DType::F32;  // training dtype (k3lab trains in fp32)
   ShardSpec shard;
   ParamInit init;
   size_t offset = 0;  // in floats, into the flat buffers; 64-byte aligned
-  int64_t numel() const { return shape_numel(shape); }
+  int64_t numel() const { return shape_numel(shape); }  // of the global tensor
+  int64_t local_numel() const { return shape_numel(local_shape); }
 };
 
 class ParamRegistry {
  public:
-  ParamRegistry() = default;
+  // `places`: this rank's place in the groups that shard specs name (none: one process).
+  explicit ParamRegistry(GroupPlaces places = {});
   ~ParamRegistry();
   ParamRegistry(const ParamRegistry&) = delete;
   ParamRegistry& operator=(const ParamRegistry&) = delete;
 
-  // Register before allocate(); returns the parameter's index.
+  // Register before allocate(), with the global shape; returns the parameter's index. Throws when
+  // the split dimension does not divide evenly over its group.
   int add(std::string name, Shape shape, ParamInit init, ShardSpec shard = {});
   // One flat buffer for values and one for gradients (zeroed), pre-faulted.
   void allocate();
-  // Values from Philox(seed, stream_of(name), element index): identical under any layout.
+  // Each local element from Philox(seed, stream_of(name), its global element index): identical
+  // under any layout.
   void initialize(uint64_t seed);
   void zero_grads();
 
   int size() const { return static_cast<int>(infos_.size()); }
   const ParamInfo& info(int i) const { return infos_[static_cast<size_t>(i)]; }
   int find(const std::string& name) const;  // -1 when absent
+  const GroupPlace& place(const std::string& group) const;  // size 1 for a group not named
+  // This rank's shard, in the local shape.
   Tensor value(int i) const;
   Tensor grad(int i) const;
   float* values() const { return values_; }
   float* grads() const { return grads_; }
   size_t flat_size() const { return flat_size_; }  // floats, including alignment padding
-  int64_t total_numel() const;  // parameter values, without the padding
+  int64_t total_numel() const;                     // elements of the global tensors
 
  private:
+  GroupPlaces places_;
   std::vector<ParamInfo> infos_;
   std::unordered_map<std::string, int> by_name_;
   size_t flat_size_ = 0;

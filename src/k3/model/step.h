@@ -1,6 +1,7 @@
-// What a layer needs to run one micro-batch: the step arena (activations and scratch), the
-// activation manager, the parameters, and the process grid (groups of size 1 in one process).
-// Layers never allocate memory any other way, and reach other processes only through `grid`.
+// What a layer needs to run one micro-batch: the micro-batch's arena (activations and scratch),
+// the activation manager and the micro-batch's id in it, the parameters, and the process grid
+// (groups of size 1 in one process). Layers never allocate memory any other way, reach other
+// processes only through `grid`, and never see which micro-batch they run.
 #pragma once
 
 #include <cstdint>
@@ -19,13 +20,14 @@ struct Step {
   ParamRegistry& params;
   bool training = true;  // save activations for backward
   const dist::ProcessGrid& grid = dist::single_process();
+  int micro_batch = 0;  // scopes what save() keeps in the activation manager
 
   float* alloc(int64_t n) const { return arena.allocate_array<float>(static_cast<size_t>(n)); }
   // The manager never writes through a saved view (load() is read-only by contract).
   void save(const std::string& name, const float* p, int64_t n) const {
-    if (training) acts.save(name, Tensor::view(const_cast<float*>(p), {n}));
+    if (training) acts.save(micro_batch, name, Tensor::view(const_cast<float*>(p), {n}));
   }
-  float* load(const std::string& name) const { return acts.load(name).f32(); }
+  float* load(const std::string& name) const { return acts.load(micro_batch, name).f32(); }
 };
 
 }  // namespace k3::model

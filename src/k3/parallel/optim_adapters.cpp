@@ -5,7 +5,7 @@ namespace k3::parallel {
 optim::ParamSet param_set(const model::ParamRegistry& params) {
   optim::ParamSet set;
   for (int i = 0; i < params.size(); ++i)
-    set.slots.push_back({params.info(i).name, params.info(i).shape, params.info(i).offset});
+    set.slots.push_back({params.info(i).name, params.info(i).local_shape, params.info(i).offset});
   set.values = params.values();
   set.grads = params.grads();
   set.flat_size = params.flat_size();
