@@ -13,15 +13,35 @@ ONE=(--set train.threads=1)
 [ "$(grep -c '^trained 6 steps' "$WORK/out.txt")" -eq 1 ] || fail "expected one summary: $(cat "$WORK/out.txt")"
 [ "$(recorded_steps "$WORK/dp2")" -eq 6 ] || fail "metrics.jsonl should have 6 steps, one writer"
 grep -q '"comm.dp.bytes"' "$WORK/dp2/metrics.jsonl" || fail "no communication counters in metrics.jsonl"
-grep -q '"dp":2' "$WORK/dp2/checkpoints/step_00000006/manifest.json" || fail "the manifest does not record the layout"
+grep -Eq '"dp": ?2' "$WORK/dp2/checkpoints/step_00000006/manifest.json" || fail "the manifest does not record the layout"
 echo "ok: dp2 × ZeRO-2 run, one writer"
 
 # Its checkpoint is in global coordinates: evaluated, and resumed, in one process.
-"$K3LAB" eval "$WORK/dp2" > /dev/null
-"$K3LAB" train --quiet --resume "$WORK/dp2" --set train.steps=8 --set parallel.dp=1 --set parallel.zero=0
+"$K3LAB" eval --checkpoint "$WORK/dp2" --batches 2 > /dev/null
+"$K3LAB" train --quiet --resume "$WORK/dp2" --set train.steps=8 --set parallel.dp=1 --set parallel.zero=0 > /dev/null 2>&1
 [ "$(recorded_steps "$WORK/dp2")" -eq 8 ] || fail "the one-process resume did not continue to step 8"
 grep -q '"key":"parallel.dp"' "$WORK/dp2/history.jsonl" || fail "the layout change is not in history.jsonl"
 echo "ok: resumed in one process"
+
+# The same layout twice gives bit-identical checkpoints (no reduction order depends on timing);
+# a run that changes layout on the way (dp2 × ZeRO-2, then dp4 × ZeRO-1) ends where one process
+# ends, to fp32 rounding.
+loss_at() { grep "\"step\":$2[,}]" "$1/metrics.jsonl" | grep -o '"loss":[^,}]*' | cut -d: -f2; }
+for run in a b; do
+  "${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set parallel.zero=2 \
+    --set train.steps=8 --set run.dir="$WORK/twice_$run" > /dev/null
+done
+same_checkpoint "$WORK/twice_a/checkpoints/step_00000008" "$WORK/twice_b/checkpoints/step_00000008"
+"$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set train.steps=8 --set run.dir="$WORK/one" > /dev/null
+"${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set parallel.zero=2 \
+  --set train.steps=8 --set checkpoint.every=4 --set run.dir="$WORK/moved" > /dev/null
+rm -r "$WORK/moved/checkpoints/step_00000008"  # continue from step 4 under another layout
+"${MPI[@]}" -np 4 "$K3LAB" train --quiet --resume "$WORK/moved" \
+  --set parallel.dp=4 --set parallel.zero=1 > /dev/null 2>&1
+awk -v a="$(loss_at "$WORK/one" 8)" -v b="$(loss_at "$WORK/moved" 8)" \
+  'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a != "" && d <= 1e-5 * a) }' ||
+  fail "step 8 loss: one process $(loss_at "$WORK/one" 8), dp2 then dp4 $(loss_at "$WORK/moved" 8)"
+echo "ok: deterministic; a layout change on resume ends at the one-process loss"
 
 # Refusals before any work, the first line naming the rank and the field.
 first_error_line() {  # COMMAND...: must fail; prints its first stderr line

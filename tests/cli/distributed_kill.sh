@@ -5,4 +5,4 @@
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
 LAUNCH=(mpirun --allow-run-as-root --oversubscribe -q -np 2)
-kill_and_resume_matches 40 --set train.threads=1 --set parallel.dp=2 --set parallel.zero=1
+kill_and_resume_matches 80 --set train.threads=1 --set parallel.dp=2 --set parallel.zero=1
