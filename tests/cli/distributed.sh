@@ -43,6 +43,17 @@ awk -v a="$(loss_at "$WORK/one" 8)" -v b="$(loss_at "$WORK/moved" 8)" \
   fail "step 8 loss: one process $(loss_at "$WORK/one" 8), dp2 then dp4 $(loss_at "$WORK/moved" 8)"
 echo "ok: deterministic; a layout change on resume ends at the one-process loss"
 
+# SIGTERM to mpirun stops the job gracefully: a checkpoint of the last step, the stop recorded.
+"${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set train.steps=100000 \
+  --set checkpoint.every=0 --set run.dir="$WORK/stopped" > /dev/null 2>&1 &
+pid=$!
+wait_for_steps "$pid" "$WORK/stopped" 5
+kill -TERM "$pid"
+wait "$pid" || true
+grep -q '"event":"stop","signal":"SIGTERM"' "$WORK/stopped/history.jsonl" || fail "no stop in history.jsonl"
+compgen -G "$WORK/stopped/checkpoints/step_*" > /dev/null || fail "no checkpoint after SIGTERM"
+echo "ok: SIGTERM to mpirun stopped the job with a checkpoint"
+
 # Refusals before any work, the first line naming the rank and the field.
 first_error_line() {  # COMMAND...: must fail; prints its first stderr line
   local err rc=0
