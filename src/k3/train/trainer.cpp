@@ -5,7 +5,6 @@
 #include <array>
 #include <cstring>
 #include <filesystem>
-#include <span>
 #include <nlohmann/json.hpp>
 
 #include "k3/base/checksum.h"
@@ -21,7 +20,6 @@
 #include "k3/base/timer.h"
 #include "k3/data/batcher.h"
 #include "k3/dist/grid.h"
-#include "k3/dist/runtime.h"
 #include "k3/parallel/optim_adapters.h"
 #include "k3/parallel/zero/data_parallel.h"
 #include "k3/optim/clip.h"

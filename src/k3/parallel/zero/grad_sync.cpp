@@ -58,8 +58,8 @@ void GradSync::finish() {
   for (size_t b = next_; b < pending_.size(); ++b)
     K3_CHECK(final_left_[b] == 0, "gradient sync: bucket ", b, " has ", final_left_[b],
              " parameter(s) the backward never reported final");
+  Timer t;  // what the backward did not hide: starting the remaining buckets and waiting
   launch_ready();
-  Timer t;
   for (dist::Request& r : pending_) r.wait();
   wait_seconds_ = t.seconds();
   if (zero_ != 2) return;
