@@ -70,6 +70,48 @@ TEST(CrossEntropy, MatchesNaiveLogSoftmax) {
   }
 }
 
+// The vocabulary-parallel pieces, the logits cut into 1 to 5 shards (uneven ones too): the loss
+// and every shard's gradient equal the whole rows' cross-entropy; with one shard, bit for bit.
+TEST(CrossEntropy, VocabularyShardsMatchTheWholeRows) {
+  const int64_t N = 23, V = 97;
+  const auto logits = random_vec(N * V, 3, -6, 6);
+  const auto targets = targets_with_ignored(N, static_cast<int32_t>(V), 4);
+  const float scale = 0.3f;
+  std::vector<float> want = logits;
+  const LossSum want_loss =
+      kernels::cross_entropy_forward_backward(want.data(), targets.data(), N, V, kIgnore, scale);
+  for (int64_t shards = 1; shards <= 5; ++shards) {
+    // Shard k holds columns [bound(k), bound(k + 1)).
+    auto bound = [&](int64_t k) { return k * V / shards + (k > 0 && k < shards ? 1 : 0); };
+    std::vector<float> stats(shards * N * kernels::kCeStats), norm(N * 2);
+    std::vector<std::vector<float>> parts;
+    for (int64_t k = 0; k < shards; ++k) {
+      const kernels::VocabRange r{bound(k), bound(k + 1) - bound(k), V};
+      std::vector<float>& part = parts.emplace_back(N * r.size);
+      for (int64_t i = 0; i < N; ++i)
+        std::copy_n(logits.begin() + i * V + r.first, r.size, part.begin() + i * r.size);
+      kernels::ce_shard_stats(part.data(), targets.data(), N, r, kIgnore,
+                              stats.data() + k * N * kernels::kCeStats);
+    }
+    const LossSum loss =
+        kernels::ce_combine(stats.data(), shards, targets.data(), N, kIgnore, norm.data());
+    EXPECT_EQ(loss.count, want_loss.count);
+    EXPECT_NEAR(loss.sum, want_loss.sum, 1e-6 * want_loss.sum) << shards << " shards";
+    std::vector<float> grad(N * V);
+    for (int64_t k = 0; k < shards; ++k) {
+      const kernels::VocabRange r{bound(k), bound(k + 1) - bound(k), V};
+      kernels::ce_shard_grad(parts[k].data(), targets.data(), N, r, norm.data(), kIgnore, scale);
+      for (int64_t i = 0; i < N; ++i)
+        std::copy_n(parts[k].begin() + i * r.size, r.size, grad.begin() + i * V + r.first);
+    }
+    K3_EXPECT_CLOSE(grad, want, 1e-8, 1e-5);
+    if (shards == 1) {
+      EXPECT_EQ(grad, want);
+      EXPECT_EQ(loss.sum, want_loss.sum);
+    }
+  }
+}
+
 TEST(CrossEntropy, RejectsTargetOutsideVocabulary) {
   std::vector<float> logits(6);
   const std::vector<int32_t> bad = {1, 3};

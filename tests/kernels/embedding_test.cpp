@@ -62,6 +62,33 @@ TEST(Embedding, BackwardIsIndependentOfThreadCount) {
   EXPECT_EQ(two, again);
 }
 
+// Vocabulary shards: the shards' outputs sum to the whole table's, and each shard's gradient is
+// its rows of the whole table's gradient.
+TEST(Embedding, ShardsOfTheVocabularySumToTheWholeTable) {
+  const int64_t n = 40, vocab = 12, dim = 6;
+  const auto tok = random_tokens(n, vocab, 5);
+  const auto table = random_vec(vocab * dim, 6), dout = random_vec(n * dim, 7);
+  std::vector<float> want(n * dim), want_grad(vocab * dim, 0.f);
+  kernels::embedding_forward(tok.data(), n, table.data(), vocab, dim, want.data());
+  kernels::embedding_backward(tok.data(), n, dout.data(), vocab, dim, want_grad.data());
+  for (int64_t shards : {2, 3, 4}) {
+    const int64_t rows = vocab / shards;
+    std::vector<float> sum(n * dim, 0.f), part(n * dim);
+    for (int64_t k = 0; k < shards; ++k) {
+      const kernels::VocabShard shard{k * rows, rows};
+      kernels::embedding_forward(tok.data(), n, table.data() + k * rows * dim, vocab, dim,
+                                 part.data(), shard);
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += part[i];
+      std::vector<float> grad(rows * dim, 0.f);
+      kernels::embedding_backward(tok.data(), n, dout.data(), vocab, dim, grad.data(), shard);
+      EXPECT_EQ(grad, std::vector<float>(want_grad.begin() + k * rows * dim,
+                                         want_grad.begin() + (k + 1) * rows * dim))
+          << shards << " shards, shard " << k;
+    }
+    EXPECT_EQ(sum, want) << shards << " shards";
+  }
+}
+
 TEST(Embedding, RejectsOutOfRangeToken) {
   const std::vector<int32_t> tok = {0, 3};
   std::vector<float> table(6), out(4);

@@ -18,12 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "common/test_util.h"
-#include "k3/dist/grid.h"
-#include "k3/model/model.h"
-#include "k3/optim/param_groups.h"
-#include "k3/parallel/optim_adapters.h"
-#include "k3/parallel/zero/data_parallel.h"
+#include "common/tp_util.h"
+#include "parallel/trainee.h"
 
 namespace k3::parallel {
 namespace {
@@ -31,81 +27,15 @@ namespace {
 using model::Model;
 using model::TokenBatch;
 
-constexpr int64_t kRows = 4, kT = 16, kMicro = 2;
-
-model::ModelConfig nano() { return model::load_model_config(k3::testing::source_dir() + "/configs/k3-nano.json"); }
-
-// The global batch of step `step`: kMicro micro-batches of kRows rows, some targets ignored
-// (unevenly over rows, so the ranks count different numbers of tokens).
-struct GlobalBatch {
-  std::vector<std::vector<int32_t>> tokens, targets;
-  GlobalBatch(const model::ModelConfig& c, int step) {
-    std::mt19937 rng(1000 + static_cast<unsigned>(step));
-    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
-    for (int m = 0; m < kMicro; ++m) {
-      tokens.emplace_back(kRows * kT);
-      targets.emplace_back(kRows * kT);
-      for (int64_t i = 0; i < kRows * kT; ++i) {
-        tokens.back()[static_cast<size_t>(i)] = tok(rng);
-        const int64_t row = i / kT;
-        targets.back()[static_cast<size_t>(i)] =
-            (i % kT) < row * 3 ? static_cast<int32_t>(c.ignore_index) : tok(rng);
-      }
-    }
-  }
-  // Rows [first, first + rows) of every micro-batch.
-  std::vector<TokenBatch> share(int64_t first, int64_t rows) const {
-    std::vector<TokenBatch> out;
-    for (int m = 0; m < kMicro; ++m)
-      out.push_back({tokens[static_cast<size_t>(m)].data() + first * kT,
-                     targets[static_cast<size_t>(m)].data() + first * kT, rows, kT});
-    return out;
-  }
-};
-
-struct Setup {
-  int zero;
-  const char* optimizer;  // "adamw" or "muon"
-};
+using k3::testing::max_rel_error;
+using testing::GlobalBatch;
+using testing::kRows;
+using testing::nano;
+using testing::Setup;
+using testing::Trainee;
 
 std::string name(const ::testing::TestParamInfo<Setup>& p) {
   return std::string(p.param.optimizer) + "_zero" + std::to_string(p.param.zero);
-}
-
-// A model on `grid`, initialized, with its data-parallel step.
-struct Trainee {
-  Model model;
-  Arena arena{size_t{256} << 20, false};
-  activation::ActivationManager acts;
-  DataParallel dp;
-  Trainee(const dist::ProcessGrid& grid, const Setup& s)
-      : model(nano(), true, grid), dp(model, grid, plan(model, s.optimizer), {}, options(s)) {
-    model.initialize(7);
-  }
-  static std::vector<optim::Assignment> plan(const Model& m, const std::string& optimizer) {
-    const auto slots = param_set(m.params()).slots;
-    const std::vector<std::string> rules =
-        optimizer == "adamw" ? optim::adamw_only_rules() : std::vector<std::string>{};
-    return optim::assign_param_groups(slots, head_sizes(m.config()), rules);
-  }
-  static DataParallelOptions options(const Setup& s) {
-    return {.zero = s.zero, .bucket_floats = 20000, .overlap = true};  // several buckets
-  }
-  StepTotals step(const GlobalBatch& b, bool apply) {
-    const StepTotals t = dp.forward_backward(arena, acts, b.share(dp.first_row(kRows), dp.rows(kRows)));
-    if (apply) dp.apply(2e-3f, 1.0f);
-    return t;
-  }
-};
-
-// max |a - b| over a tensor, relative to max |b| (0 for an all-zero b and a == b).
-double rel_error(const float* a, const float* b, int64_t n) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(b[i])));
-  }
-  return scale > 0 ? diff / scale : diff;
 }
 
 class DataParallelMatchesOneProcess : public ::testing::TestWithParam<Setup> {
@@ -123,9 +53,8 @@ TEST_P(DataParallelMatchesOneProcess, FirstStepLossAndEveryGradient) {
   EXPECT_NEAR(got.grad_norm, want.grad_norm, 1e-5 * want.grad_norm);
   const model::ParamRegistry &r = ref.model.params(), &p = dp.model.params();
   // Under ZeRO-2 a rank holds only its pieces of the reduced gradient.
-  const std::vector<FlatRange> held = GetParam().zero == 2
-                                          ? dp.dp.layout().owned()
-                                          : std::vector<FlatRange>{{0, p.flat_size()}};
+  const std::vector<FlatRange> held =
+      GetParam().zero == 2 ? dp.dp.layout().owned() : std::vector<FlatRange>{{0, p.flat_size()}};
   double worst = 0;
   for (int i = 0; i < p.size(); ++i) {
     const model::ParamInfo& info = p.info(i);
@@ -133,7 +62,7 @@ TEST_P(DataParallelMatchesOneProcess, FirstStepLossAndEveryGradient) {
       const size_t lo = std::max(h.begin, info.offset),
                    hi = std::min(h.end, info.offset + static_cast<size_t>(info.numel()));
       if (lo >= hi) continue;
-      const double e = rel_error(p.grads() + lo, r.grads() + lo, static_cast<int64_t>(hi - lo));
+      const double e = max_rel_error(p.grads() + lo, r.grads() + lo, static_cast<int64_t>(hi - lo));
       EXPECT_LT(e, 1e-5) << info.name;
       worst = std::max(worst, e);
     }
@@ -152,12 +81,13 @@ TEST_P(DataParallelMatchesOneProcess, TwentyStepsOfLossAndTheParametersAfterTen)
     const model::ParamRegistry &r = ref.model.params(), &p = dp.model.params();
     for (int i = 0; i < p.size(); ++i) {
       const int64_t at = static_cast<int64_t>(p.info(i).offset);
-      const double e = rel_error(p.values() + at, r.values() + at, p.info(i).numel());
+      const double e = max_rel_error(p.values() + at, r.values() + at, p.info(i).numel());
       EXPECT_LT(e, 1e-3) << p.info(i).name;
       worst_param = std::max(worst_param, e);
     }
   }
-  if (world.rank() == 0) std::printf("max relative parameter error after 10 steps: %.3g\n", worst_param);
+  if (world.rank() == 0)
+    std::printf("max relative parameter error after 10 steps: %.3g\n", worst_param);
   // Every rank holds the same parameters, bit for bit.
   const model::ParamRegistry& p = dp.model.params();
   std::vector<float> lead(p.values(), p.values() + p.flat_size());
@@ -186,8 +116,7 @@ TEST_P(DataParallelMatchesOneProcess, BytesPerStepEqualTheAnalyticCount) {
   EXPECT_EQ(moved(dist::Op::reduce_scatter), zero == 2 ? grads : 0);
   EXPECT_EQ(moved(dist::Op::all_gather), zero >= 1 ? grads : 0);
   EXPECT_EQ(moved(dist::Op::send) + moved(dist::Op::recv), p2p);
-  EXPECT_EQ(after.bytes() - before.bytes(),
-            scalars + grads * (zero >= 1 ? 2 : 1) + p2p);
+  EXPECT_EQ(after.bytes() - before.bytes(), scalars + grads * (zero >= 1 ? 2 : 1) + p2p);
   if (world.rank() == 0)
     std::printf("bytes per step, rank 0: %lld (F = %lld floats, Muon point-to-point %lld)\n",
                 static_cast<long long>(after.bytes() - before.bytes()), static_cast<long long>(F),
@@ -203,7 +132,7 @@ TEST(GradSync, StartsEachBucketDuringTheBackward) {
   m.initialize(7);
   const ShardLayout layout(m.params(), world.size(), world.rank(), 20000);
   ASSERT_GE(layout.buckets().size(), 4u);
-  GradSync sync(m.params(), layout, grid.dp(), 0, true);
+  GradSync sync(m.params(), layout, grid.dp(), grid.tp(), 0, true);
   const GlobalBatch batch(m.config(), 0);
   const std::vector<TokenBatch> share =
       batch.share(world.rank() * (kRows / world.size()), kRows / world.size());
@@ -227,7 +156,7 @@ TEST(GradSync, StartsEachBucketDuringTheBackward) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelMatchesOneProcess,
                          ::testing::Values(Setup{0, "adamw"}, Setup{1, "adamw"}, Setup{2, "adamw"},
-                                         Setup{0, "muon"}, Setup{1, "muon"}, Setup{2, "muon"}),
+                                           Setup{0, "muon"}, Setup{1, "muon"}, Setup{2, "muon"}),
                          name);
 
 }  // namespace

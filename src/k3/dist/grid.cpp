@@ -8,6 +8,7 @@ std::string ParallelDims::str() const {
   std::string s;
   for (auto [name, n] : {std::pair{"dp", dp}, {"tp", tp}, {"pp", pp}, {"ep", ep}, {"cp", cp}})
     if (n > 1) s += (s.empty() ? "" : " × ") + std::string(name) + std::to_string(n);
+  if (sequence_parallel && tp > 1) s += " (sequence parallel)";
   return s.empty() ? "single process" : s;
 }
 
@@ -27,8 +28,8 @@ GridCoord coord_of(const ParallelDims& d, int rank) {
 
 ProcessGrid::ProcessGrid(const ParallelDims& dims, const Comm& world) : dims_(dims), world_(world) {
   for (int n : {dims.tp, dims.cp, dims.ep, dims.dp, dims.pp})
-    K3_CHECK_CTX(n >= 1, (ErrorContext{"", "parallel", -1}), "every parallel size must be >= 1, got ",
-                 dims.str());
+    K3_CHECK_CTX(n >= 1, (ErrorContext{"", "parallel", -1}),
+                 "every parallel size must be >= 1, got ", dims.str());
   K3_CHECK_CTX(dims.product() == world.size(), (ErrorContext{"", "parallel", -1}),
                "tp·cp·ep·dp·pp = ", dims.product(), " (", dims.str(), ") but the job has ",
                world.size(), " process", world.size() == 1 ? "" : "es",

@@ -27,8 +27,11 @@ namespace k3::dist {
 
 struct ParallelDims {
   int tp = 1, cp = 1, ep = 1, dp = 1, pp = 1;
+  // Under tensor parallelism, split the residual stream's tokens over tp outside the layers'
+  // tensor-parallel regions (norms, residual sums and Attention Residuals on a slice each).
+  bool sequence_parallel = false;
   int64_t product() const { return int64_t{tp} * cp * ep * dp * pp; }
-  std::string str() const;  // "dp2 × tp2", "single process" when all are 1
+  std::string str() const;  // "dp2 × tp2 (sequence parallel)", "single process" when all are 1
   bool operator==(const ParallelDims&) const = default;
 };
 

@@ -84,4 +84,73 @@ LossSum lm_head_cross_entropy(const LmHeadCeArgs& a) {
   return total;
 }
 
+void ce_shard_stats(const float* logits, const int32_t* targets, int64_t N, const VocabRange& r,
+                    int32_t ignore_index, float* stats) {
+  K3_CHECK(N >= 0 && r.size > 0 && r.first >= 0 && r.first + r.size <= r.vocab,
+           "cross_entropy: bad shard [", r.first, ", ", r.first + r.size, ") of ", r.vocab);
+  count_targets(targets, N, r.vocab, ignore_index);
+#pragma omp parallel for schedule(static) if (N * r.size > 65536)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = logits + i * r.size;
+    float* st = stats + i * kCeStats;
+    if (targets[i] == ignore_index) {
+      st[0] = st[1] = st[2] = 0.f;
+      continue;
+    }
+    float mx = -std::numeric_limits<float>::infinity();
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < r.size; ++j) mx = std::max(mx, x[j]);
+    float sum = 0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < r.size; ++j) sum += fast::exp(x[j] - mx);
+    const int64_t t = targets[i] - r.first;
+    st[0] = mx;
+    st[1] = sum;
+    st[2] = t >= 0 && t < r.size ? x[t] : 0.f;
+  }
+}
+
+LossSum ce_combine(const float* all_stats, int64_t shards, const int32_t* targets, int64_t N,
+                   int32_t ignore_index, float* norm) {
+  LossSum out;
+  for (int64_t i = 0; i < N; ++i) {
+    float* nm = norm + i * 2;
+    if (targets[i] == ignore_index) {
+      nm[0] = 0.f;
+      nm[1] = 1.f;
+      continue;
+    }
+    auto stat = [&](int64_t k) { return all_stats + (k * N + i) * kCeStats; };
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < shards; ++k) mx = std::max(mx, stat(k)[0]);
+    float sum = 0, target = 0;
+    for (int64_t k = 0; k < shards; ++k) {
+      sum += stat(k)[1] * fast::exp(stat(k)[0] - mx);
+      target += stat(k)[2];  // one shard holds the target, the others add 0
+    }
+    nm[0] = mx;
+    nm[1] = sum;
+    out.sum += static_cast<double>(mx) + std::log(static_cast<double>(sum)) - target;
+    ++out.count;
+  }
+  return out;
+}
+
+void ce_shard_grad(float* logits, const int32_t* targets, int64_t N, const VocabRange& r,
+                   const float* norm, int32_t ignore_index, float grad_scale) {
+#pragma omp parallel for schedule(static) if (N * r.size > 65536)
+  for (int64_t i = 0; i < N; ++i) {
+    float* x = logits + i * r.size;
+    if (targets[i] == ignore_index) {
+      std::fill(x, x + r.size, 0.0f);
+      continue;
+    }
+    const float mx = norm[i * 2], scale = grad_scale / norm[i * 2 + 1];
+#pragma omp simd
+    for (int64_t j = 0; j < r.size; ++j) x[j] = fast::exp(x[j] - mx) * scale;
+    const int64_t t = targets[i] - r.first;
+    if (t >= 0 && t < r.size) x[t] -= grad_scale;
+  }
+}
+
 }  // namespace k3::kernels

@@ -57,10 +57,11 @@ PartFloats ffn_floats(const ModelConfig& c, FfnKind kind, double n) {
 }  // namespace
 
 // The step arena is a bump allocator that forward_backward rewinds only when it returns (and each
-// layer's backward to where that backward began), so its peak is
-//   everything forward allocates  +  the LM head's logits chunk and dh
-//   + backward_stack's buffers (dP, tmp, da_in; one gradient per Attention Residuals block)
-//   + the largest scratch of any one layer's backward.
+// layer's backward, and the LM head's loss, to where they began), so its peak is
+//   everything forward allocates  +  dh, the head's gradient kept for the backward
+//   + the larger of the head's logits chunk and, in the backward, backward_stack's buffers (dP,
+//     tmp, da_in; one gradient per Attention Residuals block) and the largest scratch of any one
+//     layer's backward.
 // In floats, with n = B·T tokens and d = hidden_size, forward allocates the embedding nd, the final
 // norm's output nd and rstd n, and per layer:
 //   residual stream: a_in, A, m_in, F = 4nd and the two norms' rstd 2n; with Attention Residuals
@@ -100,10 +101,11 @@ double activation_bytes(const ModelConfig& c, int64_t B_in, int64_t T_in) {
       widest_backward = std::max(widest_backward, part.backward);
     }
   }
-  const double head = static_cast<double>(Model::lm_head_chunk(c.vocab_size)) * V + n * d;
+  const double logits = static_cast<double>(LmHead::chunk_rows(c.vocab_size)) * V, dh = n * d;
   const double backward_stack = (blocks + 3) * n * d;
   const double alignment = 64.0 * Arena::kAlign * static_cast<double>(layers + 1);
-  return (forward + head + backward_stack + widest_backward) * sizeof(float) + alignment;
+  return (forward + dh + std::max(logits, backward_stack + widest_backward)) * sizeof(float) +
+         alignment;
 }
 
 ModelMemory model_memory(const Model& model, int64_t B, int64_t T) {

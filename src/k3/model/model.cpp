@@ -7,24 +7,39 @@
 #include "k3/base/error.h"
 #include "k3/base/profile.h"
 #include "k3/kernels/elementwise.h"
-#include "k3/kernels/embedding.h"
-#include "k3/kernels/gemm.h"
+#include "k3/model/layers/tp_region.h"
 
 namespace k3::model {
 
 Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid)
-    : config_(std::move(c)), grid_(grid), params_(places_of(grid)) {
+    : config_(std::move(c)),
+      grid_(grid),
+      sequence_parallel_(grid.dims().sequence_parallel && grid.tp().size() > 1),
+      params_(places_of(grid)) {
+  check_tensor_parallel(config_, grid.tp().size());
   const int64_t d = config_.hidden_size, V = config_.vocab_size;
-  const float std = static_cast<float>(config_.initializer_range), eps = static_cast<float>(config_.rms_norm_eps);
-  embed_ = params_.add("model.embed_tokens.weight", {V, d}, ParamInit::normal(std));
+  const float std = static_cast<float>(config_.initializer_range),
+              eps = static_cast<float>(config_.rms_norm_eps);
+  // Under sequence parallelism each tp rank normalizes and mixes only its own tokens, so the
+  // residual stream's norms and Attention Residuals have partial gradients, summed over tp.
+  const ShardSpec stream = sequence_parallel_ ? ShardSpec::summed("tp") : ShardSpec{};
+  embedding_ = VocabEmbedding(params_, "model.embed_tokens.weight", V, d, std);
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l);
-    Layer L{l, attn_res() && l % config_.attn_res_block_size == 0,
-            params_.size(), 0, RMSNorm(params_, p + ".input_layernorm", d, eps),
-            RMSNorm(params_, p + ".post_attention_layernorm", d, eps), nullptr, nullptr, {}, {}};
+    Layer L{l,
+            attn_res() && l % config_.attn_res_block_size == 0,
+            params_.size(),
+            0,
+            RMSNorm(params_, p + ".input_layernorm", d, eps, stream),
+            RMSNorm(params_, p + ".post_attention_layernorm", d, eps, stream),
+            nullptr,
+            nullptr,
+            {},
+            {}};
     if (attn_res()) {
-      L.self_res = AttnResMix(params_, p + ".self_attention_res", d, eps);  // no effect at layer 0
-      L.mlp_res = AttnResMix(params_, p + ".mlp_res", d, eps);
+      // self_attention_res has no effect at layer 0
+      L.self_res = AttnResMix(params_, p + ".self_attention_res", d, eps, stream);
+      L.mlp_res = AttnResMix(params_, p + ".mlp_res", d, eps, stream);
     }
     L.mixer = make_mixer(params_, p, config_, l);
     FfnBlock ffn = make_ffn(params_, p, config_, l);
@@ -34,16 +49,18 @@ Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid)
     layers_.push_back(std::move(L));
   }
   tail_first_ = params_.size();
-  if (attn_res()) output_res_ = AttnResMix(params_, "model.output_attn_res", d, eps);
-  final_norm_ = RMSNorm(params_, "model.norm", d, eps);
-  head_ = params_.add("lm_head.weight", {V, d}, ParamInit::normal(std));
+  if (attn_res()) output_res_ = AttnResMix(params_, "model.output_attn_res", d, eps, stream);
+  final_norm_ = RMSNorm(params_, "model.norm", d, eps, stream);
+  head_ = LmHead(params_, "lm_head.weight", V, d, std);
   if (allocate) params_.allocate();
 }
 
-int64_t Model::lm_head_chunk(int64_t vocab_size) {
-  // At most ~32M floats (128 MiB) of logits at a time, between 64 and 1024 rows: chunks of 1024
-  // rows measured as fast as the unfused path (bench_lm_head), smaller ones a few percent slower.
-  return std::clamp<int64_t>((int64_t{32} << 20) / vocab_size, 64, 1024);
+Step Model::step(const MicroBatch& mb, bool training) {
+  return {mb.arena, mb.acts, params_, training, grid_, mb.id, sequence_parallel_};
+}
+
+int64_t Model::local_rows(int64_t tokens) const {
+  return sequence_parallel_ ? tokens / grid_.tp().size() : tokens;
 }
 
 const char* Model::ffn_bucket(int64_t layer) const {
@@ -58,8 +75,8 @@ float* Model::embed(const Step& s, const int32_t* tokens, int64_t n) const {
   for (int64_t i = 0; i < n; ++i)
     K3_CHECK(tokens[i] >= 0 && tokens[i] < config_.vocab_size, "token[", i, "] = ", tokens[i],
              " is outside the vocabulary of ", config_.vocab_size);
-  float* x = s.alloc(n * config_.hidden_size);
-  kernels::embedding_forward(tokens, n, s.params.value(embed_).f32(), config_.vocab_size, config_.hidden_size, x);
+  float* x = s.alloc(model::local_rows(s, n) * config_.hidden_size);
+  embedding_.forward(s, tokens, n, x);
   return x;
 }
 
@@ -69,7 +86,7 @@ int64_t Model::banks_before(int64_t layer) const {
 }
 
 int64_t Model::payload_floats(int64_t layer, int64_t tokens) const {
-  return (banks_before(layer) + 1) * tokens * config_.hidden_size;
+  return (banks_before(layer) + 1) * local_rows(tokens) * config_.hidden_size;
 }
 
 void Model::check_stage(const Stage& st) const {
@@ -91,9 +108,9 @@ std::vector<const float*> Model::Stream::with(const float* last) const {
 // the current block, whose snapshots at block starts form the bank (math §2). P_in, mid and P_out
 // are read back only by the Attention Residuals' backward. The sums are written over the summand
 // that nothing saved (the mixer's or the feed-forward's output).
-void Model::run_layer(const Step& s, const Layer& L, Stream& x, int64_t n,
+void Model::run_layer(const Step& s, const Layer& L, Stream& x, int64_t tokens,
                       const MixerCall& mix) const {
-  const int64_t d = config_.hidden_size;
+  const int64_t d = config_.hidden_size, n = model::local_rows(s, tokens);
   float* P = x.P;
   if (attn_res()) s.save(key(L, "P_in"), P, n * d);
   float* a_in = s.alloc(n * d);
@@ -124,7 +141,7 @@ void Model::run_layer(const Step& s, const Layer& L, Stream& x, int64_t n,
   float* F = s.alloc(n * d);
   {
     ProfileScope time(ffn_bucket(L.index));
-    L.ffn->forward(s, m_in, n, F);
+    L.ffn->forward(s, m_in, tokens, F);
   }
   kernels::add(mid, F, F, n * d);
   x.P = F;
@@ -145,7 +162,8 @@ float* Model::head_input(const Step& s, const Stream& x, int64_t n) const {
 
 float* Model::forward_layers(const Step& s, const Stage& st, const TokenBatch& b, const float* in,
                              float* out) const {
-  const int64_t n = b.B * b.T, size = n * config_.hidden_size, nb_in = banks_before(st.first);
+  const int64_t n = b.B * b.T, rows = model::local_rows(s, n);
+  const int64_t size = rows * config_.hidden_size, nb_in = banks_before(st.first);
   Stream x;
   if (st.embedding) {
     x.P = embed(s, b.tokens, n);
@@ -163,7 +181,7 @@ float* Model::forward_layers(const Step& s, const Stage& st, const TokenBatch& b
     run_layer(s, L, x, n,
               [&](const float* a_in, float* A) { L.mixer->forward(s, a_in, b.B, b.T, A); });
   }
-  if (st.head) return head_input(s, x, n);
+  if (st.head) return head_input(s, x, rows);
   for (size_t j = 0; j < x.bank.size(); ++j)
     std::memcpy(out + static_cast<int64_t>(j) * size, x.bank[j],
                 static_cast<size_t>(size) * sizeof(float));
@@ -174,29 +192,16 @@ float* Model::forward_layers(const Step& s, const Stage& st, const TokenBatch& b
 
 kernels::LossSum Model::head_loss(const Step& s, const float* h, const TokenBatch& b,
                                   float grad_scale, float* dh) const {
-  const int64_t chunk = lm_head_chunk(config_.vocab_size);
-  kernels::LmHeadCeArgs ce{h,
-                           params_.value(head_).f32(),
-                           b.targets,
-                           b.B * b.T,
-                           config_.hidden_size,
-                           config_.vocab_size,
-                           config_.ignore_index,
-                           grad_scale,
-                           chunk,
-                           s.alloc(chunk * config_.vocab_size),
-                           dh,
-                           dh ? params_.grad(head_).f32() : nullptr};
-  return kernels::lm_head_cross_entropy(ce);
+  return head_.loss(s, h, b.targets, b.B * b.T, config_.ignore_index, grad_scale, dh);
 }
 
 kernels::LossSum Model::forward_stage(const MicroBatch& mb, const Stage& st, const TokenBatch& b,
                                       float grad_scale, const float* in, float* out) {
   check_stage(st);
-  const Step s{mb.arena, mb.acts, params_, true, grid_, mb.id};
+  const Step s = step(mb, true);
   const float* h = forward_layers(s, st, b, in, out);
   if (!st.head) return {};
-  const int64_t n = b.B * b.T;
+  const int64_t n = local_rows(b.B * b.T);
   float* dh = s.alloc(n * config_.hidden_size);
   kernels::LossSum loss;
   {
@@ -217,8 +222,8 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     if (grads_final) grads_final(first, end);
   };
   ArenaScope scratch(mb.arena);
-  const Step s{mb.arena, mb.acts, params_, true, grid_, mb.id};
-  const int64_t n = b.B * b.T, d = config_.hidden_size, size = n * d;
+  const Step s = step(mb, true);
+  const int64_t n = local_rows(b.B * b.T), d = config_.hidden_size, size = n * d;
   const auto nb_in = static_cast<size_t>(banks_before(st.first));
   const auto nb_out = static_cast<size_t>(banks_before(st.end));
   auto bytes = [size](size_t count) { return count * static_cast<size_t>(size) * sizeof(float); };
@@ -270,7 +275,7 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     // P_out = mid + ffn(post_norm(mix(bank, mid)))
     {
       ProfileScope time(ffn_bucket(L.index));
-      L.ffn->backward(s, dP, n, tmp);
+      L.ffn->backward(s, dP, b.B * b.T, tmp);
     }
     // The gradients of mid and then of P_in accumulate in place: dP is not read again, and
     // dbank[nb_after - 1] is read by no earlier layer (they reach at most dbank[nb_after - 2]), so
@@ -278,7 +283,8 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     float* dmid = dP;
     if (attn_res()) {
       L.post_norm.backward(s, tmp, n, da_in, false);
-      L.mlp_res.backward(s, rows_of(nb_after, s.load(key(L, "mid"))), n, da_in, grads_of(nb_after, dmid));
+      L.mlp_res.backward(s, rows_of(nb_after, s.load(key(L, "mid"))), n, da_in,
+                         grads_of(nb_after, dmid));
     } else {
       L.post_norm.backward(s, tmp, n, dmid, true);
     }
@@ -291,7 +297,8 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     // a_in = input_norm(P_in), or input_norm(mix(bank, P_in)) once the bank is not empty
     if (attn_res() && nb_before > 0) {
       L.input_norm.backward(s, da_in, n, tmp, false);
-      L.self_res.backward(s, rows_of(nb_before, s.load(key(L, "P_in"))), n, tmp, grads_of(nb_before, dP_in));
+      L.self_res.backward(s, rows_of(nb_before, s.load(key(L, "P_in"))), n, tmp,
+                          grads_of(nb_before, dP_in));
     } else {
       L.input_norm.backward(s, da_in, n, dP_in, true);
     }
@@ -299,8 +306,8 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     final_now(L.params_first, L.params_end);
   }
   if (st.embedding) {
-    kernels::embedding_backward(b.tokens, n, dP, config_.vocab_size, d, params_.grad(embed_).f32());
-    final_now(embed_, embed_ + 1);
+    embedding_.backward(s, b.tokens, b.B * b.T, dP);
+    final_now(embedding_.weight(), embedding_.weight() + 1);
   } else {
     for (size_t j = 0; j < nb_in; ++j)
       std::memcpy(d_in + static_cast<int64_t>(j) * size, dbank[j], bytes(1));
@@ -322,17 +329,17 @@ kernels::LossSum Model::forward_backward(Arena& arena, activation::ActivationMan
 kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
   ArenaScope scope(arena);
   activation::ActivationManager unused;
-  const Step s{arena, unused, params_, false, grid_};
+  const Step s = step({0, arena, unused}, false);
   return head_loss(s, forward_layers(s, whole(), b, nullptr, nullptr), b, 1.f, nullptr);
 }
 
-void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T, float* logits) {
+void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T,
+                           float* logits) {
   ArenaScope scope(arena);
   activation::ActivationManager unused;
-  const Step s{arena, unused, params_, false, grid_};
+  const Step s = step({0, arena, unused}, false);
   const float* h = forward_layers(s, whole(), {tokens, nullptr, B, T}, nullptr, nullptr);
-  kernels::gemm(false, true, B * T, config_.vocab_size, config_.hidden_size, 1.f, h,
-                params_.value(head_).f32(), 0.f, logits);
+  head_.logits(s, TpRegion(s, B * T, config_.hidden_size).enter(h), B * T, logits);
 }
 
 ModelCache Model::make_cache(int64_t max_len) const {
@@ -342,12 +349,15 @@ ModelCache Model::make_cache(int64_t max_len) const {
   return c;
 }
 
-void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n, float* logits) {
+void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n,
+                   float* logits) {
   K3_CHECK(n > 0, "decode needs at least one token");
-  K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len, " tokens");
+  K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len,
+           " tokens");
   ArenaScope scope(arena);
   activation::ActivationManager unused;
-  const Step s{arena, unused, params_, false, grid_};
+  Step s = step({0, arena, unused}, false);
+  s.sequence_parallel = false;  // a few tokens at a time: every rank holds them all
   Stream x{embed(s, tokens, n), {}};
   for (const Layer& L : layers_) {
     DecodeCache& layer_cache = *cache.layers[static_cast<size_t>(L.index)];
@@ -356,9 +366,7 @@ void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64
   }
   const float* h = head_input(s, x, n);
   cache.length += n;
-  const int64_t d = config_.hidden_size;
-  kernels::gemm(false, true, 1, config_.vocab_size, d, 1.f, h + (n - 1) * d, params_.value(head_).f32(), 0.f,
-                logits);
+  head_.logits(s, h + (n - 1) * config_.hidden_size, 1, logits);
 }
 
 std::map<int64_t, ExpertLoadStats> Model::end_global_batch(const CountReducer& reduce) {
@@ -382,8 +390,10 @@ void Model::restore_balancer_state(const std::vector<std::pair<std::string, Tens
                                    const std::string& origin) {
   for (auto& [layer, moe] : moe_layers_) {
     const std::string name = moe->balancer_state_name();
-    auto it = std::find_if(tensors.begin(), tensors.end(), [&](auto& p) { return p.first == name; });
-    K3_CHECK_CTX(it != tensors.end() && it->second.shape() == Shape{2}, (ErrorContext{origin, name, -1}),
+    auto it =
+        std::find_if(tensors.begin(), tensors.end(), [&](auto& p) { return p.first == name; });
+    K3_CHECK_CTX(it != tensors.end() && it->second.shape() == Shape{2},
+                 (ErrorContext{origin, name, -1}),
                  "the checkpoint lacks this layer's Quantile Balancing range [2]");
     moe->balancer().set_range(it->second.f32()[0], it->second.f32()[1]);
   }
@@ -395,7 +405,7 @@ int64_t Model::matmul_params() const {
   int64_t n = 0;
   for (int i = 0; i < params_.size(); ++i) {
     const ParamInfo& p = params_.info(i);
-    if (p.shape.size() != 2 || i == embed_) continue;
+    if (p.shape.size() != 2 || i == embedding_.weight()) continue;
     n += p.name.find(".experts.") != std::string::npos
              ? p.numel() * config_.num_experts_per_token / config_.num_experts
              : p.numel();
@@ -412,14 +422,16 @@ double Model::train_flops_per_token(int64_t T) const {
   for (const Layer& L : layers_) {
     switch (mixer_kind(c, L.index)) {
       case MixerKind::GatedAttention:
-        mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) * 2.0 * static_cast<double>(c.head_dim);
+        mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) * 2.0 *
+                  static_cast<double>(c.head_dim);
         break;
       case MixerKind::GatedMLA:
         mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) *
                   static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim);
         break;
       case MixerKind::KDA:
-        mixing += 12.0 * static_cast<double>(c.kda_num_heads) * static_cast<double>(c.kda_head_dim * c.kda_head_dim);
+        mixing += 12.0 * static_cast<double>(c.kda_num_heads) *
+                  static_cast<double>(c.kda_head_dim * c.kda_head_dim);
         break;
     }
   }

@@ -24,6 +24,7 @@
 #include "k3/model/layers/attn_res_mix.h"
 #include "k3/model/layers/latent_moe.h"
 #include "k3/model/layers/norm.h"
+#include "k3/model/layers/vocab_parallel.h"
 
 namespace k3::model {
 
@@ -117,13 +118,16 @@ class Model {
   std::map<int64_t, ExpertLoadStats> end_global_batch(const CountReducer& reduce = nullptr);
   // The balancers' ranges, for checkpoints: one [2] tensor per MoE layer.
   std::vector<std::pair<std::string, Tensor>> balancer_state() const;
-  void restore_balancer_state(const std::vector<std::pair<std::string, Tensor>>& tensors, const std::string& origin);
+  void restore_balancer_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
+                              const std::string& origin);
 
   // Training FLOPs per token: 6 × matmul parameters + attention (12 · layers · attn_dim · T / 2).
   double train_flops_per_token(int64_t T) const;
   int64_t matmul_params() const;
-  // Rows of logits the fused LM head + cross-entropy computes at a time.
-  static int64_t lm_head_chunk(int64_t vocab_size);
+
+  // The rows of a micro-batch of `tokens` tokens this rank holds between layers: all of them, or
+  // under sequence parallelism its slice.
+  int64_t local_rows(int64_t tokens) const;
 
  private:
   struct Layer {
@@ -159,17 +163,21 @@ class Model {
   float* embed(const Step& s, const int32_t* tokens, int64_t n) const;
   int64_t banks_before(int64_t layer) const;  // bank entries taken before layer `layer`
   void check_stage(const Stage& stage) const;
+  Step step(const MicroBatch& mb, bool training);
   bool attn_res() const { return config_.attn_res_block_size > 0; }
   std::string key(const Layer& L, const char* what) const;
   const char* ffn_bucket(int64_t layer) const;  // profile bucket of layer's feed-forward
 
   ModelConfig config_;
   const dist::ProcessGrid& grid_;
+  bool sequence_parallel_;
   ParamRegistry params_;
-  int embed_ = -1, head_ = -1;
+  VocabEmbedding embedding_;
+  LmHead head_;
   int tail_first_ = 0;  // the first parameter after the layers (output mixing, final norm, head)
   std::vector<Layer> layers_;
-  std::vector<std::pair<int64_t, LatentMoE*>> moe_layers_;  // (layer, the layer's MoE) for balancing
+  std::vector<std::pair<int64_t, LatentMoE*>>
+      moe_layers_;  // (layer, the layer's MoE) for balancing
   AttnResMix output_res_;
   RMSNorm final_norm_;
 };

@@ -22,11 +22,19 @@ class ProcessGrid;
 
 namespace k3::model {
 
-// Which dimension is split over which process group ("tp", "ep", ...); dim = -1 means
-// replicated.
+// How a parameter lies over a process group ("tp", "ep", ...):
+//   dim >= 0             split along dimension `dim` over `group`: each rank holds 1/size of it;
+//   dim = -1, a group    replicated over `group`, but each rank's gradient is only its part of the
+//                        total (from its own heads, or its own tokens under sequence parallelism):
+//                        the gradients are summed over the group before the optimizer runs;
+//   dim = -1, no group   replicated, with the same gradient on every rank.
 struct ShardSpec {
   int dim = -1;
   std::string group;
+
+  static ShardSpec summed(std::string over) { return {-1, std::move(over)}; }
+  bool split() const { return dim >= 0; }
+  bool grad_summed_over(const std::string& g) const { return dim < 0 && group == g; }
 };
 
 // This rank's place in each process group that parameters are split over, by group name; a group
@@ -52,9 +60,9 @@ struct ParamInit {
 };
 
 struct ParamInfo {
-  std::string name;   // K3 checkpoint name, e.g. model.layers.3.self_attn.q_proj.weight
-  Shape shape;        // global shape
-  Shape local_shape;  // this rank's shard: `shape` with shard.dim divided by the group size
+  std::string name;          // K3 checkpoint name, e.g. model.layers.3.self_attn.q_proj.weight
+  Shape shape;               // global shape
+  Shape local_shape;         // this rank's shard: `shape` with shard.dim divided by the group size
   int64_t shard_start = 0;   // where the shard begins along shard.dim (0 when replicated)
   DType dtype = DType::F32;  // training dtype (k3lab trains in fp32)
   ShardSpec shard;
@@ -84,7 +92,7 @@ class ParamRegistry {
 
   int size() const { return static_cast<int>(infos_.size()); }
   const ParamInfo& info(int i) const { return infos_[static_cast<size_t>(i)]; }
-  int find(const std::string& name) const;  // -1 when absent
+  int find(const std::string& name) const;                  // -1 when absent
   const GroupPlace& place(const std::string& group) const;  // size 1 for a group not named
   // This rank's shard, in the local shape.
   Tensor value(int i) const;

@@ -21,6 +21,14 @@ struct Step {
   bool training = true;  // save activations for backward
   const dist::ProcessGrid& grid = dist::single_process();
   int micro_batch = 0;  // scopes what save() keeps in the activation manager
+  // Under sequence parallelism, outside tensor-parallel regions each tp rank holds only its slice
+  // of the micro-batch's tokens (layers/tp_region.h). Decoding never splits its few tokens.
+  bool sequence_parallel = false;
+
+  // The same step without saving anything for a backward (decoding, prefill).
+  Step inference() const {
+    return {arena, acts, params, false, grid, micro_batch, sequence_parallel};
+  }
 
   float* alloc(int64_t n) const { return arena.allocate_array<float>(static_cast<size_t>(n)); }
   // The manager never writes through a saved view (load() is read-only by contract).

@@ -8,10 +8,11 @@
 #include <map>
 
 #include "k3/base/error.h"
-#include "k3/base/threads.h"
-#include "k3/dist/runtime.h"
-#include "k3/data/batcher.h"
 #include "k3/base/format.h"
+#include "k3/base/threads.h"
+#include "k3/data/batcher.h"
+#include "k3/dist/runtime.h"
+#include "k3/model/layer_factory.h"
 #include "k3/parallel/optim_adapters.h"
 #include "k3/train/session.h"
 
@@ -131,26 +132,28 @@ double RunMemory::total() const {
 }
 
 std::vector<optim::Assignment> optimizer_plan(const std::vector<optim::ParamSlot>& slots,
-                                       const model::ModelConfig& mc, const TrainSection& train) {
+                                              const model::ModelConfig& mc,
+                                              const TrainSection& train) {
   std::vector<std::string> rules = optim::split_rules(train.optim_rules);
   if (train.optimizer == "adamw")
     rules.insert(rules.end(), optim::adamw_only_rules().begin(), optim::adamw_only_rules().end());
   return optim::assign_param_groups(slots, parallel::head_sizes(mc), rules);
 }
 
-RunMemory estimate_run_memory(const model::Model& described, const RunConfig& config, int64_t data_tokens) {
+RunMemory estimate_run_memory(const model::Model& described, const RunConfig& config,
+                              int64_t data_tokens) {
   RunMemory m;
   // Per rank: its share of the batch, and with ZeRO its share of the optimizer states.
   const int64_t dp = config.parallel.dp;
   m.model = model::model_memory(described, std::max<int64_t>(1, config.train.batch_size / dp),
                                 config.data.seq_len);
-  const std::vector<optim::Assignment> plan =
-      optimizer_plan(parallel::param_set(described.params()).slots, described.config(), config.train);
+  const std::vector<optim::Assignment> plan = optimizer_plan(
+      parallel::param_set(described.params()).slots, described.config(), config.train);
   for (const optim::Assignment& a : plan) {
     const int64_t n = shape_numel(a.shape);
     (a.optimizer == optim::OptimizerKind::adamw  ? m.adamw_values
      : a.optimizer == optim::OptimizerKind::muon ? m.muon_values
-                                          : m.frozen_values) += n;
+                                                 : m.frozen_values) += n;
   }
   m.optimizer_state =
       (2 * static_cast<double>(m.adamw_values) + static_cast<double>(m.muon_values)) *
@@ -190,24 +193,32 @@ std::string describe(const RunMemory& m, int64_t batch_size, int64_t seq_len) {
          line("data", m.data, "token streams, int32") + line("total", m.total(), "");
 }
 
-void check_parallel(const ParallelSection& p, const TrainSection& train, int world_size) {
+void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t seq_len,
+                    int world_size) {
   const int64_t product = p.dp * p.tp * p.pp * p.ep * p.cp;
-  K3_CHECK_CTX(product == world_size, (ErrorContext{"", "parallel", -1}), "dp·tp·pp·ep·cp = ",
-               p.dp, "·", p.tp, "·", p.pp, "·", p.ep, "·", p.cp, " = ", product, " but the job has ",
+  K3_CHECK_CTX(product == world_size, (ErrorContext{"", "parallel", -1}), "dp·tp·pp·ep·cp = ", p.dp,
+               "·", p.tp, "·", p.pp, "·", p.ep, "·", p.cp, " = ", product, " but the job has ",
                world_size, " process", world_size == 1 ? "" : "es",
                world_size == 1 ? " (start it with mpirun -np N, or set parallel.dp=1)" : "");
-  for (auto [key, n] : {std::pair{"parallel.tp", p.tp}, {"parallel.pp", p.pp},
-                        {"parallel.ep", p.ep}, {"parallel.cp", p.cp}})
+  for (auto [key, n] :
+       {std::pair{"parallel.pp", p.pp}, {"parallel.ep", p.ep}, {"parallel.cp", p.cp}})
     K3_CHECK_CTX(n == 1, (ErrorContext{"", key, -1}), key, " = ", n,
-                 ": only data parallelism (parallel.dp) is available in this version");
+                 ": only data and tensor parallelism (parallel.dp, parallel.tp) are available in "
+                 "this version");
   K3_CHECK_CTX(train.batch_size % p.dp == 0, (ErrorContext{"", "train.batch_size", -1}),
-               "the global batch of ", train.batch_size, " sequences does not split over dp = ",
-               p.dp, " ranks: use a multiple of ", p.dp);
+               "the global batch of ", train.batch_size,
+               " sequences does not split over dp = ", p.dp, " ranks: use a multiple of ", p.dp);
+  const int64_t tokens = train.batch_size / p.dp * seq_len;
+  K3_CHECK_CTX(!p.sequence_parallel || tokens % p.tp == 0, (ErrorContext{"", "data.seq_len", -1}),
+               "sequence parallelism splits each rank's ", tokens,
+               " tokens per micro-batch (batch_size / dp · seq_len) over tp = ", p.tp,
+               ": they do not split evenly");
 }
 
 PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc) {
   PreflightResult r;
-  check_parallel(config.parallel, config.train, dist::Runtime::world_size());
+  check_parallel(config.parallel, config.train, config.data.seq_len, dist::Runtime::world_size());
+  model::check_tensor_parallel(mc, static_cast<int>(config.parallel.tp));
   if (config.train.threads > 0)
     r.threads = user_thread_count(config.train.threads, "train.threads");
   const std::unique_ptr<data::Tokenizer> tokenizer = run_tokenizer();

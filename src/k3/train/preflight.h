@@ -19,7 +19,7 @@ namespace k3::train {
 
 // Bytes a run needs at its peak, by part.
 struct RunMemory {
-  model::ModelMemory model;               // parameters, gradients, one micro-batch's activations
+  model::ModelMemory model;        // parameters, gradients, one micro-batch's activations
   double optimizer_state = 0;      // AdamW m and v, Muon momentum: fp32, per trained value
   double optimizer_workspace = 0;  // Muon's packed blocks and Newton-Schulz scratch
   double data = 0;                 // the dataset's token streams (int32)
@@ -30,10 +30,12 @@ struct RunMemory {
 // Which optimizer updates each parameter: train.optim_rules, then train.optimizer's defaults.
 // Throws naming a tensor no rule covers or a rule that does not parse.
 std::vector<optim::Assignment> optimizer_plan(const std::vector<optim::ParamSlot>& slots,
-                                       const model::ModelConfig& mc, const TrainSection& train);
+                                              const model::ModelConfig& mc,
+                                              const TrainSection& train);
 
 // `model` may be constructed without allocation. data_tokens: both splits together.
-RunMemory estimate_run_memory(const model::Model& described, const RunConfig& config, int64_t data_tokens);
+RunMemory estimate_run_memory(const model::Model& described, const RunConfig& config,
+                              int64_t data_tokens);
 
 // What the run may use: the smaller of the machine's available memory (MemAvailable, and what the
 // cgroup's memory.max leaves) and limit_gib when it is > 0; `source` says which it is.
@@ -54,9 +56,11 @@ struct PreflightResult {
 };
 
 // The process grid of [parallel] on a job of WORLD_SIZE ranks: the sizes must multiply to it,
-// the global batch (train.batch_size sequences) must split evenly over dp, and only data
-// parallelism is available so far. Throws one line naming the field.
-void check_parallel(const ParallelSection& p, const TrainSection& train, int world_size);
+// the global batch (train.batch_size sequences) must split evenly over dp, under sequence
+// parallelism each rank's tokens (batch_size / dp · seq_len) over tp, and only data and tensor
+// parallelism are available so far. Throws one line naming the field.
+void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t seq_len,
+                    int world_size);
 
 // Runs every check above for a run of MODEL (read from config.model.config, or a checkpoint's);
 // throws a k3::Error (one line naming the field and the numbers) on the first that fails.

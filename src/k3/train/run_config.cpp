@@ -160,8 +160,8 @@ const char* type_name() {
 struct Field {
   std::string key;  // "section.name"
   std::string doc;
-  std::string type;      // type_name
-  std::string expected;  // the rule in words
+  std::string type;                                        // type_name
+  std::string expected;                                    // the rule in words
   std::function<void(RunConfig&, const toml::node&)> set;  // throws an Error without context
   std::function<std::string(const RunConfig&)> format;
   std::function<void(RunConfig&, const SearchDirs&)> resolve;  // empty unless an input path
@@ -261,6 +261,8 @@ const std::vector<Field>& fields() {
           "gradient-reduction bucket size (MiB)"),
     field("parallel.overlap", &R::parallel, &P::overlap, within_int(0, 1),
           "1: reduce gradient buckets during the backward; 0: after it"),
+    field("parallel.sequence_parallel", &R::parallel, &P::sequence_parallel, within_int(0, 1),
+          "1: split the residual stream's tokens over tp between the layers' regions"),
   };
   // clang-format on
   return table;

@@ -89,9 +89,10 @@ struct RunSection {
 // of ranks the job was launched with; a plain `k3lab train` is one rank.
 struct ParallelSection {
   int64_t dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
-  int64_t zero = 0;           // 0: replicated optimizer; 1: states sharded; 2: gradients too
-  double bucket_mib = 4;      // gradient-reduction bucket size
-  int64_t overlap = 1;        // 1: reduce buckets during the backward; 0: after it
+  int64_t zero = 0;               // 0: replicated optimizer; 1: states sharded; 2: gradients too
+  double bucket_mib = 4;          // gradient-reduction bucket size
+  int64_t overlap = 1;            // 1: reduce buckets during the backward; 0: after it
+  int64_t sequence_parallel = 0;  // 1: the residual stream's tokens split over tp
   bool operator==(const ParallelSection&) const = default;
 };
 

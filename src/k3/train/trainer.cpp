@@ -20,10 +20,10 @@
 #include "k3/base/timer.h"
 #include "k3/data/batcher.h"
 #include "k3/dist/grid.h"
-#include "k3/parallel/optim_adapters.h"
-#include "k3/parallel/zero/data_parallel.h"
 #include "k3/optim/clip.h"
 #include "k3/optim/schedule.h"
+#include "k3/parallel/optim_adapters.h"
+#include "k3/parallel/zero/data_parallel.h"
 #include "k3/train/evaluate.h"
 #include "k3/train/expert_load.h"
 #include "k3/train/history.h"
@@ -79,8 +79,19 @@ void check_same_run(const dist::Comm& world, const RunConfig& config,
 }
 
 dist::ParallelDims dims_of(const ParallelSection& p) {
-  return {.tp = static_cast<int>(p.tp), .cp = static_cast<int>(p.cp), .ep = static_cast<int>(p.ep),
-          .dp = static_cast<int>(p.dp), .pp = static_cast<int>(p.pp)};
+  return {.tp = static_cast<int>(p.tp),
+          .cp = static_cast<int>(p.cp),
+          .ep = static_cast<int>(p.ep),
+          .dp = static_cast<int>(p.dp),
+          .pp = static_cast<int>(p.pp),
+          .sequence_parallel = p.sequence_parallel != 0};
+}
+
+// The ranks that hold the lead's model replica (its tp group): evaluation and sampling run on them
+// alone, since a tensor-parallel forward needs every rank of its group.
+bool in_lead_group(const dist::ProcessGrid& grid) {
+  const dist::GridCoord& c = grid.coord();
+  return c.dp == 0 && c.cp == 0 && c.ep == 0 && c.pp == 0;
 }
 
 nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
@@ -114,6 +125,7 @@ class Run {
         stop_(stop),
         grid_(grid),
         lead_(grid.world().rank() == 0),
+        lead_group_(in_lead_group(grid)),
         s_(check_samples_fit(open_session(config, model, grid))),
         dp_(make_data_parallel(*s_->model, config, grid)),
         schedule_(config.train.lr_schedule()),
@@ -159,6 +171,7 @@ class Run {
   const StopSignals& stop_;
   const dist::ProcessGrid& grid_;
   bool lead_;
+  bool lead_group_;  // the lead's tensor-parallel group: they evaluate and sample together
   std::unique_ptr<Session> s_;
   parallel::DataParallel dp_;  // before the data: a bad optimizer rule is reported first
   optim::Schedule schedule_;
@@ -183,9 +196,8 @@ void Run::resume(ResumePoint& from) {
        check_data_unchanged(from.state.data, data_fingerprint_, from.allowed_changes, run_dir_))
     changes.push_back(std::move(c));
   restore_weights(*s_->model, from.found.checkpoint, dir);
-  dp_.optimizer().restore_state([&](const std::string& name) {
-    return &optimizer_tensor(from.found.checkpoint, name, dir);
-  });
+  dp_.optimizer().restore_state(
+      [&](const std::string& name) { return &optimizer_tensor(from.found.checkpoint, name, dir); });
   dp_.optimizer().set_steps_taken(from.state.optimizer_steps);
   step_ = checkpoint_step_ = from.state.step;
   guard_.set_skipped(from.state.skipped_steps);
@@ -208,8 +220,8 @@ void Run::resume(ResumePoint& from) {
 
 nlohmann::json Run::layout_json() const {
   const dist::ParallelDims& d = grid_.dims();
-  return {{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp}, {"ep", d.ep}, {"cp", d.cp},
-          {"zero", s_->config.parallel.zero}};
+  return {{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp},
+          {"ep", d.ep}, {"cp", d.cp}, {"zero", s_->config.parallel.zero}};
 }
 
 double Run::train_step() {
@@ -368,20 +380,20 @@ TrainSummary Run::run() {
                           {"skipped_steps", guard_.skipped()}};
     balance_experts(rec);
     count_communication(rec);
-    // Evaluation, metrics, plots and samples are the lead's; the other ranks go on to the next
-    // step's first collective and wait there.
-    const bool evaluate = lead_ && c.eval.every > 0 &&
-                          (step_ % c.eval.every == 0 || step_ == c.train.steps);
+    // Evaluation and samples are the lead group's, metrics and plots the lead's; the other ranks
+    // go on to the next step's first collective and wait there.
+    const bool evaluate =
+        lead_group_ && c.eval.every > 0 && (step_ % c.eval.every == 0 || step_ == c.train.steps);
     if (evaluate) evaluate_now(rec);
     if (metrics_) metrics_->write(rec);
-    if (evaluate) write_loss_plot(run_dir_, c);
+    if (evaluate && lead_) write_loss_plot(run_dir_, c);
     if (progress_) {
       const double elapsed = since_start.seconds();
       progress_->update({step_, c.train.steps, loss, s_->loss_floor, schedule_.lr(step_ - 1), tok_s,
                          elapsed / static_cast<double>(step_ - first_step) *
                              static_cast<double>(c.train.steps - step_)});
     }
-    if (lead_ && c.sample.every > 0 && step_ % c.sample.every == 0 && step_ != c.train.steps)
+    if (lead_group_ && c.sample.every > 0 && step_ % c.sample.every == 0 && step_ != c.train.steps)
       say("sample: " + sample_now());
     if ((c.checkpoint.every > 0 && step_ % c.checkpoint.every == 0) || step_ == c.train.steps)
       checkpoint_now();
@@ -394,11 +406,11 @@ TrainSummary Run::run() {
   out.steps = step_;
   out.validation_loss = last_val_loss_;
   out.last_checkpoint = last_checkpoint_;
+  if (lead_group_ && !out.stop_signal) out.sample = sample_now();
   if (!lead_) return out;
   out.loss_plot = write_loss_plot(run_dir_, c);
   if (out.stop_signal) return out;
   append_history(run_dir_, {{"event", "finish"}, {"step", step_}});
-  out.sample = sample_now();
   return out;
 }
 
@@ -411,7 +423,8 @@ TrainSummary train(const RunConfig& config, const TrainOptions& options) {
   const bool lead = world.rank() == 0;  // the lead alone owns and writes the run directory
   // Locked as soon as it exists, so a second trainer is refused before any work.
   std::unique_ptr<DirLock> lock;
-  if (lead && std::filesystem::is_directory(dir)) lock = std::make_unique<DirLock>(dir, "k3lab train");
+  if (lead && std::filesystem::is_directory(dir))
+    lock = std::make_unique<DirLock>(dir, "k3lab train");
   K3_CHECK_CTX(list_checkpoints(dir).empty(), (ErrorContext{dir, "", -1}),
                "the run directory already holds checkpoints: continue it with k3lab train "
                "--resume ",

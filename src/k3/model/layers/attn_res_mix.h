@@ -14,8 +14,10 @@ class AttnResMix {
  public:
   AttnResMix() = default;
   // Registers `prefix`_proj.weight [1, d] and `prefix`_norm.weight [d], e.g. prefix
-  // "model.layers.3.mlp_res".
-  AttnResMix(ParamRegistry& reg, const std::string& prefix, int64_t dim, float eps);
+  // "model.layers.3.mlp_res", both laid out as `shard` says (summed over tp when each rank mixes
+  // only its own tokens).
+  AttnResMix(ParamRegistry& reg, const std::string& prefix, int64_t dim, float eps,
+             const ShardSpec& shard = {});
 
   // rows: n pointers to [N, d]; out [N, d]. Saves the mixing weights under `prefix`.
   void forward(const Step& s, std::span<const float* const> rows, int64_t N, float* out) const;

@@ -6,56 +6,81 @@
 #include "k3/base/error.h"
 #include "k3/kernels/attention.h"
 #include "k3/kernels/elementwise.h"
+#include "k3/model/layers/tp_region.h"
 
 namespace k3::model {
 
 GatedAttention::GatedAttention(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c)
-    : prefix_(prefix), heads_(c.num_attention_heads), head_dim_(c.head_dim), hidden_(c.hidden_size) {
+    : prefix_(prefix),
+      heads_(c.num_attention_heads),
+      head_dim_(c.head_dim),
+      hidden_(c.hidden_size) {
   const float std = static_cast<float>(c.initializer_range);
   const int64_t p = c.attn_dim();
-  q_ = Linear(reg, prefix + ".q_proj", hidden_, p, std);
-  k_ = Linear(reg, prefix + ".k_proj", hidden_, p, std);
-  v_ = Linear(reg, prefix + ".v_proj", hidden_, p, std);
-  g_ = Linear(reg, prefix + ".g_proj", hidden_, p, std);
-  o_ = Linear(reg, prefix + ".o_proj", p, hidden_, c.output_init_std());
+  // Split by heads over tp: q, k, v and g column-parallel, o row-parallel.
+  q_ = Linear(reg, prefix + ".q_proj", hidden_, p, std, LinearMode::column);
+  k_ = Linear(reg, prefix + ".k_proj", hidden_, p, std, LinearMode::column);
+  v_ = Linear(reg, prefix + ".v_proj", hidden_, p, std, LinearMode::column);
+  g_ = Linear(reg, prefix + ".g_proj", hidden_, p, std, LinearMode::column);
+  o_ = Linear(reg, prefix + ".o_proj", p, hidden_, c.output_init_std(), LinearMode::row);
+  heads_ = q_.out() / head_dim_;  // this rank's
 }
 
-void GatedAttention::forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const {
+void GatedAttention::forward(const Step& s, const float* x, int64_t B, int64_t T,
+                             float* out) const {
+  const TpRegion region(s, B * T, hidden_);
   const int64_t n = B * T, p = heads_ * head_dim_;
   float *q = s.alloc(n * p), *k = s.alloc(n * p), *v = s.alloc(n * p), *g = s.alloc(n * p);
-  float *o = s.alloc(n * p), *lse = s.alloc(B * heads_ * T);
-  q_.forward(s, x, n, q);
-  k_.forward(s, x, n, k);
-  v_.forward(s, x, n, v);
-  g_.forward(s, x, n, g);
+  float *o = s.alloc(n * p), *lse = s.alloc(B * heads_ * T), *y = s.alloc(n * p);
+  {
+    ArenaScope scratch(s.arena);
+    const float* xa = region.enter(x);
+    q_.forward(s, xa, n, q);
+    k_.forward(s, xa, n, k);
+    v_.forward(s, xa, n, v);
+    g_.forward(s, xa, n, g);
+  }
   kernels::AttentionShape shape{B, T, heads_, head_dim_, 0, head_dim_, 0.f};
   kernels::attention_forward(shape, q, k, nullptr, v, o, lse);
-  float* y = s.alloc(n * p);
   kernels::sigmoid_gate_forward(o, g, y, n * p);
-  o_.forward(s, y, n, out);
-  for (auto [name, ptr, size] : {std::tuple{".x", x, n * hidden_},
-                                 {".q", q, n * p}, {".k", k, n * p}, {".v", v, n * p}, {".g", g, n * p},
-                                 {".o", o, n * p}, {".lse", lse, B * heads_ * T}, {".y", y, n * p}})
+  {
+    ArenaScope scratch(s.arena);
+    float* partial = region.partial(out);
+    o_.forward(s, y, n, partial);
+    region.leave(partial, out);
+  }
+  for (auto [name, ptr, size] : {std::tuple{".x", x, region.rows() * hidden_},
+                                 {".q", q, n * p},
+                                 {".k", k, n * p},
+                                 {".v", v, n * p},
+                                 {".g", g, n * p},
+                                 {".o", o, n * p},
+                                 {".lse", lse, B * heads_ * T},
+                                 {".y", y, n * p}})
     s.save(prefix_ + name, ptr, size);
 }
 
 void GatedAttention::backward(const Step& s, const float* dout, int64_t B, int64_t T,
                               float* dx) const {
   ArenaScope scope(s.arena);
+  const TpRegion region(s, B * T, hidden_);
   const int64_t n = B * T, p = heads_ * head_dim_;
-  const float *x = s.load(prefix_ + ".x"), *q = s.load(prefix_ + ".q"), *k = s.load(prefix_ + ".k");
+  const float *q = s.load(prefix_ + ".q"), *k = s.load(prefix_ + ".k");
   const float *v = s.load(prefix_ + ".v"), *g = s.load(prefix_ + ".g"), *o = s.load(prefix_ + ".o");
   const float *lse = s.load(prefix_ + ".lse"), *y = s.load(prefix_ + ".y");
   float *dy = s.alloc(n * p), *d_o = s.alloc(n * p), *dg = s.alloc(n * p);
-  o_.backward(s, y, dout, n, dy, false);
+  o_.backward(s, y, region.leave_backward(dout), n, dy, false);
   kernels::sigmoid_gate_backward(o, g, dy, d_o, dg, n * p);
   float *dq = s.alloc(n * p), *dk = s.alloc(n * p), *dv = s.alloc(n * p);
   kernels::AttentionShape shape{B, T, heads_, head_dim_, 0, head_dim_, 0.f};
   kernels::attention_backward(shape, q, k, nullptr, v, o, lse, d_o, dq, dk, nullptr, dv);
-  q_.backward(s, x, dq, n, dx, false);
-  k_.backward(s, x, dk, n, dx, true);
-  v_.backward(s, x, dv, n, dx, true);
-  g_.backward(s, x, dg, n, dx, true);
+  const float* xa = region.enter(s.load(prefix_ + ".x"));
+  float* partial = region.partial(dx);
+  q_.backward(s, xa, dq, n, partial, false);
+  k_.backward(s, xa, dk, n, partial, true);
+  v_.backward(s, xa, dv, n, partial, true);
+  g_.backward(s, xa, dg, n, partial, true);
+  region.enter_backward(partial, dx);
 }
 
 namespace {
@@ -74,9 +99,11 @@ std::unique_ptr<DecodeCache> GatedAttention::make_cache(int64_t max_len) const {
 }
 
 // Row r is the token at position first_pos + r; it sees cache positions [0, first_pos + r].
-void GatedAttention::decode(const Step& s, const float* x, int64_t rows, DecodeCache& base, float* out) const {
+void GatedAttention::decode(const Step& s, const float* x, int64_t rows, DecodeCache& base,
+                            float* out) const {
   auto& cache = static_cast<KVCache&>(base);
-  K3_CHECK(cache.length + rows <= cache.max_len, "generation exceeds the cache of ", cache.max_len, " tokens");
+  K3_CHECK(cache.length + rows <= cache.max_len, "generation exceeds the cache of ", cache.max_len,
+           " tokens");
   const int64_t first_pos = cache.length;
   const float *k_cache = cache.k.f32(), *v_cache = cache.v.f32();
   k_.forward(s, x, rows, cache.k.f32() + first_pos * heads_ * head_dim_);
@@ -114,6 +141,7 @@ void GatedAttention::decode(const Step& s, const float* x, int64_t rows, DecodeC
     }
   kernels::sigmoid_gate_forward(o, g, o, rows * p);
   o_.forward(s, o, rows, out);
+  TpRegion(s, rows, hidden_).leave(out, out);
 }
 
 }  // namespace k3::model

@@ -1,6 +1,7 @@
 // Causal multi-head softmax attention with a sigmoid output gate, no positional encoding (K3 is
 // NoPE): out = o_proj(attn(q, k, v) ⊙ sigmoid(g_proj x)). The full-attention layer of the dense
-// decoder; gated MLA replaces its projections, not its shape.
+// decoder; gated MLA replaces its projections, not its shape. Under tensor parallelism the heads
+// are split over tp: q, k, v and g column-parallel, o row-parallel, one region (tp_region.h).
 #pragma once
 
 #include <cstdint>
@@ -20,11 +21,12 @@ class GatedAttention final : public Mixer {
   void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const override;
   // The cache holds every token's keys and values: [max_len, heads * head_dim] each.
   std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const override;
-  void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache, float* out) const override;
+  void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache,
+              float* out) const override;
 
  private:
   std::string prefix_;
-  int64_t heads_ = 0, head_dim_ = 0, hidden_ = 0;
+  int64_t heads_ = 0, head_dim_ = 0, hidden_ = 0;  // heads_: this rank's (split over tp)
   Linear q_, k_, v_, g_, o_;
 };
 

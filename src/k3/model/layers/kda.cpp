@@ -13,6 +13,7 @@
 #include "k3/kernels/kda/output_norm.h"
 #include "k3/kernels/kda/sequences.h"
 #include "k3/kernels/kda/short_conv.h"
+#include "k3/model/layers/tp_region.h"
 
 namespace k3::model {
 namespace kda = kernels::kda;
@@ -65,20 +66,27 @@ KimiDeltaAttention::KimiDeltaAttention(ParamRegistry& reg, const std::string& pr
                  "a KDA layer needs a positive value, found ", v);
   const float std = static_cast<float>(c.initializer_range);
   const int64_t P = heads_ * head_dim_, D = head_dim_;
-  q_ = Linear(reg, prefix + ".q_proj", hidden_, P, std);
-  k_ = Linear(reg, prefix + ".k_proj", hidden_, P, std);
-  v_ = Linear(reg, prefix + ".v_proj", hidden_, P, std);
-  q_conv_ = reg.add(prefix + ".q_conv1d.weight", {P, 1, conv_kernel_}, conv_init(conv_kernel_));
-  k_conv_ = reg.add(prefix + ".k_conv1d.weight", {P, 1, conv_kernel_}, conv_init(conv_kernel_));
-  v_conv_ = reg.add(prefix + ".v_conv1d.weight", {P, 1, conv_kernel_}, conv_init(conv_kernel_));
-  f_a_ = Linear(reg, prefix + ".f_a_proj", hidden_, D, std);
-  f_b_ = Linear(reg, prefix + ".f_b_proj", D, P, std);
-  b_ = Linear(reg, prefix + ".b_proj", hidden_, heads_, std);
-  A_log_ = reg.add(prefix + ".A_log", {heads_}, ParamInit::zeros());
-  dt_bias_ = reg.add(prefix + ".dt_bias", {P}, dt_bias_init());
-  o_norm_ = reg.add(prefix + ".o_norm.weight", {D}, ParamInit::ones());
-  g_ = Linear(reg, prefix + ".g_proj", hidden_, P, std);
-  o_ = Linear(reg, prefix + ".o_proj", P, hidden_, c.output_init_std());
+  // Under tensor parallelism everything per head or per channel follows its heads over tp; f_a_proj
+  // and the shared o_norm weight are replicated and feed only this rank's heads (summed).
+  const ShardSpec by_heads{0, "tp"};
+  q_ = Linear(reg, prefix + ".q_proj", hidden_, P, std, LinearMode::column);
+  k_ = Linear(reg, prefix + ".k_proj", hidden_, P, std, LinearMode::column);
+  v_ = Linear(reg, prefix + ".v_proj", hidden_, P, std, LinearMode::column);
+  q_conv_ =
+      reg.add(prefix + ".q_conv1d.weight", {P, 1, conv_kernel_}, conv_init(conv_kernel_), by_heads);
+  k_conv_ =
+      reg.add(prefix + ".k_conv1d.weight", {P, 1, conv_kernel_}, conv_init(conv_kernel_), by_heads);
+  v_conv_ =
+      reg.add(prefix + ".v_conv1d.weight", {P, 1, conv_kernel_}, conv_init(conv_kernel_), by_heads);
+  f_a_ = Linear(reg, prefix + ".f_a_proj", hidden_, D, std, LinearMode::summed);
+  f_b_ = Linear(reg, prefix + ".f_b_proj", D, P, std, LinearMode::column);
+  b_ = Linear(reg, prefix + ".b_proj", hidden_, heads_, std, LinearMode::column);
+  A_log_ = reg.add(prefix + ".A_log", {heads_}, ParamInit::zeros(), by_heads);
+  dt_bias_ = reg.add(prefix + ".dt_bias", {P}, dt_bias_init(), by_heads);
+  o_norm_ = reg.add(prefix + ".o_norm.weight", {D}, ParamInit::ones(), ShardSpec::summed("tp"));
+  g_ = Linear(reg, prefix + ".g_proj", hidden_, P, std, LinearMode::column);
+  o_ = Linear(reg, prefix + ".o_proj", P, hidden_, c.output_init_std(), LinearMode::row);
+  heads_ = b_.out();  // this rank's
 }
 
 void KimiDeltaAttention::forward(const Step& s, const float* x, int64_t B, int64_t T,
@@ -107,14 +115,24 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   kda::check_doc_starts(B, T, doc_starts);
   std::optional<ArenaScope> scope;  // without training nothing outlives this call
   if (!s.training) scope.emplace(s.arena);
+  const TpRegion region(s, B * T, hidden_);
   const int64_t n = B * T, H = heads_, D = head_dim_, P = H * D;
   const ParamRegistry& pr = s.params;
 
   float *qp = s.alloc(n * P), *kp = s.alloc(n * P), *vp = s.alloc(n * P);
-  q_.forward(s, x, n, qp);
-  k_.forward(s, x, n, kp);
-  v_.forward(s, x, n, vp);
   float *q = s.alloc(n * P), *k = s.alloc(n * P), *v = s.alloc(n * P);
+  float *rq = s.alloc(n * H), *rk = s.alloc(n * H), *fa = s.alloc(n * D), *f = s.alloc(n * P);
+  float *g = s.alloc(n * P), *beta = s.alloc(n * H), *gate = s.alloc(n * P);
+  {
+    ArenaScope scratch(s.arena);  // the gathered input
+    const float* xa = region.enter(x);
+    q_.forward(s, xa, n, qp);
+    k_.forward(s, xa, n, kp);
+    v_.forward(s, xa, n, vp);
+    f_a_.forward(s, xa, n, fa);
+    b_.forward(s, xa, n, beta);
+    g_.forward(s, xa, n, gate);
+  }
   const kda::ShortConvShape cs{B, T, P, conv_kernel_, doc_starts};
   struct Conv {
     const float* in;
@@ -125,17 +143,12 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
                         Conv{kp, k_conv_, cache ? cache->k_window.f32() : nullptr, k},
                         Conv{vp, v_conv_, cache ? cache->v_window.f32() : nullptr, v}})
     kda::short_conv_forward(cs, c.in, pr.value(c.weight).f32(), c.window, c.out, c.window);
-  float *rq = s.alloc(n * H), *rk = s.alloc(n * H);
   kda::l2norm_forward(q, q, rq, n * H, D, 1.0f / std::sqrt(static_cast<float>(D)));
   kda::l2norm_forward(k, k, rk, n * H, D, 1.0f);
 
-  float *fa = s.alloc(n * D), *f = s.alloc(n * P), *g = s.alloc(n * P);
-  f_a_.forward(s, x, n, fa);
   f_b_.forward(s, fa, n, f);
   const kda::GateParams gp{n, H, D, bounded_gate_, lower_bound_};
   kda::gate_forward(gp, f, pr.value(A_log_).f32(), pr.value(dt_bias_).f32(), g);
-  float* beta = s.alloc(n * H);
-  b_.forward(s, x, n, beta);
   kernels::sigmoid(beta, beta, n * H);
 
   const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
@@ -144,12 +157,16 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   float* state = cache ? cache->state.f32() : nullptr;  // updated in place (delta_rule.h allows it)
   kda::chunk_forward(ds, {q, k, v, g, beta, state}, o, state, chunk_saved);
 
-  float *gate = s.alloc(n * P), *y = s.alloc(n * P), *rstd = s.alloc(n * H);
-  g_.forward(s, x, n, gate);
+  float *y = s.alloc(n * P), *rstd = s.alloc(n * H);
   kda::gated_rmsnorm_forward(o, pr.value(o_norm_).f32(), gate, y, rstd, n * H, D, norm_eps_);
-  o_.forward(s, y, n, out);
+  {
+    ArenaScope scratch(s.arena);
+    float* partial = region.partial(out);
+    o_.forward(s, y, n, partial);
+    region.leave(partial, out);
+  }
 
-  for (auto [name, ptr, size] : {std::tuple{".x", x, n * hidden_},
+  for (auto [name, ptr, size] : {std::tuple{".x", x, region.rows() * hidden_},
                                  {".qp", qp, n * P},
                                  {".kp", kp, n * P},
                                  {".vp", vp, n * P},
@@ -170,13 +187,16 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
     s.save(prefix_ + name, ptr, size);
 }
 
+// This rank's heads give partial gradients of what they share (x, f_a's output, o_norm); the
+// region's end sums dx, the optimizer's reduction the replicated weights' gradients.
 void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t B, int64_t T,
                                       std::span<const int64_t> doc_starts, float* dx) const {
   ArenaScope scope(s.arena);
+  const TpRegion region(s, B * T, hidden_);
   const int64_t n = B * T, H = heads_, D = head_dim_, P = H * D;
   const ParamRegistry& pr = s.params;
   auto load = [&](const char* name) { return s.load(prefix_ + name); };
-  const float *x = load(".x"), *qp = load(".qp"), *kp = load(".kp"), *vp = load(".vp");
+  const float *qp = load(".qp"), *kp = load(".kp"), *vp = load(".vp");
   const float *q = load(".q"), *k = load(".k"), *v = load(".v"), *rq = load(".rq"),
               *rk = load(".rk");
   const float *fa = load(".fa"), *f = load(".f"), *g = load(".g"), *beta = load(".beta");
@@ -184,7 +204,7 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   const float *rstd = load(".rstd"), *y = load(".y");
 
   float *dy = s.alloc(n * P), *d_o = s.alloc(n * P), *dgate = s.alloc(n * P);
-  o_.backward(s, y, dout, n, dy, false);
+  o_.backward(s, y, region.leave_backward(dout), n, dy, false);
   kda::gated_rmsnorm_backward(o, pr.value(o_norm_).f32(), gate, rstd, dy, d_o,
                               pr.grad(o_norm_).f32(), dgate, n * H, D);
 
@@ -205,19 +225,21 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   kda::l2norm_backward(q, rq, dq, dq, n * H, D, 1.0f / std::sqrt(static_cast<float>(D)));
   kda::l2norm_backward(k, rk, dk, dk, n * H, D, 1.0f);
   const kda::ShortConvShape cs{B, T, P, conv_kernel_, doc_starts};
-  float* dproj = s.alloc(n * P);
+  const float* xa = region.enter(load(".x"));
+  float *partial = region.partial(dx), *dproj = s.alloc(n * P);
   kda::short_conv_backward(cs, qp, pr.value(q_conv_).f32(), nullptr, dq, nullptr, dproj,
                            pr.grad(q_conv_).f32(), nullptr);
-  q_.backward(s, x, dproj, n, dx, false);
+  q_.backward(s, xa, dproj, n, partial, false);
   kda::short_conv_backward(cs, kp, pr.value(k_conv_).f32(), nullptr, dk, nullptr, dproj,
                            pr.grad(k_conv_).f32(), nullptr);
-  k_.backward(s, x, dproj, n, dx, true);
+  k_.backward(s, xa, dproj, n, partial, true);
   kda::short_conv_backward(cs, vp, pr.value(v_conv_).f32(), nullptr, dv, nullptr, dproj,
                            pr.grad(v_conv_).f32(), nullptr);
-  v_.backward(s, x, dproj, n, dx, true);
-  f_a_.backward(s, x, dfa, n, dx, true);
-  b_.backward(s, x, dbeta, n, dx, true);
-  g_.backward(s, x, dgate, n, dx, true);
+  v_.backward(s, xa, dproj, n, partial, true);
+  f_a_.backward(s, xa, dfa, n, partial, true);
+  b_.backward(s, xa, dbeta, n, partial, true);
+  g_.backward(s, xa, dgate, n, partial, true);
+  region.enter_backward(partial, dx);
 }
 
 std::unique_ptr<DecodeCache> KimiDeltaAttention::make_cache(int64_t) const {
@@ -236,8 +258,7 @@ KdaCache KimiDeltaAttention::make_batch_cache(int64_t batch) const {
 
 void KimiDeltaAttention::prefill(const Step& s, const float* x, int64_t T, KdaCache& cache,
                                  float* out) const {
-  Step inference{s.arena, s.acts, s.params, false};
-  run(inference, x, cache.batch, T, {}, &cache, out);
+  run(s.inference(), x, cache.batch, T, {}, &cache, out);
   cache.length += T;
 }
 
@@ -273,6 +294,7 @@ void KimiDeltaAttention::decode_step(const Step& s, const float* x, KdaCache& ca
       p, B, {q, k, v, f, gate, beta_logit},
       {cache.q_window.f32(), cache.k_window.f32(), cache.v_window.f32(), cache.state.f32()}, y);
   o_.forward(s, y, B, out);
+  TpRegion(s, B, hidden_).leave(out, out);
   cache.length += 1;
 }
 

@@ -8,6 +8,9 @@
 // the gated delta rule per head; a per-head RMSNorm gated by σ(g_proj x); then o_proj.
 // Decoding keeps, per sequence, the three convolution windows and the H recurrent states: a fixed
 // size, whatever the context length.
+// Under tensor parallelism the heads are split over tp, and everything per head or per channel
+// follows them (projections, convolutions, A_log, dt_bias, β, the gate); o_proj is row-parallel;
+// f_a_proj and o_norm are replicated. One region (tp_region.h).
 #pragma once
 
 #include <cstdint>
@@ -66,7 +69,7 @@ class KimiDeltaAttention final : public Mixer {
                     std::span<const int64_t> doc_starts, float* dx) const;
 
   std::string prefix_;
-  int64_t hidden_ = 0, heads_ = 0, head_dim_ = 0, conv_kernel_ = 0;
+  int64_t hidden_ = 0, heads_ = 0, head_dim_ = 0, conv_kernel_ = 0;  // heads_: this rank's
   bool bounded_gate_ = true;
   float lower_bound_ = -5.0f, norm_eps_ = 1e-5f;
   Linear q_, k_, v_, f_a_, f_b_, b_, g_, o_;

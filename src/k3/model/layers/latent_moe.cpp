@@ -9,6 +9,7 @@
 #include "k3/base/threads.h"
 #include "k3/kernels/elementwise.h"
 #include "k3/kernels/moe_permute.h"
+#include "k3/model/layers/tp_region.h"
 
 namespace k3::model {
 namespace {
@@ -96,19 +97,25 @@ LatentMoE::LatentMoE(ParamRegistry& reg, const std::string& prefix, const ModelC
   const float std = static_cast<float>(c.initializer_range);
   const float out_std = c.output_init_std();
 
-  router_ = Linear(reg, prefix + ".gate", hidden_, experts_, std);
+  // Under tensor parallelism (without expert parallelism) each expert's intermediate dimension is
+  // split over tp: w1 and w3 column-parallel, w2 row-parallel, and so are the shared experts. The
+  // router and the latent down-projection are replicated and feed only this rank's slices
+  // (summed); the latent norm and up-projection are replicated and see whole values.
+  router_ = Linear(reg, prefix + ".gate", hidden_, experts_, std, LinearMode::summed);
   bias_ = reg.add(prefix + ".gate.e_score_correction_bias", {experts_}, ParamInit::zeros());
-  latent_down_ = Linear(reg, prefix + ".routed_expert_down_proj", hidden_, latent_, std);
+  latent_down_ =
+      Linear(reg, prefix + ".routed_expert_down_proj", hidden_, latent_, std, LinearMode::summed);
   latent_norm_ =
       RMSNorm(reg, prefix + ".routed_expert_norm", latent_, static_cast<float>(c.rms_norm_eps));
   latent_up_ = Linear(reg, prefix + ".routed_expert_up_proj", latent_, hidden_, out_std);
   routed_.resize(static_cast<size_t>(experts_));
   for (int64_t e = 0; e < experts_; ++e) {
     const std::string name = prefix + ".experts." + std::to_string(e);
-    routed_[e] = {Linear(reg, name + ".w1", latent_, width_, std),
-                  Linear(reg, name + ".w3", latent_, width_, std),
-                  Linear(reg, name + ".w2", width_, latent_, out_std)};
+    routed_[e] = {Linear(reg, name + ".w1", latent_, width_, std, LinearMode::column),
+                  Linear(reg, name + ".w3", latent_, width_, std, LinearMode::column),
+                  Linear(reg, name + ".w2", width_, latent_, out_std, LinearMode::row)};
   }
+  width_ = routed_[0].w1.out();  // this rank's
   if (shared_width_ > 0) shared_.emplace(reg, prefix + ".shared_experts", c, shared_width_);
   balancer_ = QuantileBalancer(experts_, k_);
 }
@@ -136,47 +143,54 @@ void LatentMoE::route(const Step& s, const float* x, int64_t rows, float* scores
   }
 }
 
-void LatentMoE::forward(const Step& s, const float* x, int64_t rows, float* out) const {
-  const int64_t E = experts_, L = latent_, F = width_, pairs = rows * k_;
+void LatentMoE::forward(const Step& s, const float* x, int64_t tokens, float* out) const {
+  const TpRegion region(s, tokens, hidden_);
+  const int64_t rows = tokens, E = experts_, L = latent_, F = width_, pairs = rows * k_;
   // What backward reads, allocated before the scratch scopes below.
   float *scores = s.alloc(rows * E), *ids_saved = s.alloc(pairs), *weights = s.alloc(pairs);
   float *z = s.alloc(rows * L), *g = s.alloc(pairs * F), *u = s.alloc(pairs * F);
   float *y = s.alloc(pairs * L), *r = s.alloc(rows * L), *r_norm = s.alloc(rows * L);
-
-  if (shared_)
-    shared_->forward(s, x, rows, out);
-  else
-    std::fill(out, out + rows * hidden_, 0.f);
+  float* r_rstd = s.alloc(rows);
+  const std::optional<GluMlp::Acts> shared_acts =
+      shared_ ? std::optional(shared_->alloc_acts(s, rows)) : std::nullopt;
   {
-    ArenaScope scratch(s.arena);
-    int32_t* ids = s.arena.allocate_array<int32_t>(static_cast<size_t>(pairs));
-    float* alpha = s.alloc(rows);
-    route(s, x, rows, scores, ids, weights, alpha);
-    if (s.training) balancer_.observe(scores, alpha, ids, rows);
-    // Ids are saved as (exact) floats: every saved activation is a float tensor.
-    for (int64_t p = 0; p < pairs; ++p) ids_saved[p] = static_cast<float>(ids[p]);
+    ArenaScope scratch(s.arena);  // the gathered input, the partial output
+    const float* xa = region.enter(x);
+    float* partial = region.partial(out);
+    if (shared_)
+      shared_->forward_part(s, xa, rows, *shared_acts, partial);
+    else
+      std::fill(partial, partial + rows * hidden_, 0.f);
+    {
+      ArenaScope inner(s.arena);
+      int32_t* ids = s.arena.allocate_array<int32_t>(static_cast<size_t>(pairs));
+      float* alpha = s.alloc(rows);
+      route(s, xa, rows, scores, ids, weights, alpha);
+      if (s.training) balancer_.observe(scores, alpha, ids, rows);
+      // Ids are saved as (exact) floats: every saved activation is a float tensor.
+      for (int64_t p = 0; p < pairs; ++p) ids_saved[p] = static_cast<float>(ids[p]);
 
-    latent_down_.forward(s, x, rows, z);
-    const kernels::MoePermutePlan plan = make_plan(s.arena, ids, rows, k_, E);
-    float *zp = s.alloc(pairs * L), *h = s.alloc(pairs * F);
-    kernels::moe_permute(plan, z, L, zp);
-    for_each_expert(plan, 2 * F * L, [&](int64_t e, int64_t first, int64_t n) {
-      const Expert& ex = routed_[e];
-      ex.w1.forward(s, zp + first * L, n, g + first * F);
-      ex.w3.forward(s, zp + first * L, n, u + first * F);
-      kernels::glu_forward(act_, g + first * F, u + first * F, h + first * F, n * F);
-      ex.w2.forward(s, h + first * F, n, y + first * L);
-    });
-    kernels::moe_unpermute(plan, y, weights, L, r);
-  }
-  latent_norm_.forward(s, r, rows, r_norm);
-  {
-    ArenaScope scratch(s.arena);
+      latent_down_.forward(s, xa, rows, z);
+      const kernels::MoePermutePlan plan = make_plan(s.arena, ids, rows, k_, E);
+      float *zp = s.alloc(pairs * L), *h = s.alloc(pairs * F);
+      kernels::moe_permute(plan, z, L, zp);
+      for_each_expert(plan, 2 * F * L, [&](int64_t e, int64_t first, int64_t n) {
+        const Expert& ex = routed_[e];
+        ex.w1.forward(s, zp + first * L, n, g + first * F);
+        ex.w3.forward(s, zp + first * L, n, u + first * F);
+        kernels::glu_forward(act_, g + first * F, u + first * F, h + first * F, n * F);
+        ex.w2.forward(s, h + first * F, n, y + first * L);
+      });
+      kernels::moe_unpermute(plan, y, weights, L, r);
+    }
+    s.grid.tp().all_reduce(r, rows * L);  // each rank's slice of every expert's output, summed
+    latent_norm_.forward(s, r, rows, r_norm, r_rstd);
     float* routed = s.alloc(rows * hidden_);
     latent_up_.forward(s, r_norm, rows, routed);
-    kernels::add_inplace(out, routed, rows * hidden_);
+    region.leave(partial, out);
+    kernels::add_inplace(out, region.local(routed), region.rows() * hidden_);
   }
-  s.save(prefix_ + ".x", x, rows * hidden_);
+  s.save(prefix_ + ".x", x, region.rows() * hidden_);
   s.save(prefix_ + ".scores", scores, rows * E);
   s.save(prefix_ + ".ids", ids_saved, pairs);
   s.save(prefix_ + ".weights", weights, pairs);
@@ -212,22 +226,29 @@ void LatentMoE::router_backward(const float* scores, const int32_t* ids, const f
   }
 }
 
-void LatentMoE::backward(const Step& s, const float* dout, int64_t rows, float* dx) const {
+// Under tensor parallelism the expert outputs saved are this rank's partial sums, so the routing
+// weights' gradient is partial too (and the router's, through it); every input gradient is
+// partial, summed at the region's end.
+void LatentMoE::backward(const Step& s, const float* dout, int64_t tokens, float* dx) const {
   ArenaScope scope(s.arena);
-  const int64_t E = experts_, L = latent_, F = width_, pairs = rows * k_;
-  const float *x = s.load(prefix_ + ".x"), *scores = s.load(prefix_ + ".scores");
-  const float *weights = s.load(prefix_ + ".weights"), *z = s.load(prefix_ + ".z");
-  const float *g = s.load(prefix_ + ".gate"), *u = s.load(prefix_ + ".up");
+  const TpRegion region(s, tokens, hidden_);
+  const int64_t rows = tokens, E = experts_, L = latent_, F = width_, pairs = rows * k_;
+  const float *scores = s.load(prefix_ + ".scores"), *weights = s.load(prefix_ + ".weights");
+  const float *z = s.load(prefix_ + ".z"), *g = s.load(prefix_ + ".gate"),
+              *u = s.load(prefix_ + ".up");
   const float *y = s.load(prefix_ + ".expert_out"), *r_norm = s.load(prefix_ + ".r_norm");
   const int32_t* ids = load_ids(s, prefix_ + ".ids", pairs);
+  const float* dy_all = region.leave_backward(dout);
+  const float* xa = region.enter(s.load(prefix_ + ".x"));
+  float* partial = region.partial(dx);
 
   if (shared_)
-    shared_->backward(s, dout, rows, dx);
+    shared_->backward_part(s, xa, dy_all, rows, partial, false);
   else
-    std::fill(dx, dx + rows * hidden_, 0.f);
+    std::fill(partial, partial + rows * hidden_, 0.f);
 
   float *dr_norm = s.alloc(rows * L), *dr = s.alloc(rows * L);
-  latent_up_.backward(s, r_norm, dout, rows, dr_norm, false);
+  latent_up_.backward(s, r_norm, dy_all, rows, dr_norm, false);
   latent_norm_.backward(s, dr_norm, rows, dr, false);
 
   const kernels::MoePermutePlan plan = make_plan(s.arena, ids, rows, k_, E);
@@ -250,11 +271,12 @@ void LatentMoE::backward(const Step& s, const float* dout, int64_t rows, float* 
   });
   float* dz = s.alloc(rows * L);
   kernels::moe_permute_backward(plan, dzp, L, dz);
-  latent_down_.backward(s, x, dz, rows, dx, true);
+  latent_down_.backward(s, xa, dz, rows, partial, true);
 
   float* dlogits = s.alloc(rows * E);
   router_backward(scores, ids, dweights, rows, dlogits);
-  router_.backward(s, x, dlogits, rows, dx, true);
+  router_.backward(s, xa, dlogits, rows, partial, true);
+  region.enter_backward(partial, dx);
 }
 
 const ExpertLoadStats& LatentMoE::end_global_batch(ParamRegistry& reg, const CountReducer& reduce) {
@@ -263,7 +285,7 @@ const ExpertLoadStats& LatentMoE::end_global_batch(ParamRegistry& reg, const Cou
 
 int64_t LatentMoE::active_matmul_params() const {
   return experts_ * hidden_ + 2 * latent_ * hidden_ + k_ * 3 * width_ * latent_ +
-         3 * shared_width_ * hidden_;
+         (shared_ ? 3 * shared_->width() * hidden_ : 0);
 }
 
 LatentMoE::ArenaUse LatentMoE::arena_use(const ModelConfig& c, int64_t rows) {

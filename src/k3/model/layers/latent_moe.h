@@ -36,11 +36,12 @@ class LatentMoE final : public FeedForward {
   // [d, S·F]. Throws k3::Error naming the first MoE field of c that is out of range.
   LatentMoE(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c);
 
-  // x, out: [rows, hidden]. When s.training, saves what backward needs and adds the tokens to the
-  // Quantile Balancing counts (so a forward must not be replayed for recompute while training).
-  void forward(const Step& s, const float* x, int64_t rows, float* out) const override;
+  // x, out: this rank's rows of [tokens, hidden]. When s.training, saves what backward needs and
+  // adds the tokens to the Quantile Balancing counts (so a forward must not be replayed for
+  // recompute while training). Under tensor parallelism every tp rank routes all tokens alike.
+  void forward(const Step& s, const float* x, int64_t tokens, float* out) const override;
   // dx is written; parameter gradients accumulate (the router bias gets none).
-  void backward(const Step& s, const float* dout, int64_t rows, float* dx) const override;
+  void backward(const Step& s, const float* dout, int64_t tokens, float* dx) const override;
 
   // Once per global batch, after the optimizer step: the Quantile Balancing update of the router
   // bias (reduce sums the counts over data- and context-parallel ranks; none means one rank).
@@ -54,7 +55,8 @@ class LatentMoE final : public FeedForward {
   const QuantileBalancer& balancer() const { return balancer_; }
 
   int router_bias() const { return bias_; }
-  // Matmul parameters one token uses in forward (router, latent projections, k experts, shared).
+  // Matmul parameters one token uses in forward (router, latent projections, k experts, shared);
+  // this rank's share of them under tensor parallelism.
   int64_t active_matmul_params() const;
   // Step arena use of one forward + backward over `rows` tokens, in floats (index arrays count two
   // floats per int64): what forward keeps for backward and, on top, the larger of the forward and
@@ -76,6 +78,7 @@ class LatentMoE final : public FeedForward {
                        float* dlogits) const;
 
   std::string prefix_;
+  // width_: this rank's slice of each expert's intermediate dimension (all of it without tp).
   int64_t hidden_ = 0, experts_ = 0, k_ = 0, width_ = 0, latent_ = 0, shared_width_ = 0;
   float scaling_ = 1.f;
   kernels::GluParams act_;

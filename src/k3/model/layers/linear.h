@@ -1,14 +1,14 @@
-// A bias-free linear layer, y = x Wᵀ with W [out, in] (the checkpoint layout), in one of three
-// tensor-parallel modes over the Step's tp group:
-//   replicated  every rank holds all of W; no communication.
-//   column      W's output features are split over tp (ShardSpec dim 0): each rank computes its
-//               slice of y from the whole x; the backward all-reduces dx over tp.
-//   row         W's input features are split over tp (ShardSpec dim 1): each rank multiplies its
-//               slice of x, and the forward all-reduces y over tp. (A bias, were there one,
-//               would be added once, after the all-reduce.)
-// A column layer followed by a row layer (q/k/v then o, gate/up then down) needs no
-// communication between them. The layer owns exactly the one collective its mode implies; with
-// tp of size 1 every mode runs the replicated arithmetic, bit for bit.
+// A bias-free linear layer, y = x Wᵀ with W [out, in] (the checkpoint layout), laid out over the
+// Step's tp group in one of four modes:
+//   replicated  every rank holds all of W and computes the same y from the same x;
+//   summed      every rank holds all of W, but sits inside a tensor-parallel region where its
+//               output gradient is a partial sum over tp (it feeds this rank's heads only): its
+//               input gradient and its weight gradient are partial sums too; the region sums the
+//               first, the optimizer's gradient reduction the second (ShardSpec::summed);
+//   column      W's output features are split over tp (dim 0): y is this rank's features;
+//   row         W's input features are split over tp (dim 1): y is a partial sum over tp.
+// The layer itself never communicates: the region around it does, once at each end
+// (layers/tp_region.h), so a column layer followed by a row layer needs nothing in between.
 #pragma once
 
 #include <cstdint>
@@ -18,20 +18,20 @@
 
 namespace k3::model {
 
-enum class LinearMode { replicated, column, row };
+enum class LinearMode { replicated, summed, column, row };
+ShardSpec shard_of(LinearMode mode);  // over "tp"
 
 class Linear {
  public:
   Linear() = default;
-  // Registers `name`.weight with global shape [out, in], initialized N(0, std²), split over the
-  // registry's "tp" group as `mode` says; in() and out() are this rank's (local) sizes.
+  // Registers `name`.weight with global shape [out, in], initialized N(0, std²), laid out over
+  // the registry's "tp" group as `mode` says; in() and out() are this rank's (local) sizes.
   Linear(ParamRegistry& reg, const std::string& name, int64_t in, int64_t out, float std,
          LinearMode mode = LinearMode::replicated);
 
-  // x [rows, in()], y [rows, out()] (row mode: y is the full output, summed over tp).
+  // x [rows, in()], y [rows, out()].
   void forward(const Step& s, const float* x, int64_t rows, float* y) const;
-  // dW += dyᵀ x. dx (when not null) is written, or added to when accumulate_dx (column mode: the
-  // sum over tp of every rank's part).
+  // dW += dyᵀ x. dx (when not null) = dy W, or += when accumulate_dx.
   void backward(const Step& s, const float* x, const float* dy, int64_t rows, float* dx,
                 bool accumulate_dx) const;
 

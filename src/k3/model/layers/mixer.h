@@ -10,6 +10,10 @@
 
 namespace k3::model {
 
+// Under tensor parallelism each layer runs as one tensor-parallel region (layers/tp_region.h): the
+// B·T tokens of a micro-batch are those of `x` and `out` on every rank, or under sequence
+// parallelism this rank's slice of them (local_rows); each layer gathers and scatters them itself.
+
 // Whatever a mixer keeps between decoding calls (keys and values, MLA's latents, KDA's states).
 struct DecodeCache {
   virtual ~DecodeCache() = default;
@@ -19,20 +23,24 @@ struct DecodeCache {
 class Mixer {
  public:
   virtual ~Mixer() = default;
-  // x, out: [B*T, hidden]. Forward saves what backward needs under the layer's name.
+  // x, out: this rank's rows of [B*T, hidden]. Forward saves what backward needs under the
+  // layer's name.
   virtual void forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const = 0;
   // dx is written; parameter gradients accumulate.
-  virtual void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const = 0;
+  virtual void backward(const Step& s, const float* dout, int64_t B, int64_t T,
+                        float* dx) const = 0;
   virtual std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const = 0;
   // Feeds `rows` tokens of one sequence at positions cache.length..; advances cache.length.
-  virtual void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache, float* out) const = 0;
+  virtual void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache,
+                      float* out) const = 0;
 };
 
 class FeedForward {
  public:
   virtual ~FeedForward() = default;
-  virtual void forward(const Step& s, const float* x, int64_t rows, float* out) const = 0;
-  virtual void backward(const Step& s, const float* dout, int64_t rows, float* dx) const = 0;
+  // x, out: this rank's rows of the micro-batch's [tokens, hidden].
+  virtual void forward(const Step& s, const float* x, int64_t tokens, float* out) const = 0;
+  virtual void backward(const Step& s, const float* dout, int64_t tokens, float* dx) const = 0;
 };
 
 }  // namespace k3::model

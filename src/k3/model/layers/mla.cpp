@@ -9,6 +9,7 @@
 #include "k3/kernels/attention.h"
 #include "k3/kernels/elementwise.h"
 #include "k3/kernels/gemm.h"
+#include "k3/model/layers/tp_region.h"
 
 namespace k3::model {
 namespace {
@@ -64,34 +65,46 @@ GatedMLA::GatedMLA(ParamRegistry& reg, const std::string& prefix, const ModelCon
                  "gated MLA needs a positive value, got ", value);
   const float std = static_cast<float>(c.initializer_range);
   const float eps = static_cast<float>(c.rms_norm_eps);
-  q_a_ = Linear(reg, prefix + ".q_a_proj", hidden_, c.q_lora_rank, std);
-  q_norm_ = RMSNorm(reg, prefix + ".q_a_layernorm", c.q_lora_rank, eps);
-  q_b_ = Linear(reg, prefix + ".q_b_proj", c.q_lora_rank, heads_ * (d_n_ + d_r_), std);
-  kv_a_ = Linear(reg, prefix + ".kv_a_proj_with_mqa", hidden_, r_kv_ + d_r_, std);
-  kv_norm_ = RMSNorm(reg, prefix + ".kv_a_layernorm", r_kv_, eps);
-  kv_b_ = Linear(reg, prefix + ".kv_b_proj", r_kv_, heads_ * (d_n_ + d_v_), std);
-  g_ = Linear(reg, prefix + ".g_proj", hidden_, heads_ * d_v_, std);
-  o_ = Linear(reg, prefix + ".o_proj", heads_ * d_v_, hidden_, c.output_init_std());
+  // Under tensor parallelism the heads are split over tp. The low-rank down-projections and their
+  // norms are replicated: every rank computes the same latents (and the shared k_r), but feeds
+  // them only to its own heads, so their gradients are partial sums (summed).
+  q_a_ = Linear(reg, prefix + ".q_a_proj", hidden_, c.q_lora_rank, std, LinearMode::summed);
+  q_norm_ =
+      RMSNorm(reg, prefix + ".q_a_layernorm", c.q_lora_rank, eps, shard_of(LinearMode::summed));
+  q_b_ = Linear(reg, prefix + ".q_b_proj", c.q_lora_rank, heads_ * (d_n_ + d_r_), std,
+                LinearMode::column);
+  kv_a_ =
+      Linear(reg, prefix + ".kv_a_proj_with_mqa", hidden_, r_kv_ + d_r_, std, LinearMode::summed);
+  kv_norm_ = RMSNorm(reg, prefix + ".kv_a_layernorm", r_kv_, eps, shard_of(LinearMode::summed));
+  kv_b_ =
+      Linear(reg, prefix + ".kv_b_proj", r_kv_, heads_ * (d_n_ + d_v_), std, LinearMode::column);
+  g_ = Linear(reg, prefix + ".g_proj", hidden_, heads_ * d_v_, std, LinearMode::column);
+  o_ =
+      Linear(reg, prefix + ".o_proj", heads_ * d_v_, hidden_, c.output_init_std(), LinearMode::row);
+  heads_ = g_.out() / d_v_;  // this rank's
 }
 
 void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const {
+  const TpRegion region(s, B * T, hidden_);
   const int64_t n = B * T, r_q = q_a_.out(), dqk = d_n_ + d_r_, p = heads_ * d_v_;
-  // Queries [n, H, d_n + d_r].
+  // Queries [n, H, d_n + d_r]; kv_a_proj_with_mqa writes [c_kv | k_r] per token and kv_b_proj
+  // [k_n | v] per head, split into contiguous parts for the attention kernel.
   float *q_lat = s.alloc(n * r_q), *q_lat_n = s.alloc(n * r_q), *q = s.alloc(n * heads_ * dqk);
-  q_a_.forward(s, x, n, q_lat);
-  q_norm_.forward(s, q_lat, n, q_lat_n);
-  q_b_.forward(s, q_lat_n, n, q);
-  // kv_a_proj_with_mqa writes [c_kv | k_r] per token and kv_b_proj [k_n | v] per head; the
-  // attention kernel wants each part contiguous. The interleaved outputs are scratch, allocated
-  // after what backward reads.
   float *c_kv = s.alloc(n * r_kv_), *k_r = s.alloc(n * d_r_), *c_kv_n = s.alloc(n * r_kv_);
-  float *k_n = s.alloc(n * heads_ * d_n_), *v = s.alloc(n * p);
+  float *k_n = s.alloc(n * heads_ * d_n_), *v = s.alloc(n * p), *g = s.alloc(n * p);
+  float *o = s.alloc(n * p), *lse = s.alloc(B * heads_ * T), *y = s.alloc(n * p);
   {
+    // The gathered input and the interleaved outputs are scratch above what backward reads.
     ArenaScope scratch(s.arena);
+    const float* xa = region.enter(x);
+    q_a_.forward(s, xa, n, q_lat);
     float* c = s.alloc(n * (r_kv_ + d_r_));
-    kv_a_.forward(s, x, n, c);
+    kv_a_.forward(s, xa, n, c);
     split_columns(c, n, r_kv_, d_r_, c_kv, k_r);
+    g_.forward(s, xa, n, g);
   }
+  q_norm_.forward(s, q_lat, n, q_lat_n);  // saves q_lat and its rstd
+  q_b_.forward(s, q_lat_n, n, q);
   kv_norm_.forward(s, c_kv, n, c_kv_n);  // saves c_kv and its rstd
   {
     ArenaScope scratch(s.arena);
@@ -99,15 +112,16 @@ void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, floa
     kv_b_.forward(s, c_kv_n, n, kv);
     split_columns(kv, n * heads_, d_n_, d_v_, k_n, v);
   }
-
-  float *g = s.alloc(n * p), *o = s.alloc(n * p), *lse = s.alloc(B * heads_ * T),
-        *y = s.alloc(n * p);
-  g_.forward(s, x, n, g);
   kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
   kernels::attention_forward(shape, q, k_n, k_r, v, o, lse);
   kernels::sigmoid_gate_forward(o, g, y, n * p);
-  o_.forward(s, y, n, out);
-  for (auto [name, ptr, size] : {std::tuple{".x", x, n * hidden_},
+  {
+    ArenaScope scratch(s.arena);
+    float* partial = region.partial(out);
+    o_.forward(s, y, n, partial);
+    region.leave(partial, out);
+  }
+  for (auto [name, ptr, size] : {std::tuple{".x", x, region.rows() * hidden_},
                                  {".q_lat_n", q_lat_n, n * r_q},
                                  {".q", q, n * heads_ * dqk},
                                  {".c_kv_n", c_kv_n, n * r_kv_},
@@ -121,26 +135,31 @@ void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, floa
     s.save(prefix_ + name, ptr, size);
 }
 
+// This rank's heads give partial gradients of everything they share (the latents, k_r, x); the
+// region's end sums dx, the optimizer's reduction the replicated weights' gradients.
 void GatedMLA::backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const {
   ArenaScope scope(s.arena);
+  const TpRegion region(s, B * T, hidden_);
   const int64_t n = B * T, r_q = q_a_.out(), dqk = d_n_ + d_r_, p = heads_ * d_v_;
   auto load = [&](const char* name) { return s.load(prefix_ + name); };
-  const float *x = load(".x"), *q_lat_n = load(".q_lat_n"), *q = load(".q");
+  const float *q_lat_n = load(".q_lat_n"), *q = load(".q");
   const float *c_kv_n = load(".c_kv_n"), *k_n = load(".k_n"), *k_r = load(".k_r"), *v = load(".v");
   const float *g = load(".g"), *o = load(".o"), *lse = load(".lse"), *y = load(".y");
 
   float *dy = s.alloc(n * p), *d_o = s.alloc(n * p), *dg = s.alloc(n * p);
-  o_.backward(s, y, dout, n, dy, false);
+  o_.backward(s, y, region.leave_backward(dout), n, dy, false);
   kernels::sigmoid_gate_backward(o, g, dy, d_o, dg, n * p);
   float *dq = s.alloc(n * heads_ * dqk), *dk_n = s.alloc(n * heads_ * d_n_);
   float *dk_r = s.alloc(n * d_r_), *dv = s.alloc(n * p);
   kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
   kernels::attention_backward(shape, q, k_n, k_r, v, o, lse, d_o, dq, dk_n, dk_r, dv);
 
+  const float* xa = region.enter(load(".x"));
+  float* partial = region.partial(dx);
   float *dq_lat_n = s.alloc(n * r_q), *dq_lat = s.alloc(n * r_q);
   q_b_.backward(s, q_lat_n, dq, n, dq_lat_n, false);
   q_norm_.backward(s, dq_lat_n, n, dq_lat, false);
-  q_a_.backward(s, x, dq_lat, n, dx, false);
+  q_a_.backward(s, xa, dq_lat, n, partial, false);
 
   // Back to the projections' interleaved layouts.
   float* dkv = s.alloc(n * heads_ * (d_n_ + d_v_));
@@ -150,8 +169,9 @@ void GatedMLA::backward(const Step& s, const float* dout, int64_t B, int64_t T, 
   kv_b_.backward(s, c_kv_n, dkv, n, dc_kv_n, false);
   kv_norm_.backward(s, dc_kv_n, n, dc_kv, false);
   join_columns(dc_kv, dk_r, n, r_kv_, d_r_, dc);
-  kv_a_.backward(s, x, dc, n, dx, true);
-  g_.backward(s, x, dg, n, dx, true);
+  kv_a_.backward(s, xa, dc, n, partial, true);
+  g_.backward(s, xa, dg, n, partial, true);
+  region.enter_backward(partial, dx);
 }
 
 std::unique_ptr<DecodeCache> GatedMLA::make_cache(int64_t max_len) const {
@@ -175,7 +195,7 @@ void GatedMLA::decode(const Step& s, const float* x, int64_t rows, DecodeCache& 
   K3_CHECK(rows >= 0 && cache.length + rows <= cache.max_len, prefix_, ": decoding ", rows,
            " tokens at position ", cache.length, " overflows the cache of ", cache.max_len);
   ArenaScope scope(s.arena);
-  const Step infer{s.arena, s.acts, s.params, false};  // decode saves nothing for backward
+  const Step infer = s.inference();  // decode saves nothing for backward
   const int64_t start = cache.length, r_q = q_a_.out(), dqk = d_n_ + d_r_, p = heads_ * d_v_;
   float *ckv = cache.c_kv.f32(), *kr = cache.k_r.f32();
 
@@ -220,6 +240,7 @@ void GatedMLA::decode(const Step& s, const float* x, int64_t rows, DecodeCache& 
   g_.forward(infer, x, rows, g);
   kernels::sigmoid_gate_forward(o, g, o, rows * p);
   o_.forward(infer, o, rows, out);
+  TpRegion(infer, rows, hidden_).leave(out, out);
   cache.length += rows;
 }
 

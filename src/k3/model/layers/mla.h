@@ -1,7 +1,10 @@
 // Gated multi-head latent attention, no positional encoding (math §4): the full-attention layer of
 // K3. Queries and keys/values come through low-rank bottlenecks; the keys share one d_r-wide part
 // k_r across heads, so a decode cache needs only the kv latent and k_r per token. The output is
-// gated like GatedAttention's: out = o_proj(attn ⊙ sigmoid(g_proj x)).
+// gated like GatedAttention's: out = o_proj(attn ⊙ sigmoid(g_proj x)). Under tensor parallelism
+// the heads are split over tp (q_b_proj, kv_b_proj and g_proj column-parallel, o_proj
+// row-parallel, one region: tp_region.h); the down-projections, their norms and k_r are
+// replicated, computed by every rank.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +47,7 @@ class GatedMLA final : public Mixer {
 
  private:
   std::string prefix_;
-  int64_t hidden_ = 0, heads_ = 0;
+  int64_t hidden_ = 0, heads_ = 0;  // heads_: this rank's (split over tp)
   int64_t d_n_ = 0, d_r_ = 0, d_v_ = 0, r_kv_ = 0;
   Linear q_a_, q_b_, kv_a_, kv_b_, g_, o_;
   RMSNorm q_norm_, kv_norm_;

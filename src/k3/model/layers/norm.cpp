@@ -6,11 +6,15 @@
 
 namespace k3::model {
 
-RMSNorm::RMSNorm(ParamRegistry& reg, const std::string& name, int64_t dim, float eps)
-    : name_(name), w_(reg.add(name + ".weight", {dim}, ParamInit::ones())), dim_(dim), eps_(eps) {}
+RMSNorm::RMSNorm(ParamRegistry& reg, const std::string& name, int64_t dim, float eps,
+                 ShardSpec shard)
+    : name_(name),
+      w_(reg.add(name + ".weight", {dim}, ParamInit::ones(), std::move(shard))),
+      dim_(dim),
+      eps_(eps) {}
 
-void RMSNorm::forward(const Step& s, const float* x, int64_t rows, float* y) const {
-  float* rstd = s.alloc(rows);
+void RMSNorm::forward(const Step& s, const float* x, int64_t rows, float* y, float* rstd) const {
+  if (!rstd) rstd = s.alloc(rows);
   kernels::rmsnorm_forward(x, s.params.value(w_).f32(), y, rstd, rows, dim_, eps_);
   s.save(name_ + ".x", x, rows * dim_);
   s.save(name_ + ".rstd", rstd, rows);

@@ -1,5 +1,6 @@
 #include "k3/parallel/zero/data_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "k3/base/error.h"
@@ -13,12 +14,30 @@ DataParallel::DataParallel(model::Model& model, const dist::ProcessGrid& grid,
                            optim::OptimizerConfig config, DataParallelOptions options)
     : model_(model),
       dp_(grid.dp()),
+      tp_(grid.tp()),
+      tp_runs_(tp_runs(model.params(), tp_.size())),
       options_(options),
       layout_(model.params(), dp_.size(), dp_.rank(), options.bucket_floats),
-      sync_(model.params(), layout_, dp_, options.zero, options.overlap),
+      sync_(model.params(), layout_, dp_, tp_, options.zero, options.overlap),
       optimizer_(param_set(model.params()), plan, config, layout_, dp_, options.zero) {}
 
-int64_t DataParallel::first_row(int64_t global_rows) const { return dp_.rank() * rows(global_rows); }
+std::vector<DataParallel::TpRun> DataParallel::tp_runs(const model::ParamRegistry& params, int tp) {
+  std::vector<TpRun> runs;
+  for (int i = 0; i < params.size(); ++i) {
+    const model::ParamInfo& p = params.info(i);
+    const bool split = tp > 1 && p.shard.split() && p.shard.group == "tp";
+    if (runs.empty() || runs.back().split != split) {
+      if (!runs.empty()) runs.back().range.end = p.offset;
+      runs.push_back({{p.offset, 0}, split});
+    }
+  }
+  if (!runs.empty()) runs.back().range.end = params.flat_size();
+  return runs;
+}
+
+int64_t DataParallel::first_row(int64_t global_rows) const {
+  return dp_.rank() * rows(global_rows);
+}
 
 int64_t DataParallel::rows(int64_t global_rows) const {
   K3_CHECK(global_rows % dp_.size() == 0, "a batch of ", global_rows,
@@ -50,17 +69,26 @@ StepTotals DataParallel::forward_backward(Arena& arena, activation::ActivationMa
 }
 
 // Every rank holds the whole reduced gradient, except under ZeRO-2, where each holds its pieces
-// and the squares are summed over dp.
+// and the squares are summed over dp. Under tensor parallelism the parameters split over tp add
+// their squares over tp, while the replicated ones (the same on every tp rank) count once.
 double DataParallel::grad_norm() const {
   const model::ParamRegistry& p = model_.params();
-  if (options_.zero < 2 || dp_.size() == 1) return optim::global_grad_norm(p.grads(), p.flat_size());
-  double squares = 0;
-  for (const FlatRange& r : layout_.owned()) {
-    const double n = optim::global_grad_norm(p.grads() + r.begin, r.size());
-    squares += n * n;
-  }
-  dp_.all_reduce(&squares, 1);
-  return std::sqrt(squares);
+  const bool pieces = options_.zero == 2 && dp_.size() > 1;
+  if (!pieces && tp_.size() == 1) return optim::global_grad_norm(p.grads(), p.flat_size());
+  const std::vector<FlatRange> held =
+      pieces ? layout_.owned() : std::vector<FlatRange>{{0, p.flat_size()}};
+  double squares[2] = {0, 0};  // [split over tp, replicated]
+  for (const TpRun& run : tp_runs_)
+    for (const FlatRange& h : held) {
+      const size_t lo = std::max(h.begin, run.range.begin), hi = std::min(h.end, run.range.end);
+      if (lo >= hi) continue;
+      const double n = optim::global_grad_norm(p.grads() + lo, hi - lo);
+      squares[run.split ? 0 : 1] += n * n;
+    }
+  tp_.all_reduce(&squares[0], 1);
+  double total = squares[0] + squares[1];
+  if (pieces) dp_.all_reduce(&total, 1);
+  return std::sqrt(total);
 }
 
 model::CountReducer DataParallel::count_reducer() const {

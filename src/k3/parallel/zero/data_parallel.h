@@ -62,8 +62,17 @@ class DataParallel {
  private:
   double grad_norm() const;
 
+  // The flat buffer cut into runs of consecutive parameters that are split over tp or not.
+  struct TpRun {
+    FlatRange range;
+    bool split;
+  };
+  static std::vector<TpRun> tp_runs(const model::ParamRegistry& params, int tp);
+
   model::Model& model_;
   const dist::Comm& dp_;
+  const dist::Comm& tp_;
+  std::vector<TpRun> tp_runs_;
   DataParallelOptions options_;
   ShardLayout layout_;
   GradSync sync_;

@@ -1,5 +1,6 @@
 #include "k3/parallel/zero/grad_sync.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "k3/base/error.h"
@@ -8,20 +9,30 @@
 namespace k3::parallel {
 
 GradSync::GradSync(model::ParamRegistry& params, const ShardLayout& layout, const dist::Comm& dp,
-                   int zero_stage, bool overlap)
-    : params_(params), layout_(layout), dp_(dp), zero_(zero_stage), overlap_(overlap) {
+                   const dist::Comm& tp, int zero_stage, bool overlap)
+    : params_(params), layout_(layout), dp_(dp), tp_(tp), zero_(zero_stage), overlap_(overlap) {
   K3_CHECK(layout.ranks() == dp.size(), "gradient sync: a layout for ", layout.ranks(),
            " ranks on a group of ", dp.size());
   const auto& buckets = layout.buckets();
   bucket_of_.assign(static_cast<size_t>(params.size()), -1);
   size_t at = 0;
+  summed_.resize(buckets.size());
+  size_t widest = 0;
   for (size_t b = 0; b < buckets.size(); ++b) {
-    for (int i = buckets[b].first_param; i < buckets[b].end_param; ++i)
+    size_t summed_floats = 0;
+    for (int i = buckets[b].first_param; i < buckets[b].end_param; ++i) {
       bucket_of_[static_cast<size_t>(i)] = static_cast<int>(b);
+      if (tp_.size() > 1 && params.info(i).shard.grad_summed_over("tp")) {
+        summed_[b].push_back(i);
+        summed_floats += static_cast<size_t>(params.info(i).local_numel());
+      }
+    }
+    widest = std::max(widest, summed_floats);
     piece_at_.push_back(at);
     at += buckets[b].piece(layout.rank()).size();
   }
   if (zero_ == 2) piece_.resize(at);
+  staging_.resize(widest);
   pending_.resize(buckets.size());
   final_left_.resize(buckets.size());
 }
@@ -35,7 +46,8 @@ model::GradsFinal GradSync::begin() {
 }
 
 void GradSync::on_final(int first, int end) {
-  for (int i = first; i < end; ++i) --final_left_[static_cast<size_t>(bucket_of_[static_cast<size_t>(i)])];
+  for (int i = first; i < end; ++i)
+    --final_left_[static_cast<size_t>(bucket_of_[static_cast<size_t>(i)])];
   if (!overlap_) return;
   launch_ready();
   for (size_t b = 0; b < next_; ++b) pending_[b].test();  // lets the started ones progress
@@ -45,7 +57,25 @@ void GradSync::launch_ready() {
   while (next_ < pending_.size() && final_left_[next_] == 0) launch(next_++);
 }
 
+void GradSync::sum_over_tp(size_t b) {
+  if (summed_[b].empty()) return;
+  size_t at = 0;
+  for (int i : summed_[b]) {
+    const Tensor g = params_.grad(i);
+    std::memcpy(staging_.data() + at, g.f32(), g.nbytes());
+    at += static_cast<size_t>(g.numel());
+  }
+  tp_.all_reduce(staging_.data(), static_cast<int64_t>(at));
+  at = 0;
+  for (int i : summed_[b]) {
+    const Tensor g = params_.grad(i);
+    std::memcpy(g.f32(), staging_.data() + at, g.nbytes());
+    at += static_cast<size_t>(g.numel());
+  }
+}
+
 void GradSync::launch(size_t b) {
+  sum_over_tp(b);
   const Bucket& bucket = layout_.buckets()[b];
   float* g = params_.grads() + bucket.range.begin;
   if (zero_ == 2)

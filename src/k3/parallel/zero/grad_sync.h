@@ -11,6 +11,11 @@
 // finish() starts whatever is left and waits. Buckets always start in the same order on every
 // rank (the order of the layout), which the collectives require, and each reduction has a fixed
 // order, so results do not depend on timing.
+//
+// Under tensor parallelism, a bucket's replicated parameters whose gradients are partial sums over
+// tp (ShardSpec::summed: those that fed only this rank's heads or, under sequence parallelism,
+// only its tokens) are first summed over tp, in one all-reduce of the bucket's such gradients
+// packed together, just before the bucket's data-parallel reduction starts.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +31,7 @@ class GradSync {
  public:
   // overlap = false starts every bucket in finish(), after the backward (for comparison).
   GradSync(model::ParamRegistry& params, const ShardLayout& layout, const dist::Comm& dp,
-           int zero_stage, bool overlap);
+           const dist::Comm& tp, int zero_stage, bool overlap);
 
   // Before the backward whose gradients are the step's last contribution: clears the bucket
   // state; the returned hook is given to that backward.
@@ -40,18 +45,21 @@ class GradSync {
   void on_final(int first, int end);
   void launch_ready();
   void launch(size_t bucket);
+  void sum_over_tp(size_t bucket);
 
   model::ParamRegistry& params_;
   const ShardLayout& layout_;
-  dist::Comm dp_;
+  dist::Comm dp_, tp_;
   int zero_;
   bool overlap_;
-  std::vector<int> bucket_of_;       // parameter index -> bucket
-  std::vector<int> final_left_;      // per bucket: parameters not yet final
-  std::vector<dist::Request> pending_;  // per bucket
-  std::vector<float> piece_;         // zero 2: this rank's reduced pieces, bucket after bucket
-  std::vector<size_t> piece_at_;     // zero 2: each bucket's place in piece_
-  size_t next_ = 0;                  // the next bucket to start
+  std::vector<int> bucket_of_;            // parameter index -> bucket
+  std::vector<int> final_left_;           // per bucket: parameters not yet final
+  std::vector<dist::Request> pending_;    // per bucket
+  std::vector<float> piece_;              // zero 2: this rank's reduced pieces, bucket after bucket
+  std::vector<size_t> piece_at_;          // zero 2: each bucket's place in piece_
+  std::vector<std::vector<int>> summed_;  // per bucket: its parameters summed over tp
+  std::vector<float> staging_;            // one bucket's such gradients, packed
+  size_t next_ = 0;                       // the next bucket to start
   double wait_seconds_ = 0;
 };
 
