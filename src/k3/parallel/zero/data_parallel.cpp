@@ -16,7 +16,7 @@ DataParallel::DataParallel(model::Model& model, const dist::ProcessGrid& grid,
       options_(options),
       layout_(model.params(), dp_.size(), dp_.rank(), options.bucket_floats),
       sync_(model.params(), layout_, dp_, options.zero, options.overlap),
-      optimizer_(param_set(model.params()), plan, config, layout_, dp_, options.zero) {}
+      optimizer_(param_set(model.params()), plan, config, layout_, grid, options.zero) {}
 
 int64_t DataParallel::first_row(int64_t global_rows) const { return dp_.rank() * rows(global_rows); }
 
