@@ -152,8 +152,9 @@ void run_layout(const Settings& s, const model::ModelConfig& c, const dist::Proc
       max_over_ranks(world, static_cast<double>(std::max(rec[0].bytes, rec[1].bytes)) / s.steps);
   const double analytic = max_over_ranks(world, static_cast<double>(on.analytic_bytes(zero)));
   const parallel::MuonTraffic muon = on.dp.optimizer().muon_traffic();
-  const double work =
-      max_over_ranks(world, static_cast<double>(muon.x_buffer_bytes + muon.workspace_bytes));
+  const double work = max_over_ranks(
+      world,
+      static_cast<double>(muon.x_buffer_bytes + muon.unit_buffer_bytes + muon.workspace_bytes));
   const double gathered = max_over_ranks(world, static_cast<double>(muon.all_gather_bytes));
   const double state = max_over_ranks(world, static_cast<double>(on.dp.optimizer().state_bytes()));
   if (world.rank() != 0) return;

@@ -166,6 +166,28 @@ TEST(Grid, GroupsHoldTheRanksThatDifferAlongOneDimension) {
   int64_t want = 0;
   for (int i = 0; i < dims.dp; ++i) want += g.coord().tp + dims.tp * i;
   EXPECT_EQ(s, want);
+  // tp_dp: every rank here (no other dimension), ordered tp fastest.
+  EXPECT_EQ(g.tp_dp().size(), n);
+  EXPECT_EQ(g.tp_dp().rank(), g.coord().tp + dims.tp * g.coord().dp);
+  EXPECT_EQ(g.tp_dp().rank(), w.rank());
+}
+
+// tp_dp holds the ranks equal in cp, ep and pp; groups() lists every group once, by name.
+TEST(Grid, TpDpGroupLeavesTheOtherDimensionsOut) {
+  const Comm w = world();
+  const int n = w.size();
+  const ParallelDims dims = n % 2 == 0 ? ParallelDims{.tp = 2, .cp = n / 2} : ParallelDims{.cp = n};
+  const ProcessGrid g(dims, w);
+  EXPECT_EQ(g.tp_dp().size(), dims.tp);
+  EXPECT_EQ(g.tp_dp().rank(), g.coord().tp);
+  int64_t r = w.rank();
+  g.tp_dp().all_reduce(&r, 1);
+  const int base = w.rank() - g.coord().tp;
+  EXPECT_EQ(r, dims.tp == 2 ? 2 * base + 1 : w.rank());
+  std::vector<std::string> names;
+  for (const Comm* c : g.groups()) names.push_back(c->name());
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"world", "tp", "cp", "ep", "dp", "pp", "replica", "tp_dp"}));
 }
 
 TEST(Grid, RefusesDimsThatDoNotMultiplyToTheWorld) {

@@ -1,5 +1,7 @@
 #include "k3/optim/muon.h"
 
+#include <tuple>
+
 #include "common/test_util.h"
 #include "k3/base/error.h"
 #include "optim/linalg.h"
@@ -130,6 +132,46 @@ TEST(Muon, PerExpertBatchingEqualsOneAtATime) {
     }
     K3_EXPECT_CLOSE(one.values, expert(batched.values), 1e-6, 0) << "expert " << e;
   }
+}
+
+// A block stored as column panels (each rank's part of a column-split matrix) gives X in the
+// same panels and the row-major momentum, bit for bit as the row-major block: wide and tall
+// (transposed) blocks, two panel widths.
+TEST(Muon, OrthogonalizerTakesColumnPanels) {
+  for (const auto& [rows, cols, panel] :
+       {std::tuple<int64_t, int64_t, int64_t>{6, 12, 4}, {6, 12, 6}, {20, 8, 2}, {20, 8, 4}}) {
+    const int64_t size = rows * cols;
+    // Element (r, c) of the block in the panel layout.
+    auto at = [&](int64_t r, int64_t c) {
+      return (c / panel) * rows * panel + r * panel + c % panel;
+    };
+    const std::vector<float> g = random_vec(static_cast<size_t>(2 * size), 3, -1, 1);
+    std::vector<float> g_panels(g.size()), m(g.size(), 0.5f), m_panels(m);
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          g_panels[static_cast<size_t>(b * size + at(r, c))] =
+              g[static_cast<size_t>(b * size + r * cols + c)];
+    MuonOrthogonalizer plain(0.9f, 5), panels(0.9f, 5);
+    std::vector<float> x(g.size()), x_panels(g.size());
+    const std::vector<MuonOrthogonalizer::Input> in = {{g.data(), m.data()},
+                                                       {g.data() + size, m.data() + size}};
+    const std::vector<MuonOrthogonalizer::Input> in_panels = {
+        {g_panels.data(), m_panels.data()}, {g_panels.data() + size, m_panels.data() + size}};
+    plain.run(rows, cols, in, 0.5f, x.data());
+    panels.run(rows, cols, in_panels, 0.5f, x_panels.data(), panel);
+    EXPECT_EQ(m, m_panels) << rows << "x" << cols << " in panels of " << panel;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(x_panels[static_cast<size_t>(b * size + at(r, c))],
+                    x[static_cast<size_t>(b * size + r * cols + c)])
+              << rows << "x" << cols << " in panels of " << panel << ", (" << r << ", " << c << ")";
+  }
+  MuonOrthogonalizer o(0.9f, 5);
+  std::vector<float> g(24, 1.0f), m(24, 0.0f), x(24);
+  const std::vector<MuonOrthogonalizer::Input> in = {{g.data(), m.data()}};
+  EXPECT_THROW(o.run(4, 6, in, 1.0f, x.data(), 4), Error);
 }
 
 TEST(Muon, RejectsVectorsAndBlocksThatDoNotTile) {

@@ -11,21 +11,21 @@ namespace {
 
 using testing::Tensors;
 
-double ns_cost(const optim::MuonBlock& b) {
-  const double m = static_cast<double>(std::min(b.rows, b.cols)),
-               n = static_cast<double>(std::max(b.rows, b.cols));
+double ns_cost(const MuonUnit& u) {
+  const double m = static_cast<double>(std::min(u.rows, u.cols)),
+               n = static_cast<double>(std::max(u.rows, u.cols));
   return 2 * m * m * n + m * m * m;
 }
 
 // Largest first onto the least loaded rank: no rank's load exceeds another's by more than the
 // largest block, and every rank gets work when there are blocks enough.
 TEST(DistributedMuon, OwnersBalanceNewtonSchulzWork) {
-  std::vector<optim::MuonBlock> blocks;
-  for (int i = 0; i < 7; ++i) blocks.push_back({0, 0, 64, 512});
-  for (int i = 0; i < 2; ++i) blocks.push_back({0, 0, 512, 512});
-  for (int i = 0; i < 13; ++i) blocks.push_back({0, 0, 16, 96});
+  std::vector<MuonUnit> blocks;
+  for (int i = 0; i < 7; ++i) blocks.push_back({.rows = 64, .cols = 512});
+  for (int i = 0; i < 2; ++i) blocks.push_back({.rows = 512, .cols = 512});
+  for (int i = 0; i < 13; ++i) blocks.push_back({.rows = 16, .cols = 96});
   for (int ranks : {1, 2, 3, 4, 5}) {
-    const std::vector<int> owners = assign_block_owners(blocks, ranks, 5);
+    const std::vector<int> owners = assign_unit_owners(blocks, 1, ranks, 5);
     std::vector<double> load(static_cast<size_t>(ranks), 0.0);
     double largest = 0;
     for (size_t b = 0; b < blocks.size(); ++b) {
@@ -35,7 +35,7 @@ TEST(DistributedMuon, OwnersBalanceNewtonSchulzWork) {
     const auto [lo, hi] = std::minmax_element(load.begin(), load.end());
     EXPECT_LE(*hi - *lo, largest) << ranks << " ranks";
     EXPECT_GT(*lo, 0.0) << ranks << " ranks";
-    EXPECT_EQ(owners, assign_block_owners(blocks, ranks, 5));  // deterministic
+    EXPECT_EQ(owners, assign_unit_owners(blocks, 1, ranks, 5));  // deterministic
   }
 }
 
@@ -43,16 +43,16 @@ TEST(DistributedMuon, OwnersBalanceNewtonSchulzWork) {
 // count; ZeRO 2 moves the gradient pieces too, so twice ZeRO 1's. Prints the figures.
 void check_traffic(Tensors& t, size_t bucket_floats, const char* what) {
   const dist::Comm world = dist::Comm::world();
+  const dist::ProcessGrid grid(dist::ParallelDims{.dp = world.size()}, world);
   int64_t moved[3] = {};
   for (int zero : {1, 2}) {
     const ShardLayout layout = t.layout(world.size(), world.rank(), bucket_floats);
-    ShardedOptimizer opt(t.set(), t.plan(), optim::OptimizerConfig{}, layout, world, zero);
+    ShardedOptimizer opt(t.set(), t.plan(), optim::OptimizerConfig{}, layout, grid, zero);
     t.set_gradient(0, zero == 2 ? &layout : nullptr);
     opt.step(testing::kLr, testing::kGradScale);
     const DistributedMuon& muon = *opt.distributed_muon();
     const MuonTraffic traffic = opt.muon_traffic();
-    EXPECT_EQ(traffic.p2p_bytes,
-              muon_p2p_bytes(layout, muon.blocks(), muon.owners(), zero, world.rank()))
+    EXPECT_EQ(traffic.p2p_bytes, muon_p2p_bytes(muon.units(), muon.owners(), 1, zero, world.rank()))
         << what << ", zero " << zero << ", rank " << world.rank();
     EXPECT_EQ(traffic.p2p_bytes, muon.expected_p2p_bytes());
     moved[zero] = traffic.p2p_bytes;

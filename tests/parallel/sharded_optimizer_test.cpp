@@ -18,14 +18,15 @@ using testing::Tensors;
 
 constexpr size_t kSmallBuckets = 64, kMidBuckets = 200;  // floats; 0: one bucket
 
-// A ShardedOptimizer over `t`, fed gradients as its ZeRO stage expects them.
+// A ShardedOptimizer over `t` on a grid of data parallelism alone, fed gradients as its ZeRO
+// stage expects them.
 struct Sharded {
   ShardLayout layout;
   ShardedOptimizer opt;
   int zero;
-  Sharded(Tensors& t, const dist::Comm& dp, int zero_stage, size_t bucket_floats)
-      : layout(t.layout(dp.size(), dp.rank(), bucket_floats)),
-        opt(t.set(), t.plan(), optim::OptimizerConfig{}, layout, dp, zero_stage),
+  Sharded(Tensors& t, const dist::ProcessGrid& grid, int zero_stage, size_t bucket_floats)
+      : layout(t.layout(grid.dp().size(), grid.dp().rank(), bucket_floats)),
+        opt(t.set(), t.plan(), optim::OptimizerConfig{}, layout, grid, zero_stage),
         zero(zero_stage) {}
   void steps(Tensors& t, int first, int count) {
     testing::run_steps(first, count, [&](int s) {
@@ -54,7 +55,7 @@ TEST(ShardedOptimizer, OneRankEqualsTheOptimizerBitForBit) {
   for (int zero : {0, 1, 2})
     for (size_t buckets : {size_t{0}, kSmallBuckets}) {
       Tensors t;
-      Sharded s(t, dist::Comm(), zero, buckets);
+      Sharded s(t, dist::single_process(), zero, buckets);
       s.steps(t, 0, 4);
       expect_same_values(t, ref.t, case_name(zero, buckets, dist::Comm()));
       EXPECT_EQ(s.opt.steps_taken(), 4);
@@ -66,25 +67,30 @@ TEST(ShardedOptimizer, RejectsABadStageOrALayoutForAnotherGroup) {
   Tensors t;
   const ShardLayout two = t.layout(2, 0, 0);
   EXPECT_NE(k3::testing::error_of([&] {
-              ShardedOptimizer(t.set(), t.plan(), {}, t.layout(1, 0, 0), dist::Comm(), 3);
+              ShardedOptimizer(t.set(), t.plan(), {}, t.layout(1, 0, 0), dist::single_process(), 3);
             }).find("ZeRO stage 3"),
             std::string::npos);
   EXPECT_NE(k3::testing::error_of([&] {
-              ShardedOptimizer(t.set(), t.plan(), {}, two, dist::Comm(), 1);
+              ShardedOptimizer(t.set(), t.plan(), {}, two, dist::single_process(), 1);
             }).find("rank 0 of 2"),
             std::string::npos);
 }
 
 // Zero 1 and 2 on the job's ranks, several bucket sizes (blocks cut by piece bounds in
 // different places): every rank ends with the one-process values, bit for bit.
+dist::ProcessGrid data_parallel_grid(const dist::Comm& world) {
+  return dist::ProcessGrid(dist::ParallelDims{.dp = world.size()}, world);
+}
+
 TEST(ShardedOptimizerMpi, EqualsTheOneProcessOptimizer) {
   const dist::Comm world = dist::Comm::world();
+  const dist::ProcessGrid grid = data_parallel_grid(world);
   Reference ref;
   ref.steps(0, 4);
   for (int zero : {1, 2})
     for (size_t buckets : {size_t{0}, kSmallBuckets, kMidBuckets}) {
       Tensors t;
-      Sharded s(t, world, zero, buckets);
+      Sharded s(t, grid, zero, buckets);
       s.steps(t, 0, 4);
       expect_same_values(t, ref.t, case_name(zero, buckets, world));
       std::vector<float> first = t.values;  // rank 0's values
@@ -105,10 +111,11 @@ std::unordered_map<std::string, const Tensor*> by_name(
 // on exactly as the uninterrupted run.
 TEST(ShardedOptimizerMpi, GatheredStateRestoresUnderAnyLayout) {
   const dist::Comm world = dist::Comm::world();
+  const dist::ProcessGrid grid = data_parallel_grid(world);
   Reference ref;
   ref.steps(0, 3);
   Tensors ta;
-  Sharded a(ta, world, 1, kSmallBuckets);
+  Sharded a(ta, grid, 1, kSmallBuckets);
   a.steps(ta, 0, 3);
   const auto state = a.opt.gather_state();
   const auto want = ref.opt.state_tensors();
@@ -129,7 +136,7 @@ TEST(ShardedOptimizerMpi, GatheredStateRestoresUnderAnyLayout) {
 
   Tensors tb, tc, td;
   for (Tensors* t : {&tb, &tc, &td}) t->values = ta.values;
-  Sharded b(tb, world, 2, kMidBuckets), c(tc, dist::Comm(), 1, 0);
+  Sharded b(tb, grid, 2, kMidBuckets), c(tc, dist::single_process(), 1, 0);
   optim::Optimizer d(td.set(), td.plan(), optim::OptimizerConfig{});
   for (Sharded* s : {&b, &c}) {
     s->opt.restore_state(find);
@@ -155,7 +162,7 @@ TEST(ShardedOptimizerMpi, GatheredStateRestoresUnderAnyLayout) {
 
 TEST(ShardedOptimizer, RestoreNamesAMissingOrMisshapenTensor) {
   Tensors t;
-  Sharded s(t, dist::Comm(), 1, kSmallBuckets);
+  Sharded s(t, dist::single_process(), 1, kSmallBuckets);
   const auto state = s.opt.gather_state();
   const auto saved = by_name(state);
   const std::string missing = "momentum.experts";
@@ -182,6 +189,7 @@ TEST(ShardedOptimizer, RestoreNamesAMissingOrMisshapenTensor) {
 // owns; summed over the ranks, the one-process total (which zero 0 holds on every rank).
 TEST(ShardedOptimizerMpi, StateBytesFollowTheZeroFormula) {
   const dist::Comm world = dist::Comm::world();
+  const dist::ProcessGrid grid = data_parallel_grid(world);
   Tensors t;
   int64_t adamw_total = 0, muon_total = 0;
   for (const Tensors::Spec& s : t.specs) {
@@ -189,9 +197,9 @@ TEST(ShardedOptimizerMpi, StateBytesFollowTheZeroFormula) {
     if (s.kind == optim::OptimizerKind::muon) muon_total += shape_numel(s.shape);
   }
   const int64_t one_process = 8 * adamw_total + 4 * muon_total;
-  EXPECT_EQ(Sharded(t, world, 0, kSmallBuckets).opt.state_bytes(), one_process);
+  EXPECT_EQ(Sharded(t, grid, 0, kSmallBuckets).opt.state_bytes(), one_process);
   for (int zero : {1, 2}) {
-    Sharded s(t, world, zero, kSmallBuckets);
+    Sharded s(t, grid, zero, kSmallBuckets);
     int64_t adamw_owned = 0, muon_owned = 0;
     const optim::ParamSet set = t.set();
     for (size_t i = 0; i < t.specs.size(); ++i) {
@@ -202,8 +210,8 @@ TEST(ShardedOptimizerMpi, StateBytesFollowTheZeroFormula) {
                                             std::max(lo, std::min(hi, r.begin)));
     }
     const DistributedMuon& muon = *s.opt.distributed_muon();
-    for (size_t b = 0; b < muon.blocks().size(); ++b)
-      if (muon.owners()[b] == world.rank()) muon_owned += muon.blocks()[b].numel();
+    for (size_t u = 0; u < muon.units().size(); ++u)
+      if (muon.owners()[u] == world.rank()) muon_owned += muon.units()[u].numel();
     const int64_t bytes = s.opt.state_bytes();
     EXPECT_EQ(bytes, 8 * adamw_owned + 4 * muon_owned) << case_name(zero, kSmallBuckets, world);
     int64_t sum = bytes;

@@ -4,12 +4,13 @@
 // Muon. Each rank also computes the single-process run itself and compares its own shards.
 //
 // Tolerances (fp32, the ranks' partial sums added in another order than one process adds them):
-// first-step loss 1e-6 relative, the gradient norm 1e-5, every gradient 2e-5 of the tensor's
-// largest entry (measured: 2.1e-6), each of 20 losses 1e-4 (measured: 6.8e-6), the parameters
-// after 10 steps 1e-2 of the tensor's largest entry (measured: 1.2e-3, where AdamW's 1/√v turns
-// rounding differences of near-zero gradients into updates of size lr). The routers are spread
-// (tests/common/model_util.h) so that no routing choice sits within rounding of a tie: with the
-// default initialization the runs part after a few steps the way any two runs would (measured:
+// first-step loss 1e-6 relative, the gradient norm 1e-5, every gradient 1e-4 of the tensor's
+// largest entry (measured: 2.7e-6, and 2.1e-5 for KDA's A_log, whose gradient sums terms of both
+// signs over every token and channel of a head), each of 10 losses 1e-4 (measured: 6.8e-6), the
+// parameters after 10 steps 1e-2 of the tensor's largest entry (measured: 1.2e-3, where AdamW's
+// 1/√v turns rounding differences of near-zero gradients into updates of size lr). The routers are
+// spread (tests/common/model_util.h) so that no routing choice sits within rounding of a tie: with
+// the default initialization the runs part after a few steps the way any two runs would (measured:
 // parameters 13% apart after 10 steps with nothing wrong). A lost or doubled sum moves a gradient
 // by its own size, and Muon run on shards instead of whole matrices moves parameters by ~100%.
 //
@@ -42,6 +43,7 @@ struct Layout {
   int tp;
   bool sp;
   Setup setup;
+  bool steps;  // also ten steps
 };
 
 std::string name(const ::testing::TestParamInfo<Layout>& p) {
@@ -74,49 +76,79 @@ class TensorParallelMatchesOneProcess : public ::testing::TestWithParam<Layout> 
   std::unique_ptr<Trainee> ref, tp;
 };
 
-TEST_P(TensorParallelMatchesOneProcess, FirstStepLossAndEveryGradient) {
+// One step: the loss, the norm and every reduced gradient (summed over tp already, so compared as
+// they are) against one process; then the step's bytes over tp, optimizer included, against the
+// analytic count, operation by operation.
+TEST_P(TensorParallelMatchesOneProcess, FirstStepLossEveryGradientAndTheBytes) {
   const GlobalBatch batch(config(), 0);
-  const StepTotals want = ref->step(batch, false), got = tp->step(batch, false);
+  const auto share = [&](Trainee& t) {
+    return batch.share(t.dp.first_row(kRows), t.dp.rows(kRows));
+  };
+  const dist::Counters before = grid->tp().counters();
+  const StepTotals want = ref->dp.forward_backward(ref->arena, ref->acts, share(*ref));
+  const StepTotals got = tp->dp.forward_backward(tp->arena, tp->acts, share(*tp));
   EXPECT_EQ(got.tokens, want.tokens);
   EXPECT_NEAR(got.loss, want.loss, 1e-6 * want.loss);
   EXPECT_NEAR(got.grad_norm, want.grad_norm, 1e-5 * want.grad_norm);
-  // The reduced gradients: summed over tp already, so compared as they are.
   const model::ParamRegistry &r = ref->model.params(), &p = tp->model.params();
   double worst = 0;
   for (int i = 0; i < p.size(); ++i) {
     const model::ParamInfo& info = p.info(i);
     const std::vector<float> whole = shard_of(info, r.grad(r.find(info.name)).f32());
     const double e = max_rel_error(p.grad(i).f32(), whole.data(), info.local_numel());
-    EXPECT_LT(e, 2e-5) << info.name;
+    EXPECT_LT(e, 1e-4) << info.name;
     worst = std::max(worst, e);
   }
+  tp->dp.apply(2e-3f, 1.0f);
+
+  const dist::Counters& after = grid->tp().counters();
+  const TpTraffic moved = tp_traffic_between(before, after);
+  TpTraffic want_bytes = tp_step_traffic(tp->model, GetParam().tp);
+  for (int m = 0; m < testing::kMicro; ++m)
+    want_bytes +=
+        tp_micro_batch_traffic(config(), GetParam().tp, GetParam().sp, tp->dp.rows(kRows) * kT);
+  EXPECT_EQ(moved.all_reduce, want_bytes.all_reduce);
+  EXPECT_EQ(moved.all_gather, want_bytes.all_gather);
+  EXPECT_EQ(moved.reduce_scatter, want_bytes.reduce_scatter);
+  // Under ZeRO 0 distributed Muon runs over tp (over tp_dp under ZeRO 1).
+  const DistributedMuon* muon = tp->dp.optimizer().distributed_muon();
+  const int64_t p2p = muon && GetParam().setup.zero == 0 ? muon->expected_p2p_bytes() : 0;
+  EXPECT_EQ(after[dist::Op::send].bytes + after[dist::Op::recv].bytes -
+                before[dist::Op::send].bytes - before[dist::Op::recv].bytes,
+            p2p);
+  EXPECT_EQ(after.bytes() - before.bytes(), want_bytes.total() + p2p)
+      << "the tp group ran an operation the count does not know";
   if (world.rank() == 0)
-    std::printf("%s: loss %.2g relative, max gradient error %.3g\n", what().c_str(),
-                std::abs(got.loss - want.loss) / want.loss, worst);
+    std::printf(
+        "%s: loss %.2g relative, max gradient error %.3g; %lld bytes over tp per step "
+        "(all-reduce %lld, all-gather %lld, reduce-scatter %lld, Muon %lld)\n",
+        what().c_str(), std::abs(got.loss - want.loss) / want.loss, worst,
+        static_cast<long long>(moved.total() + p2p), static_cast<long long>(moved.all_reduce),
+        static_cast<long long>(moved.all_gather), static_cast<long long>(moved.reduce_scatter),
+        static_cast<long long>(p2p));
 }
 
-TEST_P(TensorParallelMatchesOneProcess, TwentyStepsOfLossAndTheParametersAfterTen) {
+TEST_P(TensorParallelMatchesOneProcess, TenStepsOfLossAndTheParameters) {
+  if (!GetParam().steps) GTEST_SKIP() << "one step only in this layout";
   double worst_loss = 0, worst_param = 0;
-  for (int step = 0; step < 20; ++step) {
+  for (int step = 0; step < 10; ++step) {
     const GlobalBatch batch(config(), step);
     const StepTotals want = ref->step(batch, true), got = tp->step(batch, true);
     EXPECT_NEAR(got.loss, want.loss, 1e-4 * want.loss) << "step " << step + 1;
     worst_loss = std::max(worst_loss, std::abs(got.loss - want.loss) / want.loss);
-    if (step + 1 != 10) continue;
-    const model::ParamRegistry &r = ref->model.params(), &p = tp->model.params();
-    for (int i = 0; i < p.size(); ++i) {
-      const model::ParamInfo& info = p.info(i);
-      const std::vector<float> whole = shard_of(info, r.value(r.find(info.name)).f32());
-      const double e = max_rel_error(p.value(i).f32(), whole.data(), info.local_numel());
-      EXPECT_LT(e, 1e-2) << info.name;
-      worst_param = std::max(worst_param, e);
-    }
+  }
+  const model::ParamRegistry &r = ref->model.params(), &p = tp->model.params();
+  for (int i = 0; i < p.size(); ++i) {
+    const model::ParamInfo& info = p.info(i);
+    const std::vector<float> whole = shard_of(info, r.value(r.find(info.name)).f32());
+    const double e = max_rel_error(p.value(i).f32(), whole.data(), info.local_numel());
+    EXPECT_LT(e, 1e-2) << info.name;
+    worst_param = std::max(worst_param, e);
   }
   if (world.rank() == 0)
-    std::printf("%s: 20 losses within %.2g relative, parameters after 10 steps within %.3g\n",
+    std::printf("%s: 10 losses within %.2g relative, parameters after 10 steps within %.3g\n",
                 what().c_str(), worst_loss, worst_param);
   // Replicated parameters are the same on every tp rank, bit for bit.
-  const model::ParamRegistry& p = tp->model.params();
   for (int i = 0; i < p.size(); ++i) {
     if (p.info(i).shard.split()) continue;
     std::vector<float> lead(p.value(i).f32(), p.value(i).f32() + p.info(i).local_numel());
@@ -126,35 +158,14 @@ TEST_P(TensorParallelMatchesOneProcess, TwentyStepsOfLossAndTheParametersAfterTe
   }
 }
 
-// Every rank's payload over tp in one step equals the analytic count, operation by operation.
-TEST_P(TensorParallelMatchesOneProcess, BytesPerStepEqualTheAnalyticCount) {
-  const dist::Counters before = grid->tp().counters();
-  tp->step(GlobalBatch(config(), 0), true);
-  const TpTraffic moved = tp_traffic_between(before, grid->tp().counters());
-  TpTraffic want = tp_step_traffic(tp->model, GetParam().tp);
-  const int64_t tokens = tp->dp.rows(kRows) * kT;
-  for (int m = 0; m < testing::kMicro; ++m)
-    want += tp_micro_batch_traffic(config(), GetParam().tp, GetParam().sp, tokens);
-  EXPECT_EQ(moved.all_reduce, want.all_reduce);
-  EXPECT_EQ(moved.all_gather, want.all_gather);
-  EXPECT_EQ(moved.reduce_scatter, want.reduce_scatter);
-  EXPECT_EQ(grid->tp().counters().bytes() - before.bytes(), want.total())
-      << "the tp group ran an operation the count does not know";
-  if (world.rank() == 0)
-    std::printf(
-        "%s: %lld bytes over tp per step (all-reduce %lld, all-gather %lld, "
-        "reduce-scatter %lld)\n",
-        what().c_str(), static_cast<long long>(moved.total()),
-        static_cast<long long>(moved.all_reduce), static_cast<long long>(moved.all_gather),
-        static_cast<long long>(moved.reduce_scatter));
-}
-
+// Every layout takes a step under AdamW with a replicated optimizer, or Muon with ZeRO 0, and under
+// Muon with ZeRO 1; the ten steps run in enough of them to cover both optimizers and both stages
+// under every layout kind.
 std::vector<Layout> layouts() {
-  std::vector<Layout> out;
-  for (int tp : {2, 4})
-    for (bool sp : {false, true})
-      for (Setup s : {Setup{0, "adamw"}, Setup{1, "adamw"}}) out.push_back({tp, sp, s});
-  return out;
+  const Setup adamw0{0, "adamw"}, muon0{0, "muon"}, muon1{1, "muon"};
+  return {{2, false, adamw0, true}, {2, false, muon1, true},   {2, true, adamw0, false},
+          {2, true, muon1, true},   {4, false, adamw0, false}, {4, false, muon1, true},
+          {4, true, muon0, true},   {4, true, muon1, true}};
 }
 
 INSTANTIATE_TEST_SUITE_P(TensorParallel, TensorParallelMatchesOneProcess,

@@ -31,6 +31,7 @@ struct Tensors {
     OptimizerKind kind;
     int64_t block_rows = 0;
     bool decay = true;
+    int split = -1;  // the dimension split over tp (tests/parallel/tp_optimizer_test.cpp)
   };
   static std::vector<Spec> default_specs() {
     return {{"embed", {40, 12}, OptimizerKind::adamw, 0, false},
@@ -121,7 +122,8 @@ void run_steps(int first, int count, F step_one) {
 struct Reference {
   Tensors t;
   optim::Optimizer opt;
-  Reference() : opt(t.set(), t.plan(), optim::OptimizerConfig{}) {}
+  explicit Reference(std::vector<Tensors::Spec> specs = Tensors::default_specs())
+      : t(std::move(specs)), opt(t.set(), t.plan(), optim::OptimizerConfig{}) {}
   void steps(int first, int count) {
     run_steps(first, count, [&](int s) {
       t.set_gradient(s);

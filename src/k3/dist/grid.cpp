@@ -51,10 +51,13 @@ ProcessGrid::ProcessGrid(const ParallelDims& dims, const Comm& world) : dims_(di
   GridCoord base = c;
   base.cp = base.ep = base.dp = 0;
   replica_ = world.split("replica", rank_of(dims, base), c.cp + dims.cp * (c.ep + dims.ep * c.dp));
+  base = c;
+  base.tp = base.dp = 0;
+  tp_dp_ = world.split("tp_dp", rank_of(dims, base), c.tp + dims.tp * c.dp);
 }
 
-std::array<const Comm*, 7> ProcessGrid::groups() const {
-  return {&world_, &tp_, &cp_, &ep_, &dp_, &pp_, &replica_};
+std::array<const Comm*, 8> ProcessGrid::groups() const {
+  return {&world_, &tp_, &cp_, &ep_, &dp_, &pp_, &replica_, &tp_dp_};
 }
 
 const ProcessGrid& single_process() {

@@ -14,7 +14,9 @@
 // reduction hides behind the backward, and pp, with small point-to-point messages) span nodes.
 //
 // Dense (non-expert) parameters are replicated over cp × ep × dp: the `replica` group, over which
-// their gradients are reduced. A world of one has every group of size 1.
+// their gradients are reduced. `tp_dp` holds the ranks that differ only in tp and dp (ordered tp
+// fastest: rank tp_i + tp·dp_i): the optimizer's group, whose ranks together hold every shard of
+// every ZeRO piece. A world of one has every group of size 1.
 #pragma once
 
 #include <array>
@@ -60,13 +62,14 @@ class ProcessGrid {
   const Comm& dp() const { return dp_; }
   const Comm& pp() const { return pp_; }
   const Comm& replica() const { return replica_; }
-  // Every group, for counters: world, tp, cp, ep, dp, pp, replica.
-  std::array<const Comm*, 7> groups() const;
+  const Comm& tp_dp() const { return tp_dp_; }
+  // Every group, for counters: world, tp, cp, ep, dp, pp, replica, tp_dp.
+  std::array<const Comm*, 8> groups() const;
 
  private:
   ParallelDims dims_;
   GridCoord coord_;
-  Comm world_, tp_, cp_, ep_, dp_, pp_, replica_;
+  Comm world_, tp_, cp_, ep_, dp_, pp_, replica_, tp_dp_;
 };
 
 // The grid of a plain single-process run (every group of size 1): what a model or layer uses

@@ -13,31 +13,44 @@ namespace {
 constexpr int64_t kBatchBytes = int64_t{256} << 20;
 constexpr int64_t kTile = 32;
 
-// Calls f(i, p) for the elements of rows [r0, r1) of a [rows, cols] block: i indexes the block,
-// p the same element in the block's wide orientation ([cols, rows] when transposed). Tiled so a
-// transposed walk stays within cache lines.
+// How a [rows, cols] block is walked: its element (r, c) has index i = r·cols + c row-major, s
+// in column panels `panel` wide (s = i when panel = cols), p in the wide orientation ([cols,
+// rows] when transposed).
+struct Walk {
+  int64_t rows, cols, panel;
+  bool transposed;
+  bool plain() const { return !transposed && panel == cols; }
+};
+
+// Calls f(i, s, p) for the elements of rows [r0, r1). Tiled so a transposed walk stays within
+// cache lines.
 template <typename F>
-void for_rows(int64_t r0, int64_t r1, int64_t rows, int64_t cols, bool transposed, F f) {
-  if (!transposed) {
-    for (int64_t i = r0 * cols; i < r1 * cols; ++i) f(i, i);
+void for_rows(int64_t r0, int64_t r1, const Walk& w, F f) {
+  if (w.plain()) {
+    for (int64_t i = r0 * w.cols; i < r1 * w.cols; ++i) f(i, i, i);
     return;
   }
-  for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
-    const int64_t c1 = std::min(cols, c0 + kTile);
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kTile) {
+    const int64_t c1 = std::min(w.cols, c0 + kTile);
     for (int64_t r = r0; r < r1; ++r)
-      for (int64_t c = c0; c < c1; ++c) f(r * cols + c, c * rows + r);
+      for (int64_t c = c0; c < c1; ++c) {
+        const int64_t i = r * w.cols + c;
+        const int64_t s =
+            w.panel == w.cols ? i : (c / w.panel) * w.rows * w.panel + r * w.panel + c % w.panel;
+        f(i, s, w.transposed ? c * w.rows + r : i);
+      }
   }
 }
 
-// f(b, i, p) for every element of `count` [rows, cols] blocks, in parallel over row tiles.
+// f(b, i, s, p) for every element of `count` blocks, in parallel over row tiles.
 template <typename F>
-void for_blocks(int64_t count, int64_t rows, int64_t cols, bool transposed, F f) {
-  const int64_t row_tiles = (rows + kTile - 1) / kTile;
+void for_blocks(int64_t count, const Walk& w, F f) {
+  const int64_t row_tiles = (w.rows + kTile - 1) / kTile;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < count; ++b)
     for (int64_t t = 0; t < row_tiles; ++t)
-      for_rows(t * kTile, std::min(rows, (t + 1) * kTile), rows, cols, transposed,
-               [&](int64_t i, int64_t p) { f(b, i, p); });
+      for_rows(t * kTile, std::min(w.rows, (t + 1) * kTile), w,
+               [&](int64_t i, int64_t s, int64_t p) { f(b, i, s, p); });
 }
 
 }  // namespace
@@ -95,30 +108,33 @@ int64_t MuonOrthogonalizer::workspace_bytes() const {
 }
 
 void MuonOrthogonalizer::run(int64_t rows, int64_t cols, std::span<const Input> blocks,
-                             float grad_scale, float* x) {
+                             float grad_scale, float* x, int64_t panel_cols) {
   const int64_t size = rows * cols, n = static_cast<int64_t>(blocks.size());
   if (n == 0) return;
-  const bool transposed = rows > cols;  // Newton-Schulz works on the wide orientation
+  // Newton-Schulz works on the wide orientation.
+  const Walk walk{rows, cols, panel_cols > 0 ? panel_cols : cols, rows > cols};
+  K3_CHECK(cols % walk.panel == 0, "muon: panels of ", walk.panel, " columns do not tile ", cols);
   if (pack_.numel() < n * size) pack_ = Tensor::empty({n * size});
   float* pack = pack_.f32();
   const float mu = momentum_;
 
   // M ← μM + G; V = G + μM, written into the batch in the wide orientation.
-  for_blocks(n, rows, cols, transposed, [&](int64_t b, int64_t i, int64_t p) {
+  for_blocks(n, walk, [&](int64_t b, int64_t i, int64_t s, int64_t p) {
     const Input& in = blocks[static_cast<size_t>(b)];
-    const float grad = in.g[i] * grad_scale, m = mu * in.m[i] + grad;
+    const float grad = in.g[s] * grad_scale, m = mu * in.m[i] + grad;
     in.m[i] = m;
     pack[b * size + p] = grad + mu * m;
   });
 
-  if (!transposed) {
+  if (walk.transposed)
+    ns_.run(pack, x, n, cols, rows);
+  else
     ns_.run(pack, x, n, rows, cols);
-    return;
-  }
-  ns_.run(pack, x, n, cols, rows);
-  // x holds X in the wide orientation and pack is scratch now: turn X back through it.
-  for_blocks(n, rows, cols, true,
-             [&](int64_t b, int64_t i, int64_t p) { pack[b * size + i] = x[b * size + p]; });
+  if (walk.plain()) return;
+  // x holds X in the wide orientation and pack is scratch now: put X in place through it.
+  for_blocks(n, walk, [&](int64_t b, int64_t, int64_t s, int64_t p) {
+    pack[b * size + s] = x[b * size + p];
+  });
   std::memcpy(x, pack, static_cast<size_t>(n * size) * sizeof(float));
 }
 

@@ -60,8 +60,11 @@ float muon_update_scale(int64_t rows, int64_t cols);
 void muon_apply(float* w, const float* x, int64_t n, float lr, float scale, float weight_decay);
 
 // Momentum and Newton–Schulz for a batch of blocks of one shape [rows, cols]: for block b,
-// M ← μM + s·G; V = s·G + μM; X_b = NewtonSchulz(V) in the block's own orientation, row-major at
+// M ← μM + s·G; V = s·G + μM; X_b = NewtonSchulz(V) in the block's own orientation at
 // x + b·rows·cols (s: grad_scale). The workspace is kept between calls.
+// G and X are row-major, or with panel_cols > 0 stored as column panels of that width, panel
+// after panel, each row-major: the layout of a block whose columns are split over ranks, each
+// rank's part one contiguous panel. M is always row-major.
 class MuonOrthogonalizer {
  public:
   struct Input {
@@ -69,7 +72,8 @@ class MuonOrthogonalizer {
     float* m;        // its momentum, updated in place
   };
   MuonOrthogonalizer(float momentum, int ns_steps);
-  void run(int64_t rows, int64_t cols, std::span<const Input> blocks, float grad_scale, float* x);
+  void run(int64_t rows, int64_t cols, std::span<const Input> blocks, float grad_scale, float* x,
+           int64_t panel_cols = 0);
   int64_t workspace_bytes() const;
 
  private:

@@ -28,7 +28,7 @@ OptimizerParts split_by_optimizer(const ParamSet& params, const std::vector<Assi
       s.block_rows.push_back(a.block_rows);
     }
     ++tensors[static_cast<int>(a.optimizer)];
-    values[static_cast<int>(a.optimizer)] += p.numel();
+    values[static_cast<int>(a.optimizer)] += shape_numel(p.global());  // not the shard's
   }
   for (OptimizerKind k : {OptimizerKind::adamw, OptimizerKind::muon, OptimizerKind::frozen}) {
     const int i = static_cast<int>(k);

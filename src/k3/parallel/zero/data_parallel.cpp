@@ -19,7 +19,7 @@ DataParallel::DataParallel(model::Model& model, const dist::ProcessGrid& grid,
       options_(options),
       layout_(model.params(), dp_.size(), dp_.rank(), options.bucket_floats),
       sync_(model.params(), layout_, dp_, tp_, options.zero, options.overlap),
-      optimizer_(param_set(model.params()), plan, config, layout_, dp_, options.zero) {}
+      optimizer_(param_set(model.params()), plan, config, layout_, grid, options.zero) {}
 
 std::vector<DataParallel::TpRun> DataParallel::tp_runs(const model::ParamRegistry& params, int tp) {
   std::vector<TpRun> runs;

@@ -1,7 +1,10 @@
 #include "k3/parallel/zero/distributed_muon.h"
 
 #include <algorithm>
+#include <cstring>
+#include <limits>
 #include <numeric>
+#include <tuple>
 
 #include "k3/base/error.h"
 
@@ -9,13 +12,13 @@ namespace k3::parallel {
 namespace {
 
 // Tags of the two exchanges. Messages between two ranks under one tag match in the order they
-// are posted, and both ends post them in block order, piece by piece.
-constexpr int kGradientTag = 1, kValueTag = 2;
+// are posted, and both ends post them in unit order, piece by piece.
+constexpr int kGradientTag = 1, kXTag = 2;
 
 // Multiply-adds of Newton–Schulz on one block, step by step (A = XXᵀ, A², (bA + cA²)X).
-double ns_cost(const optim::MuonBlock& b, int ns_steps) {
-  const double m = static_cast<double>(std::min(b.rows, b.cols)),
-               n = static_cast<double>(std::max(b.rows, b.cols));
+double ns_cost(const MuonUnit& u, int ns_steps) {
+  const double m = static_cast<double>(std::min(u.rows, u.cols)),
+               n = static_cast<double>(std::max(u.rows, u.cols));
   return ns_steps * (2 * m * m * n + m * m * m);
 }
 
@@ -23,149 +26,265 @@ int64_t bytes_moved(const dist::Comm& c) {
   return c.counters()[dist::Op::send].bytes + c.counters()[dist::Op::recv].bytes;
 }
 
-FlatRange range_of(const optim::MuonBlock& b) {
-  return {b.offset, b.offset + static_cast<size_t>(b.numel())};
+int64_t bytes_of(const MuonPiece& p) {
+  return static_cast<int64_t>(p.range.size() * sizeof(float));
 }
 
-// The blocks grouped by shape: owners then batch each shape's blocks in this order.
-std::vector<optim::MuonBlock> blocks_by_shape(const optim::ParamSet& params,
-                                              const std::vector<int64_t>& block_rows) {
-  const auto blocks = optim::muon_blocks(params, block_rows);
-  std::vector<optim::MuonBlock> ordered;
-  for (const optim::MuonShapeGroup& g : optim::group_by_shape(blocks))
-    for (size_t b : g.blocks) ordered.push_back(blocks[b]);
+// Whether group rank `owner` holds piece p's reduced gradient itself.
+bool owner_holds(int owner, const MuonPiece& p, int tp, int zero_stage) {
+  return p.holder == owner || (zero_stage != 2 && p.holder % tp == owner % tp);
+}
+
+// Slot i's units, block by block (a replicated slot's copies on each tp coordinate in turn).
+// A part: elements of the unit on tp coordinate t, `n` floats from `local` in the flat buffers,
+// at `at` in the unit's layout; ZeRO cuts it into pieces.
+void add_units(std::vector<MuonUnit>& out, const optim::ParamSet& params, size_t i,
+               int64_t block_rows, const ShardLayout& layout, int tp) {
+  const optim::ParamSlot& p = params.slots[i];
+  const Shape& g = p.global();
+  const ErrorContext where{"", p.name, -1};
+  K3_CHECK_CTX(g.size() >= 2 && shape_numel(g) > 0, where, "muon needs a matrix, got shape ",
+               shape_str(g));
+  const int64_t cols = g.back(), rows = shape_numel(g) / cols;
+  const int64_t r = block_rows > 0 ? block_rows : rows;
+  K3_CHECK_CTX(rows % r == 0, where, "blocks of ", r, " rows do not tile its ", rows, " rows");
+  auto add_part = [&](MuonUnit& u, int t, size_t local, int64_t n, int64_t at) {
+    layout.for_each_owner({local, local + static_cast<size_t>(n)}, [&](int d, FlatRange piece) {
+      u.pieces.push_back({t + tp * d, piece, at + static_cast<int64_t>(piece.begin - local)});
+    });
+  };
+  const auto last = static_cast<int>(g.size()) - 1;
+  // Rows split: of each `span` global rows (one run per index of the dimensions before the
+  // split one), tp coordinate t holds the t-th `share`.
+  int64_t inner = 1;
+  for (int k = p.split_dim + 1; k < last; ++k) inner *= g[static_cast<size_t>(k)];
+  const int64_t share = p.split_dim >= 0 ? p.shape[static_cast<size_t>(p.split_dim)] * inner : 0,
+                span = share * tp;
+  for (int64_t row0 = 0; row0 < rows; row0 += r) {
+    if (p.split_dim < 0) {  // a copy on every tp coordinate
+      for (int t = 0; t < tp; ++t) {
+        MuonUnit& u = out.emplace_back(MuonUnit{i, row0, r, cols, cols, t, t + 1});
+        add_part(u, t, p.offset + static_cast<size_t>(row0 * cols), r * cols, 0);
+      }
+    } else if (p.split_dim == last) {  // every tp coordinate holds a column panel of every row
+      const int64_t panel = p.shape.back();
+      MuonUnit& u = out.emplace_back(MuonUnit{i, row0, r, cols, panel, 0, tp});
+      for (int t = 0; t < tp; ++t)
+        add_part(u, t, p.offset + static_cast<size_t>(row0 * panel), r * panel, t * r * panel);
+    } else {  // row-major; the parts in row order
+      MuonUnit& u = out.emplace_back(MuonUnit{i, row0, r, cols, cols, tp, 0});
+      for (int64_t o = row0 / span; o * span < row0 + r; ++o)
+        for (int t = 0; t < tp; ++t) {
+          const int64_t at = o * span + t * share, first = std::max(row0, at),
+                        end = std::min(row0 + r, at + share);
+          if (first >= end) continue;
+          add_part(u, t, p.offset + static_cast<size_t>((o * share + first - at) * cols),
+                   (end - first) * cols, (first - row0) * cols);
+          u.tp_first = std::min(u.tp_first, t);
+          u.tp_end = std::max(u.tp_end, t + 1);
+        }
+    }
+  }
+}
+
+// Every slot's units, grouped by (shape, layout) in the order each first appears: owners then
+// batch each group's units in this order.
+std::vector<MuonUnit> muon_units(const optim::ParamSet& params,
+                                 const std::vector<int64_t>& block_rows, const ShardLayout& layout,
+                                 int tp) {
+  K3_CHECK(block_rows.size() == params.slots.size(), "muon: ", block_rows.size(),
+           " block sizes for ", params.slots.size(), " parameters");
+  std::vector<MuonUnit> all;
+  for (size_t i = 0; i < params.slots.size(); ++i)
+    add_units(all, params, i, block_rows[i], layout, tp);
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> keys;
+  std::vector<std::vector<MuonUnit>> groups;
+  for (MuonUnit& u : all) {
+    const auto key = std::tuple(u.rows, u.cols, u.panel_cols);
+    const auto at = static_cast<size_t>(std::find(keys.begin(), keys.end(), key) - keys.begin());
+    if (at == keys.size()) {
+      keys.push_back(key);
+      groups.emplace_back();
+    }
+    groups[at].push_back(std::move(u));
+  }
+  std::vector<MuonUnit> ordered;
+  for (std::vector<MuonUnit>& g : groups)
+    for (MuonUnit& u : g) ordered.push_back(std::move(u));
   return ordered;
 }
 
 }  // namespace
 
-std::vector<int> assign_block_owners(std::span<const optim::MuonBlock> blocks, int ranks,
-                                     int ns_steps) {
-  std::vector<size_t> order(blocks.size());
+std::vector<int> assign_unit_owners(std::span<const MuonUnit> units, int tp, int dp, int ns_steps) {
+  std::vector<size_t> order(units.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return ns_cost(blocks[a], ns_steps) > ns_cost(blocks[b], ns_steps);
+    return ns_cost(units[a], ns_steps) > ns_cost(units[b], ns_steps);
   });
-  std::vector<double> load(static_cast<size_t>(ranks), 0.0);
-  std::vector<int> owners(blocks.size(), 0);
-  for (size_t b : order) {
-    const auto least = std::min_element(load.begin(), load.end());
-    owners[b] = static_cast<int>(least - load.begin());
-    *least += ns_cost(blocks[b], ns_steps);
+  std::vector<double> load(static_cast<size_t>(tp * dp), 0.0);
+  std::vector<int> owners(units.size(), 0);
+  for (size_t u : order) {
+    size_t best = 0;
+    double least = std::numeric_limits<double>::infinity();
+    for (int d = 0; d < dp; ++d)  // candidates in increasing rank order
+      for (int t = units[u].tp_first; t < units[u].tp_end; ++t)
+        if (const auto r = static_cast<size_t>(t + tp * d); load[r] < least) {
+          least = load[r];
+          best = r;
+        }
+    owners[u] = static_cast<int>(best);
+    load[best] += ns_cost(units[u], ns_steps);
   }
   return owners;
 }
 
-int64_t muon_p2p_bytes(const ShardLayout& layout, std::span<const optim::MuonBlock> blocks,
-                       std::span<const int> owners, int zero_stage, int rank) {
-  const int64_t directions = zero_stage == 2 ? 2 : 1;
+int64_t muon_p2p_bytes(std::span<const MuonUnit> units, std::span<const int> owners, int tp,
+                       int zero_stage, int rank) {
   int64_t bytes = 0;
-  for (size_t b = 0; b < blocks.size(); ++b)
-    layout.for_each_owner(range_of(blocks[b]), [&](int holder, FlatRange piece) {
-      if (holder != owners[b] && (holder == rank || owners[b] == rank))
-        bytes += directions * static_cast<int64_t>(piece.size() * sizeof(float));
-    });
+  for (size_t u = 0; u < units.size(); ++u)
+    for (const MuonPiece& p : units[u].pieces) {
+      if (p.holder == owners[u] || (p.holder != rank && owners[u] != rank)) continue;
+      bytes += bytes_of(p);                                                  // X
+      if (!owner_holds(owners[u], p, tp, zero_stage)) bytes += bytes_of(p);  // gradient
+    }
   return bytes;
 }
 
 DistributedMuon::DistributedMuon(optim::ParamSet params, const std::vector<int64_t>& block_rows,
                                  optim::MuonConfig config, const ShardLayout& layout,
-                                 dist::Comm dp, int zero_stage)
+                                 dist::Comm group, int tp, int zero_stage)
     : params_(std::move(params)),
       config_(config),
-      layout_(layout),
-      dp_(std::move(dp)),
+      group_(std::move(group)),
+      tp_(tp),
       zero_stage_(zero_stage),
-      blocks_(blocks_by_shape(params_, block_rows)),
-      owners_(assign_block_owners(blocks_, layout.ranks(), config.ns_steps)),
       orthogonalizer_(config.momentum, config.ns_steps) {
-  K3_CHECK(zero_stage == 1 || zero_stage == 2, "distributed Muon runs under ZeRO 1 or 2, not ",
-           zero_stage);
-  int64_t owned = 0, total = 0;
-  for (size_t b = 0; b < blocks_.size(); ++b) {
-    std::vector<Piece>& pieces = pieces_.emplace_back();
-    layout_.for_each_owner(range_of(blocks_[b]),
-                           [&](int rank, FlatRange piece) { pieces.push_back({rank, piece}); });
-    const bool mine = owners_[b] == layout_.rank();
+  K3_CHECK(zero_stage >= 0 && zero_stage <= 2, "distributed Muon: ZeRO stage ", zero_stage);
+  K3_CHECK(tp >= 1 && group_.size() == tp * layout.ranks() && group_.rank() / tp == layout.rank(),
+           "distributed Muon: rank ", group_.rank(), " of a group of ", group_.size(),
+           " is not tp coordinate + ", tp, " · rank ", layout.rank(), " of a layout for ",
+           layout.ranks());
+  units_ = muon_units(params_, block_rows, layout, tp);
+  owners_ = assign_unit_owners(units_, tp, layout.ranks(), config.ns_steps);
+  int64_t owned = 0, buffered = 0;
+  for (size_t u = 0; u < units_.size(); ++u) {
+    const bool mine = owners_[u] == group_.rank();
     momentum_at_.push_back(mine ? owned : -1);
-    if (mine) owned += blocks_[b].numel();
-    total += blocks_[b].numel();
+    buffer_at_.push_back(mine && units_[u].spans_tp() ? buffered : -1);
+    if (mine) owned += units_[u].numel();
+    if (mine && units_[u].spans_tp()) buffered += units_[u].numel();
   }
   momentum_ = Tensor::zeros({owned});
-  traffic_.all_gather_bytes = total * static_cast<int64_t>(sizeof(float));
+  buffer_ = Tensor::zeros({buffered});
+  for (const optim::ParamSlot& p : params_.slots)
+    traffic_.all_gather_bytes += shape_numel(p.global()) * static_cast<int64_t>(sizeof(float));
+  traffic_.unit_buffer_bytes = static_cast<int64_t>(buffer_.nbytes());
 }
 
-float* DistributedMuon::momentum(size_t b) const {
-  return momentum_at_[b] < 0 ? nullptr : momentum_.f32() + momentum_at_[b];
+float* DistributedMuon::momentum(size_t u) const {
+  return momentum_at_[u] < 0 ? nullptr : momentum_.f32() + momentum_at_[u];
+}
+
+float* DistributedMuon::home(size_t u) const {
+  if (buffer_at_[u] >= 0) return buffer_.f32() + buffer_at_[u];
+  const MuonPiece& p = units_[u].pieces.front();  // in place: the layout is the flat buffer's
+  return params_.grads + p.range.begin - p.at;
 }
 
 int64_t DistributedMuon::expected_p2p_bytes() const {
-  return muon_p2p_bytes(layout_, blocks_, owners_, zero_stage_, layout_.rank());
+  return muon_p2p_bytes(units_, owners_, tp_, zero_stage_, group_.rank());
+}
+
+template <typename F>
+void DistributedMuon::for_each_held_piece(F f) const {
+  for (size_t u = 0; u < units_.size(); ++u)
+    if (owners_[u] != group_.rank())
+      for (const MuonPiece& p : units_[u].pieces)
+        if (p.holder == group_.rank()) f(u, p);
 }
 
 void DistributedMuon::start() {
-  const int me = layout_.rank();
-  bytes_before_ = bytes_moved(dp_);
-  for (size_t b = 0; b < blocks_.size(); ++b) {
-    const int owner = owners_[b];
-    for (const Piece& p : pieces_[b]) {
+  const int me = group_.rank();
+  bytes_before_ = bytes_moved(group_);
+  for_each_held_piece([&](size_t u, const MuonPiece& p) {
+    if (!owner_holds(owners_[u], p, tp_, zero_stage_))
+      gradient_requests_.push_back(group_.send_async(params_.grads + p.range.begin,
+                                                     static_cast<int64_t>(p.range.size()),
+                                                     owners_[u], kGradientTag));
+  });
+  for (size_t u = 0; u < units_.size(); ++u) {
+    if (owners_[u] != me) continue;
+    for (const MuonPiece& p : units_[u].pieces) {
       const auto n = static_cast<int64_t>(p.range.size());
-      float* grad = params_.grads + p.range.begin;
-      if (owner == me && p.rank != me && zero_stage_ == 2)
-        gradient_requests_.push_back(dp_.recv_async(grad, n, p.rank, kGradientTag));
-      if (owner != me && p.rank == me) {
-        if (zero_stage_ == 2)
-          gradient_requests_.push_back(dp_.send_async(grad, n, owner, kGradientTag));
-        value_requests_.push_back(
-            dp_.recv_async(params_.values + p.range.begin, n, owner, kValueTag));
-      }
+      if (!owner_holds(me, p, tp_, zero_stage_))
+        gradient_requests_.push_back(group_.recv_async(home(u) + p.at, n, p.holder, kGradientTag));
+      else if (units_[u].spans_tp())  // held here: copied into the unit's buffer
+        std::memcpy(home(u) + p.at, params_.grads + p.range.begin, p.range.size() * sizeof(float));
     }
   }
 }
 
 void DistributedMuon::finish(float lr, float grad_scale) {
-  const int me = layout_.rank();
+  const int me = group_.rank();
   dist::wait_all(gradient_requests_);
   gradient_requests_.clear();
+  // This rank's pieces of other owners' units: their X arrives where their gradient was, now
+  // that the gradient sends reading it are complete.
+  std::vector<dist::Request> received, sent;
+  for_each_held_piece([&](size_t u, const MuonPiece& p) {
+    received.push_back(group_.recv_async(params_.grads + p.range.begin,
+                                         static_cast<int64_t>(p.range.size()), owners_[u], kXTag));
+  });
 
-  // This rank's blocks, in runs of one shape up to a batch: orthogonalize, update the whole
-  // blocks, send every other rank its slices.
+  // This rank's units, in runs of one shape and layout up to a batch: orthogonalize, put X in
+  // each unit's home, apply this rank's pieces, send every other holder its pieces.
   std::vector<optim::MuonOrthogonalizer::Input> inputs;
   std::vector<size_t> run;
-  std::vector<dist::Request> sends;
-  for (size_t first = 0; first < blocks_.size();) {
+  for (size_t first = 0; first < units_.size();) {
     if (owners_[first] != me) {
       ++first;
       continue;
     }
-    const int64_t rows = blocks_[first].rows, cols = blocks_[first].cols, size = rows * cols;
-    const size_t batch = optim::muon_batch_blocks(rows, cols);
+    const MuonUnit& lead = units_[first];
+    const int64_t size = lead.numel();
+    const size_t batch = optim::muon_batch_blocks(lead.rows, lead.cols);
     run.clear();
-    for (size_t b = first; b < blocks_.size() && run.size() < batch; ++b) {
-      if (blocks_[b].rows != rows || blocks_[b].cols != cols) break;
-      if (owners_[b] == me) run.push_back(b);
-      first = b + 1;
+    for (size_t u = first; u < units_.size() && run.size() < batch; ++u) {
+      const MuonUnit& v = units_[u];
+      if (v.rows != lead.rows || v.cols != lead.cols || v.panel_cols != lead.panel_cols) break;
+      if (owners_[u] == me) run.push_back(u);
+      first = u + 1;
     }
     inputs.clear();
-    for (size_t b : run) inputs.push_back({params_.grads + blocks_[b].offset, momentum(b)});
+    for (size_t u : run) inputs.push_back({home(u), momentum(u)});
     const auto count = static_cast<int64_t>(run.size());
     if (x_.numel() < count * size) x_ = Tensor::empty({count * size});
-    orthogonalizer_.run(rows, cols, inputs, grad_scale, x_.f32());
-    const float scale = optim::muon_update_scale(rows, cols);
+    orthogonalizer_.run(lead.rows, lead.cols, inputs, grad_scale, x_.f32(), lead.panel_cols);
+    const float scale = optim::muon_update_scale(lead.rows, lead.cols);
     for (int64_t k = 0; k < count; ++k) {
-      const size_t b = run[static_cast<size_t>(k)];
-      optim::muon_apply(params_.values + blocks_[b].offset, x_.f32() + k * size, size, lr, scale,
-                        config_.weight_decay);
-      for (const Piece& p : pieces_[b])
-        if (p.rank != me)
-          sends.push_back(dp_.send_async(params_.values + p.range.begin,
-                                         static_cast<int64_t>(p.range.size()), p.rank, kValueTag));
+      const size_t u = run[static_cast<size_t>(k)];
+      float* x = home(u);
+      std::memcpy(x, x_.f32() + k * size, static_cast<size_t>(size) * sizeof(float));
+      for (const MuonPiece& p : units_[u].pieces) {
+        const auto n = static_cast<int64_t>(p.range.size());
+        if (p.holder == me)
+          optim::muon_apply(params_.values + p.range.begin, x + p.at, n, lr, scale,
+                            config_.weight_decay);
+        else
+          sent.push_back(group_.send_async(x + p.at, n, p.holder, kXTag));
+      }
     }
   }
-  dist::wait_all(value_requests_);
-  value_requests_.clear();
-  dist::wait_all(sends);
-  traffic_.p2p_bytes = bytes_moved(dp_) - bytes_before_;
+  dist::wait_all(received);
+  for_each_held_piece([&](size_t u, const MuonPiece& p) {
+    optim::muon_apply(params_.values + p.range.begin, params_.grads + p.range.begin,
+                      static_cast<int64_t>(p.range.size()), lr,
+                      optim::muon_update_scale(units_[u].rows, units_[u].cols),
+                      config_.weight_decay);
+  });
+  dist::wait_all(sent);
+  traffic_.p2p_bytes = bytes_moved(group_) - bytes_before_;
   traffic_.x_buffer_bytes = static_cast<int64_t>(x_.nbytes());
   traffic_.workspace_bytes = orthogonalizer_.workspace_bytes();
 }

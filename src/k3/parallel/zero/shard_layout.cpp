@@ -38,6 +38,13 @@ ShardLayout::ShardLayout(const model::ParamRegistry& params, int ranks, int rank
   }
 }
 
+ShardLayout ShardLayout::alone() const {
+  ShardLayout one;
+  one.buckets_ = buckets_;
+  for (Bucket& b : one.buckets_) b.counts = {static_cast<int64_t>(b.range.size())};
+  return one;
+}
+
 std::vector<FlatRange> ShardLayout::owned(int r) const {
   std::vector<FlatRange> out;
   for (const Bucket& b : buckets_)

@@ -37,6 +37,8 @@ class ShardLayout {
  public:
   // bucket_floats = 0: one bucket for everything.
   ShardLayout(const model::ParamRegistry& params, int ranks, int rank, size_t bucket_floats);
+  // The same buckets held whole by one rank: what each rank holds when nothing is sharded.
+  ShardLayout alone() const;
 
   int ranks() const { return ranks_; }
   int rank() const { return rank_; }
@@ -68,7 +70,9 @@ class ShardLayout {
   }
 
  private:
-  int ranks_, rank_;
+  ShardLayout() = default;
+
+  int ranks_ = 1, rank_ = 0;
   std::vector<Bucket> buckets_;
 };
 
