@@ -80,12 +80,13 @@ int main(int argc, char** argv) {
     const model::ParamRegistry& params = saved->model->params();
     int64_t largest = 0;
     for (int i = 0; i < params.size(); ++i) largest = std::max(largest, params.info(i).numel());
-    std::printf("%d layers: %d tensors, %.1f MiB of weights, the largest tensor %.1f MiB\n",
-                layers, params.size(), mib(params.total_numel() * 4), mib(largest * 4));
+    std::printf("%d layers: %d tensors, %.1f MiB of weights, the largest tensor %.1f MiB\n", layers,
+                params.size(), mib(params.total_numel() * 4), mib(largest * 4));
 
     std::string dir;
     measure("save_checkpoint", [&] {
-      dir = train::save_checkpoint(run, 1, train::make_checkpoint(*saved, {}, nlohmann::json::object()));
+      dir = train::save_checkpoint(run, 1,
+                                   train::make_checkpoint(*saved, {}, nlohmann::json::object()));
     });
     measure("load_checkpoint + restore_weights", [&] {
       const train::Checkpoint ck = train::load_checkpoint(dir, train::CheckpointParts::model_only);

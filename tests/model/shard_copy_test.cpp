@@ -68,11 +68,12 @@ TEST_P(ShardCopy, EveryRanksShardRoundTripsThroughTheGlobalTensor) {
 INSTANTIATE_TEST_SUITE_P(Dims, ShardCopy,
                          ::testing::Values(Case{{4, 6}, 0}, Case{{4, 6}, 1}, Case{{4, 6}, -1},
                                            Case{{4, 6, 2}, 0}, Case{{4, 6, 2}, 1},
-                                           Case{{4, 6, 2}, 2}, Case{{4, 6, 2}, -1},
-                                           Case{{8}, 0}, Case{{}, -1}),
+                                           Case{{4, 6, 2}, 2}, Case{{4, 6, 2}, -1}, Case{{8}, 0},
+                                           Case{{}, -1}),
                          [](const ::testing::TestParamInfo<Case>& info) {
                            std::string name = "shape";
-                           for (int64_t d : info.param.shape) name.append("_").append(std::to_string(d));
+                           for (int64_t d : info.param.shape)
+                             name.append("_").append(std::to_string(d));
                            if (info.param.dim < 0) return name.append("_replicated");
                            return name.append("_dim").append(std::to_string(info.param.dim));
                          });

@@ -331,7 +331,8 @@ TEST(SafetensorsFuzz, TensorFileAgreesWithDecoding) {
     SCOPED_TRACE(::testing::Message() << "case " << i);
     const std::string path = dir.file("mutated.safetensors", bytes);
     Safetensors st;
-    const std::string decode_error = testing::error_of([&] { st = decode_safetensors(bytes, path); });
+    const std::string decode_error =
+        testing::error_of([&] { st = decode_safetensors(bytes, path); });
     try {
       const TensorFile file{FileReader(path)};
       ASSERT_EQ(decode_error, "") << "opened a file decoding refuses";

@@ -86,8 +86,9 @@ TEST(SafetensorsStream, WriterRefusesWhatDoesNotMatchItsHeader) {
   const float values[3] = {1, 2, 3};
   {
     SafetensorsWriter out(path, two);
-    EXPECT_NE(error_of([&] { out.write(values, 4); }).find("field a: 4 bytes written, the header "
-                                                          "gives it 8"),
+    EXPECT_NE(error_of([&] { out.write(values, 4); })
+                  .find("field a: 4 bytes written, the header "
+                        "gives it 8"),
               std::string::npos);
     out.write(values, 8);
     EXPECT_NE(error_of([&] { out.finish(); }).find("field b: finished before this tensor"),
@@ -133,15 +134,18 @@ TEST(SafetensorsStream, TensorFileReadsTensorsByName) {
     EXPECT_EQ(buffer.back(), -7.f) << name << ": read past the tensor";
   }
   EXPECT_EQ(file.find("missing"), nullptr);
-  EXPECT_NE(error_of([&] { file.get("missing", {1}); })
-                .find("file " + path + ", field missing: tensor is missing"),
+  EXPECT_NE(error_of([&] {
+              file.get("missing", {1});
+            }).find("file " + path + ", field missing: tensor is missing"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { file.get("z.weight", {5, 3}); })
-                .find("field z.weight: expected F32 [5, 3], found F32 [3, 5]"),
+  EXPECT_NE(error_of([&] {
+              file.get("z.weight", {5, 3});
+            }).find("field z.weight: expected F32 [5, 3], found F32 [3, 5]"),
             std::string::npos);
   float out[7];
-  EXPECT_NE(error_of([&] { file.read(*file.find("a.bias"), out); }).find("expected F32, found BF16"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { file.read(*file.find("a.bias"), out); }).find("expected F32, found BF16"),
+      std::string::npos);
   EXPECT_TRUE(TensorFile().entries().empty());
 }
 
@@ -162,8 +166,9 @@ TEST(SafetensorsStream, TensorFileRefusesShortFiles) {
   const TensorFile file{FileReader(path)};
   std::filesystem::resize_file(path, bytes.size() - 4);
   std::vector<float> out(60);
-  EXPECT_NE(error_of([&] { file.read(*file.find("m.layers.0.w"), out.data()); })
-                .find("the file shrank while open"),
+  EXPECT_NE(error_of([&] {
+              file.read(*file.find("m.layers.0.w"), out.data());
+            }).find("the file shrank while open"),
             std::string::npos);
 }
 

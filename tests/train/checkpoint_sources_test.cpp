@@ -52,9 +52,9 @@ class LoggedSources {
 const std::vector<std::pair<std::string, Shape>> kModel = {
     {"model.layers.0.w", {3, 5}}, {"lm_head.weight", {7, 2}}, {"empty", {0, 3}}, {"scale", {}}};
 const std::vector<std::pair<std::string, Shape>> kOptimizer = {{"exp_avg.w", {4}},
-                                                              {"exp_avg_sq.w", {2, 2}}};
+                                                               {"exp_avg_sq.w", {2, 2}}};
 const std::vector<std::string> kOrder = {"model.layers.0.w", "lm_head.weight", "empty", "scale",
-                                         "exp_avg.w", "exp_avg_sq.w"};
+                                         "exp_avg.w",        "exp_avg_sq.w"};
 
 CheckpointContents contents(LoggedSources& log) {
   CheckpointContents ck;
@@ -114,8 +114,9 @@ TEST(CheckpointSources, BadContentsAreRefusedBeforeAnyFill) {
     LoggedSources log;
     CheckpointContents twice = contents(log);
     twice.optimizer.push_back(twice.optimizer[0]);
-    EXPECT_NE(error_of([&] { save_checkpoint(run.path(), 1, twice, 2, writer); })
-                  .find("two tensors have this name"),
+    EXPECT_NE(error_of([&] {
+                save_checkpoint(run.path(), 1, twice, 2, writer);
+              }).find("two tensors have this name"),
               std::string::npos);
     CheckpointContents clash = contents(log);
     clash.texts["model.safetensors"] = "";

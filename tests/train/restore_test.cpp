@@ -54,8 +54,9 @@ TEST_F(RestoreTest, AMissingOrMisshapenParameterIsRefusedBeforeAnyCopy) {
   const std::string last = missing.model.back().name;
   ASSERT_EQ(last, into_->model->params().info(into_->model->params().size() - 1).name);
   missing.model.pop_back();
-  EXPECT_NE(error_of([&] { restore_weights(*into_->model, saved(missing), "ck"); })
-                .find("file ck, field " + last + ": tensor missing from the checkpoint"),
+  EXPECT_NE(error_of([&] {
+              restore_weights(*into_->model, saved(missing), "ck");
+            }).find("file ck, field " + last + ": tensor missing from the checkpoint"),
             std::string::npos);
   EXPECT_EQ(weights(*into_), before) << "weights were copied before the refusal";
 
@@ -85,8 +86,9 @@ TEST_F(RestoreTest, OptimizerStateIsReadOneTensorAtATimeIntoOneBuffer) {
   ASSERT_EQ(s->shape(), (Shape{2}));
   EXPECT_EQ(s->f32()[1], -2.f);
   EXPECT_EQ(s->data(), buffer) << "a smaller tensor did not reuse the buffer";
-  EXPECT_NE(error_of([&] { find("exp_avg.missing"); })
-                .find("file ck, field exp_avg.missing: tensor missing from the checkpoint"),
+  EXPECT_NE(error_of([&] {
+              find("exp_avg.missing");
+            }).find("file ck, field exp_avg.missing: tensor missing from the checkpoint"),
             std::string::npos);
 }
 

@@ -243,8 +243,8 @@ std::string encode_safetensors(const Safetensors& st) {
 
 SafetensorsLayout read_safetensors_layout(const std::string& bytes, const std::string& origin) {
   return read_layout(
-      bytes.size(), [&](uint64_t at, char* out, size_t n) { std::memcpy(out, bytes.data() + at, n); },
-      origin);
+      bytes.size(),
+      [&](uint64_t at, char* out, size_t n) { std::memcpy(out, bytes.data() + at, n); }, origin);
 }
 
 Safetensors decode_safetensors(const std::string& bytes, const std::string& origin) {
@@ -295,9 +295,10 @@ void SafetensorsWriter::write(const void* data, size_t nbytes) {
 }
 
 SafetensorsWriter::Written SafetensorsWriter::finish() {
-  K3_CHECK_CTX(next_ == entries_.size(),
-               (ErrorContext{file_.path(), next_ < entries_.size() ? entries_[next_].name : "", -1}),
-               "finished before this tensor was written");
+  K3_CHECK_CTX(
+      next_ == entries_.size(),
+      (ErrorContext{file_.path(), next_ < entries_.size() ? entries_[next_].name : "", -1}),
+      "finished before this tensor was written");
   file_.finish();
   return {bytes_, hash_.hex_digest()};
 }

@@ -87,8 +87,8 @@ std::vector<SafetensorsEntry> entries_of(const std::vector<TensorSource>& source
 // Runs each source's fill into BUFFER, in order; with a directory (the writer's), streams the
 // values into DIR/NAME and records the file's size and SHA-256 in FILES.
 void save_tensors(const std::optional<fs::path>& dir, const char* name,
-                  const std::vector<TensorSource>& sources, std::vector<float>& buffer,
-                  json& files, FirstError& error) {
+                  const std::vector<TensorSource>& sources, std::vector<float>& buffer, json& files,
+                  FirstError& error) {
   std::optional<SafetensorsWriter> out;
   if (dir) error.attempt([&] { out.emplace((*dir / name).string(), entries_of(sources)); });
   for (const TensorSource& s : sources) {
@@ -215,8 +215,8 @@ std::vector<TensorSource> tensor_sources(std::vector<std::pair<std::string, Tens
   return sources;
 }
 
-std::string save_checkpoint(const std::string& run_dir, int64_t step,
-                            const CheckpointContents& ck, int keep_last, bool writer) {
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const CheckpointContents& ck,
+                            int keep_last, bool writer) {
   check_contents(step, ck);
   const fs::path root = fs::path(run_dir) / kCheckpointsDir;
   const std::string name = checkpoint_dir_name(step);

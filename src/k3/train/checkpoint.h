@@ -43,8 +43,8 @@ std::vector<TensorSource> tensor_sources(std::vector<std::pair<std::string, Tens
 
 // What a save writes.
 struct CheckpointContents {
-  std::vector<TensorSource> model;      // K3 names, global shapes
-  std::vector<TensorSource> optimizer;  // optimizer state by name
+  std::vector<TensorSource> model;                     // K3 names, global shapes
+  std::vector<TensorSource> optimizer;                 // optimizer state by name
   std::map<std::string, std::string> texts;            // file name -> contents (config.json, ...)
   nlohmann::json manifest = nlohmann::json::object();  // a JSON object
 };
@@ -71,8 +71,8 @@ std::string checkpoint_dir_name(int64_t step);
 // exactly once, the model's in order then the optimizer's, on every rank. Only the WRITER touches
 // the filesystem; should that fail, its remaining fills still run (so that collectives in them
 // stay matched) before the error is thrown. Extra memory: the largest tensor, once.
-std::string save_checkpoint(const std::string& run_dir, int64_t step,
-                            const CheckpointContents& ck, int keep_last = 2, bool writer = true);
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const CheckpointContents& ck,
+                            int keep_last = 2, bool writer = true);
 
 // Loads a step directory, verifying every file it reads against the manifest (size and SHA-256,
 // read in chunks) before it returns; the returned manifest is the one on disk, its "step" checked

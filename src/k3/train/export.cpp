@@ -7,7 +7,7 @@
 #include <charconv>
 #include <filesystem>
 #include <limits>
-#include <map>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "k3/base/error.h"
@@ -43,7 +43,9 @@ json folder_config(const model::ModelConfig& c, DType dtype) {
 struct Exported {
   const SafetensorsEntry* from;
   DType dtype;
-  uint64_t nbytes() const { return static_cast<uint64_t>(shape_numel(from->shape)) * dtype_size(dtype); }
+  uint64_t nbytes() const {
+    return static_cast<uint64_t>(shape_numel(from->shape)) * dtype_size(dtype);
+  }
 };
 using Shard = std::vector<Exported>;
 
@@ -53,8 +55,9 @@ using Shard = std::vector<Exported>;
 Shard export_plan(const model::Model& model, const TensorFile& weights, DType dtype) {
   Shard out;
   for (const model::TensorEntry& entry : model::tensor_inventory(model))
-    out.push_back({&weights.get(entry.name, entry.shape),
-                   dtype == DType::BF16 && entry.release_dtype == "bf16" ? DType::BF16 : DType::F32});
+    out.push_back(
+        {&weights.get(entry.name, entry.shape),
+         dtype == DType::BF16 && entry.release_dtype == "bf16" ? DType::BF16 : DType::F32});
   return out;
 }
 
@@ -73,17 +76,20 @@ std::vector<Shard> split_into_shards(const Shard& tensors, uint64_t max_bytes) {
   return shards;
 }
 
-// Streams one file's tensors from the checkpoint, one at a time, through one buffer of the
-// largest tensor's size (and its bf16 rounding).
+// Streams each file's tensors from the checkpoint, one at a time, through one buffer of the
+// largest tensor's size (and one for the bf16 rounding of the largest that is rounded).
 class ShardWriter {
  public:
   ShardWriter(const TensorFile& weights, const std::vector<Shard>& shards) : weights_(weights) {
-    size_t largest = 0;
+    size_t largest = 0, largest_bf16 = 0;
     for (const Shard& shard : shards)
-      for (const Exported& t : shard)
-        largest = std::max(largest, static_cast<size_t>(shape_numel(t.from->shape)));
+      for (const Exported& t : shard) {
+        const auto n = static_cast<size_t>(shape_numel(t.from->shape));
+        largest = std::max(largest, n);
+        if (t.dtype == DType::BF16) largest_bf16 = std::max(largest_bf16, n);
+      }
     values_.resize(largest);
-    half_.resize(largest);
+    half_.resize(largest_bf16);
   }
 
   void write(const std::string& path, const Shard& shard) {
@@ -110,8 +116,8 @@ class ShardWriter {
 };
 
 // The weight files and, for more than one, the index naming each tensor's file.
-void write_weights(const fs::path& dir, const TensorFile& weights,
-                   const std::vector<Shard>& shards, uint64_t total_bytes) {
+void write_weights(const fs::path& dir, const TensorFile& weights, const std::vector<Shard>& shards,
+                   uint64_t total_bytes) {
   ShardWriter writer(weights, shards);
   if (shards.size() == 1) {
     writer.write((dir / kWeightsFile).string(), shards[0]);

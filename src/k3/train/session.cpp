@@ -1,7 +1,6 @@
 #include "k3/train/session.h"
 
 #include <algorithm>
-#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -86,8 +85,8 @@ data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokeniz
 
 void global_weight(const model::ParamRegistry& params, int i, float* out) {
   const model::ParamInfo& p = params.info(i);
-  K3_CHECK_CTX(p.local_numel() == p.numel(), (ErrorContext{"", p.name, -1}),
-               "split over group ", p.shard.group, ": saving it needs its shards gathered");
+  K3_CHECK_CTX(p.local_numel() == p.numel(), (ErrorContext{"", p.name, -1}), "split over group ",
+               p.shard.group, ": saving it needs its shards gathered");
   model::copy_shard_to_global(p, params.value(i).f32(), out);
 }
 
