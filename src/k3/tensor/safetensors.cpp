@@ -279,6 +279,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<SafetensorsEn
 }
 
 void SafetensorsWriter::append(std::string_view bytes) {
+  if (bytes.empty()) return;  // an empty tensor's data may be null
   file_.write(bytes);
   hash_.update(bytes);
   bytes_ += bytes.size();
