@@ -18,6 +18,7 @@
 #include <random>
 #include <set>
 
+#include "common/test_util.h"
 #include "k3/base/error.h"
 #include "k3/tensor/safetensors.h"
 #include "tensor/safetensors_files.h"
@@ -315,6 +316,43 @@ TEST(SafetensorsFuzz, MutatedFilesDecodeConsistentlyOrAreRefused) {
   // Both outcomes must be common, or the mutations test little.
   EXPECT_GT(accepted, kCases / 20);
   EXPECT_GT(refused, kCases / 2);
+}
+
+// TensorFile reads the header from the file as the in-memory reader does: mutated files written
+// to disk are refused with the same message, or read tensor by tensor to the bytes decoding gives.
+TEST(SafetensorsFuzz, TensorFileAgreesWithDecoding) {
+  testing::TempDir dir("k3_st_fuzz");
+  std::mt19937_64 rng(20261202);
+  const std::vector<std::string> bases = valid_files(rng);
+  Mutator mutator(rng());
+  int accepted = 0;
+  for (int i = 0; i < 500; ++i) {
+    const std::string bytes = mutator.mutate(bases[i % bases.size()]);
+    SCOPED_TRACE(::testing::Message() << "case " << i);
+    const std::string path = dir.file("mutated.safetensors", bytes);
+    Safetensors st;
+    const std::string decode_error =
+        testing::error_of([&] { st = decode_safetensors(bytes, path); });
+    try {
+      const TensorFile file{FileReader(path)};
+      ASSERT_EQ(decode_error, "") << "opened a file decoding refuses";
+      ASSERT_EQ(file.entries().size(), st.tensors.size());
+      for (size_t k = 0; k < st.tensors.size(); ++k) {
+        const SafetensorsEntry& e = file.entries()[k];
+        const Tensor& t = st.tensors[k].second;
+        ASSERT_EQ(e.name, st.tensors[k].first);
+        const Tensor read = file.tensor(e);
+        ASSERT_EQ(read.shape(), t.shape());
+        if (t.nbytes()) {
+          EXPECT_EQ(std::memcmp(read.data(), t.data(), t.nbytes()), 0) << e.name;
+        }
+      }
+      ++accepted;
+    } catch (const Error& e) {
+      ASSERT_EQ(e.what(), decode_error);
+    }
+  }
+  EXPECT_GT(accepted, 500 / 20);
 }
 
 }  // namespace

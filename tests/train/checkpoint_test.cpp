@@ -20,14 +20,14 @@ class CheckpointTest : public ::testing::Test {
   std::string run_dir() const { return dir_.path(); }
 
   // A small checkpoint whose values depend on STEP, so checkpoints can be told apart.
-  static Checkpoint make(int64_t step) {
-    Checkpoint ck;
+  static CheckpointContents make(int64_t step) {
+    CheckpointContents ck;
     Tensor w = Tensor::empty({3, 4});
     for (int i = 0; i < 12; ++i) w.f32()[i] = static_cast<float>(step * 100 + i);
     Tensor m = Tensor::zeros({3, 4});
     m.f32()[5] = 0.5f;
-    ck.model = {{"model.embed_tokens.weight", w}};
-    ck.optimizer = {{"model.embed_tokens.weight.exp_avg", m}};
+    ck.model = tensor_sources({{"model.embed_tokens.weight", w}});
+    ck.optimizer = tensor_sources({{"model.embed_tokens.weight.exp_avg", m}});
     ck.manifest = {{"data_cursor", step * 7}, {"rng", {{"seed", 1234}}}};
     ck.texts["config.json"] = "{\"step\": " + std::to_string(step) + "}\n";
     return ck;
@@ -53,12 +53,12 @@ TEST_F(CheckpointTest, RoundTrip) {
   EXPECT_EQ(dir, run_dir() + "/checkpoints/step_00000123");
 
   Checkpoint loaded = load_checkpoint(dir);
-  ASSERT_EQ(loaded.model.size(), 1u);
-  EXPECT_EQ(loaded.model[0].first, "model.embed_tokens.weight");
-  EXPECT_EQ(loaded.model[0].second.shape(), (Shape{3, 4}));
-  EXPECT_EQ(loaded.model[0].second.f32()[11], 12311.f);
-  ASSERT_EQ(loaded.optimizer.size(), 1u);
-  EXPECT_EQ(loaded.optimizer[0].second.f32()[5], 0.5f);
+  ASSERT_EQ(loaded.model.entries().size(), 1u);
+  EXPECT_EQ(loaded.model.entries()[0].name, "model.embed_tokens.weight");
+  EXPECT_EQ(loaded.model.entries()[0].shape, (Shape{3, 4}));
+  EXPECT_EQ(loaded.model.tensor(loaded.model.entries()[0]).f32()[11], 12311.f);
+  ASSERT_EQ(loaded.optimizer.entries().size(), 1u);
+  EXPECT_EQ(loaded.optimizer.tensor(loaded.optimizer.entries()[0]).f32()[5], 0.5f);
   EXPECT_EQ(loaded.manifest["data_cursor"], 861);
   EXPECT_EQ(loaded.manifest["rng"]["seed"], 1234);
   EXPECT_EQ(loaded.manifest["step"], 123);
@@ -75,8 +75,9 @@ TEST_F(CheckpointTest, ModelOnlyLoadsNeedNoOptimizerState) {
   const std::string dir = save_checkpoint(run_dir(), 3, make(3));
   fs::remove(dir + "/optimizer.safetensors");
   Checkpoint model_only = load_checkpoint(dir, CheckpointParts::model_only);
-  EXPECT_EQ(model_only.model.size(), 1u);
-  EXPECT_TRUE(model_only.optimizer.empty());
+  EXPECT_EQ(model_only.model.entries().size(), 1u);
+  EXPECT_TRUE(model_only.optimizer.entries().empty());
+  EXPECT_EQ(model_only.optimizer.path(), "");
   expect_error_mentions(dir, "optimizer.safetensors", "missing");
 }
 
@@ -84,7 +85,7 @@ TEST_F(CheckpointTest, TextFilesAreVerified) {
   const std::string dir = save_checkpoint(run_dir(), 4, make(4));
   write_file_atomic(dir + "/config.json", "{\"step\": 5}\n");
   expect_error_mentions(dir, "config.json", "checksum mismatch");
-  Checkpoint clash = make(4);
+  CheckpointContents clash = make(4);
   clash.texts["manifest.json"] = "{}";
   EXPECT_THROW(save_checkpoint(run_dir(), 6, clash), Error);
 }
@@ -107,7 +108,7 @@ TEST_F(CheckpointTest, EditedManifestStepIsNamed) {
 
 TEST_F(CheckpointTest, SavingTheSameStepAgainReplacesIt) {
   save_checkpoint(run_dir(), 5, make(5));
-  Checkpoint again = make(5);
+  CheckpointContents again = make(5);
   again.manifest["data_cursor"] = -1;
   const std::string dir = save_checkpoint(run_dir(), 5, again);
   EXPECT_EQ(load_checkpoint(dir).manifest["data_cursor"], -1);
@@ -153,7 +154,8 @@ TEST_F(CheckpointTest, PreviousCheckpointSurvivesCorruptionOfTheNewest) {
   // The newest valid one is found, and what was skipped is said.
   FoundCheckpoint found = load_newest_valid(run_dir(), CheckpointParts::everything);
   EXPECT_EQ(found.checkpoint.manifest["step"], 10);
-  EXPECT_EQ(found.checkpoint.model[0].second.f32()[0], 1000.f);
+  const TensorFile& weights = found.checkpoint.model;
+  EXPECT_EQ(weights.tensor(weights.get("model.embed_tokens.weight", {3, 4})).f32()[0], 1000.f);
   ASSERT_EQ(found.skipped.size(), 1u);
   EXPECT_NE(found.skipped[0].describe().find(newest), std::string::npos);
   EXPECT_NE(found.skipped[0].describe().find("checksum"), std::string::npos)

@@ -47,8 +47,8 @@ TEST(ExportTest, MissingParameterIsNamedAndNothingIsWritten) {
       model::load_model_config(testing::source_dir() + "/configs/dense-tiny.json");
   auto session = open_session(RunConfig{}, config);
   session->model->initialize(7);
-  Checkpoint ck = make_checkpoint(*session, {}, nlohmann::json::object());
-  const std::string dropped = ck.model[3].first;
+  CheckpointContents ck = make_checkpoint(*session, {}, nlohmann::json::object());
+  const std::string dropped = ck.model[3].name;
   ck.model.erase(ck.model.begin() + 3);
   const std::string step_dir = save_checkpoint(run.path(), 1, ck);
 

@@ -16,6 +16,30 @@ GroupPlaces places_of(const dist::ProcessGrid& grid) {
   return out;
 }
 
+ShardRuns shard_runs(const ParamInfo& p) {
+  if (p.shape.empty()) return {1, 1, 1, 0};  // a scalar
+  const size_t dim = p.shard.dim < 0 ? 0 : static_cast<size_t>(p.shard.dim);
+  int64_t outer = 1, inner = 1;
+  for (size_t k = 0; k < p.shape.size(); ++k)
+    if (k < dim) outer *= p.shape[k];
+    else if (k > dim) inner *= p.shape[k];
+  return {outer, p.local_shape[dim] * inner, p.shape[dim] * inner, p.shard_start * inner};
+}
+
+void copy_shard_from_global(const ParamInfo& p, const float* global, float* local) {
+  const ShardRuns r = shard_runs(p);
+  for (int64_t o = 0; o < r.runs; ++o)
+    std::memcpy(local + o * r.length, global + o * r.stride + r.first,
+                static_cast<size_t>(r.length) * sizeof(float));
+}
+
+void copy_shard_to_global(const ParamInfo& p, const float* local, float* global) {
+  const ShardRuns r = shard_runs(p);
+  for (int64_t o = 0; o < r.runs; ++o)
+    std::memcpy(global + o * r.stride + r.first, local + o * r.length,
+                static_cast<size_t>(r.length) * sizeof(float));
+}
+
 ParamRegistry::ParamRegistry(GroupPlaces places) : places_(std::move(places)) {
   for (const auto& [group, p] : places_)
     K3_CHECK(p.size > 0 && p.rank >= 0 && p.rank < p.size, "group ", group, ": rank ", p.rank,
@@ -71,19 +95,12 @@ void ParamRegistry::allocate() {
 void ParamRegistry::initialize(uint64_t seed) {
   K3_CHECK(values_, "parameters initialized before allocation");
   for (const ParamInfo& p : infos_) {
-    // The shard is `outer` runs of `run` consecutive global elements, one per index of the
-    // dimensions before the split one (a replicated tensor is one run).
-    const size_t dim = p.shard.dim < 0 ? 0 : static_cast<size_t>(p.shard.dim);
-    int64_t outer = 1, inner = 1;
-    for (size_t k = 0; k < p.shape.size(); ++k)
-      if (k < dim) outer *= p.shape[k];
-      else if (k > dim) inner *= p.shape[k];
-    const int64_t global_extent = p.shape.empty() ? 1 : p.shape[dim];
-    const int64_t run = p.shape.empty() ? 1 : p.local_shape[dim] * inner;
+    const ShardRuns r = shard_runs(p);
     const uint64_t stream = stream_of(p.name);
-    for (int64_t o = 0; o < outer; ++o) {
-      float* out = values_ + p.offset + o * run;
-      const auto first = static_cast<uint64_t>((o * global_extent + p.shard_start) * inner);
+    for (int64_t o = 0; o < r.runs; ++o) {
+      float* out = values_ + p.offset + o * r.length;
+      const auto first = static_cast<uint64_t>(o * r.stride + r.first);
+      const int64_t run = r.length;
       switch (p.init.kind) {
         case ParamInit::Kind::Normal: fill_normal(out, run, seed, stream, first, 0.f, p.init.std); break;
         case ParamInit::Kind::Zeros: std::fill(out, out + run, 0.f); break;

@@ -72,6 +72,20 @@ struct ParamInfo {
   int64_t local_numel() const { return shape_numel(local_shape); }
 };
 
+// Where a parameter's shard lies in its global tensor (row-major): `runs` runs of `length`
+// consecutive floats, one per index of the dimensions before the split one; run o is local
+// elements [o·length, (o+1)·length) and global elements from o·stride + first. A replicated
+// tensor is one run, the whole tensor.
+struct ShardRuns {
+  int64_t runs = 1, length = 0, stride = 0, first = 0;
+};
+ShardRuns shard_runs(const ParamInfo& p);
+
+// This rank's shard of P from the global tensor (numel() floats) into LOCAL (local_numel()).
+void copy_shard_from_global(const ParamInfo& p, const float* global, float* local);
+// The shard LOCAL into its place in the global tensor GLOBAL; the rest of GLOBAL is untouched.
+void copy_shard_to_global(const ParamInfo& p, const float* local, float* global);
+
 class ParamRegistry {
  public:
   // `places`: this rank's place in the groups that shard specs name (none: one process).

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -39,7 +40,7 @@ std::string shown(const json& v) {
 
 // Parses the header text, refusing a key given twice in any object: the JSON parser would keep
 // the last one silently, so a second entry could replace a tensor (or one of its fields) unseen.
-json parse_header(const std::string& bytes, size_t size, const std::string& origin) {
+json parse_header(const std::string& text, const std::string& origin) {
   std::vector<std::set<std::string>> keys;  // seen in each object being parsed, outermost first
   std::string tensor;                       // the latest top-level key, to name in errors
   auto refuse_repeated_keys = [&](int, json::parse_event_t event, json& parsed) {
@@ -55,8 +56,7 @@ json parse_header(const std::string& bytes, size_t size, const std::string& orig
     return true;
   };
   try {
-    auto text = bytes.begin() + 8;
-    return json::parse(text, text + static_cast<std::ptrdiff_t>(size), refuse_repeated_keys);
+    return json::parse(text, refuse_repeated_keys);
   } catch (const json::exception& e) {
     throw Error(std::string("invalid safetensors header: ") + e.what(),
                 {origin, printable(tensor), -1});
@@ -152,61 +152,26 @@ void check_tiling(std::vector<SafetensorsEntry>& entries, size_t data_size,
                "bytes [", covered, ", ", data_size, ") at the end of the data belong to no tensor");
 }
 
-}  // namespace
-
-const Tensor* Safetensors::find(const std::string& name) const {
-  for (auto& [n, t] : tensors)
-    if (n == name) return &t;
-  return nullptr;
-}
-
-const Tensor& Safetensors::get(const std::string& name, const Shape& shape, DType dtype) const {
-  const Tensor* t = find(name);
-  K3_CHECK_CTX(t, ErrorContext({"", name, -1}), "tensor is missing");
-  K3_CHECK_CTX(t->shape() == shape && t->dtype() == dtype, ErrorContext({"", name, -1}),
-               "expected ", dtype_name(dtype), " ", shape_str(shape), ", found ",
-               dtype_name(t->dtype()), " ", shape_str(t->shape()));
-  return *t;
-}
-
-std::string encode_safetensors(const Safetensors& st) {
-  json header = json::object();
-  size_t offset = 0;
-  for (auto& [name, t] : st.tensors) {
-    ErrorContext ctx{"", name, -1};
-    K3_CHECK_CTX(name != kMetadataKey, ctx, "the name __metadata__ is reserved for metadata");
-    K3_CHECK_CTX(!header.contains(name), ctx, "two tensors have this name");
-    header[name] = {{"dtype", dtype_name(t.dtype())},
-                    {"shape", t.shape()},
-                    {"data_offsets", {offset, offset + t.nbytes()}}};
-    offset += t.nbytes();
-  }
-  if (!st.metadata.empty()) header[kMetadataKey] = st.metadata;
-  std::string h = header.dump();
-  h.append((8 - h.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
-  std::string out(8, '\0');
-  uint64_t n = h.size();
-  std::memcpy(out.data(), &n, 8);
-  out += h;
-  out.reserve(out.size() + offset);
-  for (auto& [name, t] : st.tensors) out.append(static_cast<const char*>(t.data()), t.nbytes());
-  return out;
-}
-
-SafetensorsLayout read_safetensors_layout(const std::string& bytes, const std::string& origin) {
+// Reads and checks the header of a file of FILE_SIZE bytes, which READ copies out, against the
+// file's size.
+SafetensorsLayout read_layout(uint64_t file_size,
+                              const std::function<void(uint64_t at, char* out, size_t n)>& read,
+                              const std::string& origin) {
   const ErrorContext ctx{origin, "", -1};
-  K3_CHECK_CTX(bytes.size() >= 8, ctx, "not a safetensors file: ", bytes.size(),
+  K3_CHECK_CTX(file_size >= 8, ctx, "not a safetensors file: ", file_size,
                " bytes, fewer than the 8 of the header length");
   uint64_t header_size;
-  std::memcpy(&header_size, bytes.data(), 8);
-  K3_CHECK_CTX(header_size <= bytes.size() - 8, ctx, "header length ", header_size, " exceeds the ",
-               bytes.size() - 8, " bytes after it");
-  K3_CHECK_CTX(header_size > 0 && bytes[8] == '{', ctx, "the header does not start with '{'");
-  json header = parse_header(bytes, header_size, origin);
+  read(0, reinterpret_cast<char*>(&header_size), 8);
+  K3_CHECK_CTX(header_size <= file_size - 8, ctx, "header length ", header_size, " exceeds the ",
+               file_size - 8, " bytes after it");
+  std::string text(header_size, '\0');
+  read(8, text.data(), header_size);
+  K3_CHECK_CTX(header_size > 0 && text[0] == '{', ctx, "the header does not start with '{'");
+  json header = parse_header(text, origin);
 
   SafetensorsLayout layout;
   layout.data_begin = 8 + header_size;
-  const size_t data_size = bytes.size() - layout.data_begin;
+  const size_t data_size = file_size - layout.data_begin;
   for (auto& [name, entry] : header.items()) {
     try {
       if (name == kMetadataKey)
@@ -219,6 +184,67 @@ SafetensorsLayout read_safetensors_layout(const std::string& bytes, const std::s
   }
   check_tiling(layout.entries, data_size, origin);
   return layout;
+}
+
+// Refuses tensor NAME when it is missing (SHAPE null) or not DTYPE EXPECTED.
+void check_found(const std::string& origin, const std::string& name, const Shape* shape,
+                 DType dtype, const Shape& expected, DType expected_dtype) {
+  K3_CHECK_CTX(shape, ErrorContext({origin, name, -1}), "tensor is missing");
+  K3_CHECK_CTX(*shape == expected && dtype == expected_dtype, ErrorContext({origin, name, -1}),
+               "expected ", dtype_name(expected_dtype), " ", shape_str(expected), ", found ",
+               dtype_name(dtype), " ", shape_str(*shape));
+}
+
+}  // namespace
+
+const Tensor* Safetensors::find(const std::string& name) const {
+  for (auto& [n, t] : tensors)
+    if (n == name) return &t;
+  return nullptr;
+}
+
+const Tensor& Safetensors::get(const std::string& name, const Shape& shape, DType dtype) const {
+  const Tensor* t = find(name);
+  check_found("", name, t ? &t->shape() : nullptr, t ? t->dtype() : dtype, shape, dtype);
+  return *t;
+}
+
+std::string encode_safetensors_header(std::vector<SafetensorsEntry>& entries,
+                                      const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  size_t offset = 0;
+  for (SafetensorsEntry& e : entries) {
+    ErrorContext ctx{"", e.name, -1};
+    K3_CHECK_CTX(e.name != kMetadataKey, ctx, "the name __metadata__ is reserved for metadata");
+    K3_CHECK_CTX(!header.contains(e.name), ctx, "two tensors have this name");
+    e.begin = offset;
+    e.end = offset + static_cast<size_t>(shape_numel(e.shape)) * dtype_size(e.dtype);
+    header[e.name] = {
+        {"dtype", dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {e.begin, e.end}}};
+    offset = e.end;
+  }
+  if (!metadata.empty()) header[kMetadataKey] = metadata;
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+  std::string out(8, '\0');
+  uint64_t n = h.size();
+  std::memcpy(out.data(), &n, 8);
+  return out + h;
+}
+
+std::string encode_safetensors(const Safetensors& st) {
+  std::vector<SafetensorsEntry> entries;
+  for (auto& [name, t] : st.tensors) entries.push_back({name, t.dtype(), t.shape(), 0, 0});
+  std::string out = encode_safetensors_header(entries, st.metadata);
+  out.reserve(out.size() + (entries.empty() ? 0 : entries.back().end));
+  for (auto& [name, t] : st.tensors) out.append(static_cast<const char*>(t.data()), t.nbytes());
+  return out;
+}
+
+SafetensorsLayout read_safetensors_layout(const std::string& bytes, const std::string& origin) {
+  return read_layout(
+      bytes.size(),
+      [&](uint64_t at, char* out, size_t n) { std::memcpy(out, bytes.data() + at, n); }, origin);
 }
 
 Safetensors decode_safetensors(const std::string& bytes, const std::string& origin) {
@@ -244,6 +270,79 @@ void save_safetensors(const std::string& path, const Safetensors& st) {
 
 Safetensors load_safetensors(const std::string& path) {
   return decode_safetensors(read_file(path), path);
+}
+
+SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<SafetensorsEntry> entries,
+                                     const std::map<std::string, std::string>& metadata)
+    : file_(std::move(path)), entries_(std::move(entries)) {
+  append(encode_safetensors_header(entries_, metadata));
+}
+
+void SafetensorsWriter::append(std::string_view bytes) {
+  if (bytes.empty()) return;  // an empty tensor's data may be null
+  file_.write(bytes);
+  hash_.update(bytes);
+  bytes_ += bytes.size();
+}
+
+void SafetensorsWriter::write(const void* data, size_t nbytes) {
+  K3_CHECK_CTX(next_ < entries_.size(), (ErrorContext{file_.path(), "", -1}),
+               "more tensors written than its header lists (", entries_.size(), ")");
+  const SafetensorsEntry& e = entries_[next_];
+  K3_CHECK_CTX(nbytes == e.nbytes(), (ErrorContext{file_.path(), e.name, -1}), nbytes,
+               " bytes written, the header gives it ", e.nbytes());
+  append({static_cast<const char*>(data), nbytes});
+  ++next_;
+}
+
+SafetensorsWriter::Written SafetensorsWriter::finish() {
+  K3_CHECK_CTX(
+      next_ == entries_.size(),
+      (ErrorContext{file_.path(), next_ < entries_.size() ? entries_[next_].name : "", -1}),
+      "finished before this tensor was written");
+  file_.finish();
+  return {bytes_, hash_.hex_digest()};
+}
+
+TensorFile::TensorFile(FileReader file) : file_(std::move(file)) {
+  layout_ = read_layout(
+      file_->size(), [&](uint64_t at, char* out, size_t n) { file_->read(at, out, n); },
+      file_->path());
+  for (size_t i = 0; i < layout_.entries.size(); ++i) by_name_[layout_.entries[i].name] = i;
+}
+
+const std::string& TensorFile::path() const {
+  static const std::string none;
+  return file_ ? file_->path() : none;
+}
+
+const SafetensorsEntry* TensorFile::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &layout_.entries[it->second];
+}
+
+const SafetensorsEntry& TensorFile::get(const std::string& name, const Shape& shape,
+                                        DType dtype) const {
+  const SafetensorsEntry* e = find(name);
+  check_found(path(), name, e ? &e->shape : nullptr, e ? e->dtype : dtype, shape, dtype);
+  return *e;
+}
+
+void TensorFile::read_bytes(const SafetensorsEntry& entry, void* out) const {
+  K3_CHECK_CTX(file_, (ErrorContext{"", entry.name, -1}), "read from no file");
+  file_->read(layout_.data_begin + entry.begin, out, entry.nbytes());
+}
+
+void TensorFile::read(const SafetensorsEntry& entry, float* out) const {
+  K3_CHECK_CTX(entry.dtype == DType::F32, (ErrorContext{path(), entry.name, -1}),
+               "expected F32, found ", dtype_name(entry.dtype));
+  read_bytes(entry, out);
+}
+
+Tensor TensorFile::tensor(const SafetensorsEntry& entry) const {
+  Tensor t = Tensor::empty(entry.shape, entry.dtype);
+  if (entry.nbytes() > 0) read_bytes(entry, t.data());
+  return t;
 }
 
 }  // namespace k3

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstring>
+#include <exception>
 #include <filesystem>
 #include <optional>
 
@@ -28,6 +30,7 @@ constexpr std::string_view kStepPrefix = "step_";
 // Directories being written (or left behind by a crash) start with this; they are never loaded.
 constexpr std::string_view kTempPrefix = ".tmp.";
 constexpr std::string_view kUnusablePrefix = "unusable.";
+constexpr uint64_t kVerifyChunk = uint64_t{4} << 20;  // bytes read at a time to check a file
 
 std::optional<int64_t> step_of(const std::string& dir_name) {
   if (!dir_name.starts_with(kStepPrefix)) return std::nullopt;
@@ -52,6 +55,69 @@ void sync_directory(const fs::path& dir) {
 void write_recorded(const fs::path& dir, const char* name, const std::string& bytes, json& files) {
   write_file_atomic((dir / name).string(), bytes);
   files[name] = {{"bytes", bytes.size()}, {"sha256", sha256_hex(bytes)}};
+}
+
+// The first error of a save's filesystem work, held while the fills after it still run: on the
+// other ranks the same fills run collectives, which must all be matched.
+class FirstError {
+ public:
+  template <typename F>
+  void attempt(F&& f) {
+    if (error_) return;
+    try {
+      f();
+    } catch (...) {
+      error_ = std::current_exception();
+    }
+  }
+  void rethrow() const {
+    if (error_) std::rethrow_exception(error_);
+  }
+
+ private:
+  std::exception_ptr error_;
+};
+
+std::vector<SafetensorsEntry> entries_of(const std::vector<TensorSource>& sources) {
+  std::vector<SafetensorsEntry> entries;
+  for (const TensorSource& s : sources) entries.push_back({s.name, DType::F32, s.shape, 0, 0});
+  return entries;
+}
+
+// Runs each source's fill into BUFFER, in order; with a directory (the writer's), streams the
+// values into DIR/NAME and records the file's size and SHA-256 in FILES.
+void save_tensors(const std::optional<fs::path>& dir, const char* name,
+                  const std::vector<TensorSource>& sources, std::vector<float>& buffer, json& files,
+                  FirstError& error) {
+  std::optional<SafetensorsWriter> out;
+  if (dir) error.attempt([&] { out.emplace((*dir / name).string(), entries_of(sources)); });
+  for (const TensorSource& s : sources) {
+    s.fill(buffer.data());
+    if (out)
+      error.attempt([&] {
+        out->write(buffer.data(), static_cast<size_t>(shape_numel(s.shape)) * sizeof(float));
+      });
+  }
+  if (out)
+    error.attempt([&] {
+      const SafetensorsWriter::Written written = out->finish();
+      files[name] = {{"bytes", written.bytes}, {"sha256", written.sha256}};
+    });
+}
+
+// What every rank checks before any fill runs, so that a bad argument fails them all alike.
+void check_contents(int64_t step, const CheckpointContents& ck) {
+  K3_CHECK(step >= 0, "checkpoint step must be >= 0, got ", step);
+  K3_CHECK(ck.manifest.is_object(), "checkpoint manifest must be a JSON object, got ",
+           ck.manifest.type_name());
+  for (const auto& [file, text] : ck.texts)
+    K3_CHECK(file != kManifestFile && file != kModelFile && file != kOptimizerFile &&
+                 file.find('/') == std::string::npos,
+             "checkpoint text file '", file, "' clashes with the checkpoint's own files");
+  for (const auto* sources : {&ck.model, &ck.optimizer}) {
+    std::vector<SafetensorsEntry> entries = entries_of(*sources);
+    encode_safetensors_header(entries, {});  // refuses names used twice
+  }
 }
 
 // Puts the finished directory FROM at TO. A directory cannot be renamed over a non-empty one, so
@@ -92,9 +158,10 @@ const json& manifest_field(const json& manifest, const std::string& key, const s
   return *it;
 }
 
-// Reads DIR/NAME and checks it against its manifest entry.
-std::string read_verified(const fs::path& dir, const std::string& name, const json& files,
-                          const std::string& manifest_path) {
+// Opens DIR/NAME and checks it against its manifest entry: the size, then the SHA-256 of the
+// contents, read in chunks of kVerifyChunk bytes.
+FileReader open_verified(const fs::path& dir, const std::string& name, const json& files,
+                         const std::string& manifest_path) {
   const std::string path = (dir / name).string();
   const ErrorContext ctx{path, "", -1};
   const json& entry = manifest_field(files, name, manifest_path);
@@ -104,22 +171,30 @@ std::string read_verified(const fs::path& dir, const std::string& name, const js
                (ErrorContext{manifest_path, "files." + name, -1}),
                "expected {\"bytes\": <size>, \"sha256\": <hex>}, found ", entry.dump());
   K3_CHECK_CTX(file_exists(path), ctx, "missing: the checkpoint is incomplete");
-  const std::string bytes = read_file(path);
+  FileReader file(path);
   const uint64_t expected_size = entry["bytes"].get<uint64_t>();
-  K3_CHECK_CTX(bytes.size() == expected_size, ctx, "size mismatch (expected ", expected_size,
-               " bytes, found ", bytes.size(), "): the file is truncated or corrupt");
+  K3_CHECK_CTX(file.size() == expected_size, ctx, "size mismatch (expected ", expected_size,
+               " bytes, found ", file.size(), "): the file is truncated or corrupt");
+  Sha256 hash;
+  std::string chunk(std::min<uint64_t>(kVerifyChunk, file.size()), '\0');
+  for (uint64_t at = 0; at < file.size(); at += chunk.size()) {
+    chunk.resize(std::min<uint64_t>(chunk.size(), file.size() - at));
+    file.read(at, chunk.data(), chunk.size());
+    hash.update(chunk);
+  }
   const std::string expected_sum = entry["sha256"].get<std::string>(),
-                    found_sum = sha256_hex(bytes);
+                    found_sum = hash.hex_digest();
   K3_CHECK_CTX(found_sum == expected_sum, ctx, "checksum mismatch (expected sha256 ", expected_sum,
                ", found ", found_sum, "): the checkpoint is corrupt");
-  return bytes;
+  return file;
 }
 
-std::vector<std::pair<std::string, Tensor>> read_tensors(const fs::path& dir, const char* name,
-                                                         const json& files,
-                                                         const std::string& manifest_path) {
-  return decode_safetensors(read_verified(dir, name, files, manifest_path), (dir / name).string())
-      .tensors;
+std::string read_verified(const fs::path& dir, const std::string& name, const json& files,
+                          const std::string& manifest_path) {
+  const FileReader file = open_verified(dir, name, files, manifest_path);
+  std::string bytes(file.size(), '\0');
+  file.read(0, bytes.data(), bytes.size());
+  return bytes;
 }
 
 }  // namespace
@@ -128,36 +203,55 @@ std::string checkpoint_dir_name(int64_t step) {
   return strprintf("step_%08lld", static_cast<long long>(step));
 }
 
-std::string save_checkpoint(const std::string& run_dir, int64_t step, const Checkpoint& ck,
-                            int keep_last) {
-  K3_CHECK(step >= 0, "checkpoint step must be >= 0, got ", step);
-  K3_CHECK(ck.manifest.is_object(), "checkpoint manifest must be a JSON object, got ",
-           ck.manifest.type_name());
+std::vector<TensorSource> tensor_sources(std::vector<std::pair<std::string, Tensor>> tensors) {
+  std::vector<TensorSource> sources;
+  for (auto& [name, t] : tensors) {
+    K3_CHECK_CTX(t.dtype() == DType::F32, (ErrorContext{"", name, -1}),
+                 "checkpoints hold F32 tensors, found ", dtype_name(t.dtype()));
+    sources.push_back({name, t.shape(), [t](float* out) {
+                         if (t.nbytes()) std::memcpy(out, t.data(), t.nbytes());
+                       }});
+  }
+  return sources;
+}
+
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const CheckpointContents& ck,
+                            int keep_last, bool writer) {
+  check_contents(step, ck);
   const fs::path root = fs::path(run_dir) / kCheckpointsDir;
   const std::string name = checkpoint_dir_name(step);
   const fs::path final_dir = root / name;
-  try {
-    fs::create_directories(root);
-    const fs::path tmp =
-        root / (std::string(kTempPrefix) + name + "." + std::to_string(::getpid()));
-    fs::remove_all(tmp);
-    fs::create_directory(tmp);
+  int64_t largest = 0;
+  for (const auto* sources : {&ck.model, &ck.optimizer})
+    for (const TensorSource& s : *sources) largest = std::max(largest, shape_numel(s.shape));
+  std::vector<float> buffer(static_cast<size_t>(largest));
 
-    json manifest = ck.manifest, files = json::object();
-    write_recorded(tmp, kModelFile, encode_safetensors({ck.model, {}}), files);
-    write_recorded(tmp, kOptimizerFile, encode_safetensors({ck.optimizer, {}}), files);
-    for (const auto& [file, text] : ck.texts) {
-      K3_CHECK(file != kManifestFile && file != kModelFile && file != kOptimizerFile &&
-                   file.find('/') == std::string::npos,
-               "checkpoint text file '", file, "' clashes with the checkpoint's own files");
-      write_recorded(tmp, file.c_str(), text, files);
-    }
+  FirstError error;
+  std::optional<fs::path> tmp;  // the writer's directory being filled
+  if (writer)
+    error.attempt([&] {
+      const fs::path dir =
+          root / (std::string(kTempPrefix) + name + "." + std::to_string(::getpid()));
+      fs::create_directories(root);
+      fs::remove_all(dir);
+      fs::create_directory(dir);
+      tmp = dir;
+    });
+  json files = json::object();
+  save_tensors(tmp, kModelFile, ck.model, buffer, files, error);
+  save_tensors(tmp, kOptimizerFile, ck.optimizer, buffer, files, error);
+  if (!writer) return final_dir.string();
+  try {
+    error.rethrow();
+    for (const auto& [file, text] : ck.texts) write_recorded(*tmp, file.c_str(), text, files);
+    json manifest = ck.manifest;
     manifest["step"] = step;
     manifest["format_version"] = kCheckpointFormatVersion;
     manifest["files"] = files;
-    write_file_atomic((tmp / kManifestFile).string(), manifest.dump(2) + "\n");
+    // Written last and atomically, which also syncs the directory's entries of the tensor files.
+    write_file_atomic((*tmp / kManifestFile).string(), manifest.dump(2) + "\n");
 
-    move_into_place(tmp, final_dir);
+    move_into_place(*tmp, final_dir);
     prune(root, name, keep_last);
   } catch (const fs::filesystem_error& e) {
     throw Error(std::string("cannot write checkpoint: ") + e.code().message(),
@@ -197,9 +291,9 @@ Checkpoint load_checkpoint(const std::string& step_dir, CheckpointParts parts) {
   for (const auto& [file, entry] : files.items())
     if (file != kModelFile && file != kOptimizerFile)
       ck.texts[file] = read_verified(dir, file, files, manifest_path);
-  ck.model = read_tensors(dir, kModelFile, files, manifest_path);
+  ck.model = TensorFile(open_verified(dir, kModelFile, files, manifest_path));
   if (parts == CheckpointParts::everything)
-    ck.optimizer = read_tensors(dir, kOptimizerFile, files, manifest_path);
+    ck.optimizer = TensorFile(open_verified(dir, kOptimizerFile, files, manifest_path));
   return ck;
 }
 

@@ -3,12 +3,17 @@
 // (the resolved model config.json and run config, so a checkpoint stands alone) and
 // manifest.json. The manifest carries the caller's state (data cursor, RNG, layout, ...) plus the
 // step, the format version and the size and SHA-256 of every other file, so a load detects
-// truncation and corruption before decoding.
+// truncation and corruption before any tensor is handed out.
 //
-// Crash safety: files are written atomically into a hidden temporary directory that is renamed to
-// step_NNNNNNNN only when complete (so the newest step directory is always a finished save); only
-// then are checkpoints beyond keep_last removed. One process (rank 0)
-// writes a run's checkpoints.
+// Memory: neither a save nor a load holds a whole file. A save asks each tensor's source for its
+// values when it reaches it, into one buffer sized for the largest tensor, and streams them to the
+// file; a load verifies each file in chunks of a few MiB, parses its header and reads a tensor
+// only when asked for, into the caller's memory.
+//
+// Crash safety: files are written into a hidden temporary directory (each one synced) that is
+// renamed to step_NNNNNNNN only when complete (so the newest step directory is always a finished
+// save); only then are checkpoints beyond keep_last removed. One process (rank 0) writes a run's
+// checkpoints; every rank runs the sources, which may be collectives.
 #pragma once
 
 #include <cstdint>
@@ -19,17 +24,38 @@
 #include <utility>
 #include <vector>
 
+#include "k3/tensor/safetensors.h"
 #include "k3/tensor/tensor.h"
 
 namespace k3::train {
 
 inline constexpr int kCheckpointFormatVersion = 2;
 
-struct Checkpoint {
-  std::vector<std::pair<std::string, Tensor>> model;      // K3 names, global shapes
-  std::vector<std::pair<std::string, Tensor>> optimizer;  // optimizer state by name
+// A tensor to save, produced when the save reaches it: FILL writes the global tensor's
+// numel(shape) f32 values into a buffer the save provides. A fill may run collectives.
+struct TensorSource {
+  std::string name;
+  Shape shape;
+  std::function<void(float* out)> fill;
+};
+// Sources that copy tensors already in memory (f32, each kept alive by its source).
+std::vector<TensorSource> tensor_sources(std::vector<std::pair<std::string, Tensor>> tensors);
+
+// What a save writes.
+struct CheckpointContents {
+  std::vector<TensorSource> model;                     // K3 names, global shapes
+  std::vector<TensorSource> optimizer;                 // optimizer state by name
   std::map<std::string, std::string> texts;            // file name -> contents (config.json, ...)
   nlohmann::json manifest = nlohmann::json::object();  // a JSON object
+};
+
+// A loaded checkpoint: every file it read is verified; the tensors stay in their files, open, and
+// are read by name (TensorFile) when wanted.
+struct Checkpoint {
+  TensorFile model;      // K3 names, global shapes
+  TensorFile optimizer;  // optimizer state by name; no entries when not loaded
+  std::map<std::string, std::string> texts;
+  nlohmann::json manifest = nlohmann::json::object();
 };
 
 // What a load reads: evaluation and sampling need neither the optimizer state nor its file.
@@ -41,12 +67,18 @@ std::string checkpoint_dir_name(int64_t step);
 // Writes RUN_DIR/checkpoints/step_NNNNNNNN (replacing one of the same step) and keeps the
 // keep_last most recent checkpoints (0 keeps all). Returns the step directory.
 // The written manifest is the caller's plus "step", "format_version" and "files".
-std::string save_checkpoint(const std::string& run_dir, int64_t step, const Checkpoint& ck,
-                            int keep_last = 2);
+// Every rank of a job calls it, the same sources in the same order; each source's fill runs
+// exactly once, the model's in order then the optimizer's, on every rank. Only the WRITER touches
+// the filesystem; should that fail, its remaining fills still run (so that collectives in them
+// stay matched) before the error is thrown. Extra memory: the largest tensor, once.
+std::string save_checkpoint(const std::string& run_dir, int64_t step, const CheckpointContents& ck,
+                            int keep_last = 2, bool writer = true);
 
-// Loads a step directory, verifying every file it reads against the manifest; the returned
-// manifest is the one on disk, its "step" checked against the directory's name. Throws a
-// k3::Error naming the file (and field) and the problem.
+// Loads a step directory, verifying every file it reads against the manifest (size and SHA-256,
+// read in chunks) before it returns; the returned manifest is the one on disk, its "step" checked
+// against the directory's name. Tensor headers are checked, tensor data is not read. Throws a
+// k3::Error naming the file (and field) and the problem. model_only never opens the optimizer
+// file.
 Checkpoint load_checkpoint(const std::string& step_dir,
                            CheckpointParts parts = CheckpointParts::everything);
 

@@ -7,7 +7,7 @@
 #include <charconv>
 #include <filesystem>
 #include <limits>
-#include <map>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "k3/base/error.h"
@@ -25,7 +25,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 constexpr const char* kConfigFile = "config.json";
 constexpr const char* kWeightsFile = "model.safetensors";
@@ -40,59 +39,95 @@ json folder_config(const model::ModelConfig& c, DType dtype) {
   return j;
 }
 
-// Rounds to bf16 only what the released K3 stores in bf16 when bf16 is asked for.
-Tensor in_export_dtype(const Tensor& trained, const model::TensorEntry& entry, DType dtype) {
-  if (dtype != DType::BF16 || entry.release_dtype != "bf16") return trained;
-  Tensor out = Tensor::empty(trained.shape(), DType::BF16);
-  float_to_bf16(trained.f32(), out.bf16(), trained.numel());
-  return out;
-}
-
-// Every parameter of the model (and nothing else), in registry order, from the checkpoint's
-// fp32 weights; a missing or misshapen one is an error naming it.
-NamedTensors export_tensors(const model::Model& model, const Safetensors& weights, DType dtype,
-                            const std::string& origin) {
-  NamedTensors out;
-  for (const model::TensorEntry& entry : model::tensor_inventory(model)) {
-    try {
-      out.emplace_back(entry.name,
-                       in_export_dtype(weights.get(entry.name, entry.shape), entry, dtype));
-    } catch (const Error& e) {
-      throw e.with_file(origin);
-    }
+// A parameter to export: its entry in the checkpoint's weights and the dtype it is written in.
+struct Exported {
+  const SafetensorsEntry* from;
+  DType dtype;
+  uint64_t nbytes() const {
+    return static_cast<uint64_t>(shape_numel(from->shape)) * dtype_size(dtype);
   }
+};
+using Shard = std::vector<Exported>;
+
+// Every parameter of the model (and nothing else), in registry order, from the checkpoint's fp32
+// weights, in bf16 where the released K3 stores it in bf16 and bf16 is asked for. A missing or
+// misshapen one is an error naming it, before anything is written.
+Shard export_plan(const model::Model& model, const TensorFile& weights, DType dtype) {
+  Shard out;
+  for (const model::TensorEntry& entry : model::tensor_inventory(model))
+    out.push_back(
+        {&weights.get(entry.name, entry.shape),
+         dtype == DType::BF16 && entry.release_dtype == "bf16" ? DType::BF16 : DType::F32});
   return out;
 }
 
 // Consecutive runs of tensors of at most max_bytes each; a larger tensor gets a file alone.
-std::vector<NamedTensors> split_into_shards(const NamedTensors& tensors, uint64_t max_bytes) {
-  std::vector<NamedTensors> shards;
+std::vector<Shard> split_into_shards(const Shard& tensors, uint64_t max_bytes) {
+  std::vector<Shard> shards;
   uint64_t bytes = 0;
-  for (const auto& named : tensors) {
-    const uint64_t n = named.second.nbytes();
-    if (shards.empty() || bytes + n > max_bytes) {
+  for (const Exported& t : tensors) {
+    if (shards.empty() || bytes + t.nbytes() > max_bytes) {
       shards.emplace_back();
       bytes = 0;
     }
-    shards.back().push_back(named);
-    bytes += n;
+    shards.back().push_back(t);
+    bytes += t.nbytes();
   }
   return shards;
 }
 
+// Streams each file's tensors from the checkpoint, one at a time, through one buffer of the
+// largest tensor's size (and one for the bf16 rounding of the largest that is rounded).
+class ShardWriter {
+ public:
+  ShardWriter(const TensorFile& weights, const std::vector<Shard>& shards) : weights_(weights) {
+    size_t largest = 0, largest_bf16 = 0;
+    for (const Shard& shard : shards)
+      for (const Exported& t : shard) {
+        const auto n = static_cast<size_t>(shape_numel(t.from->shape));
+        largest = std::max(largest, n);
+        if (t.dtype == DType::BF16) largest_bf16 = std::max(largest_bf16, n);
+      }
+    values_.resize(largest);
+    half_.resize(largest_bf16);
+  }
+
+  void write(const std::string& path, const Shard& shard) {
+    std::vector<SafetensorsEntry> entries;
+    for (const Exported& t : shard) entries.push_back({t.from->name, t.dtype, t.from->shape, 0, 0});
+    SafetensorsWriter out(path, std::move(entries), {{"format", "pt"}});
+    for (const Exported& t : shard) {
+      weights_.read(*t.from, values_.data());
+      const int64_t n = shape_numel(t.from->shape);
+      if (t.dtype == DType::BF16) {
+        float_to_bf16(values_.data(), half_.data(), n);
+        out.write(half_.data(), t.nbytes());
+      } else {
+        out.write(values_.data(), t.nbytes());
+      }
+    }
+    out.finish();
+  }
+
+ private:
+  const TensorFile& weights_;
+  std::vector<float> values_;
+  std::vector<uint16_t> half_;
+};
+
 // The weight files and, for more than one, the index naming each tensor's file.
-void write_weights(const fs::path& dir, const std::vector<NamedTensors>& shards,
+void write_weights(const fs::path& dir, const TensorFile& weights, const std::vector<Shard>& shards,
                    uint64_t total_bytes) {
-  const std::map<std::string, std::string> metadata{{"format", "pt"}};
+  ShardWriter writer(weights, shards);
   if (shards.size() == 1) {
-    write_file_atomic((dir / kWeightsFile).string(), encode_safetensors({shards[0], metadata}));
+    writer.write((dir / kWeightsFile).string(), shards[0]);
     return;
   }
   json weight_map = json::object();
   for (size_t i = 0; i < shards.size(); ++i) {
     const std::string file = strprintf("model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
-    write_file_atomic((dir / file).string(), encode_safetensors({shards[i], metadata}));
-    for (const auto& named : shards[i]) weight_map[named.first] = file;
+    writer.write((dir / file).string(), shards[i]);
+    for (const Exported& t : shards[i]) weight_map[t.from->name] = file;
   }
   const json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
   write_file_atomic((dir / kIndexFile).string(), index.dump(2) + "\n");
@@ -109,8 +144,8 @@ void check_out_dir(const fs::path& out) {
 
 // The folder appears complete or not at all: it is written under a hidden name beside OUT and
 // renamed at the end.
-void write_folder(const fs::path& out, const json& config, const std::vector<NamedTensors>& shards,
-                  uint64_t total_bytes) {
+void write_folder(const fs::path& out, const json& config, const TensorFile& weights,
+                  const std::vector<Shard>& shards, uint64_t total_bytes) {
   const ErrorContext ctx{out.string(), "--out", -1};
   const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
   const fs::path tmp =
@@ -120,7 +155,7 @@ void write_folder(const fs::path& out, const json& config, const std::vector<Nam
     fs::remove_all(tmp);
     fs::create_directory(tmp);
     write_file_atomic((tmp / kConfigFile).string(), config.dump(2) + "\n");
-    write_weights(tmp, shards, total_bytes);
+    write_weights(tmp, weights, shards, total_bytes);
     fs::rename(tmp, out);  // replaces an empty directory
   } catch (const fs::filesystem_error& e) {
     fs::remove_all(tmp);
@@ -144,11 +179,11 @@ ExportSummary export_checkpoint(const std::string& checkpoint, const ExportOptio
   const Checkpoint& ck = found.checkpoint;
   const model::Model model(checkpoint_configs(ck, found.dir).model, /*allocate=*/false);
 
-  const NamedTensors tensors = export_tensors(model, Safetensors{ck.model, {}}, options.dtype,
-                                              summary.checkpoint_dir + "/" + kWeightsFile);
-  for (const auto& named : tensors) summary.tensor_bytes += named.second.nbytes();
-  const std::vector<NamedTensors> shards = split_into_shards(tensors, options.max_shard_bytes);
-  write_folder(out, folder_config(model.config(), options.dtype), shards, summary.tensor_bytes);
+  const Shard tensors = export_plan(model, ck.model, options.dtype);
+  for (const Exported& t : tensors) summary.tensor_bytes += t.nbytes();
+  const std::vector<Shard> shards = split_into_shards(tensors, options.max_shard_bytes);
+  write_folder(out, folder_config(model.config(), options.dtype), ck.model, shards,
+               summary.tensor_bytes);
   summary.step = ck.manifest["step"].get<int64_t>();
   summary.tensors = static_cast<int64_t>(tensors.size());
   summary.files = static_cast<int64_t>(shards.size());

@@ -1,6 +1,7 @@
 #include "k3/train/session.h"
 
-#include <cstring>
+#include <algorithm>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "k3/base/checksum.h"
@@ -82,20 +83,22 @@ data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokeniz
   return data::load_dataset(spec, tokenizer);
 }
 
-// Every parameter's values under its K3 name, as views.
-static std::vector<std::pair<std::string, Tensor>> weight_views(const model::Model& model) {
-  std::vector<std::pair<std::string, Tensor>> weights;
-  const model::ParamRegistry& p = model.params();
-  for (int i = 0; i < p.size(); ++i) weights.emplace_back(p.info(i).name, p.value(i));
-  return weights;
+void global_weight(const model::ParamRegistry& params, int i, float* out) {
+  const model::ParamInfo& p = params.info(i);
+  K3_CHECK_CTX(p.local_numel() == p.numel(), (ErrorContext{"", p.name, -1}), "split over group ",
+               p.shard.group, ": saving it needs its shards gathered");
+  model::copy_shard_to_global(p, params.value(i).f32(), out);
 }
 
-Checkpoint make_checkpoint(const Session& s,
-                           std::vector<std::pair<std::string, Tensor>> optimizer_state,
-                           nlohmann::json manifest) {
-  Checkpoint ck;
-  ck.model = weight_views(*s.model);
-  for (auto& entry : s.model->balancer_state()) ck.model.push_back(std::move(entry));
+CheckpointContents make_checkpoint(const Session& s, std::vector<TensorSource> optimizer_state,
+                                   nlohmann::json manifest) {
+  CheckpointContents ck;
+  const model::ParamRegistry& params = s.model->params();
+  for (int i = 0; i < params.size(); ++i)
+    ck.model.push_back({params.info(i).name, params.info(i).shape,
+                        [&params, i](float* out) { global_weight(params, i, out); }});
+  for (TensorSource& range : tensor_sources(s.model->balancer_state()))
+    ck.model.push_back(std::move(range));
   ck.optimizer = std::move(optimizer_state);
   ck.texts[kModelConfigFile] = model::model_config_to_json(s.model->config()).dump(2) + "\n";
   ck.texts[kRunConfigFile] = to_toml(s.config);
@@ -103,35 +106,56 @@ Checkpoint make_checkpoint(const Session& s,
   return ck;
 }
 
-// Copies each named tensor of `from` into the tensor of the same name in `into`.
-static void copy_named(const std::vector<std::pair<std::string, Tensor>>& into,
-                       const std::vector<std::pair<std::string, Tensor>>& from,
-                       const std::string& origin) {
-  std::unordered_map<std::string, const Tensor*> by_name;
-  for (auto& [name, t] : from) by_name[name] = &t;
-  for (auto& [name, dst] : into) {
-    auto it = by_name.find(name);
-    K3_CHECK_CTX(it != by_name.end(), (ErrorContext{origin, name, -1}),
-                 "tensor missing from the checkpoint");
-    const Tensor& src = *it->second;
-    K3_CHECK_CTX(src.shape() == dst.shape() && src.dtype() == dst.dtype(),
-                 (ErrorContext{origin, name, -1}), "checkpoint holds ", dtype_name(src.dtype()),
-                 " ", shape_str(src.shape()), ", the model expects ", dtype_name(dst.dtype()), " ",
-                 shape_str(dst.shape()));
-    std::memcpy(dst.data(), src.data(), dst.nbytes());
-  }
-}
-
 void restore_weights(model::Model& model, const Checkpoint& ck, const std::string& origin) {
-  copy_named(weight_views(model), ck.model, origin);
-  model.restore_balancer_state(ck.model, origin);
+  const model::ParamRegistry& params = model.params();
+  // Every entry is checked before any is read: a checkpoint that does not fit the model leaves
+  // its weights untouched.
+  std::vector<const SafetensorsEntry*> entries;
+  int64_t largest = 0;
+  for (int i = 0; i < params.size(); ++i) {
+    const model::ParamInfo& p = params.info(i);
+    const SafetensorsEntry* e = ck.model.find(p.name);
+    K3_CHECK_CTX(e, (ErrorContext{origin, p.name, -1}), "tensor missing from the checkpoint");
+    K3_CHECK_CTX(e->shape == p.shape && e->dtype == p.dtype, (ErrorContext{origin, p.name, -1}),
+                 "checkpoint holds ", dtype_name(e->dtype), " ", shape_str(e->shape),
+                 ", the model expects ", dtype_name(p.dtype), " ", shape_str(p.shape));
+    entries.push_back(e);
+    largest = std::max(largest, p.numel());
+  }
+  std::vector<float> global(static_cast<size_t>(largest));
+  for (int i = 0; i < params.size(); ++i) {
+    const model::ParamInfo& p = params.info(i);
+    ck.model.read(*entries[static_cast<size_t>(i)], global.data());
+    model::copy_shard_from_global(p, global.data(), params.values() + p.offset);
+  }
+  // The ranges are [2] each: read whole, and only where the file's entry has that shape.
+  std::vector<std::pair<std::string, Tensor>> ranges;
+  for (const auto& [name, now] : model.balancer_state())
+    if (const SafetensorsEntry* e = ck.model.find(name); e && e->shape == now.shape())
+      ranges.emplace_back(name, ck.model.tensor(*e));
+  model.restore_balancer_state(ranges, origin);
 }
 
-const Tensor& optimizer_tensor(const Checkpoint& ck, const std::string& name,
-                               const std::string& origin) {
-  for (const auto& [n, t] : ck.optimizer)
-    if (n == name) return t;
-  throw Error("tensor missing from the checkpoint", ErrorContext{origin, name, -1});
+std::function<const Tensor*(const std::string& name)> optimizer_state_reader(
+    const Checkpoint& ck, const std::string& origin) {
+  struct Reader {
+    const Checkpoint* ck;
+    std::string origin;
+    std::vector<float> buffer;
+    Tensor last;
+  };
+  return [r = std::make_shared<Reader>(Reader{&ck, origin, {}, {}})](const std::string& name) {
+    const SafetensorsEntry* e = r->ck->optimizer.find(name);
+    K3_CHECK_CTX(e, (ErrorContext{r->origin, name, -1}), "tensor missing from the checkpoint");
+    const auto n = static_cast<size_t>(shape_numel(e->shape));
+    if (r->buffer.size() < n) {  // freed first: never two buffers at once
+      std::vector<float>().swap(r->buffer);
+      r->buffer.resize(n);
+    }
+    r->ck->optimizer.read(*e, r->buffer.data());
+    r->last = Tensor::view(r->buffer.data(), e->shape);
+    return &r->last;
+  };
 }
 
 }  // namespace k3::train

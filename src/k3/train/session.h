@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -64,16 +65,25 @@ data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokeniz
 // What identifies a run's data: source, token counts and the SHA-256 of the token streams.
 nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 
-// Weights by K3 name (views of the flat buffer), optimizer state (global tensors by name, as
-// optim::Optimizer::state_tensors names them; empty for none), and the session's configurations
-// as the checkpoint's config files.
-Checkpoint make_checkpoint(const Session& s,
-                           std::vector<std::pair<std::string, Tensor>> optimizer_state,
-                           nlohmann::json manifest);
-// Copies checkpoint weights into the model; every parameter must be present with its shape.
+// The sources of a checkpoint: the weights by K3 name in global shapes (each parameter's fill
+// is global_weight), the Quantile Balancing ranges, then OPTIMIZER_STATE (global tensors by name,
+// as optim::Optimizer::state_tensors names them; empty for none); and the session's
+// configurations as the checkpoint's config files.
+CheckpointContents make_checkpoint(const Session& s, std::vector<TensorSource> optimizer_state,
+                                   nlohmann::json manifest);
+// Parameter I's global values into OUT (numel floats). In one process and under data parallelism
+// the local shard is the whole tensor; a split parameter is refused until its values are gathered
+// over the parameter's group here.
+void global_weight(const model::ParamRegistry& params, int i, float* out);
+// Reads each parameter's global tensor from the checkpoint into one buffer (the largest
+// parameter's size) and copies this rank's shard of it into the model, so that a checkpoint loads
+// under any layout; then the Quantile Balancing ranges. Every parameter must be present with its
+// global shape.
 void restore_weights(model::Model& model, const Checkpoint& ck, const std::string& origin);
-// The checkpoint's optimizer tensor of that name, or an Error naming it and ORIGIN.
-const Tensor& optimizer_tensor(const Checkpoint& ck, const std::string& name,
-                               const std::string& origin);
+// A `find` for ShardedOptimizer::restore_state: reads the checkpoint's optimizer tensor of that
+// name into one buffer, reused (grown to the largest tensor asked for), and returns it. The
+// pointer is valid until the next call. A missing tensor is an Error naming it and ORIGIN.
+std::function<const Tensor*(const std::string& name)> optimizer_state_reader(
+    const Checkpoint& ck, const std::string& origin);
 
 }  // namespace k3::train

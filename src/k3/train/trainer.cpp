@@ -196,14 +196,13 @@ void Run::resume(ResumePoint& from) {
        check_data_unchanged(from.state.data, data_fingerprint_, from.allowed_changes, run_dir_))
     changes.push_back(std::move(c));
   restore_weights(*s_->model, from.found.checkpoint, dir);
-  dp_.optimizer().restore_state(
-      [&](const std::string& name) { return &optimizer_tensor(from.found.checkpoint, name, dir); });
+  dp_.optimizer().restore_state(optimizer_state_reader(from.found.checkpoint, dir));
   dp_.optimizer().set_steps_taken(from.state.optimizer_steps);
   step_ = checkpoint_step_ = from.state.step;
   guard_.set_skipped(from.state.skipped_steps);
   batcher_.seek(from.state.cursor);
   last_checkpoint_ = dir;
-  from.found.checkpoint = {};  // the weights are in the model now
+  from.found.checkpoint = {};  // everything is in the model and optimizer now: close the files
   if (!lead_) return;
   nlohmann::json skipped = nlohmann::json::array();
   for (const SkippedCheckpoint& sk : from.found.skipped) skipped.push_back(sk.describe());
@@ -322,12 +321,12 @@ std::string Run::checkpoint_now() {
                              {"rng", "philox4x32-10; stateless, keyed by (seed, stream, index)"},
                              {"layout", layout_json()},
                              {"data", data_fingerprint_}};
-  // The optimizer state in global coordinates (every rank takes part); the lead writes it.
-  auto state = dp_.optimizer().gather_state();
-  if (lead_)
-    last_checkpoint_ =
-        save_checkpoint(run_dir_, step_, make_checkpoint(*s_, std::move(state), manifest),
-                        static_cast<int>(s_->config.checkpoint.keep_last));
+  // Every rank runs the save's fills (collectives once tensors are gathered from shards); the
+  // lead alone writes. The optimizer state arrives gathered whole, in global coordinates.
+  last_checkpoint_ = save_checkpoint(
+      run_dir_, step_,
+      make_checkpoint(*s_, tensor_sources(dp_.optimizer().gather_state()), manifest),
+      static_cast<int>(s_->config.checkpoint.keep_last), /*writer=*/lead_);
   checkpoint_step_ = step_;
   return last_checkpoint_;
 }
