@@ -2,8 +2,17 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
+
+#include "k3/dist/grid.h"
 
 namespace k3::apps {
+
+// The layout of a command that only runs the model forward (eval, sample) under a launcher:
+// --tp ranks split the model (0: every rank of the job), and the job's other ranks form dp copies
+// of it. Refuses a --tp that does not divide the job, in one line.
+void add_tp_option(CLI::App* cmd, int64_t& tp);
+dist::ParallelDims forward_dims(int64_t tp, int world_size);
 
 void add_selfcheck(CLI::App& app);
 void add_train(CLI::App& app);

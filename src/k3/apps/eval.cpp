@@ -11,17 +11,23 @@ void add_eval(CLI::App& app) {
   struct Args {
     std::string checkpoint;
     int64_t batches = 0;
+    int64_t tp = 0;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("eval", "Validation loss of a checkpoint on its run's data");
-  cmd->add_option("--checkpoint", a->checkpoint, "A run directory or a checkpoint directory")->required();
+  cmd->add_option("--checkpoint", a->checkpoint, "A run directory or a checkpoint directory")
+      ->required();
   cmd->add_option("--batches", a->batches, "Validation batches to use (0: all)");
+  add_tp_option(cmd, a->tp);
   cmd->callback([a] {
-    auto s = train::open_checkpoint_session(a->checkpoint);
+    const dist::Comm world = dist::Comm::world();
+    const dist::ProcessGrid grid(forward_dims(a->tp, world.size()), world);
+    auto s = train::open_checkpoint_session(a->checkpoint, grid);
     data::TokenDataset ds = train::load_run_dataset(s->config, *s->tokenizer);
     train::EvalResult e = train::evaluate(*s, ds.validation, a->batches);
-    std::printf("validation loss %.4f nats/token, perplexity %.3f over %lld tokens", e.loss, e.perplexity,
-                static_cast<long long>(e.tokens));
+    if (world.rank() != 0) return;
+    std::printf("validation loss %.4f nats/token, perplexity %.3f over %lld tokens", e.loss,
+                e.perplexity, static_cast<long long>(e.tokens));
     if (std::isfinite(s->loss_floor))
       std::printf(" (entropy floor %.4f, gap %.4f)", s->loss_floor, e.loss - s->loss_floor);
     std::printf("\n");

@@ -14,6 +14,7 @@ void add_sample(CLI::App& app) {
     double temperature = 0.8, top_p = 0.95;
     uint64_t seed = 1;
     bool truncate_prompt = false;
+    int64_t tp = 0;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("sample", "Generate text from a checkpoint");
@@ -32,10 +33,14 @@ void add_sample(CLI::App& app) {
       "--truncate-prompt", a->truncate_prompt,
       "Keep the last prompt tokens that fit the model's context (max_position_embeddings) "
       "with --max-tokens new ones; without it such a prompt is refused");
+  add_tp_option(cmd, a->tp);
   cmd->callback([a] {
     const model::SamplingParams p{a->temperature, a->top_k, a->top_p, a->seed};
     model::check_sampling_params(p);  // before the checkpoint loads
-    auto s = train::open_checkpoint_session(a->checkpoint);
+    // Every rank of a tensor-parallel group draws the same tokens (the same logits and seeds).
+    const dist::Comm world = dist::Comm::world();
+    const dist::ProcessGrid grid(forward_dims(a->tp, world.size()), world);
+    auto s = train::open_checkpoint_session(a->checkpoint, grid);
     train::Sample out;
     try {
       out = train::sample_text(*s, a->prompt, a->max_tokens, p, a->truncate_prompt);
@@ -43,6 +48,7 @@ void add_sample(CLI::App& app) {
       if (e.context().field != "prompt") throw;
       throw Error(e.message() + " (--truncate-prompt keeps the last ones)", e.context());
     }
+    if (world.rank() != 0) return;
     if (out.dropped_tokens > 0)
       log_warn("sample: the prompt of ", out.prompt_tokens, " tokens was truncated to its last ",
                out.prompt_tokens - out.dropped_tokens, " to fit the model's context");

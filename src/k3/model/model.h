@@ -72,6 +72,7 @@ class Model {
   void initialize(uint64_t seed) { params_.initialize(seed); }
 
   const ModelConfig& config() const { return config_; }
+  const dist::ProcessGrid& grid() const { return grid_; }
   ParamRegistry& params() { return params_; }
   const ParamRegistry& params() const { return params_; }
   MixerKind layer_mixer(int64_t layer) const { return mixer_kind(config_, layer); }

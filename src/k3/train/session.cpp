@@ -55,11 +55,12 @@ CheckpointConfigs checkpoint_configs(const Checkpoint& ck, const std::string& di
           model::parse_model_config(model_json, model_path)};
 }
 
-std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_path) {
+std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_path,
+                                                 const dist::ProcessGrid& grid) {
   FoundCheckpoint found = load_newest_valid(checkpoint_path, CheckpointParts::model_only);
   for (const SkippedCheckpoint& s : found.skipped) log_warn("skipped checkpoint ", s.describe());
   CheckpointConfigs configs = checkpoint_configs(found.checkpoint, found.dir);
-  auto s = open_session(configs.run, configs.model);
+  auto s = open_session(configs.run, configs.model, grid);
   restore_weights(*s->model, found.checkpoint, found.dir);
   return s;
 }
@@ -83,20 +84,28 @@ data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokeniz
   return data::load_dataset(spec, tokenizer);
 }
 
-void global_weight(const model::ParamRegistry& params, int i, float* out) {
+void global_weight(const model::Model& model, int i, float* out) {
+  const model::ParamRegistry& params = model.params();
   const model::ParamInfo& p = params.info(i);
-  K3_CHECK_CTX(p.local_numel() == p.numel(), (ErrorContext{"", p.name, -1}), "split over group ",
-               p.shard.group, ": saving it needs its shards gathered");
+  if (p.local_numel() == p.numel()) {
+    model::copy_shard_to_global(p, params.value(i).f32(), out);
+    return;
+  }
+  K3_CHECK_CTX(p.shard.group == "tp", (ErrorContext{"", p.name, -1}), "split over group ",
+               p.shard.group, ": only shards over tp are gathered");
+  // Every element comes from exactly one rank's shard and zeros elsewhere: an exact sum.
+  std::fill(out, out + p.numel(), 0.f);
   model::copy_shard_to_global(p, params.value(i).f32(), out);
+  model.grid().tp().all_reduce(out, p.numel());
 }
 
 CheckpointContents make_checkpoint(const Session& s, std::vector<TensorSource> optimizer_state,
                                    nlohmann::json manifest) {
   CheckpointContents ck;
-  const model::ParamRegistry& params = s.model->params();
-  for (int i = 0; i < params.size(); ++i)
-    ck.model.push_back({params.info(i).name, params.info(i).shape,
-                        [&params, i](float* out) { global_weight(params, i, out); }});
+  const model::Model& model = *s.model;
+  for (int i = 0; i < model.params().size(); ++i)
+    ck.model.push_back({model.params().info(i).name, model.params().info(i).shape,
+                        [&model, i](float* out) { global_weight(model, i, out); }});
   for (TensorSource& range : tensor_sources(s.model->balancer_state()))
     ck.model.push_back(std::move(range));
   ck.optimizer = std::move(optimizer_state);

@@ -57,8 +57,10 @@ struct CheckpointConfigs {
 CheckpointConfigs checkpoint_configs(const Checkpoint& ck, const std::string& dir);
 
 // The session of a checkpoint (a step directory, or a run directory's newest valid one): its
-// own configurations, its weights; the optimizer state is not read.
-std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_path);
+// own configurations, its weights (this rank's shards on `grid`, which must outlive the session);
+// the optimizer state is not read.
+std::unique_ptr<Session> open_checkpoint_session(
+    const std::string& checkpoint_path, const dist::ProcessGrid& grid = dist::single_process());
 
 data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokenizer& tokenizer);
 
@@ -71,10 +73,10 @@ nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 // configurations as the checkpoint's config files.
 CheckpointContents make_checkpoint(const Session& s, std::vector<TensorSource> optimizer_state,
                                    nlohmann::json manifest);
-// Parameter I's global values into OUT (numel floats). In one process and under data parallelism
-// the local shard is the whole tensor; a split parameter is refused until its values are gathered
-// over the parameter's group here.
-void global_weight(const model::ParamRegistry& params, int i, float* out);
+// Parameter I's global values into OUT (numel floats). A parameter split over tp is gathered
+// over the model's tp group, so every rank of that group must call it for the same I; a whole one
+// (replicated, or one rank) is copied.
+void global_weight(const model::Model& model, int i, float* out);
 // Reads each parameter's global tensor from the checkpoint into one buffer (the largest
 // parameter's size) and copies this rank's shard of it into the model, so that a checkpoint loads
 // under any layout; then the Quantile Balancing ranges. Every parameter must be present with its

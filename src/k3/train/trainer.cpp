@@ -94,6 +94,18 @@ bool in_lead_group(const dist::ProcessGrid& grid) {
   return c.dp == 0 && c.cp == 0 && c.ep == 0 && c.pp == 0;
 }
 
+// The optimizer's state tensors, each gathered on its own when the save comes to it.
+std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& opt) {
+  std::vector<TensorSource> out;
+  const auto& parts = opt.state_parts();
+  for (size_t i = 0; i < parts.size(); ++i)
+    out.push_back({parts[i].name, parts[i].shape, [&opt, i](float* values) {
+                     const Tensor t = opt.gather_state_tensor(i);
+                     std::memcpy(values, t.f32(), t.nbytes());
+                   }});
+  return out;
+}
+
 nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
   nlohmann::json out = nlohmann::json::array();
   for (const FieldChange& c : changes)
@@ -321,12 +333,12 @@ std::string Run::checkpoint_now() {
                              {"rng", "philox4x32-10; stateless, keyed by (seed, stream, index)"},
                              {"layout", layout_json()},
                              {"data", data_fingerprint_}};
-  // Every rank runs the save's fills (collectives once tensors are gathered from shards); the
-  // lead alone writes. The optimizer state arrives gathered whole, in global coordinates.
+  // Every rank runs the save's fills, each gathering one tensor in global coordinates from the
+  // ranks' shards; the lead alone writes.
   last_checkpoint_ = save_checkpoint(
-      run_dir_, step_,
-      make_checkpoint(*s_, tensor_sources(dp_.optimizer().gather_state()), manifest),
-      static_cast<int>(s_->config.checkpoint.keep_last), /*writer=*/lead_);
+      run_dir_, step_, make_checkpoint(*s_, optimizer_sources(dp_.optimizer()), manifest),
+      static_cast<int>(s_->config.checkpoint.keep_last),
+      /*writer=*/lead_);
   checkpoint_step_ = step_;
   return last_checkpoint_;
 }
