@@ -84,6 +84,17 @@ data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokeniz
   return data::load_dataset(spec, tokenizer);
 }
 
+std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& optimizer) {
+  std::vector<TensorSource> out;
+  const auto& parts = optimizer.state_parts();
+  for (size_t i = 0; i < parts.size(); ++i)
+    out.push_back({parts[i].name, parts[i].shape, [&optimizer, i](float* values) {
+                     const Tensor t = optimizer.gather_state_tensor(i);
+                     std::memcpy(values, t.f32(), t.nbytes());
+                   }});
+  return out;
+}
+
 void global_weight(const model::Model& model, int i, float* out) {
   const model::ParamRegistry& params = model.params();
   const model::ParamInfo& p = params.info(i);

@@ -13,6 +13,7 @@
 #include "k3/data/tokenizer.h"
 #include "k3/model/model.h"
 #include "k3/optim/optimizer.h"
+#include "k3/parallel/zero/sharded_optimizer.h"
 #include "k3/train/checkpoint.h"
 #include "k3/train/run_config.h"
 
@@ -73,6 +74,9 @@ nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 // configurations as the checkpoint's config files.
 CheckpointContents make_checkpoint(const Session& s, std::vector<TensorSource> optimizer_state,
                                    nlohmann::json manifest);
+// The optimizer's state tensors as sources, each gathered in global coordinates on its own when
+// the save comes to it (collective over the optimizer's state group).
+std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& optimizer);
 // Parameter I's global values into OUT (numel floats). A parameter split over tp is gathered
 // over the model's tp group, so every rank of that group must call it for the same I; a whole one
 // (replicated, or one rank) is copied.

@@ -94,18 +94,6 @@ bool in_lead_group(const dist::ProcessGrid& grid) {
   return c.dp == 0 && c.cp == 0 && c.ep == 0 && c.pp == 0;
 }
 
-// The optimizer's state tensors, each gathered on its own when the save comes to it.
-std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& opt) {
-  std::vector<TensorSource> out;
-  const auto& parts = opt.state_parts();
-  for (size_t i = 0; i < parts.size(); ++i)
-    out.push_back({parts[i].name, parts[i].shape, [&opt, i](float* values) {
-                     const Tensor t = opt.gather_state_tensor(i);
-                     std::memcpy(values, t.f32(), t.nbytes());
-                   }});
-  return out;
-}
-
 nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
   nlohmann::json out = nlohmann::json::array();
   for (const FieldChange& c : changes)
