@@ -11,12 +11,18 @@
 
 namespace k3::model {
 
+Model::Model(ModelConfig c, const GroupPlaces& places)
+    : Model(std::move(c), false, dist::single_process(), places) {}
+
 Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid)
+    : Model(std::move(c), allocate, grid, places_of(grid)) {}
+
+Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, const GroupPlaces& places)
     : config_(std::move(c)),
       grid_(grid),
       sequence_parallel_(grid.dims().sequence_parallel && grid.tp().size() > 1),
-      params_(places_of(grid)) {
-  check_tensor_parallel(config_, grid.tp().size());
+      params_(places) {
+  check_tensor_parallel(config_, params_.place("tp").size);
   const int64_t d = config_.hidden_size, V = config_.vocab_size;
   const float std = static_cast<float>(config_.initializer_range),
               eps = static_cast<float>(config_.rms_norm_eps);

@@ -69,6 +69,9 @@ class Model {
   // `grid` must outlive the model; its groups reach every layer through Step.
   explicit Model(ModelConfig config, bool allocate = true,
                  const dist::ProcessGrid& grid = dist::single_process());
+  // Describes, without allocating, the parameters one rank holds at `places` (e.g. rank 0 of a
+  // tp group of 4), without starting those processes: the memory a layout needs per rank.
+  Model(ModelConfig config, const GroupPlaces& places);
   void initialize(uint64_t seed) { params_.initialize(seed); }
 
   const ModelConfig& config() const { return config_; }
@@ -131,6 +134,9 @@ class Model {
   int64_t local_rows(int64_t tokens) const;
 
  private:
+  Model(ModelConfig config, bool allocate, const dist::ProcessGrid& grid,
+        const GroupPlaces& places);
+
   struct Layer {
     int64_t index;
     bool starts_block;                     // Attention Residuals: the layer opens a new block

@@ -223,7 +223,9 @@ PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc)
     r.threads = user_thread_count(config.train.threads, "train.threads");
   const std::unique_ptr<data::Tokenizer> tokenizer = run_tokenizer();
   check_model_for_run(mc, config, *tokenizer);
-  const model::Model described(mc, /*allocate=*/false);
+  // Rank 0's shard of the parameters (the others' are the same size); activations as in one
+  // process, an upper bound.
+  const model::Model described(mc, {{"tp", {static_cast<int>(config.parallel.tp), 0}}});
   r.memory = estimate_run_memory(described, config, expected_tokens(config.data));
   r.limit = memory_limit(config.run.memory_limit_gib);
   check_memory(r.memory, r.limit, config);
@@ -242,7 +244,7 @@ std::string dry_run(const RunConfig& config) {
   out += strprintf("data:   %s: %zu training tokens, %zu validation tokens\n", d.source.c_str(),
                    d.train.size(), d.validation.size());
   out += strprintf("run:    %s (not created)\n", config.run.dir.c_str());
-  out += "\nmemory estimate (fp32 training):\n" +
+  out += "\nmemory estimate per rank (fp32 training):\n" +
          describe(r.memory, config.train.batch_size, config.data.seq_len);
   out += strprintf("  %-20s %12s  %s\n", "available", format_bytes(r.limit.bytes).c_str(),
                    r.limit.source.c_str());
