@@ -13,6 +13,15 @@ TINY=(--quiet --set model.config=configs/dense-tiny.json --set data.builtin_toke
       --set data.seq_len=32 --set train.batch_size=4 --set train.warmup_steps=5 --set eval.every=0
       --set sample.max_tokens=1 --set train.threads=2)
 
+# COMMAND... must fail within 60 s (as a job must, whichever of its ranks fails); prints the first
+# line of its stderr.
+first_error_line() {  # COMMAND...: must fail; prints its first stderr line
+  local err rc=0
+  err=$(timeout 60 "$@" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "expected a prompt failure (rc $rc): $*"
+  head -n 1 <<< "$err"
+}
+
 # Runs a command that must fail with exactly one line on stderr matching a pattern.
 expect_error() {
   local pattern=$1; shift

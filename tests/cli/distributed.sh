@@ -55,12 +55,6 @@ compgen -G "$WORK/stopped/checkpoints/step_*" > /dev/null || fail "no checkpoint
 echo "ok: SIGTERM to mpirun stopped the job with a checkpoint"
 
 # Refusals before any work, the first line naming the rank and the field.
-first_error_line() {  # COMMAND...: must fail; prints its first stderr line
-  local err rc=0
-  err=$(timeout 60 "$@" 2>&1 >/dev/null) || rc=$?
-  [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "expected a prompt failure (rc $rc): $*"
-  head -n 1 <<< "$err"
-}
 line=$(first_error_line "${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=3 --set run.dir="$WORK/bad")
 grep -Eq "rank [01] of 2: error: .*parallel.*dp·tp·pp·ep·cp = .*job has 2 processes" <<< "$line" || fail "grid: $line"
 line=$(first_error_line "${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set train.batch_size=3 --set run.dir="$WORK/bad")

@@ -67,8 +67,7 @@ void check_traffic(Tensors& t, size_t bucket_floats, const char* what) {
         "%lld B (all-gather approach: %lld B + the same workspace); p2p %lld B, analytic %lld B\n",
         what, zero, world.rank(), world.size(), static_cast<long long>(traffic.x_buffer_bytes),
         static_cast<long long>(traffic.workspace_bytes),
-        static_cast<long long>(traffic.all_gather_bytes),
-        static_cast<long long>(traffic.p2p_bytes),
+        static_cast<long long>(traffic.all_gather_bytes), static_cast<long long>(traffic.p2p_bytes),
         static_cast<long long>(muon.expected_p2p_bytes()));
   }
   EXPECT_EQ(moved[2], 2 * moved[1]) << what;

@@ -38,8 +38,8 @@ struct Sharded {
 
 // Every tensor's values equal the reference's bit for bit.
 void expect_same_values(const Tensors& got, const Tensors& want, const std::string& what) {
-  for (auto kind : {optim::OptimizerKind::adamw, optim::OptimizerKind::muon,
-                    optim::OptimizerKind::frozen})
+  for (auto kind :
+       {optim::OptimizerKind::adamw, optim::OptimizerKind::muon, optim::OptimizerKind::frozen})
     EXPECT_TRUE(bitwise_equal(got.values_of(kind), want.values_of(kind)))
         << what << ": " << optim::optimizer_name(kind) << " tensors differ";
 }
@@ -124,8 +124,9 @@ TEST(ShardedOptimizerMpi, GatheredStateRestoresUnderAnyLayout) {
     EXPECT_EQ(state[i].first, want[i].first);
     EXPECT_EQ(state[i].second.shape(), want[i].second.shape()) << want[i].first;
     const float* got = state[i].second.f32();
-    EXPECT_TRUE(bitwise_equal({got, got + state[i].second.numel()},
-                              {want[i].second.f32(), want[i].second.f32() + want[i].second.numel()}))
+    EXPECT_TRUE(
+        bitwise_equal({got, got + state[i].second.numel()},
+                      {want[i].second.f32(), want[i].second.f32() + want[i].second.numel()}))
         << want[i].first;
   }
   const auto saved = by_name(state);

@@ -3,12 +3,14 @@
 // reference (on the grid of one process).
 #pragma once
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/model_util.h"
 #include "common/test_util.h"
+#include "common/tp_util.h"
 #include "k3/dist/grid.h"
 #include "k3/model/model.h"
 #include "k3/optim/param_groups.h"
@@ -19,13 +21,9 @@ namespace k3::parallel::testing {
 
 constexpr int64_t kRows = 4, kT = 16, kMicro = 2;
 
-// k3-nano (KDA, gated MLA, LatentMoE, Attention Residuals), its vocabulary rounded up to 260 so
-// that it also splits over tp = 2 and 4.
-inline model::ModelConfig nano(int64_t vocab = 259) {
-  model::ModelConfig c =
-      model::load_model_config(k3::testing::source_dir() + "/configs/k3-nano.json");
-  c.vocab_size = vocab;
-  return c;
+// k3-nano: KDA, gated MLA, LatentMoE, Attention Residuals.
+inline model::ModelConfig nano() {
+  return model::load_model_config(k3::testing::source_dir() + "/configs/k3-nano.json");
 }
 
 // The global batch of step `step`: kMicro micro-batches of kRows rows, some targets ignored
@@ -61,18 +59,17 @@ struct Setup {
   const char* optimizer;  // "adamw" or "muon"
 };
 
-// A model on `grid`, initialized (with `spread` its routers spread: model_util.h), with its
-// data-parallel step.
+// A model on `grid`, initialized, its routers spread (common/model_util.h: layouts that differ only
+// in rounding then stay together over many steps), with its data-parallel step.
 struct Trainee {
   model::Model model;
   Arena arena{size_t{256} << 20, false};
   activation::ActivationManager acts;
   DataParallel dp;
-  Trainee(const dist::ProcessGrid& grid, const Setup& s, const model::ModelConfig& c = nano(),
-          bool spread = false)
+  Trainee(const dist::ProcessGrid& grid, const Setup& s, const model::ModelConfig& c = nano())
       : model(c, true, grid), dp(model, grid, plan(model, s.optimizer), {}, options(s)) {
     model.initialize(7);
-    if (spread) k3::testing::spread_routers(model);
+    k3::testing::spread_routers(model);
   }
   static std::vector<optim::Assignment> plan(const model::Model& m, const std::string& optimizer) {
     const auto slots = param_set(m.params()).slots;
@@ -89,6 +86,51 @@ struct Trainee {
     if (apply) dp.apply(2e-3f, 1.0f);
     return t;
   }
+  // Sets this run's parameters (its shards of them) and optimizer state to those of `one`, a
+  // one-process run, as loading its checkpoint would.
+  void take_state_of(Trainee& one) {
+    model::ParamRegistry &mine = model.params(), &theirs = one.model.params();
+    for (int i = 0; i < mine.size(); ++i) {
+      const std::vector<float> shard =
+          k3::testing::shard_of(mine.info(i), theirs.value(theirs.find(mine.info(i).name)).f32());
+      std::copy(shard.begin(), shard.end(), mine.value(i).f32());
+    }
+    const auto state = one.dp.optimizer().gather_state();
+    dp.optimizer().restore_state([&](const std::string& name) -> const Tensor* {
+      for (const auto& [n, t] : state)
+        if (n == name) return &t;
+      return nullptr;
+    });
+  }
 };
+
+// One step of `run` taken from where `one` (a one-process run) is, beside `one`'s own step, so
+// that what is compared is one step's arithmetic, not how far rounding carries two runs apart
+// over many. Returns the loss's relative difference; expects every tensor's update (on this
+// rank's shard) within `tolerance` of its size, ‖Δ update‖ / ‖update‖, and adds the largest to
+// `worst_update`.
+inline double step_from(Trainee& one, Trainee& run, const GlobalBatch& b, double tolerance,
+                        double& worst_update) {
+  run.take_state_of(one);
+  model::ParamRegistry &r = one.model.params(), &p = run.model.params();
+  std::vector<std::vector<float>> before;
+  for (int i = 0; i < p.size(); ++i)
+    before.emplace_back(p.value(i).f32(), p.value(i).f32() + p.info(i).local_numel());
+  const StepTotals want = one.step(b, true), got = run.step(b, true);
+  for (int i = 0; i < p.size(); ++i) {
+    const model::ParamInfo& info = p.info(i);
+    const std::vector<float> after = k3::testing::shard_of(info, r.value(r.find(info.name)).f32());
+    const float* mine = p.value(i).f32();
+    double diff = 0, size = 0;
+    for (int64_t k = 0; k < info.local_numel(); ++k) {
+      diff += std::pow(static_cast<double>(mine[k]) - after[k], 2);
+      size += std::pow(static_cast<double>(after[k]) - before[static_cast<size_t>(i)][k], 2);
+    }
+    const double e = size > 0 ? std::sqrt(diff / size) : std::sqrt(diff);
+    EXPECT_LT(e, tolerance) << info.name;
+    worst_update = std::max(worst_update, e);
+  }
+  return std::abs(got.loss - want.loss) / want.loss;
+}
 
 }  // namespace k3::parallel::testing

@@ -47,8 +47,7 @@ TEST(Preflight, OptimizerStateIsWhatTheOptimizerAllocates) {
 // Under tensor parallelism the estimate is one rank's: its shards of the parameters, their
 // gradients and optimizer state; the activations stay the one-process figure, a bound.
 TEST(Preflight, UnderTensorParallelismTheEstimateIsOneRanksShard) {
-  model::ModelConfig mc = model::load_model_config(micro_run("muon").model.config);
-  mc.vocab_size = 260;  // splits over 2
+  const model::ModelConfig mc = model::load_model_config(micro_run("muon").model.config);
   const model::Model whole(mc, false), shard(mc, {{"tp", {2, 0}}});
   RunConfig split = micro_run("muon");
   split.parallel.tp = 2;

@@ -27,7 +27,7 @@ using parallel::testing::GlobalBatch;
 using parallel::testing::kRows;
 
 const model::ModelConfig& config() {
-  static const model::ModelConfig c = parallel::testing::nano(260);
+  static const model::ModelConfig c = parallel::testing::nano();
   return c;
 }
 

@@ -109,6 +109,16 @@ void KimiDeltaAttention::backward(const Step& s, const float* dout, int64_t T,
   run_backward(s, dout, 1, T, doc_starts, dx);
 }
 
+void KimiDeltaAttention::project(const Step& s, const float* x, int64_t n,
+                                 const Projections& out) const {
+  q_.forward(s, x, n, out.q);
+  k_.forward(s, x, n, out.k);
+  v_.forward(s, x, n, out.v);
+  f_a_.forward(s, x, n, out.fa);
+  b_.forward(s, x, n, out.beta);
+  g_.forward(s, x, n, out.gate);
+}
+
 void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T,
                              std::span<const int64_t> doc_starts, KdaCache* cache,
                              float* out) const {
@@ -125,13 +135,7 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   float *g = s.alloc(n * P), *beta = s.alloc(n * H), *gate = s.alloc(n * P);
   {
     ArenaScope scratch(s.arena);  // the gathered input
-    const float* xa = region.enter(x);
-    q_.forward(s, xa, n, qp);
-    k_.forward(s, xa, n, kp);
-    v_.forward(s, xa, n, vp);
-    f_a_.forward(s, xa, n, fa);
-    b_.forward(s, xa, n, beta);
-    g_.forward(s, xa, n, gate);
+    project(s, region.enter(x), n, {qp, kp, vp, fa, beta, gate});
   }
   const kda::ShortConvShape cs{B, T, P, conv_kernel_, doc_starts};
   struct Conv {
@@ -270,13 +274,8 @@ void KimiDeltaAttention::decode_step(const Step& s, const float* x, KdaCache& ca
   float *q = s.alloc(B * P), *k = s.alloc(B * P), *v = s.alloc(B * P), *fa = s.alloc(B * D);
   float *f = s.alloc(B * P), *beta_logit = s.alloc(B * H), *gate = s.alloc(B * P),
         *y = s.alloc(B * P);
-  q_.forward(s, x, B, q);
-  k_.forward(s, x, B, k);
-  v_.forward(s, x, B, v);
-  f_a_.forward(s, x, B, fa);
+  project(s, x, B, {q, k, v, fa, beta_logit, gate});
   f_b_.forward(s, fa, B, f);
-  b_.forward(s, x, B, beta_logit);
-  g_.forward(s, x, B, gate);
   kda::DecodeParams p;
   p.H = H;
   p.D = D;

@@ -61,6 +61,11 @@ class KimiDeltaAttention final : public Mixer {
               float* out) const override;
 
  private:
+  // Every projection of x [n, hidden] (the gate's first half, f_a, not yet f_b).
+  struct Projections {
+    float *q, *k, *v, *fa, *beta, *gate;
+  };
+  void project(const Step& s, const float* x, int64_t n, const Projections& out) const;
   // forward, packed forward and prefill: cache (may be null) supplies the starting windows and
   // states and receives the final ones.
   void run(const Step& s, const float* x, int64_t B, int64_t T, std::span<const int64_t> doc_starts,
