@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # k3lab under tensor parallelism, end to end: a tp2 run of k3-nano writes one set of files in
-# global coordinates; its
+# global coordinates, the same twice over; its
 # checkpoint evaluates in one process and under tp2 to the same loss, resumes under one process,
 # tp4 and dp2 × tp2 (with sequence parallelism) to the same next losses, and samples the same text
 # under tp2 as in one process; sizes that do not split are refused in one line naming the field.
@@ -17,6 +17,14 @@ NANO=("${TINY[@]}" "${ONE[@]}" --set model.config=configs/k3-nano.json --set dat
 grep -q '"comm.tp.bytes"' "$WORK/tp2/metrics.jsonl" || fail "no tp counters in metrics.jsonl"
 grep -Eq '"tp": ?2' "$WORK/tp2/checkpoints/step_00000006/manifest.json" || fail "the manifest does not record the layout"
 echo "ok: a tp2 run, one writer"
+
+# The same layout twice (here with ZeRO-1 and sequence parallelism) writes the same checkpoint.
+for run in a b; do
+  "${MPI[@]}" -np 2 "$K3LAB" train "${NANO[@]}" --set parallel.tp=2 --set parallel.zero=1 \
+    --set parallel.sequence_parallel=1 --set train.steps=3 --set run.dir="$WORK/twice_$run" > /dev/null
+done
+same_checkpoint "$WORK/twice_a/checkpoints/step_00000003" "$WORK/twice_b/checkpoints/step_00000003"
+echo "ok: deterministic under tp2"
 
 # The checkpoint in global coordinates: the same validation loss in one process and under tp2.
 one=$("$K3LAB" eval --checkpoint "$WORK/tp2" --batches 2)
