@@ -38,7 +38,7 @@ struct Settings {
   int64_t rows = 8, seq = 128;  // the micro-batch `make demo` trains k3-micro with
   std::string optimizer = "muon";
   int zero = 0;
-  int warmup = 2, steps = 10;
+  int warmup = 2, steps = 20;
   bool header = true;
 };
 
