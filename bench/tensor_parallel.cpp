@@ -42,7 +42,6 @@ struct Settings {
   bool header = true;
 };
 
-constexpr int64_t kVocab = 260;            // k3-micro's 259, raised to split over tp = 2 and 4
 constexpr size_t kBucketFloats = 1 << 20;  // the trainer's default bucket, 4 MiB
 constexpr double kMiB = 1.0 / (1 << 20);
 
@@ -182,9 +181,8 @@ Settings parse(int argc, char** argv) {
 
 void print_header(const Settings& s, const model::ModelConfig& c) {
   std::printf(
-      "%s with vocab_size %lld (raised from 259 to split over tp = 2 and 4); one micro-batch of "
-      "%lld x %lld tokens per step,\n%s, ZeRO %d, buckets of 4 MiB, %d thread(s) per rank. "
-      "Medians of %d steps after %d warm-up steps.\n",
+      "%s (vocab_size %lld), one micro-batch of %lld x %lld tokens per step, %s, ZeRO %d,\n"
+      "buckets of 4 MiB, %d thread(s) per rank. Medians of %d steps after %d warm-up steps.\n",
       s.config.substr(s.config.rfind('/') + 1).c_str(), static_cast<long long>(c.vocab_size),
       static_cast<long long>(s.rows), static_cast<long long>(s.seq),
       s.optimizer == "muon" ? "Muon (K3's groups)" : "AdamW", s.zero, num_threads(), s.steps,
@@ -203,8 +201,7 @@ void print_header(const Settings& s, const model::ModelConfig& c) {
 void run(const Settings& s) {
   const dist::Comm world = dist::Comm::world();
   const std::vector<Layout> todo = layouts(world.size());
-  model::ModelConfig c = model::load_model_config(s.config);
-  c.vocab_size = kVocab;
+  const model::ModelConfig c = model::load_model_config(s.config);
   if (world.rank() == 0 && s.header) print_header(s, c);
   int wrong = 0;
   for (const Layout& l : todo) wrong += !run_layout(s, c, world, l);
