@@ -19,26 +19,23 @@
 //   bench_distributed [--config PATH] [--rows N] [--seq T] [--micro M] [--bucket-mib X]
 //                     [--warmup N] [--steps N] [--header 0|1]
 #include <cstdio>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "flags.h"
-#include "k3/base/threads.h"
 #include "k3/base/timer.h"
-#include "k3/dist/grid.h"
-#include "k3/dist/runtime.h"
-#include "k3/model/model.h"
-#include "k3/optim/param_groups.h"
-#include "k3/parallel/optim_adapters.h"
-#include "k3/parallel/zero/data_parallel.h"
 #include "spread.h"
+#include "trainee.h"
 
 namespace {
 
 using namespace k3;
+using bench::Batch;
+using bench::max_over_ranks;
+using bench::over_ranks;
 using bench::spread;
+using bench::Trainee;
 
 struct Settings {
   std::string config = std::string(K3_BENCH_DIR) + "/../configs/k3-micro.json";
@@ -48,49 +45,13 @@ struct Settings {
   bool header = true;
 };
 
-// One global batch of random tokens, each micro-batch its own targets (every one counted),
-// reused every step: only the timing matters here.
-struct Batch {
-  std::vector<std::vector<int32_t>> tokens;
-  Batch(const Settings& s, int64_t vocab) : tokens(static_cast<size_t>(s.micro)) {
-    std::mt19937 rng(1);
-    std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(vocab) - 1);
-    for (std::vector<int32_t>& m : tokens)
-      for (int64_t i = 0; i < s.rows * s.seq; ++i) m.push_back(tok(rng));
-  }
-  std::vector<model::TokenBatch> share(int64_t first, int64_t rows, int64_t seq) const {
-    std::vector<model::TokenBatch> out;
-    for (const std::vector<int32_t>& m : tokens)
-      out.push_back({m.data() + first * seq, m.data() + first * seq, rows, seq});
-    return out;
-  }
-};
-
-// A model on the grid with its data-parallel step in one layout.
-struct Trainee {
-  model::Model model;
-  Arena arena{size_t{4} << 30, false};
-  activation::ActivationManager acts;
-  parallel::DataParallel dp;
-  Trainee(const model::ModelConfig& c, const dist::ProcessGrid& grid, const std::string& optimizer,
-          parallel::DataParallelOptions options)
-      : model(c, true, grid), dp(model, grid, plan(model, optimizer), {}, options) {
-    model.initialize(7);
-  }
-  static std::vector<optim::Assignment> plan(const model::Model& m, const std::string& optimizer) {
-    const std::vector<std::string> rules =
-        optimizer == "adamw" ? optim::adamw_only_rules() : std::vector<std::string>{};
-    return optim::assign_param_groups(parallel::param_set(m.params()).slots,
-                                      parallel::head_sizes(m.config()), rules);
-  }
-  // This rank's bytes over dp in one step, analytically.
-  int64_t analytic_bytes(int zero) {
-    const int64_t grads = 4 * static_cast<int64_t>(model.params().flat_size());
-    const parallel::DistributedMuon* muon = dp.optimizer().distributed_muon();
-    return 8 * (zero == 2 ? 3 : 2) + grads * (zero >= 1 ? 2 : 1) +
-           (muon ? muon->expected_p2p_bytes() : 0);
-  }
-};
+// This rank's bytes over dp in one step, analytically.
+int64_t analytic_bytes(Trainee& t, int zero) {
+  const int64_t grads = 4 * static_cast<int64_t>(t.model.params().flat_size());
+  const parallel::DistributedMuon* muon = t.dp.optimizer().distributed_muon();
+  return 8 * (zero == 2 ? 3 : 2) + grads * (zero >= 1 ? 2 : 1) +
+         (muon ? muon->expected_p2p_bytes() : 0);
+}
 
 // Per rank, per timed step: step seconds and wait seconds; bytes over the timed steps.
 struct Record {
@@ -98,33 +59,19 @@ struct Record {
   int64_t bytes = 0;
 };
 
-// Per entry, the largest (or smallest) value over ranks: every rank's values reach every rank
-// as a sum of zero-padded slots.
-std::vector<double> over_ranks(const dist::Comm& world, const std::vector<double>& mine,
-                               bool largest = true) {
-  const size_t n = mine.size();
-  std::vector<double> all(n * static_cast<size_t>(world.size()), 0.0), out(mine);
-  std::copy(mine.begin(), mine.end(), all.begin() + static_cast<ptrdiff_t>(n * world.rank()));
-  world.all_reduce(all.data(), static_cast<int64_t>(all.size()));
-  for (size_t i = 0; i < all.size(); ++i)
-    out[i % n] = largest ? std::max(out[i % n], all[i]) : std::min(out[i % n], all[i]);
-  return out;
-}
-double max_over_ranks(const dist::Comm& world, double mine) { return over_ranks(world, {mine})[0]; }
-
 void run_layout(const Settings& s, const model::ModelConfig& c, const dist::ProcessGrid& grid,
                 int zero, const std::string& optimizer) {
   const dist::Comm& world = grid.world();
   const size_t bucket = static_cast<size_t>(s.bucket_mib * 1024 * 1024 / sizeof(float));
   Trainee on(c, grid, optimizer, {.zero = zero, .bucket_floats = bucket, .overlap = true});
   Trainee off(c, grid, optimizer, {.zero = zero, .bucket_floats = bucket, .overlap = false});
-  const Batch batch(s, c.vocab_size);
+  const Batch batch(s.micro, s.rows, s.seq, c.vocab_size);
   Record rec[2];  // on, off
   for (int i = 0; i < s.warmup + s.steps; ++i) {
     for (int mode = 0; mode < 2; ++mode) {
       Trainee& t = mode == 0 ? on : off;
       const std::vector<model::TokenBatch> share =
-          batch.share(t.dp.first_row(s.rows), t.dp.rows(s.rows), s.seq);
+          batch.share(t.dp.first_row(s.rows), t.dp.rows(s.rows));
       world.barrier();
       const int64_t before = grid.dp().counters().bytes();
       const Timer timer;
@@ -150,7 +97,7 @@ void run_layout(const Settings& s, const model::ModelConfig& c, const dist::Proc
   // Bytes: the same count in both modes; the larger of the two, the largest over ranks.
   const double measured =
       max_over_ranks(world, static_cast<double>(std::max(rec[0].bytes, rec[1].bytes)) / s.steps);
-  const double analytic = max_over_ranks(world, static_cast<double>(on.analytic_bytes(zero)));
+  const double analytic = max_over_ranks(world, static_cast<double>(analytic_bytes(on, zero)));
   const parallel::MuonTraffic muon = on.dp.optimizer().muon_traffic();
   const double work = max_over_ranks(
       world,
@@ -192,54 +139,51 @@ Settings parse(int argc, char** argv) {
   return s;
 }
 
+void run(const Settings& s) {
+  const dist::Comm world = dist::Comm::world();
+  if (world.size() < 2)
+    throw std::runtime_error("run under mpirun with 2 or more ranks (bench/distributed.sh)");
+  const dist::ProcessGrid grid(dist::ParallelDims{.dp = world.size()}, world);
+  const model::ModelConfig c = model::load_model_config(s.config);
+  if (world.rank() == 0 && s.header) {
+    const model::Model probe(c, false);
+    std::printf(
+        "%s (F = %lld floats), global batch %lld micro-batches x %lld rows x %lld tokens, "
+        "buckets of %.2f MiB, "
+        "%d thread(s) per rank.\n",
+        s.config.substr(s.config.rfind('/') + 1).c_str(),
+        static_cast<long long>(probe.params().flat_size()), static_cast<long long>(s.micro),
+        static_cast<long long>(s.rows), static_cast<long long>(s.seq), s.bucket_mib,
+        num_threads());
+    std::printf(
+        "Medians of %d steps after %d warm-up steps; per layout the two overlap modes alternate "
+        "step by step.\n"
+        "step: the slowest rank's; off/on: per pair of neighbouring steps, median [range].\n"
+        "wait: the reduction wait after the backward, the shortest over ranks (the last rank to "
+        "end its "
+        "backward waits for no other).\n"
+        "With overlap off the wait is the whole reduction time, so hidden = 1 - wait(on) / "
+        "wait(off).\n"
+        "MiB meas/anal: one rank's payload over dp per step (the largest over ranks), measured "
+        "and analytic.\n"
+        "state: optimizer state per rank. Muon work: X + Newton-Schulz workspace per rank; "
+        "gather: the "
+        "buffer of gathering every\nMuon matrix on every rank instead (which needs the workspace "
+        "too).\n",
+        s.steps, s.warmup);
+    std::printf("%3s %5s %-6s %8s %8s %-17s %8s %8s %8s %9s %9s %6s %9s %11s %11s\n", "np",
+                "zero", "optim", "step on", "step off", "off/on [range]", "wait on", "wait off",
+                "hidden", "MiB meas", "MiB anal", "ratio", "state MiB", "Muon work",
+                "gather MiB");
+    std::printf("%3s %5s %-6s %8s %8s %-17s %8s %8s %8s\n", "", "", "", "ms", "ms", "", "ms",
+                "ms", "");
+  }
+  for (const char* optimizer : {"adamw", "muon"})
+    for (int zero = 0; zero <= 2; ++zero) run_layout(s, c, grid, zero, optimizer);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const dist::Runtime runtime(&argc, &argv);
-  try {
-    const Settings s = parse(argc, argv);
-    set_num_threads();
-    const dist::Comm world = dist::Comm::world();
-    if (world.size() < 2)
-      throw std::runtime_error("run under mpirun with 2 or more ranks (bench/distributed.sh)");
-    const dist::ProcessGrid grid(dist::ParallelDims{.dp = world.size()}, world);
-    const model::ModelConfig c = model::load_model_config(s.config);
-    if (world.rank() == 0 && s.header) {
-      const model::Model probe(c, false);
-      std::printf(
-          "%s (F = %lld floats), global batch %lld micro-batches x %lld rows x %lld tokens, "
-          "buckets of %.2f MiB, "
-          "%d thread(s) per rank.\n",
-          s.config.substr(s.config.rfind('/') + 1).c_str(),
-          static_cast<long long>(probe.params().flat_size()), static_cast<long long>(s.micro),
-          static_cast<long long>(s.rows), static_cast<long long>(s.seq), s.bucket_mib,
-          num_threads());
-      std::printf(
-          "Medians of %d steps after %d warm-up steps; per layout the two overlap modes alternate "
-          "step by step.\n"
-          "step: the slowest rank's; off/on: per pair of neighbouring steps, median [range].\n"
-          "wait: the reduction wait after the backward, the shortest over ranks (the last rank to "
-          "end its "
-          "backward waits for no other).\n"
-          "With overlap off the wait is the whole reduction time, so hidden = 1 - wait(on) / "
-          "wait(off).\n"
-          "MiB meas/anal: one rank's payload over dp per step (the largest over ranks), measured "
-          "and analytic.\n"
-          "state: optimizer state per rank. Muon work: X + Newton-Schulz workspace per rank; "
-          "gather: the "
-          "buffer of gathering every\nMuon matrix on every rank instead (which needs the workspace "
-          "too).\n",
-          s.steps, s.warmup);
-      std::printf("%3s %5s %-6s %8s %8s %-17s %8s %8s %8s %9s %9s %6s %9s %11s %11s\n", "np",
-                  "zero", "optim", "step on", "step off", "off/on [range]", "wait on", "wait off",
-                  "hidden", "MiB meas", "MiB anal", "ratio", "state MiB", "Muon work",
-                  "gather MiB");
-      std::printf("%3s %5s %-6s %8s %8s %-17s %8s %8s %8s\n", "", "", "", "ms", "ms", "", "ms",
-                  "ms", "");
-    }
-    for (const char* optimizer : {"adamw", "muon"})
-      for (int zero = 0; zero <= 2; ++zero) run_layout(s, c, grid, zero, optimizer);
-  } catch (const std::exception& e) {
-    dist::fail(e.what());
-  }
+  return bench::mpi_main(argc, argv, [](int argc, char** argv) { run(parse(argc, argv)); });
 }

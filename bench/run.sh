@@ -4,7 +4,7 @@ set -euo pipefail
 build=${1:-build/release}
 cd "$(dirname "$0")/.."
 for b in "$build"/bench/bench_*; do
-  [[ $(basename "$b") == bench_distributed ]] && continue  # under mpirun, below
+  case $(basename "$b") in bench_distributed | bench_tensor_parallel) continue ;; esac  # under mpirun, below
   echo "== $(basename "$b")"
   "$b"
 done
@@ -12,3 +12,5 @@ echo "== muon_vs_adamw"
 bash bench/muon_vs_adamw.sh "$build"
 echo "== distributed"
 bash bench/distributed.sh "$build"
+echo "== tensor_parallel"
+bash bench/tensor_parallel.sh "$build"

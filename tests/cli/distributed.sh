@@ -12,7 +12,9 @@ ONE=(--set train.threads=1)
   --set train.steps=6 --set checkpoint.every=3 --set run.dir="$WORK/dp2" > "$WORK/out.txt"
 [ "$(grep -c '^trained 6 steps' "$WORK/out.txt")" -eq 1 ] || fail "expected one summary: $(cat "$WORK/out.txt")"
 [ "$(recorded_steps "$WORK/dp2")" -eq 6 ] || fail "metrics.jsonl should have 6 steps, one writer"
-grep -q '"comm.dp.bytes"' "$WORK/dp2/metrics.jsonl" || fail "no communication counters in metrics.jsonl"
+for key in bytes calls seconds; do
+  grep -q "\"comm.dp.$key\"" "$WORK/dp2/metrics.jsonl" || fail "no comm.dp.$key in metrics.jsonl"
+done
 grep -Eq '"dp": ?2' "$WORK/dp2/checkpoints/step_00000006/manifest.json" || fail "the manifest does not record the layout"
 echo "ok: dp2 × ZeRO-2 run, one writer"
 

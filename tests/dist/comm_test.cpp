@@ -3,7 +3,9 @@
 // known contributions, so each test checks the data that arrived, not only that nothing hung.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "k3/base/error.h"
@@ -133,6 +135,54 @@ TEST(Collectives, CountersRecordCallsAndPayloadBytes) {
   const int64_t bytes = w.size() > 1 ? 4 * (10 + 2 * w.size() + 2 * w.size()) : 0;
   EXPECT_EQ(c.bytes(), bytes);
   EXPECT_EQ(c.calls(), 3);
+  if (w.size() == 1) EXPECT_EQ(c.seconds(), 0.0) << "a group of one waits for no one";
+  else EXPECT_GT(c[Op::all_gather].seconds, 0.0);
+}
+
+// Seconds are the time a rank is blocked in an operation. kLate is long against a collective of
+// a few floats even with 4 ranks sharing 2 loaded cores (there it completes within milliseconds).
+constexpr double kLate = 0.3;
+void sleep_for(double seconds) {
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+}
+
+// A rank that arrives late makes the others' seconds for that operation grow, not its own: for a
+// blocking call (its whole duration) and for a non-blocking one (its wait).
+TEST(Collectives, SecondsGrowOnTheRanksThatWaitForALateOne) {
+  const Comm w = world().split("late", 0, world().rank());
+  if (w.size() == 1) GTEST_SKIP() << "under mpirun";
+  std::vector<float> f(8);
+  if (w.rank() == 0) sleep_for(kLate);
+  w.all_reduce(f.data(), 8);
+  const int last = w.size() - 1;
+  std::vector<int64_t> counts(static_cast<size_t>(w.size()), 2);
+  if (w.rank() == last) sleep_for(kLate);
+  w.all_gather_async(f.data(), counts).wait();
+  const Counters& c = w.counters();
+  const double reduce = c[Op::all_reduce].seconds, gather = c[Op::all_gather].seconds;
+  if (w.rank() == 0) EXPECT_LT(reduce, kLate / 2) << "the late rank waited for no one";
+  else EXPECT_GT(reduce, kLate / 2) << "rank " << w.rank() << " waited for rank 0";
+  if (w.rank() == last) EXPECT_LT(gather, kLate / 2) << "the late rank waited for no one";
+  else EXPECT_GT(gather, kLate / 2) << "rank " << w.rank() << " waited for rank " << last;
+  EXPECT_DOUBLE_EQ(c.seconds(), reduce + gather) << "seconds counted to another operation";
+}
+
+// A non-blocking operation running behind computation costs no seconds; only its wait does, or
+// the test() that completes it (while the calls of test() that find it pending count nothing).
+TEST(Collectives, SecondsLeaveOutTheTimeAnOperationRunsBehindComputation) {
+  const Comm w = world().split("behind", 0, world().rank());
+  if (w.size() == 1) GTEST_SKIP() << "under mpirun";
+  std::vector<float> f(8);
+  Request r = w.all_reduce_async(f.data(), 8);
+  sleep_for(kLate);  // computation; every rank has joined before any waits
+  r.wait();
+  EXPECT_LT(w.counters()[Op::all_reduce].seconds, kLate / 2);
+  if (w.rank() == 0) sleep_for(kLate);
+  Request b = w.broadcast_async(f.data(), 8, 0);
+  while (!b.test()) sleep_for(1e-3);
+  const double polled = w.counters()[Op::broadcast].seconds;
+  EXPECT_GT(polled, 0.0) << "the test() that completed the broadcast counted nothing";
+  EXPECT_LT(polled, kLate / 2) << "pending tests counted, or the time the broadcast was in flight";
 }
 
 TEST(Grid, RankOrderHasTensorParallelFastestAndPipelineSlowest) {

@@ -11,6 +11,8 @@
 
 namespace k3::dist {
 
+using Clock = std::chrono::steady_clock;
+
 const char* op_name(Op op) {
   switch (op) {
     case Op::all_reduce: return "all_reduce";
@@ -35,6 +37,12 @@ int64_t Counters::calls() const {
   int64_t n = 0;
   for (const OpCount& c : ops) n += c.calls;
   return n;
+}
+
+double Counters::seconds() const {
+  double s = 0;
+  for (const OpCount& c : ops) s += c.seconds;
+  return s;
 }
 
 size_t elem_size(Elem e) { return e == Elem::f32 || e == Elem::i32 ? 4 : 8; }
@@ -63,6 +71,10 @@ int mpi_count(int64_t n) {
 struct Request::State {
   MPI_Request req = MPI_REQUEST_NULL;
   std::vector<int> counts, displs, counts2, displs2;  // live until the operation completes
+  std::shared_ptr<Counters> counters;
+  Op op = Op::count;
+  Clock::time_point started;
+  bool blocking = false;
 };
 
 Request::Request() = default;
@@ -79,16 +91,24 @@ Request::~Request() { wait(); }
 
 void Request::wait() {
   if (!s_) return;
+  const Clock::time_point entered = Clock::now();
   MPI_Wait(&s_->req, MPI_STATUS_IGNORE);
-  s_.reset();
+  finish(entered);
 }
 
 bool Request::test() {
   if (!s_) return true;
+  const Clock::time_point entered = Clock::now();
   int done = 0;
   MPI_Test(&s_->req, &done, MPI_STATUS_IGNORE);
-  if (done) s_.reset();
+  if (done) finish(entered);
   return done != 0;
+}
+
+void Request::finish(Clock::time_point entered) {
+  const Clock::time_point from = s_->blocking ? s_->started : entered;
+  (*s_->counters)[s_->op].seconds += std::chrono::duration<double>(Clock::now() - from).count();
+  s_.reset();
 }
 
 bool Request::pending() const { return s_ != nullptr; }
@@ -148,6 +168,19 @@ void Comm::barrier() const {
   if (handle_) MPI_Barrier(handle_->comm);
 }
 
+std::unique_ptr<Request::State> Comm::state(Op op) const {
+  auto s = std::make_unique<Request::State>();
+  s->counters = counters_;
+  s->op = op;
+  s->started = Clock::now();
+  return s;
+}
+
+void Comm::blocking(Request r) {
+  if (r.s_) r.s_->blocking = true;
+  r.wait();
+}
+
 void Comm::count(Op op, Elem e, int64_t elements) const {
   OpCount& c = (*counters_)[op];
   ++c.calls;
@@ -162,7 +195,7 @@ void Comm::check_counts(std::span<const int64_t> counts, const char* what) const
 Request Comm::start_all_reduce(Elem e, void* data, int64_t n) const {
   count(Op::all_reduce, e, n);
   if (!handle_) return {};
-  auto s = std::make_unique<Request::State>();
+  auto s = state(Op::all_reduce);
   MPI_Iallreduce(MPI_IN_PLACE, data, mpi_count(n), mpi_type(e), MPI_SUM, handle_->comm, &s->req);
   return Request(std::move(s));
 }
@@ -176,7 +209,7 @@ Request Comm::start_reduce_scatter(Elem e, const void* in, void* out,
     if (out != in) std::memmove(out, in, static_cast<size_t>(counts[0]) * elem_size(e));
     return {};
   }
-  auto s = std::make_unique<Request::State>();
+  auto s = state(Op::reduce_scatter);
   for (int64_t c : counts) s->counts.push_back(mpi_count(c));
   MPI_Ireduce_scatter(in, out, s->counts.data(), mpi_type(e), MPI_SUM, handle_->comm, &s->req);
   return Request(std::move(s));
@@ -187,7 +220,7 @@ Request Comm::start_all_gather(Elem e, void* data, std::span<const int64_t> coun
   const int64_t total = std::accumulate(counts.begin(), counts.end(), int64_t{0});
   count(Op::all_gather, e, total);
   if (!handle_) return {};
-  auto s = std::make_unique<Request::State>();
+  auto s = state(Op::all_gather);
   int64_t at = 0;
   for (int64_t c : counts) {
     s->counts.push_back(mpi_count(c));
@@ -208,7 +241,7 @@ Request Comm::start_all_to_all(Elem e, const void* in, std::span<const int64_t> 
     std::memmove(out, in, static_cast<size_t>(send_counts[0]) * elem_size(e));
     return {};
   }
-  auto s = std::make_unique<Request::State>();
+  auto s = state(Op::all_to_all);
   auto fill = [](std::span<const int64_t> c, std::vector<int>& counts, std::vector<int>& displs) {
     int64_t at = 0;
     for (int64_t x : c) {
@@ -227,7 +260,7 @@ Request Comm::start_all_to_all(Elem e, const void* in, std::span<const int64_t> 
 Request Comm::start_broadcast(Elem e, void* data, int64_t n, int root) const {
   count(Op::broadcast, e, n);
   if (!handle_) return {};
-  auto s = std::make_unique<Request::State>();
+  auto s = state(Op::broadcast);
   MPI_Ibcast(data, mpi_count(n), mpi_type(e), root, handle_->comm, &s->req);
   return Request(std::move(s));
 }
@@ -236,7 +269,7 @@ Request Comm::start_send(Elem e, const void* data, int64_t n, int to, int tag) c
   K3_CHECK(to >= 0 && to < size_ && to != rank_, "send to rank ", to, " of group ", name_,
            " (size ", size_, ", this rank ", rank_, ")");
   count(Op::send, e, n);
-  auto s = std::make_unique<Request::State>();
+  auto s = state(Op::send);
   MPI_Isend(data, mpi_count(n), mpi_type(e), to, tag, handle_->comm, &s->req);
   return Request(std::move(s));
 }
@@ -245,7 +278,7 @@ Request Comm::start_recv(Elem e, void* data, int64_t n, int from, int tag) const
   K3_CHECK(from >= 0 && from < size_ && from != rank_, "receive from rank ", from, " of group ",
            name_, " (size ", size_, ", this rank ", rank_, ")");
   count(Op::recv, e, n);
-  auto s = std::make_unique<Request::State>();
+  auto s = state(Op::recv);
   MPI_Irecv(data, mpi_count(n), mpi_type(e), from, tag, handle_->comm, &s->req);
   return Request(std::move(s));
 }

@@ -7,14 +7,17 @@
 // Running an operation does not change the group (its counters are shared state), so every
 // operation is const: a layer runs them through the const grid its Step carries.
 //
-// Every group counts its calls and payload bytes per operation (Counters). The payload is what
-// this rank hands to the operation: n elements for an all-reduce or a broadcast, the whole input
-// for a reduce-scatter, the whole gathered output for an all-gather, the elements sent for an
-// all-to-all or a send, the elements received for a receive. A group of size 1 counts calls
-// and no bytes.
+// Every group counts its calls, payload bytes and seconds per operation (Counters). The payload
+// is what this rank hands to the operation: n elements for an all-reduce or a broadcast, the
+// whole input for a reduce-scatter, the whole gathered output for an all-gather, the elements sent
+// for an all-to-all or a send, the elements received for a receive. The seconds are the wall
+// time this rank spent blocked in it: a blocking operation's whole call; a non-blocking one's
+// Request::wait() (or the test() that completes it), not the time it ran behind computation. A
+// group of size 1 counts calls, and no bytes or seconds.
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -29,6 +32,7 @@ const char* op_name(Op op);
 
 struct OpCount {
   int64_t calls = 0, bytes = 0;
+  double seconds = 0;
 };
 
 struct Counters {
@@ -37,6 +41,7 @@ struct Counters {
   const OpCount& operator[](Op op) const { return ops[static_cast<size_t>(op)]; }
   int64_t bytes() const;
   int64_t calls() const;
+  double seconds() const;
 };
 
 // Element types the collectives move.
@@ -68,6 +73,10 @@ class Request {
   bool pending() const;
 
  private:
+  friend class Comm;
+  // Adds the seconds since `entered` (a blocking operation's: since its start) to the
+  // operation's count, and lets the state go.
+  void finish(std::chrono::steady_clock::time_point entered);
   std::unique_ptr<State> s_;
 };
 
@@ -87,14 +96,16 @@ class Comm {
   const Counters& counters() const { return *counters_; }
 
   // Sum over the group, in place.
-  template <typename T> void all_reduce(T* data, int64_t n) const { all_reduce_async(data, n).wait(); }
+  template <typename T> void all_reduce(T* data, int64_t n) const {
+    blocking(all_reduce_async(data, n));
+  }
   template <typename T> Request all_reduce_async(T* data, int64_t n) const {
     return start_all_reduce(elem_of<T>(), data, n);
   }
   // `in` holds sum(counts) elements; this rank's out receives the sum of its block, counts[rank].
   template <typename T>
   void reduce_scatter(const T* in, T* out, std::span<const int64_t> counts) const {
-    reduce_scatter_async(in, out, counts).wait();
+    blocking(reduce_scatter_async(in, out, counts));
   }
   template <typename T>
   Request reduce_scatter_async(const T* in, T* out, std::span<const int64_t> counts) const {
@@ -103,7 +114,7 @@ class Comm {
   // In place: data holds sum(counts) elements, block r at the sum of counts[0..r); each rank
   // contributes its own block and receives everyone else's.
   template <typename T> void all_gather(T* data, std::span<const int64_t> counts) const {
-    all_gather_async(data, counts).wait();
+    blocking(all_gather_async(data, counts));
   }
   template <typename T> Request all_gather_async(T* data, std::span<const int64_t> counts) const {
     return start_all_gather(elem_of<T>(), data, counts);
@@ -112,7 +123,7 @@ class Comm {
   template <typename T>
   void all_to_all(const T* in, std::span<const int64_t> send_counts, T* out,
                   std::span<const int64_t> recv_counts) const {
-    all_to_all_async(in, send_counts, out, recv_counts).wait();
+    blocking(all_to_all_async(in, send_counts, out, recv_counts));
   }
   template <typename T>
   Request all_to_all_async(const T* in, std::span<const int64_t> send_counts, T* out,
@@ -120,19 +131,19 @@ class Comm {
     return start_all_to_all(elem_of<T>(), in, send_counts, out, recv_counts);
   }
   template <typename T> void broadcast(T* data, int64_t n, int root) const {
-    broadcast_async(data, n, root).wait();
+    blocking(broadcast_async(data, n, root));
   }
   template <typename T> Request broadcast_async(T* data, int64_t n, int root) const {
     return start_broadcast(elem_of<T>(), data, n, root);
   }
   template <typename T> void send(const T* data, int64_t n, int to, int tag) const {
-    send_async(data, n, to, tag).wait();
+    blocking(send_async(data, n, to, tag));
   }
   template <typename T> Request send_async(const T* data, int64_t n, int to, int tag) const {
     return start_send(elem_of<T>(), data, n, to, tag);
   }
   template <typename T> void recv(T* data, int64_t n, int from, int tag) const {
-    recv_async(data, n, from, tag).wait();
+    blocking(recv_async(data, n, from, tag));
   }
   template <typename T> Request recv_async(T* data, int64_t n, int from, int tag) const {
     return start_recv(elem_of<T>(), data, n, from, tag);
@@ -152,6 +163,8 @@ class Comm {
   Request start_broadcast(Elem e, void* data, int64_t n, int root) const;
   Request start_send(Elem e, const void* data, int64_t n, int to, int tag) const;
   Request start_recv(Elem e, void* data, int64_t n, int from, int tag) const;
+  std::unique_ptr<Request::State> state(Op op) const;  // its clock starts now
+  static void blocking(Request r);  // waits, counting the seconds from the operation's start
   void count(Op op, Elem e, int64_t elements) const;
   void check_counts(std::span<const int64_t> counts, const char* what) const;
 

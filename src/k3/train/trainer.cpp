@@ -250,7 +250,7 @@ double Run::train_step() {
   return t.loss;
 }
 
-// Bytes and calls of each process group since the last record (the lead's own).
+// Bytes, calls and seconds blocked of each process group since the last record (the lead's own).
 void Run::count_communication(nlohmann::json& record) {
   if (counted_.empty())
     for (const dist::Comm* g : grid_.groups()) counted_.emplace_back(g->name(), dist::Counters{});
@@ -261,6 +261,7 @@ void Run::count_communication(nlohmann::json& record) {
     if (groups[i]->size() > 1) {
       record["comm." + counted_[i].first + ".bytes"] = now.bytes() - before.bytes();
       record["comm." + counted_[i].first + ".calls"] = now.calls() - before.calls();
+      record["comm." + counted_[i].first + ".seconds"] = now.seconds() - before.seconds();
     }
     before = now;
   }
