@@ -112,11 +112,12 @@ TEST(ReshardMpi, SavedUnderTp2LoadsAndResumesUnderEveryLayout) {
     const std::string again = root + "/" + l.name;
     loaded.save(again, writer);
     world.barrier();
-    if (writer)
+    if (writer) {
       for (const char* file : {"model.safetensors", "optimizer.safetensors"})
         EXPECT_EQ(read_file(step_dir + "/" + file),
                   read_file(again + "/checkpoints/" + checkpoint_dir_name(2) + "/" + file))
             << l.name << ": " << file << " differs";
+    }
     const double next = loaded.step(2);
     EXPECT_NEAR(next, want_next, 1e-6 * want_next) << l.name << ": the next step's loss";
     if (world.rank() == 0)
