@@ -21,6 +21,7 @@
 #include "k3/base/timer.h"
 #include "k3/tensor/safetensors.h"
 #include "k3/train/session.h"
+#include "resident.h"
 
 namespace {
 
@@ -28,22 +29,15 @@ using namespace k3;
 
 double mib(int64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
 
-int64_t status_bytes(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.starts_with(field + ":")) return std::stoll(line.substr(field.size() + 1)) * 1024;
-  throw std::runtime_error("no " + field + " in /proc/self/status");
-}
-
 // Runs F with the peak counter reset; prints how far the peak rose and how long F took.
 template <typename F>
 void measure(const char* what, F&& f) {
-  std::ofstream("/proc/self/clear_refs") << "5";
-  const int64_t before = status_bytes("VmRSS");
+  bench::reset_resident_peak();
+  const auto before = static_cast<int64_t>(bench::status_bytes("VmRSS"));
   Timer t;
   f();
   std::printf("  %-44s +%7.1f MiB peak resident  %6.2f s\n", what,
-              mib(status_bytes("VmHWM") - before), t.seconds());
+              mib(static_cast<int64_t>(bench::status_bytes("VmHWM")) - before), t.seconds());
 }
 
 model::ModelConfig bench_model(int layers) {

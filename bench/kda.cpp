@@ -33,6 +33,7 @@
 #include "k3/base/timer.h"
 #include "k3/kernels/kda/delta_rule.h"
 #include "peak.h"
+#include "resident.h"
 #include "spread.h"
 
 namespace {
@@ -194,25 +195,14 @@ void report_floor(double recurrent_4k) {
       recurrent_4k / (chunk * chunks_4k));
 }
 
-// Resident memory in bytes from /proc/self/status: VmRSS (now) or VmHWM (peak since the last
-// reset_peak()).
-size_t status_bytes(const char* field) {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(field, 0) == 0) return std::stoull(line.substr(line.find(':') + 1)) * 1024;
-  return 0;
-}
-bool reset_peak() { return static_cast<bool>(std::ofstream("/proc/self/clear_refs") << "5"); }
-
 // Extra resident memory of one chunked forward + backward at T = 16K beyond its inputs and
 // outputs: the saved chunk records, the per-thread workspaces, oneDNN's buffers.
 void report_memory() {
   Problem p(16384);
-  const bool exact = reset_peak();
-  const size_t before = status_bytes("VmRSS");
+  const bool exact = k3::bench::reset_resident_peak();
+  const size_t before = k3::bench::status_bytes("VmRSS");
   p.chunked();
-  const size_t peak = status_bytes("VmHWM");
+  const size_t peak = k3::bench::status_bytes("VmHWM");
   const double mib = 1024.0 * 1024.0;
   const int64_t chunks = (p.s.T + kda::kChunk - 1) / kda::kChunk;
   const double states = static_cast<double>(chunks * kHeads * kDim * kDim * sizeof(float));

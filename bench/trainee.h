@@ -16,6 +16,7 @@
 #include "k3/optim/param_groups.h"
 #include "k3/parallel/optim_adapters.h"
 #include "k3/parallel/zero/data_parallel.h"
+#include "k3/train/preflight.h"
 
 namespace k3::bench {
 
@@ -67,10 +68,9 @@ struct Trainee {
     model.initialize(7);
   }
   static std::vector<optim::Assignment> plan(const model::Model& m, const std::string& optimizer) {
-    const std::vector<std::string> rules =
-        optimizer == "adamw" ? optim::adamw_only_rules() : std::vector<std::string>{};
-    return optim::assign_param_groups(parallel::param_set(m.params()).slots,
-                                      parallel::head_sizes(m.config()), rules);
+    train::TrainSection t;
+    t.optimizer = optimizer;
+    return train::optimizer_plan(parallel::param_set(m.params()).slots, m.config(), t);
   }
 };
 

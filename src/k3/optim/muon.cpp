@@ -55,18 +55,27 @@ void for_blocks(int64_t count, const Walk& w, F f) {
 
 }  // namespace
 
-std::vector<MuonBlock> muon_blocks(const ParamSet& params, const std::vector<int64_t>& block_rows) {
+MuonGeometry muon_geometry(const std::string& name, const Shape& shape, int64_t block_rows) {
+  const ErrorContext where{"", name, -1};
+  K3_CHECK_CTX(shape.size() >= 2 && shape_numel(shape) > 0, where,
+               "muon needs a matrix, got shape ", shape_str(shape));
+  const int64_t cols = shape.back(), rows = shape_numel(shape) / cols;
+  const int64_t r = block_rows > 0 ? block_rows : rows;
+  K3_CHECK_CTX(rows % r == 0, where, "blocks of ", r, " rows do not tile its ", rows, " rows");
+  return {rows, cols, r};
+}
+
+void check_block_sizes(const ParamSet& params, const std::vector<int64_t>& block_rows) {
   K3_CHECK(block_rows.size() == params.slots.size(), "muon: ", block_rows.size(),
            " block sizes for ", params.slots.size(), " parameters");
+}
+
+std::vector<MuonBlock> muon_blocks(const ParamSet& params, const std::vector<int64_t>& block_rows) {
+  check_block_sizes(params, block_rows);
   std::vector<MuonBlock> blocks;
   for (size_t i = 0; i < params.slots.size(); ++i) {
     const ParamSlot& p = params.slots[i];
-    K3_CHECK_CTX(p.shape.size() >= 2 && p.numel() > 0, (ErrorContext{"", p.name, -1}),
-                 "muon needs a matrix, got shape ", shape_str(p.shape));
-    const int64_t cols = p.shape.back(), rows = p.numel() / cols;
-    const int64_t r = block_rows[i] > 0 ? block_rows[i] : rows;
-    K3_CHECK_CTX(rows % r == 0, (ErrorContext{"", p.name, -1}), "blocks of ", r,
-                 " rows do not tile its ", rows, " rows");
+    const auto [rows, cols, r] = muon_geometry(p.name, p.shape, block_rows[i]);
     for (int64_t b = 0; b < rows / r; ++b)
       blocks.push_back({i, p.offset + static_cast<size_t>(b * r * cols), r, cols});
   }

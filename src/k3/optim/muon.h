@@ -39,6 +39,16 @@ struct MuonBlock {
   int64_t numel() const { return rows * cols; }
 };
 
+// A parameter of `shape` viewed as [rows, cols] (cols = last dimension), cut into blocks of
+// block_rows rows (0: one block). Throws naming the parameter unless it is a matrix whose rows
+// the blocks tile.
+struct MuonGeometry {
+  int64_t rows = 0, cols = 0, block_rows = 0;
+};
+MuonGeometry muon_geometry(const std::string& name, const Shape& shape, int64_t block_rows);
+// Throws unless block_rows has one entry per slot.
+void check_block_sizes(const ParamSet& params, const std::vector<int64_t>& block_rows);
+
 // The blocks of every slot, slot by slot. block_rows[i] splits params.slots[i], viewed as
 // [rows, cols] (cols = last dimension), into blocks of that many rows; 0 means one block. Every
 // slot must be a matrix whose rows the blocks tile.

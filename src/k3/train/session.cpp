@@ -88,10 +88,8 @@ std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& op
   std::vector<TensorSource> out;
   const auto& parts = optimizer.state_parts();
   for (size_t i = 0; i < parts.size(); ++i)
-    out.push_back({parts[i].name, parts[i].shape, [&optimizer, i](float* values) {
-                     const Tensor t = optimizer.gather_state_tensor(i);
-                     std::memcpy(values, t.f32(), t.nbytes());
-                   }});
+    out.push_back({parts[i].name, parts[i].shape,
+                   [&optimizer, i](float* values) { optimizer.gather_state_into(i, values); }});
   return out;
 }
 

@@ -1,10 +1,11 @@
 #include "k3/parallel/expert/moonep_plan.h"
 
 #include <algorithm>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <utility>
+
+#include "k3/model/quantile_balancing.h"
 
 namespace k3::parallel {
 namespace {
@@ -119,11 +120,7 @@ MoonEpPlan plan_moonep(const MoonEpShape& s, std::span<const int64_t> load) {
 }
 
 double maxvio(std::span<const int64_t> load) {
-  if (load.empty()) return 0;
-  const int64_t total = std::accumulate(load.begin(), load.end(), int64_t{0});
-  if (total == 0) return 0;
-  const double mean = static_cast<double>(total) / static_cast<double>(load.size());
-  return static_cast<double>(*std::max_element(load.begin(), load.end())) / mean - 1.0;
+  return model::ExpertLoadStats::of({load.begin(), load.end()}, 0).maxvio;
 }
 
 }  // namespace k3::parallel

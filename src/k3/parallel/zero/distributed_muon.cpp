@@ -42,12 +42,7 @@ void add_units(std::vector<MuonUnit>& out, const optim::ParamSet& params, size_t
                int64_t block_rows, const ShardLayout& layout, int tp) {
   const optim::ParamSlot& p = params.slots[i];
   const Shape& g = p.global();
-  const ErrorContext where{"", p.name, -1};
-  K3_CHECK_CTX(g.size() >= 2 && shape_numel(g) > 0, where, "muon needs a matrix, got shape ",
-               shape_str(g));
-  const int64_t cols = g.back(), rows = shape_numel(g) / cols;
-  const int64_t r = block_rows > 0 ? block_rows : rows;
-  K3_CHECK_CTX(rows % r == 0, where, "blocks of ", r, " rows do not tile its ", rows, " rows");
+  const auto [rows, cols, r] = optim::muon_geometry(p.name, g, block_rows);
   auto add_part = [&](MuonUnit& u, int t, size_t local, int64_t n, int64_t at) {
     layout.for_each_owner({local, local + static_cast<size_t>(n)}, [&](int d, FlatRange piece) {
       u.pieces.push_back({t + tp * d, piece, at + static_cast<int64_t>(piece.begin - local)});
@@ -92,8 +87,7 @@ void add_units(std::vector<MuonUnit>& out, const optim::ParamSet& params, size_t
 std::vector<MuonUnit> muon_units(const optim::ParamSet& params,
                                  const std::vector<int64_t>& block_rows, const ShardLayout& layout,
                                  int tp) {
-  K3_CHECK(block_rows.size() == params.slots.size(), "muon: ", block_rows.size(),
-           " block sizes for ", params.slots.size(), " parameters");
+  optim::check_block_sizes(params, block_rows);
   std::vector<MuonUnit> all;
   for (size_t i = 0; i < params.slots.size(); ++i)
     add_units(all, params, i, block_rows[i], layout, tp);

@@ -1,5 +1,6 @@
 #include "k3/parallel/zero/sharded_optimizer.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "k3/base/error.h"
@@ -130,27 +131,24 @@ std::vector<ShardedOptimizer::StateTensor> ShardedOptimizer::held_state(bool rep
 
 // Each element is held by exactly one rank of the group and zero elsewhere, so a sum gathers it
 // exactly.
-Tensor ShardedOptimizer::start_gather(size_t i, dist::Request& sum) const {
+dist::Request ShardedOptimizer::start_gather(size_t i, float* out) const {
   const StateTensor& s = state_.at(i);
-  Tensor t = Tensor::zeros(s.shape);
+  const int64_t n = shape_numel(s.shape);
+  std::fill(out, out + n, 0.0f);
   for (const StatePart& p : s.parts)
-    std::memcpy(t.f32() + p.at, p.state, static_cast<size_t>(p.length) * sizeof(float));
-  sum = state_group_.all_reduce_async(t.f32(), t.numel());
-  return t;
+    std::memcpy(out + p.at, p.state, static_cast<size_t>(p.length) * sizeof(float));
+  return state_group_.all_reduce_async(out, n);
 }
 
-Tensor ShardedOptimizer::gather_state_tensor(size_t i) const {
-  dist::Request sum;
-  Tensor t = start_gather(i, sum);
-  sum.wait();
-  return t;
-}
+void ShardedOptimizer::gather_state_into(size_t i, float* out) const { start_gather(i, out).wait(); }
 
 std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state() const {
   std::vector<std::pair<std::string, Tensor>> out;
   std::vector<dist::Request> sums(state_.size());
-  for (size_t i = 0; i < state_.size(); ++i)
-    out.emplace_back(state_[i].name, start_gather(i, sums[i]));
+  for (size_t i = 0; i < state_.size(); ++i) {
+    out.emplace_back(state_[i].name, Tensor::empty(state_[i].shape));
+    sums[i] = start_gather(i, out.back().second.f32());
+  }
   dist::wait_all(sums);
   return out;
 }

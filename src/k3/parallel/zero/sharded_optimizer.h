@@ -63,9 +63,9 @@ class ShardedOptimizer {
   // tp, tp coordinate 0's copy counts), so a checkpoint does not depend on the layout.
   const std::vector<StateTensor>& state_parts() const { return state_; }
   const dist::Comm& state_group() const { return state_group_; }
-  // State tensor i, whole on every rank of state_group() (collective there; owned, allocated for
-  // the call), so a checkpoint can stream the tensors one at a time.
-  Tensor gather_state_tensor(size_t i) const;
+  // State tensor i, whole on every rank of state_group() (collective there), written to `out`
+  // (its global size), so a checkpoint can stream the tensors one at a time through one buffer.
+  void gather_state_into(size_t i, float* out) const;
   // Every state tensor so.
   std::vector<std::pair<std::string, Tensor>> gather_state() const;
   // Fills every copy of the state this rank holds from find(name) (global tensors, as
@@ -83,7 +83,7 @@ class ShardedOptimizer {
  private:
   // The parts this rank holds; `replicas`: also its copies of tensors replicated over tp.
   std::vector<StateTensor> held_state(bool replicas) const;
-  Tensor start_gather(size_t i, dist::Request& sum) const;
+  dist::Request start_gather(size_t i, float* out) const;
 
   int zero_stage_, tp_rank_;
   ShardLayout layout_;
