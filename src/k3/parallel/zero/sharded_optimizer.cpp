@@ -140,7 +140,9 @@ dist::Request ShardedOptimizer::start_gather(size_t i, float* out) const {
   return state_group_.all_reduce_async(out, n);
 }
 
-void ShardedOptimizer::gather_state_into(size_t i, float* out) const { start_gather(i, out).wait(); }
+void ShardedOptimizer::gather_state_into(size_t i, float* out) const {
+  start_gather(i, out).wait();
+}
 
 std::vector<std::pair<std::string, Tensor>> ShardedOptimizer::gather_state() const {
   std::vector<std::pair<std::string, Tensor>> out;
@@ -175,8 +177,7 @@ int64_t ShardedOptimizer::state_bytes() const {
       bytes += static_cast<int64_t>(view.nbytes());
     return bytes;
   }
-  return (2 * adamw_->state_floats() + muon_->state_floats()) *
-         static_cast<int64_t>(sizeof(float));
+  return (2 * adamw_->state_floats() + muon_->state_floats()) * static_cast<int64_t>(sizeof(float));
 }
 
 MuonTraffic ShardedOptimizer::muon_traffic() const {
