@@ -93,14 +93,20 @@ TEST_P(DataParallelMatchesOneProcess, TenStepsEachFromTheOneProcessState) {
 
 // The bytes one step moves over dp equal the analytic count, operation by operation (payloads
 // as dist/comm.h defines them; F = the flat buffer's floats, padding included):
-//   token count 8 B + loss 8 B (all-reduces), ZeRO-2's norm 8 B,
+//   token count 8 B + loss 8 B (all-reduces over the ranks with their own tokens, the replica
+//   group: here the same ranks as dp), ZeRO-2's norm 8 B,
 //   gradients 4F (all-reduce, or reduce-scatter under ZeRO-2),
 //   ZeRO 1 and 2: parameters 4F (all-gather) + distributed Muon's point-to-point pieces.
 TEST_P(DataParallelMatchesOneProcess, BytesPerStepEqualTheAnalyticCount) {
   Trainee dp(grid, GetParam());
-  const dist::Counters before = grid.dp().counters();
+  const auto both = [&] {  // dp's counters plus the replica group's
+    dist::Counters c = grid.dp().counters();
+    for (size_t op = 0; op < c.ops.size(); ++op) c.ops[op].bytes += grid.replica().counters().ops[op].bytes;
+    return c;
+  };
+  const dist::Counters before = both();
   dp.step(GlobalBatch(dp.model.config(), 0), true);
-  const dist::Counters& after = grid.dp().counters();
+  const dist::Counters after = both();
   auto moved = [&](dist::Op op) { return after[op].bytes - before[op].bytes; };
   const int zero = GetParam().zero;
   const int64_t F = static_cast<int64_t>(dp.model.params().flat_size());
@@ -128,7 +134,7 @@ TEST(GradSync, StartsEachBucketDuringTheBackward) {
   m.initialize(7);
   const ShardLayout layout(m.params(), world.size(), world.rank(), 20000);
   ASSERT_GE(layout.buckets().size(), 4u);
-  GradSync sync(m.params(), layout, grid.dp(), grid.tp(), 0, true);
+  GradSync sync(m.params(), layout, grid.dp(), grid.tp(), grid.ep(), 0, true);
   const GlobalBatch batch(m.config(), 0);
   const std::vector<TokenBatch> share =
       batch.share(world.rank() * (kRows / world.size()), kRows / world.size());

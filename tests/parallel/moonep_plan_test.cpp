@@ -1,7 +1,7 @@
 // MoonEP's planner: every routing is placed row for row; with enough replica slots every rank
 // computes exactly S·K rows; the plan is deterministic; a routing the slots cannot balance is
 // reported, with every row still placed.
-#include "k3/parallel/expert/moonep_plan.h"
+#include "k3/model/experts/moonep_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <random>
 #include <set>
 
-namespace k3::parallel {
+namespace k3::model {
 namespace {
 
 // Every row of every expert placed once, on distinct ranks, the home rank first; the per-rank
@@ -191,4 +191,4 @@ TEST(MoonEpPlan, BadShapesAndLoadsAreErrorsNamingThem) {
 }
 
 }  // namespace
-}  // namespace k3::parallel
+}  // namespace k3::model

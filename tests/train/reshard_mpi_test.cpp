@@ -57,7 +57,7 @@ struct Trained {
   std::string save(const std::string& run_dir, bool writer) {
     return save_checkpoint(
         run_dir, 2,
-        make_checkpoint(*s, optimizer_sources(dp.optimizer()), nlohmann::json::object()), 0,
+        make_checkpoint(*s, optimizer_sources(dp.optimizer(), *s->model), nlohmann::json::object()), 0,
         writer);
   }
 };

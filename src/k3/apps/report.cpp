@@ -1,6 +1,7 @@
 // `k3lab report RUN_DIR [--layer N]...`: expert load over training, drawn from the run's
 // expert_load.jsonl: RUN_DIR/expert_load.svg (maxvio of every MoE layer over the steps) and, per
 // --layer, RUN_DIR/expert_load_layer<N>.svg (each expert's load / mean load over the steps).
+// Under expert parallelism it also prints each ep rank's rows before and after MoonEP's balancing.
 #include <cstdio>
 #include <filesystem>
 #include <utility>
@@ -43,6 +44,20 @@ void add_report(CLI::App& app) {
       std::printf("  %5lld  %6.3f  %8lld  %8lld  %4lld\n", static_cast<long long>(layer), st.maxvio,
                   static_cast<long long>(st.min_load), static_cast<long long>(st.max_load),
                   static_cast<long long>(st.idle));
+    if (last.dispatch.empty()) return;
+    // Before: the rows of each rank's home experts (all sent home, as without MoonEP); after:
+    // the rows it computed (the same under the plain all-to-all dispatch).
+    std::printf("rows per expert-parallel rank at step %lld (before = routed to its home experts, "
+                "after = computed):\n  layer  rank    before     after\n",
+                static_cast<long long>(last.step));
+    for (const auto& [layer, d] : last.dispatch) {
+      for (size_t r = 0; r < d.rows.size(); ++r)
+        std::printf("  %5lld  %4zu  %8lld  %8lld\n", static_cast<long long>(layer), r,
+                    static_cast<long long>(d.home_rows[r]), static_cast<long long>(d.rows[r]));
+      std::printf("  %5lld  replicas %lld, overflow %lld, %.2f MiB sent over ep\n",
+                  static_cast<long long>(layer), static_cast<long long>(d.replicas),
+                  static_cast<long long>(d.overflow), static_cast<double>(d.bytes) / (1 << 20));
+    }
   });
 }
 

@@ -86,6 +86,22 @@ void Arena::rewind(size_t mark) {
   used_ = mark;
 }
 
+void ArenaScope::keep_bytes(void** p, size_t bytes) {
+  K3_CHECK(kept_.empty() || *p >= *kept_.back().p, "ArenaScope::keep out of allocation order");
+  kept_.push_back({p, bytes});
+}
+
+// Each kept buffer moves down (never up: it was allocated at or above where it lands), so a
+// memmove in keep order never overwrites one not yet moved.
+ArenaScope::~ArenaScope() {
+  arena_.rewind(mark_);
+  for (const Kept& k : kept_) {
+    void* to = arena_.allocate(k.bytes);
+    if (to != *k.p) std::memmove(to, *k.p, k.bytes);
+    *k.p = to;
+  }
+}
+
 }  // namespace k3
 
 namespace k3 {

@@ -66,17 +66,32 @@ class ArenaRegions {
   std::vector<Arena> regions_;
 };
 
-// Rewinds an arena to where it was when the scope began.
+// Rewinds an arena to where it was when the scope began, except for the buffers given to
+// keep(): for results whose size the scope's own work decides (so they could not be allocated
+// before it). They move down to where the scope began, in the order kept, and the pointers
+// passed to keep() are updated.
 class ArenaScope {
  public:
   explicit ArenaScope(Arena& a) : arena_(a), mark_(a.mark()) {}
-  ~ArenaScope() { arena_.rewind(mark_); }
+  ~ArenaScope();
   ArenaScope(const ArenaScope&) = delete;
   ArenaScope& operator=(const ArenaScope&) = delete;
 
+  // `p`, allocated in this scope after the buffers kept before it, outlives the scope.
+  template <typename T>
+  void keep(T*& p, size_t count) {
+    keep_bytes(reinterpret_cast<void**>(&p), count * sizeof(T));
+  }
+
  private:
+  void keep_bytes(void** p, size_t bytes);
+  struct Kept {
+    void** p;
+    size_t bytes;
+  };
   Arena& arena_;
   size_t mark_;
+  std::vector<Kept> kept_;
 };
 
 // Page-aligned, pre-faulted, huge-page-advised memory for long-lived buffers outside an arena.

@@ -252,6 +252,15 @@ Request Comm::start_all_to_all(Elem e, const void* in, std::span<const int64_t> 
   };
   fill(send_counts, s->counts, s->displs);
   fill(recv_counts, s->counts2, s->displs2);
+  // Open MPI takes in == out for an in-place exchange; an empty buffer may sit where the other
+  // begins (an arena hands out the same address for 0 bytes and for what follows), so an empty
+  // side is given a place of its own.
+  static char nothing_in, nothing_out;
+  const auto total = [](std::span<const int64_t> c) {
+    return std::accumulate(c.begin(), c.end(), int64_t{0});
+  };
+  if (total(send_counts) == 0) in = &nothing_in;
+  if (total(recv_counts) == 0) out = &nothing_out;
   MPI_Ialltoallv(in, s->counts.data(), s->displs.data(), mpi_type(e), out, s->counts2.data(),
                  s->displs2.data(), mpi_type(e), handle_->comm, &s->req);
   return Request(std::move(s));

@@ -9,6 +9,7 @@ std::string ParallelDims::str() const {
   for (auto [name, n] : {std::pair{"dp", dp}, {"tp", tp}, {"pp", pp}, {"ep", ep}, {"cp", cp}})
     if (n > 1) s += (s.empty() ? "" : " × ") + std::string(name) + std::to_string(n);
   if (sequence_parallel && tp > 1) s += " (sequence parallel)";
+  if (moonep && ep > 1) s += " (MoonEP, " + std::to_string(moonep_slots) + " slots)";
   return s.empty() ? "single process" : s;
 }
 

@@ -32,6 +32,10 @@ struct ParallelDims {
   // Under tensor parallelism, split the residual stream's tokens over tp outside the layers'
   // tensor-parallel regions (norms, residual sums and Attention Residuals on a slice each).
   bool sequence_parallel = false;
+  // Under expert parallelism: MoonEP's balanced dispatch with this many replica slots per rank
+  // (model/experts/), instead of sending every row to its expert's home rank.
+  bool moonep = false;
+  int moonep_slots = 2;
   int64_t product() const { return int64_t{tp} * cp * ep * dp * pp; }
   std::string str() const;  // "dp2 × tp2 (sequence parallel)", "single process" when all are 1
   bool operator==(const ParallelDims&) const = default;

@@ -381,6 +381,12 @@ std::map<int64_t, ExpertLoadStats> Model::end_global_batch(const CountReducer& r
   return out;
 }
 
+std::map<int64_t, DispatchStats> Model::take_dispatch_stats() const {
+  std::map<int64_t, DispatchStats> out;
+  for (const auto& [layer, moe] : moe_layers_) out[layer] = moe->take_dispatch_stats(grid_.ep());
+  return out;
+}
+
 std::vector<std::pair<std::string, Tensor>> Model::balancer_state() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (auto& [layer, moe] : moe_layers_) {

@@ -120,6 +120,8 @@ class Model {
   // its router bias from the histograms of the training forwards; returns the load statistics by
   // 0-based layer. `reduce` sums the counts across data-parallel ranks (none for one process).
   std::map<int64_t, ExpertLoadStats> end_global_batch(const CountReducer& reduce = nullptr);
+  // Per MoE layer, how its rows were dispatched over ep since the last call (collective over ep).
+  std::map<int64_t, DispatchStats> take_dispatch_stats() const;
   // The balancers' ranges, for checkpoints: one [2] tensor per MoE layer.
   std::vector<std::pair<std::string, Tensor>> balancer_state() const;
   void restore_balancer_state(const std::vector<std::pair<std::string, Tensor>>& tensors,

@@ -18,6 +18,7 @@ GroupPlaces places_of(const dist::ProcessGrid& grid) {
 
 ShardRuns shard_runs(const ParamInfo& p) {
   if (p.shape.empty()) return {1, 1, 1, 0};  // a scalar
+  if (!p.held()) return {0, 0, 0, 0};
   const size_t dim = p.shard.dim < 0 ? 0 : static_cast<size_t>(p.shard.dim);
   int64_t outer = 1, inner = 1;
   for (size_t k = 0; k < p.shape.size(); ++k)
@@ -76,6 +77,12 @@ int ParamRegistry::add(std::string name, Shape shape, ParamInit init, ShardSpec 
              " of size ", g.size);
     extent /= g.size;
     p.shard_start = extent * g.rank;
+  }
+  if (p.shard.expert_owned()) {
+    const GroupPlace& ep = place("ep");
+    K3_CHECK(p.shard.ep_owner < ep.size && !p.shape.empty(), "parameter '", p.name,
+             "' owned by ep rank ", p.shard.ep_owner, " of a group of size ", ep.size);
+    if (ep.rank != p.shard.ep_owner) p.local_shape[0] = 0;
   }
   p.offset = flat_size_;
   flat_size_ += (static_cast<size_t>(p.local_numel()) + 15) / 16 * 16;  // keep every tensor 64-byte aligned

@@ -28,13 +28,18 @@ namespace k3::model {
 //                        total (from its own heads, or its own tokens under sequence parallelism):
 //                        the gradients are summed over the group before the optimizer runs;
 //   dim = -1, no group   replicated, with the same gradient on every rank.
+// Independently, a routed expert's tensor has an owner under expert parallelism: only rank
+// `ep_owner` of the "ep" group holds it (split over tp or not, as above); every other ep rank
+// registers it with nothing held (local_numel() = 0), so every rank knows every tensor by name.
 struct ShardSpec {
   int dim = -1;
   std::string group;
+  int ep_owner = -1;  // -1: held on every ep rank
 
   static ShardSpec summed(std::string over) { return {-1, std::move(over)}; }
   bool split() const { return dim >= 0; }
   bool grad_summed_over(const std::string& g) const { return dim < 0 && group == g; }
+  bool expert_owned() const { return ep_owner >= 0; }
 };
 
 // This rank's place in each process group that parameters are split over, by group name; a group
@@ -70,12 +75,14 @@ struct ParamInfo {
   size_t offset = 0;  // in floats, into the flat buffers; 64-byte aligned
   int64_t numel() const { return shape_numel(shape); }  // of the global tensor
   int64_t local_numel() const { return shape_numel(local_shape); }
+  // False for an expert tensor another ep rank owns.
+  bool held() const { return local_numel() > 0 || numel() == 0; }
 };
 
 // Where a parameter's shard lies in its global tensor (row-major): `runs` runs of `length`
 // consecutive floats, one per index of the dimensions before the split one; run o is local
 // elements [o·length, (o+1)·length) and global elements from o·stride + first. A replicated
-// tensor is one run, the whole tensor.
+// tensor is one run, the whole tensor; a tensor not held, no run.
 struct ShardRuns {
   int64_t runs = 1, length = 0, stride = 0, first = 0;
 };

@@ -8,6 +8,7 @@ optim::ParamSet param_set(const model::ParamRegistry& params) {
   optim::ParamSet set;
   for (int i = 0; i < params.size(); ++i) {
     const model::ParamInfo& p = params.info(i);
+    if (!p.held()) continue;  // a routed expert another ep rank owns
     // A split over a group of one is no split; the optimizer puts shards together over tp only.
     const bool split = p.shard.dim >= 0 && params.place(p.shard.group).size > 1;
     K3_CHECK_CTX(!split || p.shard.group == "tp", (ErrorContext{"", p.name, -1}),

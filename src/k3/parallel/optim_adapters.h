@@ -9,7 +9,8 @@
 
 namespace k3::parallel {
 
-// The parameters as named ranges of the flat value and gradient buffers.
+// The parameters this rank holds as named ranges of the flat value and gradient buffers (under
+// expert parallelism, the routed experts of other ep ranks are left out: their owners update them).
 optim::ParamSet param_set(const model::ParamRegistry& params);
 // The head block sizes Per-Head Muon splits projections into (optim/param_groups.h).
 optim::HeadSizes head_sizes(const model::ModelConfig& c);

@@ -25,6 +25,35 @@ bool ends_mid_line(const std::string& path) {
   return in.get() != '\n';
 }
 
+model::DispatchStats parse_ranks(const json& j, const ErrorContext& ctx, int64_t line,
+                                 const std::string& layer) {
+  const auto counts = [&](const char* name) {
+    K3_CHECK_CTX(j.is_object() && j.contains(name) && j[name].is_array(), ctx, "line ", line,
+                 ", layer ", layer, ": \"ranks\" needs an array \"", name, "\"");
+    std::vector<int64_t> out;
+    for (const json& v : j[name]) {
+      K3_CHECK_CTX(v.is_number_unsigned(), ctx, "line ", line, ", layer ", layer, ": ", name,
+                   " must hold non-negative integers, found ", v.dump());
+      out.push_back(v.get<int64_t>());
+    }
+    return out;
+  };
+  const auto count = [&](const char* name) {
+    K3_CHECK_CTX(j.contains(name) && j[name].is_number_unsigned(), ctx, "line ", line, ", layer ",
+                 layer, ": \"ranks\" needs a count \"", name, "\"");
+    return j[name].get<int64_t>();
+  };
+  model::DispatchStats d;
+  d.home_rows = counts("home_rows");
+  d.rows = counts("rows");
+  K3_CHECK_CTX(d.rows.size() == d.home_rows.size(), ctx, "line ", line, ", layer ", layer,
+               ": ", d.rows.size(), " ranks' rows but ", d.home_rows.size(), " ranks' home rows");
+  d.replicas = count("replicas");
+  d.overflow = count("overflow");
+  d.bytes = count("bytes");
+  return d;
+}
+
 ExpertLoadRecord parse_record(const json& j, const std::string& path, int64_t line) {
   const ErrorContext ctx{path, "", -1};
   K3_CHECK_CTX(j.is_object() && j.contains("step") && j["step"].is_number_integer() &&
@@ -49,6 +78,7 @@ ExpertLoadRecord parse_record(const json& j, const std::string& path, int64_t li
     }
     r.layers[std::stoll(key)] =
         model::ExpertLoadStats::of(std::move(load), layer["tokens"].get<int64_t>());
+    if (layer.contains("ranks")) r.dispatch[std::stoll(key)] = parse_ranks(layer["ranks"], ctx, line, key);
   }
   return r;
 }
@@ -72,7 +102,8 @@ std::string expert_load_path(const std::string& run_dir) {
 }
 
 void append_expert_load(const std::string& run_dir, int64_t step,
-                        const std::map<int64_t, model::ExpertLoadStats>& layers) {
+                        const std::map<int64_t, model::ExpertLoadStats>& layers,
+                        const std::map<int64_t, model::DispatchStats>& dispatch) {
   std::filesystem::create_directories(run_dir);
   const std::string path = expert_load_path(run_dir);
   nlohmann::ordered_json record{{"step", step}, {"layers", nlohmann::ordered_json::object()}};
@@ -80,6 +111,12 @@ void append_expert_load(const std::string& run_dir, int64_t step,
     record["layers"][std::to_string(layer)] = {{"tokens", st.tokens}, {"load", st.load},
                                                {"maxvio", st.maxvio}, {"min", st.min_load},
                                                {"max", st.max_load},  {"idle", st.idle}};
+  for (const auto& [layer, d] : dispatch)
+    record["layers"][std::to_string(layer)]["ranks"] = {{"home_rows", d.home_rows},
+                                                        {"rows", d.rows},
+                                                        {"replicas", d.replicas},
+                                                        {"overflow", d.overflow},
+                                                        {"bytes", d.bytes}};
   const std::string line = (ends_mid_line(path) ? "\n" : "") + record.dump() + "\n";
   std::ofstream out(path, std::ios::app | std::ios::binary);
   K3_CHECK_CTX(out, (ErrorContext{path, "", -1}), "cannot open for appending");

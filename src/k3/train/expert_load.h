@@ -3,7 +3,10 @@
 //   {"step": 120, "layers": {"1": {"tokens": 4096, "load": [530, 498, ...], "maxvio": 0.29,
 //                                  "min": 402, "max": 661, "idle": 0}, "2": {...}}}
 // "load" counts token-slots per expert (they sum to tokens·k); maxvio, min, max and idle follow
-// from it and are written for readers of the raw file.
+// from it and are written for readers of the raw file. Under expert parallelism a layer also has
+//   "ranks": {"home_rows": [...], "rows": [...], "replicas": 6, "overflow": 0, "bytes": 81920}
+// per ep rank: the rows routed to its home experts (what it computes without MoonEP) and the
+// rows it computed; replica slots used, the largest plan overflow and bytes sent, over all ranks.
 #pragma once
 
 #include <cstddef>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "k3/base/svg_plot.h"
+#include "k3/model/experts/routed_experts.h"
 #include "k3/model/quantile_balancing.h"
 
 namespace k3::train {
@@ -22,11 +26,13 @@ std::string expert_load_path(const std::string& run_dir);  // RUN_DIR/expert_loa
 // Appends one record (the trainer calls it once per global batch, after the Quantile Balancing
 // update), flushed at once. Creates the directory and file when missing.
 void append_expert_load(const std::string& run_dir, int64_t step,
-                        const std::map<int64_t, model::ExpertLoadStats>& layers);
+                        const std::map<int64_t, model::ExpertLoadStats>& layers,
+                        const std::map<int64_t, model::DispatchStats>& dispatch = {});
 
 struct ExpertLoadRecord {
   int64_t step = 0;
   std::map<int64_t, model::ExpertLoadStats> layers;
+  std::map<int64_t, model::DispatchStats> dispatch;  // layers with "ranks"
 };
 
 // The records in step order. A record whose step is not after the previous one starts the history

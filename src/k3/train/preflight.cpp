@@ -200,15 +200,16 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
                "·", p.tp, "·", p.pp, "·", p.ep, "·", p.cp, " = ", product, " but the job has ",
                world_size, " process", world_size == 1 ? "" : "es",
                world_size == 1 ? " (start it with mpirun -np N, or set parallel.dp=1)" : "");
-  for (auto [key, n] :
-       {std::pair{"parallel.pp", p.pp}, {"parallel.ep", p.ep}, {"parallel.cp", p.cp}})
+  for (auto [key, n] : {std::pair{"parallel.pp", p.pp}, {"parallel.cp", p.cp}})
     K3_CHECK_CTX(n == 1, (ErrorContext{"", key, -1}), key, " = ", n,
-                 ": only data and tensor parallelism (parallel.dp, parallel.tp) are available in "
-                 "this version");
-  K3_CHECK_CTX(train.batch_size % p.dp == 0, (ErrorContext{"", "train.batch_size", -1}),
-               "the global batch of ", train.batch_size,
-               " sequences does not split over dp = ", p.dp, " ranks: use a multiple of ", p.dp);
-  const int64_t tokens = train.batch_size / p.dp * seq_len;
+                 ": only data, tensor and expert parallelism (parallel.dp, parallel.tp, "
+                 "parallel.ep) are available in this version");
+  // The ep ranks are carved out of the data-parallel ones: each reads its own sequences.
+  const int64_t readers = p.dp * p.ep;
+  K3_CHECK_CTX(train.batch_size % readers == 0, (ErrorContext{"", "train.batch_size", -1}),
+               "the global batch of ", train.batch_size, " sequences does not split over dp·ep = ",
+               readers, " ranks: use a multiple of ", readers);
+  const int64_t tokens = train.batch_size / readers * seq_len;
   K3_CHECK_CTX(!p.sequence_parallel || tokens % p.tp == 0, (ErrorContext{"", "data.seq_len", -1}),
                "sequence parallelism splits each rank's ", tokens,
                " tokens per micro-batch (batch_size / dp · seq_len) over tp = ", p.tp,
@@ -225,7 +226,8 @@ PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc)
   check_model_for_run(mc, config, *tokenizer);
   // Rank 0's shard of the parameters (the others' are the same size); activations as in one
   // process, an upper bound.
-  const model::Model described(mc, {{"tp", {static_cast<int>(config.parallel.tp), 0}}});
+  const model::Model described(mc, {{"tp", {static_cast<int>(config.parallel.tp), 0}},
+                                    {"ep", {static_cast<int>(config.parallel.ep), 0}}});
   r.memory = estimate_run_memory(described, config, expected_tokens(config.data));
   r.limit = memory_limit(config.run.memory_limit_gib);
   check_memory(r.memory, r.limit, config);

@@ -263,6 +263,11 @@ const std::vector<Field>& fields() {
           "1: reduce gradient buckets during the backward; 0: after it"),
     field("parallel.sequence_parallel", &R::parallel, &P::sequence_parallel, within_int(0, 1),
           "1: split the residual stream's tokens over tp between the layers' regions"),
+    field("parallel.moe_dispatch", &R::parallel, &P::moe_dispatch, one_of({"alltoall", "moonep"}),
+          "under ep: alltoall sends each row to its expert's home rank; moonep balances every "
+          "rank at exactly S·K rows with replicas"),
+    field("parallel.moonep_slots", &R::parallel, &P::moonep_slots, at_least<I>(0),
+          "MoonEP: replicas of other ranks' experts one rank may host per MoE layer"),
   };
   // clang-format on
   return table;

@@ -93,6 +93,8 @@ struct ParallelSection {
   double bucket_mib = 4;          // gradient-reduction bucket size
   int64_t overlap = 1;            // 1: reduce buckets during the backward; 0: after it
   int64_t sequence_parallel = 0;  // 1: the residual stream's tokens split over tp
+  std::string moe_dispatch = "alltoall";  // under ep: "alltoall" (baseline) or "moonep"
+  int64_t moonep_slots = 2;               // MoonEP: replica slots per rank
   bool operator==(const ParallelSection&) const = default;
 };
 

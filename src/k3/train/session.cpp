@@ -1,6 +1,8 @@
 #include "k3/train/session.h"
 
 #include <algorithm>
+#include <map>
+#include <sstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -84,16 +86,45 @@ data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokeniz
   return data::load_dataset(spec, tokenizer);
 }
 
-std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& optimizer) {
-  std::vector<TensorSource> out;
-  const auto& parts = optimizer.state_parts();
-  for (size_t i = 0; i < parts.size(); ++i)
-    out.push_back({parts[i].name, parts[i].shape,
-                   [&optimizer, i](float* values) { optimizer.gather_state_into(i, values); }});
+namespace {
+
+// Every ep rank's list of (name, shape) of its routed experts' state tensors: one all-gather of
+// the sizes, one of the text ("name d0 d1 ...\n" per tensor, as int32 characters).
+std::vector<std::vector<std::pair<std::string, Shape>>> owned_state_lists(
+    const std::vector<std::pair<std::string, Shape>>& mine, const dist::Comm& ep) {
+  std::string text;
+  for (const auto& [name, shape] : mine) {
+    text += name;
+    for (int64_t d : shape) text += " " + std::to_string(d);
+    text += "\n";
+  }
+  std::vector<int64_t> sizes(static_cast<size_t>(ep.size()), 0);
+  sizes[static_cast<size_t>(ep.rank())] = static_cast<int64_t>(text.size());
+  ep.all_gather(sizes.data(), std::vector<int64_t>(sizes.size(), 1));
+  std::vector<int32_t> chars;
+  for (int r = 0; r < ep.size(); ++r)
+    for (int64_t i = 0; i < sizes[static_cast<size_t>(r)]; ++i)
+      chars.push_back(r == ep.rank() ? static_cast<int32_t>(static_cast<unsigned char>(text[i])) : 0);
+  ep.all_gather(chars.data(), sizes);
+  std::vector<std::vector<std::pair<std::string, Shape>>> out(static_cast<size_t>(ep.size()));
+  size_t at = 0;
+  for (int r = 0; r < ep.size(); ++r) {
+    std::string all;
+    for (int64_t i = 0; i < sizes[static_cast<size_t>(r)]; ++i) all += static_cast<char>(chars[at++]);
+    std::istringstream lines(all);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream words(line);
+      std::pair<std::string, Shape> t;
+      words >> t.first;
+      for (int64_t d; words >> d;) t.second.push_back(d);
+      out[static_cast<size_t>(r)].push_back(std::move(t));
+    }
+  }
   return out;
 }
 
-void global_weight(const model::Model& model, int i, float* out) {
+// Parameter i, which this rank holds (its tp shard, gathered over tp when split), whole.
+void whole_weight(const model::Model& model, int i, float* out) {
   const model::ParamRegistry& params = model.params();
   const model::ParamInfo& p = params.info(i);
   if (p.local_numel() == p.numel()) {
@@ -106,6 +137,56 @@ void global_weight(const model::Model& model, int i, float* out) {
   std::fill(out, out + p.numel(), 0.f);
   model::copy_shard_to_global(p, params.value(i).f32(), out);
   model.grid().tp().all_reduce(out, p.numel());
+}
+
+}  // namespace
+
+std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& optimizer,
+                                            const model::Model& model) {
+  std::vector<TensorSource> out;
+  const auto& parts = optimizer.state_parts();
+  const dist::Comm& ep = model.grid().ep();
+  // A state tensor is named "<kind>.<parameter>".
+  const auto expert = [&](const std::string& state) {
+    const int i = model.params().find(state.substr(state.find('.') + 1));
+    return ep.size() > 1 && i >= 0 && model.params().info(i).shard.expert_owned();
+  };
+  std::vector<std::pair<std::string, Shape>> owned;
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (expert(parts[i].name)) {
+      owned.emplace_back(parts[i].name, parts[i].shape);
+      index[parts[i].name] = i;
+      continue;
+    }
+    out.push_back({parts[i].name, parts[i].shape,
+                   [&optimizer, i](float* values) { optimizer.gather_state_into(i, values); }});
+  }
+  if (ep.size() == 1) return out;
+  const auto lists = owned_state_lists(owned, ep);
+  for (int r = 0; r < ep.size(); ++r)
+    for (const auto& [name, shape] : lists[static_cast<size_t>(r)]) {
+      const int64_t n = shape_numel(shape);
+      const bool mine = r == ep.rank();
+      const size_t i = mine ? index.at(name) : 0;
+      out.push_back({name, shape, [&optimizer, &ep, mine, i, r, n](float* values) {
+                       if (mine) optimizer.gather_state_into(i, values);
+                       ep.broadcast(values, n, r);
+                     }});
+    }
+  return out;
+}
+
+void global_weight(const model::Model& model, int i, float* out) {
+  const model::ParamRegistry& params = model.params();
+  const model::ParamInfo& p = params.info(i);
+  const dist::Comm& ep = model.grid().ep();
+  if (p.shard.expert_owned() && ep.size() > 1) {  // the owner gathers it, then broadcasts it
+    if (p.held()) whole_weight(model, i, out);
+    ep.broadcast(out, p.numel(), p.shard.ep_owner);
+    return;
+  }
+  whole_weight(model, i, out);
 }
 
 CheckpointContents make_checkpoint(const Session& s, std::vector<TensorSource> optimizer_state,

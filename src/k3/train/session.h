@@ -75,11 +75,15 @@ nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 CheckpointContents make_checkpoint(const Session& s, std::vector<TensorSource> optimizer_state,
                                    nlohmann::json manifest);
 // The optimizer's state tensors as sources, each gathered in global coordinates on its own when
-// the save comes to it (collective over the optimizer's state group).
-std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& optimizer);
+// the save comes to it (collective over the optimizer's state group). Under expert parallelism
+// the routed experts' state lives on their owners: the list names every ep rank's (the dense
+// tensors, then each ep rank's experts in rank order; the names travel once over ep), and each
+// expert tensor is broadcast from its owner, so every rank walks the same list.
+std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& optimizer,
+                                            const model::Model& model);
 // Parameter I's global values into OUT (numel floats). A parameter split over tp is gathered
-// over the model's tp group, so every rank of that group must call it for the same I; a whole one
-// (replicated, or one rank) is copied.
+// over the model's tp group, and a routed expert under expert parallelism over ep, so every rank
+// of those groups must call it for the same I; a whole one (replicated, or one rank) is copied.
 void global_weight(const model::Model& model, int i, float* out);
 // Reads each parameter's global tensor from the checkpoint into one buffer (the largest
 // parameter's size) and copies this rank's shard of it into the model, so that a checkpoint loads

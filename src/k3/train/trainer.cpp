@@ -84,14 +84,17 @@ dist::ParallelDims dims_of(const ParallelSection& p) {
           .ep = static_cast<int>(p.ep),
           .dp = static_cast<int>(p.dp),
           .pp = static_cast<int>(p.pp),
-          .sequence_parallel = p.sequence_parallel != 0};
+          .sequence_parallel = p.sequence_parallel != 0,
+          .moonep = p.moe_dispatch == "moonep",
+          .moonep_slots = static_cast<int>(p.moonep_slots)};
 }
 
-// The ranks that hold the lead's model replica (its tp group): evaluation and sampling run on them
-// alone, since a tensor-parallel forward needs every rank of its group.
+// The ranks that hold the lead's model replica (its tp and ep groups): evaluation and sampling run
+// on them alone, since a tensor- or expert-parallel forward needs every rank of its groups (the
+// ep ranks then all run the same tokens).
 bool in_lead_group(const dist::ProcessGrid& grid) {
   const dist::GridCoord& c = grid.coord();
-  return c.dp == 0 && c.cp == 0 && c.ep == 0 && c.pp == 0;
+  return c.dp == 0 && c.cp == 0 && c.pp == 0;
 }
 
 nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
@@ -171,7 +174,7 @@ class Run {
   const StopSignals& stop_;
   const dist::ProcessGrid& grid_;
   bool lead_;
-  bool lead_group_;  // the lead's tensor-parallel group: they evaluate and sample together
+  bool lead_group_;  // the lead's tp × ep ranks: they evaluate and sample together
   std::unique_ptr<Session> s_;
   parallel::DataParallel dp_;  // before the data: a bad optimizer rule is reported first
   optim::Schedule schedule_;
@@ -286,7 +289,26 @@ void Run::balance_experts(nlohmann::json& record) {
   // router bias identically.
   const std::map<int64_t, model::ExpertLoadStats> stats =
       s_->model->end_global_batch(dp_.count_reducer());
+  std::map<int64_t, model::DispatchStats> dispatch;
+  if (grid_.ep().size() > 1) dispatch = s_->model->take_dispatch_stats();
   if (stats.empty() || !lead_) return;
+  for (const auto& [layer, d] : dispatch) {
+    const std::string l = std::to_string(layer);
+    const auto spread = [](const std::vector<int64_t>& rows) {
+      double sum = 0;
+      for (int64_t r : rows) sum += static_cast<double>(r);
+      const double mean = sum / static_cast<double>(rows.size());
+      return std::pair{*std::max_element(rows.begin(), rows.end()), mean};
+    };
+    const auto [max, mean] = spread(d.rows);
+    const auto [home_max, home_mean] = spread(d.home_rows);
+    record["moe.rows_max." + l] = max;
+    record["moe.rows_mean." + l] = mean;
+    record["moe.home_rows_max." + l] = home_max;
+    record["moe.replicas." + l] = d.replicas;
+    record["moe.overflow." + l] = d.overflow;
+    record["moe.bytes." + l] = d.bytes;
+  }
   double worst = 0;
   for (auto& [layer, st] : stats) {
     const std::string l = std::to_string(layer);
@@ -297,7 +319,7 @@ void Run::balance_experts(nlohmann::json& record) {
     worst = std::max(worst, st.maxvio);
   }
   record["moe.maxvio"] = worst;
-  append_expert_load(run_dir_, step_, stats);
+  append_expert_load(run_dir_, step_, stats, dispatch);
 }
 
 void Run::evaluate_now(nlohmann::json& record) {
@@ -325,7 +347,7 @@ std::string Run::checkpoint_now() {
   // Every rank runs the save's fills, each gathering one tensor in global coordinates from the
   // ranks' shards; the lead alone writes.
   last_checkpoint_ = save_checkpoint(
-      run_dir_, step_, make_checkpoint(*s_, optimizer_sources(dp_.optimizer()), manifest),
+      run_dir_, step_, make_checkpoint(*s_, optimizer_sources(dp_.optimizer(), *s_->model), manifest),
       static_cast<int>(s_->config.checkpoint.keep_last),
       /*writer=*/lead_);
   checkpoint_step_ = step_;

@@ -6,7 +6,6 @@
 
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
-#include "k3/base/threads.h"
 #include "k3/kernels/elementwise.h"
 #include "k3/kernels/moe_permute.h"
 #include "k3/model/layers/tp_region.h"
@@ -15,57 +14,7 @@ namespace k3::model {
 namespace {
 
 constexpr int64_t kParallelMin = 1 << 15;
-// Below this many FLOPs per GEMM, oneDNN's own threads cost more than they save (as in
-// gemm_batched): such experts run side by side, one per thread.
-constexpr double kSmallGemmFlops = 64e6;
 constexpr float kWeightEps = 1e-20f;  // math §5: p_e = s_e / (Σ s + 1e-20)
-
-// The permutation of the (token, slot) pairs by expert, its arrays in the arena.
-kernels::MoePermutePlan make_plan(Arena& arena, const int32_t* ids, int64_t tokens, int64_t k,
-                                  int64_t experts) {
-  const size_t pairs = static_cast<size_t>(tokens * k);
-  kernels::MoePermutePlan plan{tokens,
-                               k,
-                               experts,
-                               arena.allocate_array<int64_t>(static_cast<size_t>(experts + 1)),
-                               arena.allocate_array<int64_t>(pairs),
-                               arena.allocate_array<int64_t>(pairs)};
-  kernels::moe_permute_plan(ids, plan);
-  return plan;
-}
-
-// Runs body(expert, first_row, rows) for each expert that received tokens, largest first. Many
-// small experts run side by side, one per thread (each GEMM then single-threaded); otherwise one
-// after another, each GEMM using every thread (the threading policy in base/threads.h). Each
-// expert writes only its own rows and its own gradient block: experts never race, and the order
-// in which they run does not change the result.
-template <typename Body>
-void for_each_expert(const kernels::MoePermutePlan& plan, int64_t gemm_flops_per_row, Body body) {
-  std::vector<int64_t> busy;
-  for (int64_t e = 0; e < plan.experts; ++e)
-    if (plan.rows(e) > 0) busy.push_back(e);
-  std::stable_sort(busy.begin(), busy.end(),
-                   [&](int64_t a, int64_t b) { return plan.rows(a) > plan.rows(b); });
-  const int64_t n = static_cast<int64_t>(busy.size());
-  const double mean_flops =
-      n ? static_cast<double>(gemm_flops_per_row * plan.offsets[plan.experts]) /
-              static_cast<double>(n)
-        : 0;
-  const bool side_by_side = n >= num_threads() && mean_flops < kSmallGemmFlops;
-#pragma omp parallel for schedule(dynamic, 1) if (side_by_side)
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t e = busy[i];
-    body(e, plan.offsets[e], plan.rows(e));
-  }
-}
-
-// The expert ids forward saved as (exact) floats.
-int32_t* load_ids(const Step& s, const std::string& name, int64_t n) {
-  const float* f = s.load(name);
-  int32_t* ids = s.arena.allocate_array<int32_t>(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(f[i]);
-  return ids;
-}
 
 }  // namespace
 
@@ -93,12 +42,11 @@ LatentMoE::LatentMoE(ParamRegistry& reg, const std::string& prefix, const ModelC
                "expected a non-negative value, got ", c.num_shared_experts);
   K3_CHECK_CTX(k_ < experts_, (ErrorContext{c.source, "num_experts_per_token", -1}),
                "must be below num_experts (", experts_, ") for Quantile Balancing, got ", k_);
-  act_ = glu_params(c);
   const float std = static_cast<float>(c.initializer_range);
   const float out_std = c.output_init_std();
 
-  // Under tensor parallelism (without expert parallelism) each expert's intermediate dimension is
-  // split over tp: w1 and w3 column-parallel, w2 row-parallel, and so are the shared experts. The
+  // Under tensor parallelism each expert's intermediate dimension is split over tp: w1 and w3
+  // column-parallel, w2 row-parallel (experts/routed_experts.h), and so are the shared experts'. The
   // router and the latent down-projection are replicated and feed only this rank's slices
   // (summed); the latent norm and up-projection are replicated and see whole values.
   router_ = Linear(reg, prefix + ".gate", hidden_, experts_, std, LinearMode::summed);
@@ -108,14 +56,8 @@ LatentMoE::LatentMoE(ParamRegistry& reg, const std::string& prefix, const ModelC
   latent_norm_ =
       RMSNorm(reg, prefix + ".routed_expert_norm", latent_, static_cast<float>(c.rms_norm_eps));
   latent_up_ = Linear(reg, prefix + ".routed_expert_up_proj", latent_, hidden_, out_std);
-  routed_.resize(static_cast<size_t>(experts_));
-  for (int64_t e = 0; e < experts_; ++e) {
-    const std::string name = prefix + ".experts." + std::to_string(e);
-    routed_[e] = {Linear(reg, name + ".w1", latent_, width_, std, LinearMode::column),
-                  Linear(reg, name + ".w3", latent_, width_, std, LinearMode::column),
-                  Linear(reg, name + ".w2", width_, latent_, out_std, LinearMode::row)};
-  }
-  width_ = routed_[0].w1.out();  // this rank's
+  routed_ = RoutedExperts(reg, prefix, c);
+  width_ = routed_.width();  // this rank's
   if (shared_width_ > 0) shared_.emplace(reg, prefix + ".shared_experts", c, shared_width_);
   balancer_ = QuantileBalancer(experts_, k_);
 }
@@ -145,49 +87,41 @@ void LatentMoE::route(const Step& s, const float* x, int64_t rows, float* scores
 
 void LatentMoE::forward(const Step& s, const float* x, int64_t tokens, float* out) const {
   const TpRegion region(s, tokens, hidden_);
-  const int64_t rows = tokens, E = experts_, L = latent_, F = width_, pairs = rows * k_;
+  const int64_t rows = tokens, E = experts_, L = latent_, pairs = rows * k_;
   // What backward reads, allocated before the scratch scopes below.
   float *scores = s.alloc(rows * E), *ids_saved = s.alloc(pairs), *weights = s.alloc(pairs);
-  float *z = s.alloc(rows * L), *g = s.alloc(pairs * F), *u = s.alloc(pairs * F);
-  float *y = s.alloc(pairs * L), *r = s.alloc(rows * L), *r_norm = s.alloc(rows * L);
-  float* r_rstd = s.alloc(rows);
+  float *z = s.alloc(rows * L), *y = s.alloc(pairs * L), *r = s.alloc(rows * L);
+  float *r_norm = s.alloc(rows * L), *r_rstd = s.alloc(rows);
   const std::optional<GluMlp::Acts> shared_acts =
       shared_ ? std::optional(shared_->alloc_acts(s, rows)) : std::nullopt;
   {
-    ArenaScope scratch(s.arena);  // the gathered input, the partial output
+    ArenaScope scratch(s.arena);  // the gathered input, the shared experts' partial output
     const float* xa = region.enter(x);
     float* partial = region.partial(out);
     if (shared_)
       shared_->forward_part(s, xa, rows, *shared_acts, partial);
     else
       std::fill(partial, partial + rows * hidden_, 0.f);
-    {
-      ArenaScope inner(s.arena);
-      int32_t* ids = s.arena.allocate_array<int32_t>(static_cast<size_t>(pairs));
-      float* alpha = s.alloc(rows);
-      route(s, xa, rows, scores, ids, weights, alpha);
-      if (s.training) balancer_.observe(scores, alpha, ids, rows);
-      // Ids are saved as (exact) floats: every saved activation is a float tensor.
-      for (int64_t p = 0; p < pairs; ++p) ids_saved[p] = static_cast<float>(ids[p]);
-
-      latent_down_.forward(s, xa, rows, z);
-      const kernels::MoePermutePlan plan = make_plan(s.arena, ids, rows, k_, E);
-      float *zp = s.alloc(pairs * L), *h = s.alloc(pairs * F);
-      kernels::moe_permute(plan, z, L, zp);
-      for_each_expert(plan, 2 * F * L, [&](int64_t e, int64_t first, int64_t n) {
-        const Expert& ex = routed_[e];
-        ex.w1.forward(s, zp + first * L, n, g + first * F);
-        ex.w3.forward(s, zp + first * L, n, u + first * F);
-        kernels::glu_forward(act_, g + first * F, u + first * F, h + first * F, n * F);
-        ex.w2.forward(s, h + first * F, n, y + first * L);
-      });
-      kernels::moe_unpermute(plan, y, weights, L, r);
-    }
+    region.leave(partial, out);
+    int32_t* ids = s.arena.allocate_array<int32_t>(static_cast<size_t>(pairs));
+    float* alpha = s.alloc(rows);
+    route(s, xa, rows, scores, ids, weights, alpha);
+    if (s.training) balancer_.observe(scores, alpha, ids, rows);
+    // Ids are saved as (exact) floats: every saved activation is a float tensor.
+    for (int64_t p = 0; p < pairs; ++p) ids_saved[p] = static_cast<float>(ids[p]);
+    latent_down_.forward(s, xa, rows, z);
+  }
+  // Outside any scope: under expert parallelism what it keeps for backward has a size only the
+  // step's routing decides.
+  routed_.forward(s, ids_saved, rows, z, y);
+  {
+    ArenaScope scratch(s.arena);
+    const kernels::MoePermutePlan plan = plan_rows(s.arena, ids_saved, rows, k_, E);
+    kernels::moe_unpermute(plan, y, weights, L, r);
     s.grid.tp().all_reduce(r, rows * L);  // each rank's slice of every expert's output, summed
     latent_norm_.forward(s, r, rows, r_norm, r_rstd);
     float* routed = s.alloc(rows * hidden_);
     latent_up_.forward(s, r_norm, rows, routed);
-    region.leave(partial, out);
     kernels::add_inplace(out, region.local(routed), region.rows() * hidden_);
   }
   s.save(prefix_ + ".x", x, region.rows() * hidden_);
@@ -195,8 +129,6 @@ void LatentMoE::forward(const Step& s, const float* x, int64_t tokens, float* ou
   s.save(prefix_ + ".ids", ids_saved, pairs);
   s.save(prefix_ + ".weights", weights, pairs);
   s.save(prefix_ + ".z", z, rows * L);
-  s.save(prefix_ + ".gate", g, pairs * F);
-  s.save(prefix_ + ".up", u, pairs * F);
   s.save(prefix_ + ".expert_out", y, pairs * L);
   s.save(prefix_ + ".r_norm", r_norm, rows * L);
 }
@@ -232,12 +164,10 @@ void LatentMoE::router_backward(const float* scores, const int32_t* ids, const f
 void LatentMoE::backward(const Step& s, const float* dout, int64_t tokens, float* dx) const {
   ArenaScope scope(s.arena);
   const TpRegion region(s, tokens, hidden_);
-  const int64_t rows = tokens, E = experts_, L = latent_, F = width_, pairs = rows * k_;
+  const int64_t rows = tokens, E = experts_, L = latent_, pairs = rows * k_;
   const float *scores = s.load(prefix_ + ".scores"), *weights = s.load(prefix_ + ".weights");
-  const float *z = s.load(prefix_ + ".z"), *g = s.load(prefix_ + ".gate"),
-              *u = s.load(prefix_ + ".up");
   const float *y = s.load(prefix_ + ".expert_out"), *r_norm = s.load(prefix_ + ".r_norm");
-  const int32_t* ids = load_ids(s, prefix_ + ".ids", pairs);
+  const float* ids_saved = s.load(prefix_ + ".ids");
   const float* dy_all = region.leave_backward(dout);
   const float* xa = region.enter(s.load(prefix_ + ".x"));
   float* partial = region.partial(dx);
@@ -251,28 +181,15 @@ void LatentMoE::backward(const Step& s, const float* dout, int64_t tokens, float
   latent_up_.backward(s, r_norm, dy_all, rows, dr_norm, false);
   latent_norm_.backward(s, dr_norm, rows, dr, false);
 
-  const kernels::MoePermutePlan plan = make_plan(s.arena, ids, rows, k_, E);
+  const kernels::MoePermutePlan plan = plan_rows(s.arena, ids_saved, rows, k_, E);
   float *dy = s.alloc(pairs * L), *dweights = s.alloc(pairs);
   kernels::moe_unpermute_backward(plan, y, weights, dr, L, dy, dweights);
-
-  float *zp = s.alloc(pairs * L), *dzp = s.alloc(pairs * L);
-  float *h = s.alloc(pairs * F), *dh = s.alloc(pairs * F), *dg = s.alloc(pairs * F),
-        *du = s.alloc(pairs * F);
-  kernels::moe_permute(plan, z, L, zp);
-  for_each_expert(plan, 2 * F * L, [&](int64_t e, int64_t first, int64_t n) {
-    const Expert& ex = routed_[e];
-    const int64_t a = first * F, b = first * L;
-    // h is recomputed rather than saved: one cheap elementwise pass for a quarter of the memory.
-    kernels::glu_forward(act_, g + a, u + a, h + a, n * F);
-    ex.w2.backward(s, h + a, dy + b, n, dh + a, false);
-    kernels::glu_backward(act_, g + a, u + a, dh + a, dg + a, du + a, n * F);
-    ex.w1.backward(s, zp + b, dg + a, n, dzp + b, false);
-    ex.w3.backward(s, zp + b, du + a, n, dzp + b, true);
-  });
   float* dz = s.alloc(rows * L);
-  kernels::moe_permute_backward(plan, dzp, L, dz);
+  routed_.backward(s, plan, dy, dz);
   latent_down_.backward(s, xa, dz, rows, partial, true);
 
+  int32_t* ids = s.arena.allocate_array<int32_t>(static_cast<size_t>(pairs));
+  for (int64_t p = 0; p < pairs; ++p) ids[p] = static_cast<int32_t>(ids_saved[p]);
   float* dlogits = s.alloc(rows * E);
   router_backward(scores, ids, dweights, rows, dlogits);
   router_.backward(s, xa, dlogits, rows, partial, true);

@@ -5,7 +5,8 @@
 //   z = W_lat_down x;  r = Σ_e p_e W2_e SiTU(W1_e z, W3_e z);  routed = W_lat_up RMSNorm_L(r);
 //   shared = the S shared experts fused into one SiTU-GLU of width S·F;  out = routed + shared.
 // Expert compute is grouped: the (token, slot) pairs are sorted by expert (kernels/moe_permute.h),
-// so each expert runs one GEMM per weight over its contiguous rows.
+// so each expert runs one GEMM per weight over its contiguous rows; under expert parallelism the
+// rows travel to the experts' ranks (experts/routed_experts.h).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 
 #include "k3/kernels/glu.h"
 #include "k3/model/config.h"
+#include "k3/model/experts/routed_experts.h"
 #include "k3/model/layers/linear.h"
 #include "k3/model/layers/mixer.h"
 #include "k3/model/layers/mlp.h"
@@ -48,6 +50,8 @@ class LatentMoE final : public FeedForward {
   // Returns the batch's expert-load statistics, also kept as load_stats().
   const ExpertLoadStats& end_global_batch(ParamRegistry& reg, const CountReducer& reduce = nullptr);
   const ExpertLoadStats& load_stats() const { return balancer_.last_stats(); }
+  // The routed rows' dispatch since the last call (experts/routed_experts.h); collective over ep.
+  DispatchStats take_dispatch_stats(const dist::Comm& ep) const { return routed_.take_stats(ep); }
 
   // The balancer's range must be checkpointed with the bias: fp32 [2] = {lo, hi} under this name.
   std::string balancer_state_name() const { return prefix_ + ".quantile_balancing.range"; }
@@ -68,9 +72,6 @@ class LatentMoE final : public FeedForward {
   static ArenaUse arena_use(const ModelConfig& c, int64_t rows);
 
  private:
-  struct Expert {
-    Linear w1, w3, w2;
-  };
   // Router scores, chosen experts, routing weights and cutoffs α for every token.
   void route(const Step& s, const float* x, int64_t rows, float* scores, int32_t* ids,
              float* weights, float* alpha) const;
@@ -81,11 +82,10 @@ class LatentMoE final : public FeedForward {
   // width_: this rank's slice of each expert's intermediate dimension (all of it without tp).
   int64_t hidden_ = 0, experts_ = 0, k_ = 0, width_ = 0, latent_ = 0, shared_width_ = 0;
   float scaling_ = 1.f;
-  kernels::GluParams act_;
   Linear router_, latent_down_, latent_up_;
   int bias_ = -1;
   RMSNorm latent_norm_;
-  std::vector<Expert> routed_;
+  RoutedExperts routed_;
   std::optional<GluMlp> shared_;       // absent when num_shared_experts = 0
   mutable QuantileBalancer balancer_;  // forward adds to its counts
 };

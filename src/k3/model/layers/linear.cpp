@@ -19,11 +19,14 @@ ShardSpec shard_of(LinearMode mode) {
 }
 
 Linear::Linear(ParamRegistry& reg, const std::string& name, int64_t in, int64_t out, float std,
-               LinearMode mode)
-    : w_(reg.add(name + ".weight", {out, in}, ParamInit::normal(std), shard_of(mode))),
-      in_(reg.info(w_).local_shape[1]),
-      out_(reg.info(w_).local_shape[0]),
-      mode_(mode) {}
+               LinearMode mode, int ep_owner)
+    : mode_(mode) {
+  ShardSpec shard = shard_of(mode);
+  shard.ep_owner = ep_owner;
+  w_ = reg.add(name + ".weight", {out, in}, ParamInit::normal(std), shard);
+  in_ = reg.info(w_).local_shape[1];
+  out_ = reg.info(w_).local_shape[0];
+}
 
 void Linear::forward(const Step& s, const float* x, int64_t rows, float* y) const {
   kernels::gemm(false, true, rows, out_, in_, 1.f, x, s.params.value(w_).f32(), 0.f, y);

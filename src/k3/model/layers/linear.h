@@ -26,8 +26,9 @@ class Linear {
   Linear() = default;
   // Registers `name`.weight with global shape [out, in], initialized N(0, std²), laid out over
   // the registry's "tp" group as `mode` says; in() and out() are this rank's (local) sizes.
+  // ep_owner >= 0: a routed expert's weight, held only by that rank of the "ep" group (ShardSpec).
   Linear(ParamRegistry& reg, const std::string& name, int64_t in, int64_t out, float std,
-         LinearMode mode = LinearMode::replicated);
+         LinearMode mode = LinearMode::replicated, int ep_owner = -1);
 
   // x [rows, in()], y [rows, out()].
   void forward(const Step& s, const float* x, int64_t rows, float* y) const;

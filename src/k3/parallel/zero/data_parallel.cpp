@@ -15,20 +15,26 @@ DataParallel::DataParallel(model::Model& model, const dist::ProcessGrid& grid,
     : model_(model),
       dp_(grid.dp()),
       tp_(grid.tp()),
-      tp_runs_(tp_runs(model.params(), tp_.size())),
+      ep_(grid.ep()),
+      data_(grid.replica()),
+      data_rank_(grid.coord().ep + grid.dims().ep * grid.coord().dp),
+      data_ranks_(grid.dims().ep * grid.dims().dp),
+      norm_runs_(norm_runs(model.params(), tp_.size(), ep_.size())),
       options_(options),
       layout_(model.params(), dp_.size(), dp_.rank(), options.bucket_floats),
-      sync_(model.params(), layout_, dp_, tp_, options.zero, options.overlap),
+      sync_(model.params(), layout_, dp_, tp_, ep_, options.zero, options.overlap),
       optimizer_(param_set(model.params()), plan, config, layout_, grid, options.zero) {}
 
-std::vector<DataParallel::TpRun> DataParallel::tp_runs(const model::ParamRegistry& params, int tp) {
-  std::vector<TpRun> runs;
+std::vector<DataParallel::NormRun> DataParallel::norm_runs(const model::ParamRegistry& params,
+                                                           int tp, int ep) {
+  std::vector<NormRun> runs;
   for (int i = 0; i < params.size(); ++i) {
     const model::ParamInfo& p = params.info(i);
-    const bool split = tp > 1 && p.shard.split() && p.shard.group == "tp";
-    if (runs.empty() || runs.back().split != split) {
+    const int kind = (tp > 1 && p.shard.split() && p.shard.group == "tp" ? 1 : 0) +
+                     (ep > 1 && p.shard.expert_owned() ? 2 : 0);
+    if (runs.empty() || runs.back().kind != kind) {
       if (!runs.empty()) runs.back().range.end = p.offset;
-      runs.push_back({{p.offset, 0}, split});
+      runs.push_back({{p.offset, 0}, kind});
     }
   }
   if (!runs.empty()) runs.back().range.end = params.flat_size();
@@ -36,13 +42,13 @@ std::vector<DataParallel::TpRun> DataParallel::tp_runs(const model::ParamRegistr
 }
 
 int64_t DataParallel::first_row(int64_t global_rows) const {
-  return dp_.rank() * rows(global_rows);
+  return data_rank_ * rows(global_rows);
 }
 
 int64_t DataParallel::rows(int64_t global_rows) const {
-  K3_CHECK(global_rows % dp_.size() == 0, "a batch of ", global_rows,
-           " rows does not split over dp = ", dp_.size());
-  return global_rows / dp_.size();
+  K3_CHECK(global_rows % data_ranks_ == 0, "a batch of ", global_rows,
+           " rows does not split over dp·ep = ", data_ranks_);
+  return global_rows / data_ranks_;
 }
 
 StepTotals DataParallel::forward_backward(Arena& arena, activation::ActivationManager& acts,
@@ -51,7 +57,7 @@ StepTotals DataParallel::forward_backward(Arena& arena, activation::ActivationMa
   StepTotals t;
   for (const model::TokenBatch& b : micro_batches)
     for (int64_t i = 0; i < b.B * b.T; ++i) t.tokens += b.targets[i] != ignore;
-  dp_.all_reduce(&t.tokens, 1);
+  data_.all_reduce(&t.tokens, 1);
   model_.params().zero_grads();
   const float grad_scale = t.tokens > 0 ? 1.0f / static_cast<float>(t.tokens) : 0.0f;
   double loss_sum = 0;
@@ -62,38 +68,45 @@ StepTotals DataParallel::forward_backward(Arena& arena, activation::ActivationMa
   }
   if (micro_batches.empty()) sync_.begin();
   sync_.finish();
-  dp_.all_reduce(&loss_sum, 1);
+  data_.all_reduce(&loss_sum, 1);
   t.loss = t.tokens > 0 ? loss_sum / static_cast<double>(t.tokens) : NAN;
   t.grad_norm = grad_norm();
   return t;
 }
 
 // Every rank holds the whole reduced gradient, except under ZeRO-2, where each holds its pieces
-// and the squares are summed over dp. Under tensor parallelism the parameters split over tp add
-// their squares over tp, while the replicated ones (the same on every tp rank) count once.
+// and the squares are summed over dp. Parameters split over tp add their squares over tp, and
+// routed experts under expert parallelism (each held by one ep rank) over ep, while replicated
+// ones (the same on every rank of those groups) count once.
 double DataParallel::grad_norm() const {
   const model::ParamRegistry& p = model_.params();
   const bool pieces = options_.zero == 2 && dp_.size() > 1;
-  if (!pieces && tp_.size() == 1) return optim::global_grad_norm(p.grads(), p.flat_size());
+  if (!pieces && tp_.size() == 1 && ep_.size() == 1)
+    return optim::global_grad_norm(p.grads(), p.flat_size());
   const std::vector<FlatRange> held =
       pieces ? layout_.owned() : std::vector<FlatRange>{{0, p.flat_size()}};
-  double squares[2] = {0, 0};  // [split over tp, replicated]
-  for (const TpRun& run : tp_runs_)
+  double squares[4] = {0, 0, 0, 0};  // by NormRun::kind
+  for (const NormRun& run : norm_runs_)
     for (const FlatRange& h : held) {
       const size_t lo = std::max(h.begin, run.range.begin), hi = std::min(h.end, run.range.end);
       if (lo >= hi) continue;
       const double n = optim::global_grad_norm(p.grads() + lo, hi - lo);
-      squares[run.split ? 0 : 1] += n * n;
+      squares[run.kind] += n * n;
     }
-  tp_.all_reduce(&squares[0], 1);
-  double total = squares[0] + squares[1];
+  // [replicated, split over tp, owned over ep, both]: sum the last two over ep, then the second
+  // and fourth over tp.
+  ep_.all_reduce(&squares[2], 2);
+  squares[1] += squares[3];
+  tp_.all_reduce(&squares[1], 1);
+  double total = squares[0] + squares[1] + squares[2];
   if (pieces) dp_.all_reduce(&total, 1);
   return std::sqrt(total);
 }
 
+// Every rank that routes its own tokens: dp, and ep (carved out of the data-parallel ranks).
 model::CountReducer DataParallel::count_reducer() const {
   return [this](std::span<int64_t> counts) {
-    dp_.all_reduce(counts.data(), static_cast<int64_t>(counts.size()));
+    data_.all_reduce(counts.data(), static_cast<int64_t>(counts.size()));
   };
 }
 

@@ -42,7 +42,9 @@ class DataParallel {
                const std::vector<optim::Assignment>& plan, optim::OptimizerConfig config,
                DataParallelOptions options);
 
-  // This rank's rows of a global micro-batch of `global_rows` rows (which dp must divide).
+  // This rank's rows of a global micro-batch of `global_rows` rows (which dp·ep must divide:
+  // the ep group is carved out of the data-parallel ranks, and every rank of dp × ep reads its
+  // own rows; dense gradients are summed over both, the routed experts' over dp alone).
   int64_t first_row(int64_t global_rows) const;
   int64_t rows(int64_t global_rows) const;
 
@@ -52,7 +54,7 @@ class DataParallel {
   // Applies the step to every parameter (each rank updates its shard; all end equal).
   void apply(float lr, float grad_scale) { optimizer_.step(lr, grad_scale); }
 
-  // The sum of routing counts over dp, for Quantile Balancing.
+  // The sum of routing counts over dp × ep, for Quantile Balancing.
   model::CountReducer count_reducer() const;
 
   ShardedOptimizer& optimizer() { return optimizer_; }
@@ -62,17 +64,21 @@ class DataParallel {
  private:
   double grad_norm() const;
 
-  // The flat buffer cut into runs of consecutive parameters that are split over tp or not.
-  struct TpRun {
+  // The flat buffer cut into runs of consecutive parameters alike for the norm: kind = 1 if split
+  // over tp, + 2 if a routed expert owned by one ep rank.
+  struct NormRun {
     FlatRange range;
-    bool split;
+    int kind;
   };
-  static std::vector<TpRun> tp_runs(const model::ParamRegistry& params, int tp);
+  static std::vector<NormRun> norm_runs(const model::ParamRegistry& params, int tp, int ep);
 
   model::Model& model_;
   const dist::Comm& dp_;
   const dist::Comm& tp_;
-  std::vector<TpRun> tp_runs_;
+  const dist::Comm& ep_;
+  const dist::Comm& data_;  // the ranks with their own tokens: cp × ep × dp (the replica group)
+  int data_rank_, data_ranks_;  // this rank's place in ep × dp, its size
+  std::vector<NormRun> norm_runs_;
   DataParallelOptions options_;
   ShardLayout layout_;
   GradSync sync_;

@@ -9,8 +9,14 @@
 namespace k3::parallel {
 
 GradSync::GradSync(model::ParamRegistry& params, const ShardLayout& layout, const dist::Comm& dp,
-                   const dist::Comm& tp, int zero_stage, bool overlap)
-    : params_(params), layout_(layout), dp_(dp), tp_(tp), zero_(zero_stage), overlap_(overlap) {
+                   const dist::Comm& tp, const dist::Comm& ep, int zero_stage, bool overlap)
+    : params_(params),
+      layout_(layout),
+      dp_(dp),
+      tp_(tp),
+      ep_(ep),
+      zero_(zero_stage),
+      overlap_(overlap) {
   K3_CHECK(layout.ranks() == dp.size(), "gradient sync: a layout for ", layout.ranks(),
            " ranks on a group of ", dp.size());
   const auto& buckets = layout.buckets();
@@ -32,6 +38,12 @@ GradSync::GradSync(model::ParamRegistry& params, const ShardLayout& layout, cons
     at += buckets[b].piece(layout.rank()).size();
   }
   if (zero_ == 2) piece_.resize(at);
+  if (ep_.size() > 1) {
+    size_t dense = 0;
+    for (int i = 0; i < params.size(); ++i)
+      if (!params.info(i).shard.expert_owned()) dense += static_cast<size_t>(params.info(i).local_numel());
+    widest = std::max(widest, dense);
+  }
   staging_.resize(widest);
   pending_.resize(buckets.size());
   final_left_.resize(buckets.size());
@@ -46,6 +58,7 @@ model::GradsFinal GradSync::begin() {
 }
 
 void GradSync::on_final(int first, int end) {
+  if (ep_.size() > 1) sum_over_ep(first, end);
   for (int i = first; i < end; ++i)
     --final_left_[static_cast<size_t>(bucket_of_[static_cast<size_t>(i)])];
   if (!overlap_) return;
@@ -57,17 +70,26 @@ void GradSync::launch_ready() {
   while (next_ < pending_.size() && final_left_[next_] == 0) launch(next_++);
 }
 
-void GradSync::sum_over_tp(size_t b) {
-  if (summed_[b].empty()) return;
+void GradSync::sum_over_tp(size_t b) { sum_packed(summed_[b], tp_); }
+
+void GradSync::sum_over_ep(int first, int end) {
+  std::vector<int> dense;
+  for (int i = first; i < end; ++i)
+    if (!params_.info(i).shard.expert_owned()) dense.push_back(i);
+  sum_packed(dense, ep_);
+}
+
+void GradSync::sum_packed(const std::vector<int>& params, const dist::Comm& group) {
+  if (params.empty()) return;
   size_t at = 0;
-  for (int i : summed_[b]) {
+  for (int i : params) {
     const Tensor g = params_.grad(i);
     std::memcpy(staging_.data() + at, g.f32(), g.nbytes());
     at += static_cast<size_t>(g.numel());
   }
-  tp_.all_reduce(staging_.data(), static_cast<int64_t>(at));
+  group.all_reduce(staging_.data(), static_cast<int64_t>(at));
   at = 0;
-  for (int i : summed_[b]) {
+  for (int i : params) {
     const Tensor g = params_.grad(i);
     std::memcpy(g.f32(), staging_.data() + at, g.nbytes());
     at += static_cast<size_t>(g.numel());

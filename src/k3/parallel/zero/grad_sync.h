@@ -16,6 +16,12 @@
 // tp (ShardSpec::summed: those that fed only this rank's heads or, under sequence parallelism,
 // only its tokens) are first summed over tp, in one all-reduce of the bucket's such gradients
 // packed together, just before the bucket's data-parallel reduction starts.
+//
+// Under expert parallelism each ep rank routed its own tokens, so every dense (not expert-owned)
+// gradient is a partial sum over ep as well. Buckets differ between ep ranks (they hold different
+// experts), so that sum is not per bucket: as the backward reports parameters final, which every
+// ep rank does in the same order, their dense gradients are summed over ep in one packed
+// all-reduce (blocking) before their buckets can start.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +37,7 @@ class GradSync {
  public:
   // overlap = false starts every bucket in finish(), after the backward (for comparison).
   GradSync(model::ParamRegistry& params, const ShardLayout& layout, const dist::Comm& dp,
-           const dist::Comm& tp, int zero_stage, bool overlap);
+           const dist::Comm& tp, const dist::Comm& ep, int zero_stage, bool overlap);
 
   // Before the backward whose gradients are the step's last contribution: clears the bucket
   // state; the returned hook is given to that backward.
@@ -46,10 +52,13 @@ class GradSync {
   void launch_ready();
   void launch(size_t bucket);
   void sum_over_tp(size_t bucket);
+  void sum_over_ep(int first, int end);
+  // Packs the gradients of `params` into staging_, all-reduces them over `group`, unpacks.
+  void sum_packed(const std::vector<int>& params, const dist::Comm& group);
 
   model::ParamRegistry& params_;
   const ShardLayout& layout_;
-  dist::Comm dp_, tp_;
+  dist::Comm dp_, tp_, ep_;
   int zero_;
   bool overlap_;
   std::vector<int> bucket_of_;            // parameter index -> bucket

@@ -1,4 +1,4 @@
-#include "k3/parallel/expert/moonep_plan.h"
+#include "k3/model/experts/moonep_plan.h"
 
 #include <algorithm>
 #include <stdexcept>
@@ -7,7 +7,7 @@
 
 #include "k3/model/quantile_balancing.h"
 
-namespace k3::parallel {
+namespace k3::model {
 namespace {
 
 void check(const MoonEpShape& s, std::span<const int64_t> load) {
@@ -123,4 +123,4 @@ double maxvio(std::span<const int64_t> load) {
   return model::ExpertLoadStats::of({load.begin(), load.end()}, 0).maxvio;
 }
 
-}  // namespace k3::parallel
+}  // namespace k3::model

@@ -19,7 +19,7 @@
 #include <span>
 #include <vector>
 
-namespace k3::parallel {
+namespace k3::model {
 
 struct MoonEpShape {
   int ranks = 1;              // the ep group's size
@@ -52,4 +52,4 @@ MoonEpPlan plan_moonep(const MoonEpShape& shape, std::span<const int64_t> load);
 // The imbalance of a set of loads: max(load) / mean(load) − 1 (0 when even, or when all are 0).
 double maxvio(std::span<const int64_t> load);
 
-}  // namespace k3::parallel
+}  // namespace k3::model

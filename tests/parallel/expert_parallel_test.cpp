@@ -1,0 +1,227 @@
+// Expert parallelism (baseline all-to-all and MoonEP), alone and with data and tensor parallelism,
+// against the single-process run of the same global batch, on k3-nano (8 routed experts, top 2,
+// a shared expert): ep2 under mpirun -np 2; ep4, ep2 × dp2 and ep2 × tp2 under -np 4. Each rank
+// also runs the single-process model itself and compares what it holds.
+//
+// Routings: the model's own (routers spread, tests/common/model_util.h), and forced ones (the
+// router bias, which only selects, set so that every token takes expert 0, or only the first
+// ep rank's experts, or a Zipf-like preference). Under MoonEP every rank must then compute
+// exactly S·K rows per micro-batch (S tokens a rank, top K); with no replica slots a skewed
+// routing cannot be balanced, and the overflowing rank computes its extra rows itself.
+//
+// Tolerances (fp32; a rank's rows of an expert, or a replica's, are summed in another order than
+// one process sums them): loss 1e-6 relative, gradient norm 1e-5, every gradient 1e-4 of its
+// tensor's largest entry, the Quantile Balancing bias after its update 1e-5 (the counts are
+// integers summed exactly; a token whose score moved across a histogram bin by rounding would
+// show as one bin's width, 1e-3 of the range). Three steps from the one-process state: losses
+// 1e-6, updates within 3e-2 of their size (as in the tensor-parallel tests).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/tp_util.h"
+#include "parallel/trainee.h"
+
+namespace k3::parallel {
+namespace {
+
+using k3::testing::max_rel_error;
+using k3::testing::shard_of;
+using testing::GlobalBatch;
+using testing::kMicro;
+using testing::kRows;
+using testing::kT;
+using testing::Setup;
+using testing::Trainee;
+
+enum class Routing { natural, one_expert, one_rank, zipf };
+
+struct Layout {
+  int ep, dp, tp;
+  bool moonep;
+  int slots;
+  Routing routing;
+  Setup setup;
+};
+
+const char* routing_name(Routing r) {
+  switch (r) {
+    case Routing::natural: return "natural";
+    case Routing::one_expert: return "one_expert";
+    case Routing::one_rank: return "one_rank";
+    case Routing::zipf: return "zipf";
+  }
+  return "?";
+}
+
+std::string name(const ::testing::TestParamInfo<Layout>& p) {
+  const Layout& l = p.param;
+  std::string s = "ep" + std::to_string(l.ep);
+  if (l.dp > 1) s += "_dp" + std::to_string(l.dp);
+  if (l.tp > 1) s += "_tp" + std::to_string(l.tp);
+  s += l.moonep ? "_moonep" + std::to_string(l.slots) : "_alltoall";
+  return s + "_" + routing_name(l.routing) + "_" + l.setup.optimizer + "_zero" +
+         std::to_string(l.setup.zero);
+}
+
+// Sets every MoE layer's router bias so that the routing is the one asked for (the bias only
+// selects experts; the routing weights still come from the scores).
+void force_routing(model::Model& m, Routing r, int ep) {
+  if (r == Routing::natural) return;
+  model::ParamRegistry& p = m.params();
+  const int64_t E = m.config().num_experts;
+  for (int i = 0; i < p.size(); ++i) {
+    if (!model::is_router_bias(p.info(i).name)) continue;
+    float* b = p.value(i).f32();
+    for (int64_t e = 0; e < E; ++e)
+      b[e] = r == Routing::one_expert ? (e == 0 ? 50.f : 0.f)
+             : r == Routing::one_rank ? (e < E / ep ? 50.f : 0.f)
+                                      : -2.f * std::log(static_cast<float>(e + 1));
+  }
+}
+
+class ExpertParallelMatchesOneProcess : public ::testing::TestWithParam<Layout> {
+ protected:
+  void SetUp() override {
+    const Layout& l = GetParam();
+    if (world.size() != l.ep * l.dp * l.tp)
+      GTEST_SKIP() << name(::testing::TestParamInfo<Layout>(l, 0)) << " runs on "
+                   << l.ep * l.dp * l.tp << " ranks";
+    grid = std::make_unique<dist::ProcessGrid>(
+        dist::ParallelDims{
+            .tp = l.tp, .ep = l.ep, .dp = l.dp, .moonep = l.moonep, .moonep_slots = l.slots},
+        world);
+    ref = std::make_unique<Trainee>(dist::single_process(), l.setup);
+    run = std::make_unique<Trainee>(*grid, l.setup);
+    force_routing(ref->model, l.routing, l.ep);
+    force_routing(run->model, l.routing, l.ep);
+  }
+  std::string what() const { return name(::testing::TestParamInfo<Layout>(GetParam(), 0)); }
+
+  dist::Comm world = dist::Comm::world();
+  std::unique_ptr<dist::ProcessGrid> grid;
+  std::unique_ptr<Trainee> ref, run;
+};
+
+// One step: the loss, the norm, every gradient this rank holds; how many rows each rank computed;
+// then the update and the Quantile Balancing bias after it.
+TEST_P(ExpertParallelMatchesOneProcess, FirstStepEveryGradientAndTheBalancingBias) {
+  const Layout& l = GetParam();
+  const GlobalBatch batch(ref->model.config(), 0);
+  const auto share = [&](Trainee& t) {
+    return batch.share(t.dp.first_row(kRows), t.dp.rows(kRows));
+  };
+  const StepTotals want = ref->dp.forward_backward(ref->arena, ref->acts, share(*ref));
+  const StepTotals got = run->dp.forward_backward(run->arena, run->acts, share(*run));
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_NEAR(got.loss, want.loss, 1e-6 * want.loss);
+  EXPECT_NEAR(got.grad_norm, want.grad_norm, 1e-5 * want.grad_norm);
+  const model::ParamRegistry &r = ref->model.params(), &p = run->model.params();
+  // Under ZeRO-2 a rank holds only its pieces of the reduced gradient.
+  const std::vector<FlatRange> held = l.setup.zero == 2
+                                          ? run->dp.layout().owned()
+                                          : std::vector<FlatRange>{{0, p.flat_size()}};
+  double worst = 0;
+  for (int i = 0; i < p.size(); ++i) {
+    const model::ParamInfo& info = p.info(i);
+    const std::vector<float> whole = shard_of(info, r.grad(r.find(info.name)).f32());
+    for (const FlatRange& h : held) {
+      const size_t lo = std::max(h.begin, info.offset),
+                   hi = std::min(h.end, info.offset + static_cast<size_t>(info.local_numel()));
+      if (lo >= hi) continue;
+      const double e = max_rel_error(p.grads() + lo, whole.data() + (lo - info.offset),
+                                     static_cast<int64_t>(hi - lo));
+      EXPECT_LT(e, 1e-4) << info.name;
+      worst = std::max(worst, e);
+    }
+  }
+
+  // Rows per rank: S·K per micro-batch under a balanced MoonEP plan; the home experts' rows
+  // under the baseline; every row somewhere either way.
+  const int64_t SK = run->dp.rows(kRows) * kT * ref->model.config().num_experts_per_token;
+  int64_t overflow = 0, replicas = 0;
+  for (const auto& [layer, d] : run->model.take_dispatch_stats()) {
+    int64_t rows = 0, home = 0;
+    for (size_t q = 0; q < d.rows.size(); ++q) {
+      rows += d.rows[q];
+      home += d.home_rows[q];
+      if (!l.moonep) EXPECT_EQ(d.rows[q], d.home_rows[q]) << "layer " << layer;
+      if (l.moonep && d.overflow == 0) EXPECT_EQ(d.rows[q], kMicro * SK) << "layer " << layer;
+    }
+    EXPECT_EQ(rows, l.ep * kMicro * SK) << "layer " << layer << ": every row computed once";
+    EXPECT_EQ(home, rows);
+    overflow = std::max(overflow, d.overflow);
+    replicas += d.replicas;
+  }
+  if (l.moonep && l.slots >= 2) EXPECT_EQ(overflow, 0) << "two slots balance every routing here";
+  if (l.moonep && l.slots == 0 && l.routing != Routing::natural)
+    EXPECT_GT(overflow, 0) << "no slots: the skew stays";
+
+  ref->dp.apply(2e-3f, 1.0f);
+  run->dp.apply(2e-3f, 1.0f);
+  ref->model.end_global_batch(ref->dp.count_reducer());
+  run->model.end_global_batch(run->dp.count_reducer());
+  double bias = 0;
+  for (int i = 0; i < p.size(); ++i)
+    if (model::is_router_bias(p.info(i).name)) {
+      const float *a = p.value(i).f32(), *b = r.value(r.find(p.info(i).name)).f32();
+      for (int64_t e = 0; e < p.info(i).numel(); ++e)
+        bias = std::max(bias, static_cast<double>(std::abs(a[e] - b[e])));
+    }
+  EXPECT_LT(bias, 1e-5) << "Quantile Balancing bias";
+  if (world.rank() == 0)
+    std::printf(
+        "%s: loss %.2g relative, max gradient error %.3g, bias %.2g; replicas %lld, overflow "
+        "%lld\n",
+        what().c_str(), std::abs(got.loss - want.loss) / want.loss, worst, bias,
+        static_cast<long long>(replicas), static_cast<long long>(overflow));
+}
+
+TEST_P(ExpertParallelMatchesOneProcess, ThreeStepsEachFromTheOneProcessState) {
+  double worst_loss = 0, worst_update = 0;
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step + 1));
+    const double loss = testing::step_from(*ref, *run, GlobalBatch(ref->model.config(), step),
+                                           3e-2, worst_update);
+    EXPECT_LT(loss, 1e-6);
+    worst_loss = std::max(worst_loss, loss);
+  }
+  if (world.rank() == 0)
+    std::printf("%s: 3 steps, losses within %.2g relative, updates within %.3g\n", what().c_str(),
+                worst_loss, worst_update);
+}
+
+std::vector<Layout> layouts() {
+  const Setup adamw0{0, "adamw"}, muon1{1, "muon"}, adamw2{2, "adamw"};
+  const Routing nat = Routing::natural;
+  std::vector<Layout> out = {
+      // 2 ranks
+      {2, 1, 1, false, 0, nat, adamw0},
+      {2, 1, 1, true, 2, nat, muon1},
+      {2, 1, 1, true, 2, Routing::one_expert, adamw0},
+      {2, 1, 1, true, 2, Routing::one_rank, muon1},
+      {2, 1, 1, true, 2, Routing::zipf, adamw0},
+      {2, 1, 1, true, 0, Routing::one_rank, adamw0},
+      // 4 ranks
+      {4, 1, 1, false, 0, nat, muon1},
+      {4, 1, 1, true, 2, nat, adamw0},
+      {4, 1, 1, true, 2, Routing::one_expert, muon1},
+      {4, 1, 1, true, 2, Routing::one_rank, adamw0},
+      {4, 1, 1, true, 2, Routing::zipf, muon1},
+      {4, 1, 1, true, 0, Routing::one_expert, adamw0},
+      {2, 2, 1, false, 0, nat, adamw2},
+      {2, 2, 1, true, 2, Routing::one_rank, muon1},
+      {2, 1, 2, false, 0, nat, adamw0},
+      {2, 1, 2, true, 2, Routing::zipf, muon1},
+  };
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(ExpertParallel, ExpertParallelMatchesOneProcess,
+                         ::testing::ValuesIn(layouts()), name);
+
+}  // namespace
+}  // namespace k3::parallel
