@@ -4,7 +4,7 @@ set -euo pipefail
 build=${1:-build/release}
 cd "$(dirname "$0")/.."
 for b in "$build"/bench/bench_*; do
-  case $(basename "$b") in bench_distributed | bench_tensor_parallel) continue ;; esac  # under mpirun, below
+  case $(basename "$b") in bench_distributed | bench_tensor_parallel | bench_expert_parallel) continue ;; esac  # under mpirun, below
   echo "== $(basename "$b")"
   "$b"
 done
@@ -14,3 +14,5 @@ echo "== distributed"
 bash bench/distributed.sh "$build"
 echo "== tensor_parallel"
 bash bench/tensor_parallel.sh "$build"
+echo "== expert_parallel"
+bash bench/expert_parallel.sh "$build"

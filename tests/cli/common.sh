@@ -101,3 +101,23 @@ kill_and_resume_matches() {
   [ "$(recorded_steps "$WORK/killed")" -eq "$steps" ] || fail "metrics.jsonl has duplicate or missing steps"
   echo "bit-identical after $kills kill(s)"
 }
+
+# The loss RUN recorded at STEP.
+loss_at() { grep "\"step\":$2[,}]" "$1/metrics.jsonl" | grep -o '"loss":[^,}]*' | cut -d: -f2; }
+
+# Resumes a copy of RUN (a 6-step run with a checkpoint at step 3) as NAME on NP ranks with
+# SETTINGS, and expects its step 6 loss within 1e-4 of RUN's.
+resume_matches() {  # RUN NAME NP SETTINGS...
+  local from=$1 name=$2 np=$3
+  shift 3
+  local want got
+  want=$(loss_at "$from" 6)
+  cp -r "$from" "$WORK/$name"
+  rm -r "$WORK/$name/checkpoints/step_00000006"
+  mpirun --allow-run-as-root --oversubscribe -q -np "$np" "$K3LAB" train --quiet --resume "$WORK/$name" \
+    --set train.threads=1 "$@" > /dev/null 2>&1 || fail "resume as $name"
+  got=$(loss_at "$WORK/$name" 6)
+  awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != "" && d <= 1e-4 * a) }' ||
+    fail "step 6 loss: $(basename "$from") $want, resumed as $name $got"
+  echo "ok: resumed as $name: step 6 loss $got ($(basename "$from"): $want)"
+}

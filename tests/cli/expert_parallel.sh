@@ -38,24 +38,9 @@ echo "ok: deterministic under ep2 MoonEP"
 
 # Resumed from step 3 under other layouts: each run's step 6 loss is the ep2 run's to 1e-4 (fp32
 # rounding carried over three steps of routing; measured within 1e-6).
-loss_at() { grep "\"step\":$2[,}]" "$1/metrics.jsonl" | grep -o '"loss":[^,}]*' | cut -d: -f2; }
-want=$(loss_at "$WORK/ep2" 6)
-resume_as() {  # NAME NP SETTINGS...
-  local name=$1 np=$2
-  shift 2
-  cp -r "$WORK/ep2" "$WORK/$name"
-  rm -r "$WORK/$name/checkpoints/step_00000006"
-  "${MPI[@]}" -np "$np" "$K3LAB" train --quiet --resume "$WORK/$name" "${ONE[@]}" "$@" > /dev/null 2>&1 ||
-    fail "resume as $name"
-  local got
-  got=$(loss_at "$WORK/$name" 6)
-  awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != "" && d <= 1e-4 * a) }' ||
-    fail "step 6 loss: ep2 $want, resumed as $name $got"
-  echo "ok: resumed as $name: step 6 loss $got (ep2 MoonEP: $want)"
-}
-resume_as one 1 --set parallel.ep=1 --set parallel.moe_dispatch=alltoall
-resume_as ep2_alltoall 2 --set parallel.moe_dispatch=alltoall
-resume_as ep2_dp2 4 --set parallel.dp=2
+resume_matches "$WORK/ep2" one 1 --set parallel.ep=1 --set parallel.moe_dispatch=alltoall
+resume_matches "$WORK/ep2" ep2_alltoall 2 --set parallel.moe_dispatch=alltoall
+resume_matches "$WORK/ep2" ep2_dp2 4 --set parallel.dp=2
 
 line=$(first_error_line "${MPI[@]}" -np 3 "$K3LAB" train "${NANO[@]}" --set parallel.ep=3 --set train.batch_size=3 \
   --set run.dir="$WORK/bad")

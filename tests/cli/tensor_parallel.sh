@@ -35,24 +35,9 @@ echo "ok: $one (one process and tp2 alike)"
 # Resumed from step 3 under other layouts, each run's step 6 loss is the tp2 run's to 1e-4
 # (fp32 rounding, which three steps of k3-nano's routing can amplify: measured within 5e-7; a
 # wrongly resharded weight moves the loss by orders more).
-loss_at() { grep "\"step\":$2[,}]" "$1/metrics.jsonl" | grep -o '"loss":[^,}]*' | cut -d: -f2; }
-want=$(loss_at "$WORK/tp2" 6)
-resume_as() {  # NAME NP SETTINGS...
-  local name=$1 np=$2
-  shift 2
-  cp -r "$WORK/tp2" "$WORK/$name"
-  rm -r "$WORK/$name/checkpoints/step_00000006"
-  "${MPI[@]}" -np "$np" "$K3LAB" train --quiet --resume "$WORK/$name" "${ONE[@]}" "$@" > /dev/null 2>&1 ||
-    fail "resume as $name"
-  local got
-  got=$(loss_at "$WORK/$name" 6)
-  awk -v a="$want" -v b="$got" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != "" && d <= 1e-4 * a) }' ||
-    fail "step 6 loss: tp2 $want, resumed as $name $got"
-  echo "ok: resumed as $name: step 6 loss $got (tp2: $want)"
-}
-resume_as one 1 --set parallel.tp=1
-resume_as tp4 4 --set parallel.tp=4
-resume_as dp2_tp2_sp 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.sequence_parallel=1
+resume_matches "$WORK/tp2" one 1 --set parallel.tp=1
+resume_matches "$WORK/tp2" tp4 4 --set parallel.tp=4
+resume_matches "$WORK/tp2" dp2_tp2_sp 4 --set parallel.tp=2 --set parallel.dp=2 --set parallel.sequence_parallel=1
 
 # Generation under tp2 draws the same tokens as one process.
 args=(--checkpoint "$WORK/tp2" --prompt "The " --max-tokens 24 --temperature 0.8 --seed 3)

@@ -101,7 +101,8 @@ TEST_P(DataParallelMatchesOneProcess, BytesPerStepEqualTheAnalyticCount) {
   Trainee dp(grid, GetParam());
   const auto both = [&] {  // dp's counters plus the replica group's
     dist::Counters c = grid.dp().counters();
-    for (size_t op = 0; op < c.ops.size(); ++op) c.ops[op].bytes += grid.replica().counters().ops[op].bytes;
+    for (size_t op = 0; op < c.ops.size(); ++op)
+      c.ops[op].bytes += grid.replica().counters().ops[op].bytes;
     return c;
   };
   const dist::Counters before = both();

@@ -3,13 +3,13 @@
 // exchange's send and receive orders as all-to-all would deliver it, checked on its host, and
 // sent back. Baseline (every row to its expert's home rank) and MoonEP plans, over routings from
 // uniform to all-on-one-expert.
-#include "k3/model/experts/exchange.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
 #include <random>
 #include <tuple>
+
+#include "k3/model/experts/exchange.h"
 
 namespace k3::model {
 namespace {
@@ -100,17 +100,20 @@ struct Routing {
 
 const Routing kRoutings[] = {
     {"uniform", [](int E) { return std::vector<double>(static_cast<size_t>(E), 1.0); }},
-    {"zipf", [](int E) {
+    {"zipf",
+     [](int E) {
        std::vector<double> w;
        for (int e = 0; e < E; ++e) w.push_back(1.0 / (e + 1.0));
        return w;
      }},
-    {"one expert", [](int E) {
+    {"one expert",
+     [](int E) {
        std::vector<double> w(static_cast<size_t>(E), 0.0);
        w[0] = 1;
        return w;
      }},
-    {"one rank", [](int E) {
+    {"one rank",
+     [](int E) {
        std::vector<double> w(static_cast<size_t>(E), 0.0);
        w[0] = w[1] = 1;
        return w;

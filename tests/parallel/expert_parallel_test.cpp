@@ -49,10 +49,14 @@ struct Layout {
 
 const char* routing_name(Routing r) {
   switch (r) {
-    case Routing::natural: return "natural";
-    case Routing::one_expert: return "one_expert";
-    case Routing::one_rank: return "one_rank";
-    case Routing::zipf: return "zipf";
+    case Routing::natural:
+      return "natural";
+    case Routing::one_expert:
+      return "one_expert";
+    case Routing::one_rank:
+      return "one_rank";
+    case Routing::zipf:
+      return "zipf";
   }
   return "?";
 }
@@ -121,9 +125,8 @@ TEST_P(ExpertParallelMatchesOneProcess, FirstStepEveryGradientAndTheBalancingBia
   EXPECT_NEAR(got.grad_norm, want.grad_norm, 1e-5 * want.grad_norm);
   const model::ParamRegistry &r = ref->model.params(), &p = run->model.params();
   // Under ZeRO-2 a rank holds only its pieces of the reduced gradient.
-  const std::vector<FlatRange> held = l.setup.zero == 2
-                                          ? run->dp.layout().owned()
-                                          : std::vector<FlatRange>{{0, p.flat_size()}};
+  const std::vector<FlatRange> held =
+      l.setup.zero == 2 ? run->dp.layout().owned() : std::vector<FlatRange>{{0, p.flat_size()}};
   double worst = 0;
   for (int i = 0; i < p.size(); ++i) {
     const model::ParamInfo& info = p.info(i);
@@ -184,8 +187,8 @@ TEST_P(ExpertParallelMatchesOneProcess, ThreeStepsEachFromTheOneProcessState) {
   double worst_loss = 0, worst_update = 0;
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE("step " + std::to_string(step + 1));
-    const double loss = testing::step_from(*ref, *run, GlobalBatch(ref->model.config(), step),
-                                           3e-2, worst_update);
+    const double loss =
+        testing::step_from(*ref, *run, GlobalBatch(ref->model.config(), step), 3e-2, worst_update);
     EXPECT_LT(loss, 1e-6);
     worst_loss = std::max(worst_loss, loss);
   }
@@ -244,10 +247,10 @@ TEST(ExpertParallelMoonEp, EqualsTheBaselineOnTheSameRouting) {
   for (const auto& [layer, d] : moon.model.take_dispatch_stats()) replicas += d.replicas;
   EXPECT_GT(replicas, 0) << "the routing needs replicas";
   if (world.rank() == 0)
-    std::printf("ep%d MoonEP vs all-to-all: loss %.2g relative, max gradient error %.3g, %lld "
-                "replicas\n",
-                world.size(), std::abs(b.loss - a.loss) / a.loss, worst,
-                static_cast<long long>(replicas));
+    std::printf(
+        "ep%d MoonEP vs all-to-all: loss %.2g relative, max gradient error %.3g, %lld "
+        "replicas\n",
+        world.size(), std::abs(b.loss - a.loss) / a.loss, worst, static_cast<long long>(replicas));
 }
 
 INSTANTIATE_TEST_SUITE_P(ExpertParallel, ExpertParallelMatchesOneProcess,

@@ -47,9 +47,10 @@ void add_report(CLI::App& app) {
     if (last.dispatch.empty()) return;
     // Before: the rows of each rank's home experts (all sent home, as without MoonEP); after:
     // the rows it computed (the same under the plain all-to-all dispatch).
-    std::printf("rows per expert-parallel rank at step %lld (before = routed to its home experts, "
-                "after = computed):\n  layer  rank    before     after\n",
-                static_cast<long long>(last.step));
+    std::printf(
+        "rows per expert-parallel rank at step %lld (before = routed to its home experts, "
+        "after = computed):\n  layer  rank    before     after\n",
+        static_cast<long long>(last.step));
     for (const auto& [layer, d] : last.dispatch) {
       for (size_t r = 0; r < d.rows.size(); ++r)
         std::printf("  %5lld  %4zu  %8lld  %8lld\n", static_cast<long long>(layer), r,

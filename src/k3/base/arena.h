@@ -27,7 +27,9 @@ class Arena {
   // 64-byte aligned, uninitialized. Throws k3::Error when the arena is full.
   void* allocate(size_t bytes);
   template <typename T>
-  T* allocate_array(size_t count) { return static_cast<T*>(allocate(count * sizeof(T))); }
+  T* allocate_array(size_t count) {
+    return static_cast<T*>(allocate(count * sizeof(T)));
+  }
 
   // A position to come back to: everything allocated after mark() is freed by rewind().
   size_t mark() const { return used_; }

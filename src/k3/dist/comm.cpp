@@ -15,14 +15,22 @@ using Clock = std::chrono::steady_clock;
 
 const char* op_name(Op op) {
   switch (op) {
-    case Op::all_reduce: return "all_reduce";
-    case Op::reduce_scatter: return "reduce_scatter";
-    case Op::all_gather: return "all_gather";
-    case Op::all_to_all: return "all_to_all";
-    case Op::broadcast: return "broadcast";
-    case Op::send: return "send";
-    case Op::recv: return "recv";
-    case Op::count: break;
+    case Op::all_reduce:
+      return "all_reduce";
+    case Op::reduce_scatter:
+      return "reduce_scatter";
+    case Op::all_gather:
+      return "all_gather";
+    case Op::all_to_all:
+      return "all_to_all";
+    case Op::broadcast:
+      return "broadcast";
+    case Op::send:
+      return "send";
+    case Op::recv:
+      return "recv";
+    case Op::count:
+      break;
   }
   return "?";
 }
@@ -51,10 +59,14 @@ namespace {
 
 MPI_Datatype mpi_type(Elem e) {
   switch (e) {
-    case Elem::f32: return MPI_FLOAT;
-    case Elem::f64: return MPI_DOUBLE;
-    case Elem::i32: return MPI_INT32_T;
-    case Elem::i64: return MPI_INT64_T;
+    case Elem::f32:
+      return MPI_FLOAT;
+    case Elem::f64:
+      return MPI_DOUBLE;
+    case Elem::i32:
+      return MPI_INT32_T;
+    case Elem::i64:
+      return MPI_INT64_T;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -129,7 +141,8 @@ struct Comm::Handle {
 
 Comm::Comm() = default;
 
-Comm::Comm(std::string name, std::shared_ptr<Handle> h) : name_(std::move(name)), handle_(std::move(h)) {
+Comm::Comm(std::string name, std::shared_ptr<Handle> h)
+    : name_(std::move(name)), handle_(std::move(h)) {
   MPI_Comm_rank(handle_->comm, &rank_);
   MPI_Comm_size(handle_->comm, &size_);
 }

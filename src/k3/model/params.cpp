@@ -22,8 +22,10 @@ ShardRuns shard_runs(const ParamInfo& p) {
   const size_t dim = p.shard.dim < 0 ? 0 : static_cast<size_t>(p.shard.dim);
   int64_t outer = 1, inner = 1;
   for (size_t k = 0; k < p.shape.size(); ++k)
-    if (k < dim) outer *= p.shape[k];
-    else if (k > dim) inner *= p.shape[k];
+    if (k < dim)
+      outer *= p.shape[k];
+    else if (k > dim)
+      inner *= p.shape[k];
   return {outer, p.local_shape[dim] * inner, p.shape[dim] * inner, p.shard_start * inner};
 }
 
@@ -85,7 +87,8 @@ int ParamRegistry::add(std::string name, Shape shape, ParamInit init, ShardSpec 
     if (ep.rank != p.shard.ep_owner) p.local_shape[0] = 0;
   }
   p.offset = flat_size_;
-  flat_size_ += (static_cast<size_t>(p.local_numel()) + 15) / 16 * 16;  // keep every tensor 64-byte aligned
+  flat_size_ +=
+      (static_cast<size_t>(p.local_numel()) + 15) / 16 * 16;  // keep every tensor 64-byte aligned
   by_name_[p.name] = size();
   infos_.push_back(std::move(p));
   return size() - 1;
@@ -109,10 +112,18 @@ void ParamRegistry::initialize(uint64_t seed) {
       const auto first = static_cast<uint64_t>(o * r.stride + r.first);
       const int64_t run = r.length;
       switch (p.init.kind) {
-        case ParamInit::Kind::Normal: fill_normal(out, run, seed, stream, first, 0.f, p.init.std); break;
-        case ParamInit::Kind::Zeros: std::fill(out, out + run, 0.f); break;
-        case ParamInit::Kind::Ones: std::fill(out, out + run, 1.f); break;
-        case ParamInit::Kind::Custom: p.init.fill(out, static_cast<int64_t>(first), run, seed, stream); break;
+        case ParamInit::Kind::Normal:
+          fill_normal(out, run, seed, stream, first, 0.f, p.init.std);
+          break;
+        case ParamInit::Kind::Zeros:
+          std::fill(out, out + run, 0.f);
+          break;
+        case ParamInit::Kind::Ones:
+          std::fill(out, out + run, 1.f);
+          break;
+        case ParamInit::Kind::Custom:
+          p.init.fill(out, static_cast<int64_t>(first), run, seed, stream);
+          break;
       }
     }
   }

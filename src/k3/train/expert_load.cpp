@@ -46,8 +46,8 @@ model::DispatchStats parse_ranks(const json& j, const ErrorContext& ctx, int64_t
   model::DispatchStats d;
   d.home_rows = counts("home_rows");
   d.rows = counts("rows");
-  K3_CHECK_CTX(d.rows.size() == d.home_rows.size(), ctx, "line ", line, ", layer ", layer,
-               ": ", d.rows.size(), " ranks' rows but ", d.home_rows.size(), " ranks' home rows");
+  K3_CHECK_CTX(d.rows.size() == d.home_rows.size(), ctx, "line ", line, ", layer ", layer, ": ",
+               d.rows.size(), " ranks' rows but ", d.home_rows.size(), " ranks' home rows");
   d.replicas = count("replicas");
   d.overflow = count("overflow");
   d.bytes = count("bytes");
@@ -78,7 +78,8 @@ ExpertLoadRecord parse_record(const json& j, const std::string& path, int64_t li
     }
     r.layers[std::stoll(key)] =
         model::ExpertLoadStats::of(std::move(load), layer["tokens"].get<int64_t>());
-    if (layer.contains("ranks")) r.dispatch[std::stoll(key)] = parse_ranks(layer["ranks"], ctx, line, key);
+    if (layer.contains("ranks"))
+      r.dispatch[std::stoll(key)] = parse_ranks(layer["ranks"], ctx, line, key);
   }
   return r;
 }

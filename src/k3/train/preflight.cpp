@@ -207,8 +207,9 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
   // The ep ranks are carved out of the data-parallel ones: each reads its own sequences.
   const int64_t readers = p.dp * p.ep;
   K3_CHECK_CTX(train.batch_size % readers == 0, (ErrorContext{"", "train.batch_size", -1}),
-               "the global batch of ", train.batch_size, " sequences does not split over dp·ep = ",
-               readers, " ranks: use a multiple of ", readers);
+               "the global batch of ", train.batch_size,
+               " sequences does not split over dp·ep = ", readers, " ranks: use a multiple of ",
+               readers);
   const int64_t tokens = train.batch_size / readers * seq_len;
   K3_CHECK_CTX(!p.sequence_parallel || tokens % p.tp == 0, (ErrorContext{"", "data.seq_len", -1}),
                "sequence parallelism splits each rank's ", tokens,

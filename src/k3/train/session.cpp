@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <map>
-#include <sstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "k3/base/checksum.h"
 #include "k3/base/error.h"
@@ -104,13 +104,15 @@ std::vector<std::vector<std::pair<std::string, Shape>>> owned_state_lists(
   std::vector<int32_t> chars;
   for (int r = 0; r < ep.size(); ++r)
     for (int64_t i = 0; i < sizes[static_cast<size_t>(r)]; ++i)
-      chars.push_back(r == ep.rank() ? static_cast<int32_t>(static_cast<unsigned char>(text[i])) : 0);
+      chars.push_back(r == ep.rank() ? static_cast<int32_t>(static_cast<unsigned char>(text[i]))
+                                     : 0);
   ep.all_gather(chars.data(), sizes);
   std::vector<std::vector<std::pair<std::string, Shape>>> out(static_cast<size_t>(ep.size()));
   size_t at = 0;
   for (int r = 0; r < ep.size(); ++r) {
     std::string all;
-    for (int64_t i = 0; i < sizes[static_cast<size_t>(r)]; ++i) all += static_cast<char>(chars[at++]);
+    for (int64_t i = 0; i < sizes[static_cast<size_t>(r)]; ++i)
+      all += static_cast<char>(chars[at++]);
     std::istringstream lines(all);
     for (std::string line; std::getline(lines, line);) {
       std::istringstream words(line);

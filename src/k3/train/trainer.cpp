@@ -347,7 +347,8 @@ std::string Run::checkpoint_now() {
   // Every rank runs the save's fills, each gathering one tensor in global coordinates from the
   // ranks' shards; the lead alone writes.
   last_checkpoint_ = save_checkpoint(
-      run_dir_, step_, make_checkpoint(*s_, optimizer_sources(dp_.optimizer(), *s_->model), manifest),
+      run_dir_, step_,
+      make_checkpoint(*s_, optimizer_sources(dp_.optimizer(), *s_->model), manifest),
       static_cast<int>(s_->config.checkpoint.keep_last),
       /*writer=*/lead_);
   checkpoint_step_ = step_;

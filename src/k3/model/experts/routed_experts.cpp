@@ -24,9 +24,8 @@ void for_each_slot(int slots, const int64_t* first, int64_t gemm_flops_per_row, 
   std::vector<int> busy;
   for (int k = 0; k < slots; ++k)
     if (first[k + 1] > first[k]) busy.push_back(k);
-  std::stable_sort(busy.begin(), busy.end(), [&](int a, int b) {
-    return first[a + 1] - first[a] > first[b + 1] - first[b];
-  });
+  std::stable_sort(busy.begin(), busy.end(),
+                   [&](int a, int b) { return first[a + 1] - first[a] > first[b + 1] - first[b]; });
   const int64_t n = static_cast<int64_t>(busy.size());
   const double mean_flops =
       n ? static_cast<double>(gemm_flops_per_row * (first[slots] - first[0])) /
@@ -80,9 +79,8 @@ RoutedExperts::RoutedExperts(ParamRegistry& reg, const std::string& prefix, cons
       k_(c.num_experts_per_token),
       act_(glu_params(c)) {
   const GroupPlace ep = reg.place("ep");
-  K3_CHECK_CTX(experts_ % ep.size == 0, (ErrorContext{c.source, "num_experts", -1}),
-               experts_, " experts do not split evenly over the expert-parallel group of size ",
-               ep.size);
+  K3_CHECK_CTX(experts_ % ep.size == 0, (ErrorContext{c.source, "num_experts", -1}), experts_,
+               " experts do not split evenly over the expert-parallel group of size ", ep.size);
   const float std = static_cast<float>(c.initializer_range), out_std = c.output_init_std();
   const int64_t F = c.moe_intermediate_size, per_rank = experts_ / ep.size;
   const int owner_of_all = ep.size > 1 ? 0 : -1;  // with ep = 1 no tensor has an owner
@@ -98,8 +96,7 @@ RoutedExperts::RoutedExperts(ParamRegistry& reg, const std::string& prefix, cons
 
 MoonEpShape RoutedExperts::shape(const Step& s, int64_t rows) const {
   const dist::ParallelDims& d = s.grid.dims();
-  return {s.grid.ep().size(), static_cast<int>(experts_), d.moonep ? d.moonep_slots : 0,
-          rows * k_};
+  return {s.grid.ep().size(), static_cast<int>(experts_), d.moonep ? d.moonep_slots : 0, rows * k_};
 }
 
 std::vector<int64_t> RoutedExperts::share_loads(const Step& s,
@@ -151,12 +148,12 @@ RoutedExperts::Weights RoutedExperts::slot_weights(const Step& s, const ExpertEx
     const auto& w = weights_[static_cast<size_t>(x.slot_expert[k])];
     return {s.params.value(w[0].weight()).f32(), s.params.value(w[1].weight()).f32(),
             s.params.value(w[2].weight()).f32(), s.params.grad(w[0].weight()).f32(),
-            s.params.grad(w[1].weight()).f32(), s.params.grad(w[2].weight()).f32()};
+            s.params.grad(w[1].weight()).f32(),  s.params.grad(w[2].weight()).f32()};
   }
   const int64_t FL = width_ * latent_, at = (k - x.home_slots) * weight_floats();
   float* g = replica_grads ? replica_grads + at : nullptr;
-  return {replicas + at,        replicas + at + FL, replicas + at + 2 * FL,
-          g,                    g ? g + FL : nullptr, g ? g + 2 * FL : nullptr};
+  return {replicas + at,        replicas + at + FL,      replicas + at + 2 * FL, g,
+          g ? g + FL : nullptr, g ? g + 2 * FL : nullptr};
 }
 
 void RoutedExperts::compute(const Step& s, const ExpertExchange& x, const int64_t* first,
@@ -300,7 +297,9 @@ void RoutedExperts::forward(const Step& s, const float* ids, int64_t tokens, con
     dispatch(s, x, zp, zc, L);
     compute(s, x, x.slot_first.data(), zc, rw, g, u, yc);
     combine(s, x, yc, y, L);
-    for (auto [p, n] : {std::pair{&zc, rows * L}, {&g, rows * F}, {&u, rows * F},
+    for (auto [p, n] : {std::pair{&zc, rows * L},
+                        {&g, rows * F},
+                        {&u, rows * F},
                         {&rw, replicas * weight_floats()},
                         {&saved_loads, nloads}})
       scratch.keep(*p, static_cast<size_t>(n));
@@ -335,8 +334,8 @@ void RoutedExperts::backward(const Step& s, const kernels::MoePermutePlan& plan,
     compute_backward(s, everything_here(), plan.offsets, zp, g, u, dy, nullptr, nullptr, dzp);
   } else {
     const int64_t P = s.grid.ep().size();
-    const ExpertExchange x = exchange(s, loads_of(s.load(prefix_ + ".loads"), P * experts_),
-                                      plan.tokens);
+    const ExpertExchange x =
+        exchange(s, loads_of(s.load(prefix_ + ".loads"), P * experts_), plan.tokens);
     const int64_t rows = x.computed_rows(), replicas = x.slots() - x.home_slots;
     float *dyc = s.alloc(rows * L), *dzc = s.alloc(rows * L);
     float* rg = s.alloc(replicas * weight_floats());
@@ -354,9 +353,9 @@ DispatchStats RoutedExperts::take_stats(const dist::Comm& ep) const {
   const int P = ep.size();
   std::vector<int64_t> all(static_cast<size_t>(5 * P), 0);
   const DispatchTotals& t = totals_;
-  std::copy_n(std::array<int64_t, 5>{t.computed_rows, t.home_rows, t.replicas, t.overflow, t.bytes}
-                  .begin(),
-              5, all.begin() + 5 * ep.rank());
+  std::copy_n(
+      std::array<int64_t, 5>{t.computed_rows, t.home_rows, t.replicas, t.overflow, t.bytes}.begin(),
+      5, all.begin() + 5 * ep.rank());
   ep.all_gather(all.data(), std::vector<int64_t>(static_cast<size_t>(P), 5));
   totals_ = {};
   DispatchStats out;

@@ -46,8 +46,8 @@ LatentMoE::LatentMoE(ParamRegistry& reg, const std::string& prefix, const ModelC
   const float out_std = c.output_init_std();
 
   // Under tensor parallelism each expert's intermediate dimension is split over tp: w1 and w3
-  // column-parallel, w2 row-parallel (experts/routed_experts.h), and so are the shared experts'. The
-  // router and the latent down-projection are replicated and feed only this rank's slices
+  // column-parallel, w2 row-parallel (experts/routed_experts.h), and so are the shared experts'.
+  // The router and the latent down-projection are replicated and feed only this rank's slices
   // (summed); the latent norm and up-projection are replicated and see whole values.
   router_ = Linear(reg, prefix + ".gate", hidden_, experts_, std, LinearMode::summed);
   bias_ = reg.add(prefix + ".gate.e_score_correction_bias", {experts_}, ParamInit::zeros());

@@ -41,7 +41,8 @@ GradSync::GradSync(model::ParamRegistry& params, const ShardLayout& layout, cons
   if (ep_.size() > 1) {
     size_t dense = 0;
     for (int i = 0; i < params.size(); ++i)
-      if (!params.info(i).shard.expert_owned()) dense += static_cast<size_t>(params.info(i).local_numel());
+      if (!params.info(i).shard.expert_owned())
+        dense += static_cast<size_t>(params.info(i).local_numel());
     widest = std::max(widest, dense);
   }
   staging_.resize(widest);
