@@ -60,7 +60,7 @@ echo "ok: SIGTERM to mpirun stopped the job with a checkpoint"
 line=$(first_error_line "${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=3 --set run.dir="$WORK/bad")
 grep -Eq "rank [01] of 2: error: .*parallel.*dp·tp·pp·ep·cp = .*job has 2 processes" <<< "$line" || fail "grid: $line"
 line=$(first_error_line "${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set train.batch_size=3 --set run.dir="$WORK/bad")
-grep -Eq "rank [01] of 2: error: .*train.batch_size.*3 sequences does not split over dp = 2" <<< "$line" || fail "batch: $line"
+grep -Eq "rank [01] of 2: error: .*train.batch_size.*3 sequences does not split over dp·ep = 2" <<< "$line" || fail "batch: $line"
 [ ! -e "$WORK/bad/checkpoints" ] || fail "a refused run wrote checkpoints"
 echo "ok: refusals"
 
