@@ -1,0 +1,154 @@
+// KCP (model/context/kcp.h): the gated delta rule over a sequence split across ranks.
+//   Kcp.*     in one process: span pairs composed by the fold against the sequential recurrence
+//             over the whole prefix;
+//   KcpMpi.*  under mpirun -np 2 and 4 (and trivially in one process): every rank's outputs and
+//             gradients against the chunked kernel over the whole sequence, each rank computing
+//             that reference itself; the bytes per call the same at two sequence lengths.
+// Tolerances: 1e-4 of each tensor's largest entry (fp32; the fold adds the spans' states in
+// another order than the chunked pass carries them; measured below 1e-5). A pair applied in the
+// wrong order, or a missing transposed term, moves a value by its own size.
+#include "k3/model/context/kcp.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "common/kda_problem.h"
+#include "common/tp_util.h"
+#include "common/test_util.h"
+
+namespace k3::model {
+namespace {
+
+using kernels::kda::DeltaRuleGrads;
+using kernels::kda::DeltaRuleInputs;
+using kernels::kda::DeltaRuleShape;
+using testing::Decay;
+using testing::max_rel_error;
+using testing::Problem;
+using testing::shape;
+
+// Tokens [t0, t1) of every batch row of x ([B, T, H, width]).
+std::vector<float> span(const std::vector<float>& x, const DeltaRuleShape& s, int64_t width,
+                        int64_t t0, int64_t t1) {
+  std::vector<float> out;
+  for (int64_t b = 0; b < s.B; ++b) {
+    const auto at = x.begin() + (b * s.T + t0) * s.H * width;
+    out.insert(out.end(), at, at + (t1 - t0) * s.H * width);
+  }
+  return out;
+}
+
+// A problem's inputs and output gradient for tokens [t0, t1), from a zero state.
+struct Span {
+  DeltaRuleShape s;
+  std::vector<float> q, k, v, g, beta, dout;
+  Span(const Problem& p, int64_t t0, int64_t t1) : s(p.s) {
+    s.T = t1 - t0;
+    q = span(p.q, p.s, p.s.K, t0, t1), k = span(p.k, p.s, p.s.K, t0, t1);
+    g = span(p.g, p.s, p.s.K, t0, t1), v = span(p.v, p.s, p.s.V, t0, t1);
+    beta = span(p.beta, p.s, 1, t0, t1), dout = span(p.dout, p.s, p.s.V, t0, t1);
+  }
+  DeltaRuleInputs<float> in() const {
+    return {q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr};
+  }
+};
+
+TEST(Kcp, PairsComposeToTheSequentialRecurrence) {
+  for (Decay decay : {Decay::Slow, Decay::AtBound, Decay::Bounded}) {
+    const Problem p(shape(2, 300, 2, 32, 16), 11, decay);
+    const std::vector<int64_t> cuts = {0, 70, 200, 300};  // spans not aligned to chunks
+    const int64_t per = p.s.B * p.s.H * p.s.K * (p.s.V + p.s.K);
+    std::vector<float> pairs;
+    for (size_t r = 0; r + 1 < cuts.size(); ++r) {
+      const Span sp(p, cuts[r], cuts[r + 1]);
+      std::vector<float> pair(static_cast<size_t>(per));
+      kcp_span_pairs(sp.s, sp.in(), pair.data());
+      pairs.insert(pairs.end(), pair.begin(), pair.end());
+    }
+    for (size_t r = 1; r < cuts.size(); ++r) {
+      const Span prefix(p, 0, cuts[r]);
+      std::vector<float> out(static_cast<size_t>(prefix.s.B * prefix.s.T * p.s.H * p.s.V)),
+          want(static_cast<size_t>(p.s.B * p.s.H * p.s.K * p.s.V)), got(want.size());
+      kernels::kda::recurrent_forward(prefix.s, prefix.in(), out.data(), want.data());
+      kcp_fold(p.s, pairs.data(), static_cast<int>(r), got.data());
+      EXPECT_LT(max_rel_error(got.data(), want.data(), static_cast<int64_t>(want.size())), 1e-4)
+          << "state after " << r << " spans";
+    }
+  }
+}
+
+void check_against_one_process(Decay decay, int64_t T) {
+  const dist::Comm cp = dist::Comm::world();
+  if (T % cp.size() != 0) GTEST_SKIP();
+  const Problem p(shape(2, T, 2, 32, 16), 21, decay);
+  // The reference: the whole sequence in one chunked pass, from a zero state.
+  DeltaRuleInputs<float> whole{p.q.data(), p.k.data(), p.v.data(), p.g.data(), p.beta.data(),
+                               nullptr};
+  const int64_t rows = p.s.B * p.s.T * p.s.H;
+  std::vector<float> out(static_cast<size_t>(rows * p.s.V)),
+      saved(static_cast<size_t>(kernels::kda::chunk_saved_floats(p.s)));
+  kernels::kda::chunk_forward(p.s, whole, out.data(), nullptr, saved.data());
+  std::vector<float> dq(static_cast<size_t>(rows * p.s.K)), dk(dq.size()), dg(dq.size()),
+      dv(out.size()), dbeta(static_cast<size_t>(rows));
+  kernels::kda::chunk_backward(p.s, whole, saved.data(), p.dout.data(), nullptr,
+                               {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), nullptr});
+
+  const int64_t t0 = T / cp.size() * cp.rank(), t1 = t0 + T / cp.size();
+  const Span mine(p, t0, t1);
+  std::vector<float> o(static_cast<size_t>(mine.s.B * mine.s.T * p.s.H * p.s.V));
+  KcpSaved kept;
+  kcp_forward(cp, mine.s, mine.in(), o.data(), kept);
+  const int64_t n = mine.s.B * mine.s.T * p.s.H;
+  std::vector<float> gq(static_cast<size_t>(n * p.s.K)), gk(gq.size()), gg(gq.size()),
+      gv(o.size()), gb(static_cast<size_t>(n));
+  kcp_backward(cp, mine.s, mine.in(), kept, mine.dout.data(),
+               {gq.data(), gk.data(), gv.data(), gg.data(), gb.data(), nullptr});
+  const auto expect = [&](const std::vector<float>& got, const std::vector<float>& all,
+                          int64_t width, const char* what) {
+    const std::vector<float> want = span(all, p.s, width, t0, t1);
+    EXPECT_LT(max_rel_error(got.data(), want.data(), static_cast<int64_t>(want.size())), 1e-4)
+        << what << " on rank " << cp.rank();
+  };
+  expect(o, out, p.s.V, "out");
+  expect(gq, dq, p.s.K, "dq");
+  expect(gk, dk, p.s.K, "dk");
+  expect(gv, dv, p.s.V, "dv");
+  expect(gg, dg, p.s.K, "dg");
+  expect(gb, dbeta, 1, "dbeta");
+}
+
+TEST(KcpMpi, MatchesOneProcessWithSlowDecays) { check_against_one_process(Decay::Slow, 512); }
+TEST(KcpMpi, MatchesOneProcessAtTheGatesBound) { check_against_one_process(Decay::AtBound, 512); }
+// Spans that do not fall on chunk boundaries (T / cp = 150 or 75 tokens).
+TEST(KcpMpi, MatchesOneProcessOnUnalignedSpans) { check_against_one_process(Decay::Slow, 300); }
+
+// One forward and backward move the pairs ([B, H, K, V + K] a rank) and the state gradients
+// ([B, H, K, V] a rank) in two all-gathers, whatever the sequence length.
+TEST(KcpMpi, BytesDoNotDependOnTheSequenceLength) {
+  const dist::Comm cp = dist::Comm::world();
+  std::vector<int64_t> moved;
+  for (int64_t T : {1024, 16384}) {
+    const Problem p(shape(1, T, 2, 32, 32), 5, Decay::Bounded);
+    const int64_t t0 = T / cp.size() * cp.rank(), t1 = t0 + T / cp.size();
+    const Span mine(p, t0, t1);
+    std::vector<float> o(static_cast<size_t>(mine.s.T * p.s.H * p.s.V));
+    const int64_t n = mine.s.T * p.s.H;
+    std::vector<float> gq(static_cast<size_t>(n * p.s.K)), gk(gq.size()), gg(gq.size()),
+        gv(o.size()), gb(static_cast<size_t>(n));
+    const int64_t before = cp.counters().bytes();
+    KcpSaved kept;
+    kcp_forward(cp, mine.s, mine.in(), o.data(), kept);
+    kcp_backward(cp, mine.s, mine.in(), kept, mine.dout.data(),
+                 {gq.data(), gk.data(), gv.data(), gg.data(), gb.data(), nullptr});
+    moved.push_back(cp.counters().bytes() - before);
+  }
+  const int64_t H = 2, K = 32, V = 32;
+  EXPECT_EQ(moved[0], moved[1]);
+  // A group of one counts no bytes (dist/comm.h).
+  EXPECT_EQ(moved[0], cp.size() > 1 ? 4 * cp.size() * H * K * ((V + K) + V) : 0);
+}
+
+}  // namespace
+}  // namespace k3::model
