@@ -31,7 +31,6 @@ std::string str(const DeltaRuleShape& s) {
   return os.str();
 }
 
-
 template <typename T>
 struct Result {
   std::vector<T> out, final_state, dq, dk, dv, dg, dbeta, dinit;

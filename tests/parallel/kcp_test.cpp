@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "common/kda_problem.h"
-#include "common/tp_util.h"
 #include "common/test_util.h"
+#include "common/tp_util.h"
 
 namespace k3::model {
 namespace {
@@ -55,11 +55,22 @@ struct Span {
   }
 };
 
+// The forward's records, held for the backward.
+struct Kept {
+  std::vector<float> pairs, incoming, records;
+  KcpSaved saved;
+  Kept(const DeltaRuleShape& s, int ranks)
+      : pairs(static_cast<size_t>(kcp_pair_floats(s) * ranks)),
+        incoming(static_cast<size_t>(kcp_state_floats(s))),
+        records(static_cast<size_t>(kernels::kda::chunk_saved_floats(s))),
+        saved{pairs.data(), incoming.data(), records.data()} {}
+};
+
 TEST(Kcp, PairsComposeToTheSequentialRecurrence) {
   for (Decay decay : {Decay::Slow, Decay::AtBound, Decay::Bounded}) {
     const Problem p(shape(2, 300, 2, 32, 16), 11, decay);
     const std::vector<int64_t> cuts = {0, 70, 200, 300};  // spans not aligned to chunks
-    const int64_t per = p.s.B * p.s.H * p.s.K * (p.s.V + p.s.K);
+    const int64_t per = kcp_pair_floats(p.s);
     std::vector<float> pairs;
     for (size_t r = 0; r + 1 < cuts.size(); ++r) {
       const Span sp(p, cuts[r], cuts[r + 1]);
@@ -84,8 +95,8 @@ void check_against_one_process(Decay decay, int64_t T) {
   if (T % cp.size() != 0) GTEST_SKIP();
   const Problem p(shape(2, T, 2, 32, 16), 21, decay);
   // The reference: the whole sequence in one chunked pass, from a zero state.
-  DeltaRuleInputs<float> whole{p.q.data(), p.k.data(), p.v.data(), p.g.data(), p.beta.data(),
-                               nullptr};
+  DeltaRuleInputs<float> whole{p.q.data(), p.k.data(),    p.v.data(),
+                               p.g.data(), p.beta.data(), nullptr};
   const int64_t rows = p.s.B * p.s.T * p.s.H;
   std::vector<float> out(static_cast<size_t>(rows * p.s.V)),
       saved(static_cast<size_t>(kernels::kda::chunk_saved_floats(p.s)));
@@ -98,12 +109,12 @@ void check_against_one_process(Decay decay, int64_t T) {
   const int64_t t0 = T / cp.size() * cp.rank(), t1 = t0 + T / cp.size();
   const Span mine(p, t0, t1);
   std::vector<float> o(static_cast<size_t>(mine.s.B * mine.s.T * p.s.H * p.s.V));
-  KcpSaved kept;
-  kcp_forward(cp, mine.s, mine.in(), o.data(), kept);
+  Kept kept(mine.s, cp.size());
+  kcp_forward(cp, mine.s, mine.in(), o.data(), kept.saved);
   const int64_t n = mine.s.B * mine.s.T * p.s.H;
-  std::vector<float> gq(static_cast<size_t>(n * p.s.K)), gk(gq.size()), gg(gq.size()),
-      gv(o.size()), gb(static_cast<size_t>(n));
-  kcp_backward(cp, mine.s, mine.in(), kept, mine.dout.data(),
+  std::vector<float> gq(static_cast<size_t>(n * p.s.K)), gk(gq.size()), gg(gq.size()), gv(o.size()),
+      gb(static_cast<size_t>(n));
+  kcp_backward(cp, mine.s, mine.in(), kept.saved, mine.dout.data(),
                {gq.data(), gk.data(), gv.data(), gg.data(), gb.data(), nullptr});
   const auto expect = [&](const std::vector<float>& got, const std::vector<float>& all,
                           int64_t width, const char* what) {
@@ -138,9 +149,9 @@ TEST(KcpMpi, BytesDoNotDependOnTheSequenceLength) {
     std::vector<float> gq(static_cast<size_t>(n * p.s.K)), gk(gq.size()), gg(gq.size()),
         gv(o.size()), gb(static_cast<size_t>(n));
     const int64_t before = cp.counters().bytes();
-    KcpSaved kept;
-    kcp_forward(cp, mine.s, mine.in(), o.data(), kept);
-    kcp_backward(cp, mine.s, mine.in(), kept, mine.dout.data(),
+    Kept kept(mine.s, cp.size());
+    kcp_forward(cp, mine.s, mine.in(), o.data(), kept.saved);
+    kcp_backward(cp, mine.s, mine.in(), kept.saved, mine.dout.data(),
                  {gq.data(), gk.data(), gv.data(), gg.data(), gb.data(), nullptr});
     moved.push_back(cp.counters().bytes() - before);
   }

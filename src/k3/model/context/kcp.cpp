@@ -21,8 +21,7 @@ struct PairPass {
     const int64_t K = s.K, V = s.V, W = V + K, rows = s.B * s.T * s.H;
     shape.V = W;
     values.assign(static_cast<size_t>(rows * W), 0.f);
-    for (int64_t r = 0; r < rows; ++r)
-      std::copy_n(base.v + r * V, V, values.begin() + r * W);
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(base.v + r * V, V, values.begin() + r * W);
     initial.assign(static_cast<size_t>(s.B * s.H * K * W), 0.f);
     for (int64_t bh = 0; bh < s.B * s.H; ++bh)
       for (int64_t i = 0; i < K; ++i) initial[static_cast<size_t>((bh * K + i) * W + V + i)] = 1.f;
@@ -31,13 +30,15 @@ struct PairPass {
 };
 
 void check(const DeltaRuleShape& s, const dist::Comm& cp) {
-  K3_CHECK(s.doc_starts.empty(), "KCP: packed documents are not supported under context parallelism");
+  K3_CHECK(s.doc_starts.empty(),
+           "KCP: packed documents are not supported under context parallelism");
   K3_CHECK(cp.size() >= 1, "KCP: empty group");
 }
 
 // For each (row, head): out = M X + add, with M the last K columns of `pair` ([K, V + K] rows),
 // X and add [K, V]. out may be X.
-void apply_m(const float* pair, const float* X, const float* add, float* out, int64_t K, int64_t V) {
+void apply_m(const float* pair, const float* X, const float* add, float* out, int64_t K,
+             int64_t V) {
   const int64_t W = V + K;
   std::vector<float> tmp(static_cast<size_t>(K * V));
   for (int64_t i = 0; i < K; ++i) {
@@ -67,10 +68,10 @@ void apply_mt(const float* pair, const float* X, const float* add, float* out, i
   std::copy(tmp.begin(), tmp.end(), out);
 }
 
-int64_t pair_floats(const DeltaRuleShape& s) { return s.B * s.H * s.K * (s.V + s.K); }
-int64_t state_floats(const DeltaRuleShape& s) { return s.B * s.H * s.K * s.V; }
-
 }  // namespace
+
+int64_t kcp_pair_floats(const DeltaRuleShape& s) { return s.B * s.H * s.K * (s.V + s.K); }
+int64_t kcp_state_floats(const DeltaRuleShape& s) { return s.B * s.H * s.K * s.V; }
 
 void kcp_span_pairs(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, float* pairs) {
   const PairPass p(s, in);
@@ -79,8 +80,8 @@ void kcp_span_pairs(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, f
 }
 
 void kcp_fold(const DeltaRuleShape& s, const float* pairs, int rank, float* state) {
-  const int64_t K = s.K, V = s.V, heads = s.B * s.H, per = pair_floats(s);
-  std::fill(state, state + state_floats(s), 0.f);
+  const int64_t K = s.K, V = s.V, heads = s.B * s.H, per = kcp_pair_floats(s);
+  std::fill(state, state + kcp_state_floats(s), 0.f);
   for (int q = 0; q < rank; ++q)
     for (int64_t bh = 0; bh < heads; ++bh) {
       const float* pair = pairs + q * per + bh * K * (V + K);
@@ -90,33 +91,30 @@ void kcp_fold(const DeltaRuleShape& s, const float* pairs, int rank, float* stat
 }
 
 void kcp_forward(const dist::Comm& cp, const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
-                 float* out, KcpSaved& saved) {
+                 float* out, const KcpSaved& saved) {
   check(s, cp);
-  const int64_t per = pair_floats(s);
-  saved.pairs.assign(static_cast<size_t>(per * cp.size()), 0.f);
-  kcp_span_pairs(s, in, saved.pairs.data() + per * cp.rank());
-  cp.all_gather(saved.pairs.data(), std::vector<int64_t>(static_cast<size_t>(cp.size()), per));
-  saved.incoming.assign(static_cast<size_t>(state_floats(s)), 0.f);
-  kcp_fold(s, saved.pairs.data(), cp.rank(), saved.incoming.data());
-  saved.chunk_saved.assign(static_cast<size_t>(kernels::kda::chunk_saved_floats(s)), 0.f);
+  const int64_t per = kcp_pair_floats(s);
+  kcp_span_pairs(s, in, saved.pairs + per * cp.rank());
+  cp.all_gather(saved.pairs, std::vector<int64_t>(static_cast<size_t>(cp.size()), per));
+  kcp_fold(s, saved.pairs, cp.rank(), saved.incoming);
   DeltaRuleInputs<float> from = in;
-  from.initial_state = saved.incoming.data();
-  kernels::kda::chunk_forward(s, from, out, nullptr, saved.chunk_saved.data());
+  from.initial_state = saved.incoming;
+  kernels::kda::chunk_forward(s, from, out, nullptr, saved.chunk_saved);
 }
 
 void kcp_backward(const dist::Comm& cp, const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
                   const KcpSaved& saved, const float* dout, const DeltaRuleGrads<float>& grads) {
   check(s, cp);
-  const int64_t K = s.K, V = s.V, W = V + K, heads = s.B * s.H, per = pair_floats(s),
-                state = state_floats(s);
+  const int64_t K = s.K, V = s.V, W = V + K, heads = s.B * s.H, per = kcp_pair_floats(s),
+                state = kcp_state_floats(s);
   const int P = cp.size(), r = cp.rank();
   // The normal pass, and the gradient of the state it started from.
   std::vector<float> dstates(static_cast<size_t>(state * P), 0.f);
   DeltaRuleInputs<float> from = in;
-  from.initial_state = saved.incoming.data();
+  from.initial_state = saved.incoming;
   DeltaRuleGrads<float> g = grads;
   g.dinitial_state = dstates.data() + state * r;
-  kernels::kda::chunk_backward(s, from, saved.chunk_saved.data(), dout, nullptr, g);
+  kernels::kda::chunk_backward(s, from, saved.chunk_saved, dout, nullptr, g);
   cp.all_gather(dstates.data(), std::vector<int64_t>(static_cast<size_t>(P), state));
   if (r == P - 1) return;  // nothing after this span reads its pair
 
@@ -124,12 +122,12 @@ void kcp_backward(const dist::Comm& cp, const DeltaRuleShape& s, const DeltaRule
   std::vector<float> T(static_cast<size_t>(state), 0.f);
   for (int j = P - 1; j > r; --j)
     for (int64_t bh = 0; bh < heads; ++bh)
-      apply_mt(saved.pairs.data() + j * per + bh * K * W, T.data() + bh * K * V,
+      apply_mt(saved.pairs + j * per + bh * K * W, T.data() + bh * K * V,
                dstates.data() + j * state + bh * K * V, T.data() + bh * K * V, K, V);
   // [dS̃ | dM] with dM = T S_inᵀ.
   std::vector<float> dpair(static_cast<size_t>(per), 0.f);
   for (int64_t bh = 0; bh < heads; ++bh) {
-    const float *t = T.data() + bh * K * V, *sin = saved.incoming.data() + bh * K * V;
+    const float *t = T.data() + bh * K * V, *sin = saved.incoming + bh * K * V;
     float* d = dpair.data() + bh * K * W;
     for (int64_t i = 0; i < K; ++i) {
       std::copy_n(t + i * V, V, d + i * W);
@@ -143,8 +141,8 @@ void kcp_backward(const dist::Comm& cp, const DeltaRuleShape& s, const DeltaRule
   // The pair pass again (recomputed rather than kept), then its backward.
   const PairPass p(s, in);
   const int64_t rows = s.B * s.T * s.H;
-  std::vector<float> out(static_cast<size_t>(rows * W)), records(
-      static_cast<size_t>(kernels::kda::chunk_saved_floats(p.shape)));
+  std::vector<float> out(static_cast<size_t>(rows * W)),
+      records(static_cast<size_t>(kernels::kda::chunk_saved_floats(p.shape)));
   kernels::kda::chunk_forward(p.shape, p.in, out.data(), nullptr, records.data());
   std::fill(out.begin(), out.end(), 0.f);  // the pair pass's outputs feed nothing
   std::vector<float> dq(static_cast<size_t>(rows * K)), dk(dq.size()), dg(dq.size()),

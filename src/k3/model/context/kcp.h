@@ -26,17 +26,19 @@
 
 namespace k3::model {
 
-// What the forward keeps for the backward: the normal pass's chunk records and the states.
+// What the forward keeps for the backward (buffers the caller owns).
 struct KcpSaved {
-  std::vector<float> chunk_saved;  // kernels::kda::chunk_saved_floats(local shape)
-  std::vector<float> pairs;        // every rank's [B, H, K, V + K], rank after rank
-  std::vector<float> incoming;     // S_in of this rank [B, H, K, V]
+  float* pairs = nullptr;        // every rank's [B, H, K, V + K], rank after rank
+  float* incoming = nullptr;     // S_in of this rank [B, H, K, V]
+  float* chunk_saved = nullptr;  // the normal pass's records (kernels::kda::chunk_saved_floats)
 };
+int64_t kcp_pair_floats(const kernels::kda::DeltaRuleShape& s);   // one rank's pair
+int64_t kcp_state_floats(const kernels::kda::DeltaRuleShape& s);  // [B, H, K, V]
 
 // This rank's span: s.T tokens of each of s.B rows (doc_starts must be empty). out [B, T, H, V].
-// The pairs of every span and this rank's incoming state land in `saved`.
+// Fills `saved` (pairs: cp.size() pairs).
 void kcp_forward(const dist::Comm& cp, const kernels::kda::DeltaRuleShape& s,
-                 const kernels::kda::DeltaRuleInputs<float>& in, float* out, KcpSaved& saved);
+                 const kernels::kda::DeltaRuleInputs<float>& in, float* out, const KcpSaved& saved);
 // Gradients of this rank's inputs (all overwritten; dinitial_state is not used).
 void kcp_backward(const dist::Comm& cp, const kernels::kda::DeltaRuleShape& s,
                   const kernels::kda::DeltaRuleInputs<float>& in, const KcpSaved& saved,

@@ -13,6 +13,8 @@
 #include "k3/kernels/kda/output_norm.h"
 #include "k3/kernels/kda/sequences.h"
 #include "k3/kernels/kda/short_conv.h"
+#include "k3/model/context/halo.h"
+#include "k3/model/context/kcp.h"
 #include "k3/model/layers/tp_region.h"
 
 namespace k3::model {
@@ -138,15 +140,40 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
     project(s, region.enter(x), n, {qp, kp, vp, fa, beta, gate});
   }
   const kda::ShortConvShape cs{B, T, P, conv_kernel_, doc_starts};
+  // Under context parallelism each convolution starts from the previous rank's last inputs, and
+  // the recurrence from the state its predecessors' spans leave (context/kcp.h).
+  const dist::Comm& cp = s.grid.cp();
+  const bool split = cp.size() > 1;
+  const int64_t W = (conv_kernel_ - 1) * P;  // one sequence's window, floats
+  float* halo = split ? s.alloc(3 * B * W) : nullptr;
+  if (split) {
+    K3_CHECK(!cache && doc_starts.empty() && T >= conv_kernel_ - 1, prefix_,
+             ": under context parallelism every rank needs at least ", conv_kernel_ - 1,
+             " tokens of each sequence, without packed documents or a decoding cache");
+    ArenaScope scratch(s.arena);
+    float* last = s.alloc(3 * B * W);
+    for (int c = 0; c < 3; ++c)
+      for (int64_t b = 0; b < B; ++b)
+        std::copy_n((c == 0   ? qp
+                     : c == 1 ? kp
+                              : vp) +
+                        ((b + 1) * T - (conv_kernel_ - 1)) * P,
+                    W, last + (c * B + b) * W);
+    pass_to_next(cp, last, halo, 3 * B * W);
+  }
   struct Conv {
     const float* in;
     int weight;
+    const float* window_in;
     float *window, *out;  // the cache's window is updated in place (short_conv.h allows it)
   };
-  for (const Conv& c : {Conv{qp, q_conv_, cache ? cache->q_window.f32() : nullptr, q},
-                        Conv{kp, k_conv_, cache ? cache->k_window.f32() : nullptr, k},
-                        Conv{vp, v_conv_, cache ? cache->v_window.f32() : nullptr, v}})
-    kda::short_conv_forward(cs, c.in, pr.value(c.weight).f32(), c.window, c.out, c.window);
+  for (const Conv& c : {Conv{qp, q_conv_, halo, cache ? cache->q_window.f32() : nullptr, q},
+                        Conv{kp, k_conv_, halo ? halo + B * W : nullptr,
+                             cache ? cache->k_window.f32() : nullptr, k},
+                        Conv{vp, v_conv_, halo ? halo + 2 * B * W : nullptr,
+                             cache ? cache->v_window.f32() : nullptr, v}})
+    kda::short_conv_forward(cs, c.in, pr.value(c.weight).f32(), c.window ? c.window : c.window_in,
+                            c.out, c.window);
   kda::l2norm_forward(q, q, rq, n * H, D, 1.0f / std::sqrt(static_cast<float>(D)));
   kda::l2norm_forward(k, k, rk, n * H, D, 1.0f);
 
@@ -158,8 +185,17 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
   float* o = s.alloc(n * P);
   float* chunk_saved = s.training ? s.alloc(kda::chunk_saved_floats(ds)) : nullptr;
+  const int64_t pair_floats = split ? kcp_pair_floats(ds) * cp.size() : 0,
+                state_floats = split ? kcp_state_floats(ds) : 0;
+  float* pairs = split ? s.alloc(pair_floats) : nullptr;
+  float* incoming = split ? s.alloc(state_floats) : nullptr;
   float* state = cache ? cache->state.f32() : nullptr;  // updated in place (delta_rule.h allows it)
-  kda::chunk_forward(ds, {q, k, v, g, beta, state}, o, state, chunk_saved);
+  if (split)
+    kcp_forward(
+        cp, ds, {q, k, v, g, beta, nullptr}, o,
+        {pairs, incoming, chunk_saved ? chunk_saved : s.alloc(kda::chunk_saved_floats(ds))});
+  else
+    kda::chunk_forward(ds, {q, k, v, g, beta, state}, o, state, chunk_saved);
 
   float *y = s.alloc(n * P), *rstd = s.alloc(n * H);
   kda::gated_rmsnorm_forward(o, pr.value(o_norm_).f32(), gate, y, rstd, n * H, D, norm_eps_);
@@ -187,7 +223,10 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
                                  {".chunk_saved", chunk_saved, kda::chunk_saved_floats(ds)},
                                  {".gate", gate, n * P},
                                  {".rstd", rstd, n * H},
-                                 {".y", y, n * P}})
+                                 {".y", y, n * P},
+                                 {".halo", halo, halo ? 3 * B * W : 0},
+                                 {".kcp_pairs", pairs, pair_floats},
+                                 {".kcp_incoming", incoming, state_floats}})
     s.save(prefix_ + name, ptr, size);
 }
 
@@ -215,8 +254,16 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   float *dq = s.alloc(n * P), *dk = s.alloc(n * P), *dv = s.alloc(n * P), *dg = s.alloc(n * P);
   float* dbeta = s.alloc(n * H);
   const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
-  kda::chunk_backward(ds, {q, k, v, g, beta, nullptr}, chunk_saved, d_o, nullptr,
-                      {dq, dk, dv, dg, dbeta, nullptr});
+  const dist::Comm& cp = s.grid.cp();
+  const bool split = cp.size() > 1;
+  if (split)
+    kcp_backward(cp, ds, {q, k, v, g, beta, nullptr},
+                 {const_cast<float*>(load(".kcp_pairs")), const_cast<float*>(load(".kcp_incoming")),
+                  const_cast<float*>(chunk_saved)},
+                 d_o, {dq, dk, dv, dg, dbeta, nullptr});
+  else
+    kda::chunk_backward(ds, {q, k, v, g, beta, nullptr}, chunk_saved, d_o, nullptr,
+                        {dq, dk, dv, dg, dbeta, nullptr});
 
   float *df = s.alloc(n * P), *dfa = s.alloc(n * D);
   const kda::GateParams gp{n, H, D, bounded_gate_, lower_bound_};
@@ -230,16 +277,36 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   kda::l2norm_backward(k, rk, dk, dk, n * H, D, 1.0f);
   const kda::ShortConvShape cs{B, T, P, conv_kernel_, doc_starts};
   const float* xa = region.enter(load(".x"));
-  float *partial = region.partial(dx), *dproj = s.alloc(n * P);
-  kda::short_conv_backward(cs, qp, pr.value(q_conv_).f32(), nullptr, dq, nullptr, dproj,
-                           pr.grad(q_conv_).f32(), nullptr);
-  q_.backward(s, xa, dproj, n, partial, false);
-  kda::short_conv_backward(cs, kp, pr.value(k_conv_).f32(), nullptr, dk, nullptr, dproj,
-                           pr.grad(k_conv_).f32(), nullptr);
-  k_.backward(s, xa, dproj, n, partial, true);
-  kda::short_conv_backward(cs, vp, pr.value(v_conv_).f32(), nullptr, dv, nullptr, dproj,
-                           pr.grad(v_conv_).f32(), nullptr);
-  v_.backward(s, xa, dproj, n, partial, true);
+  float* partial = region.partial(dx);
+  // Each convolution's input gradient; under context parallelism the window it started from
+  // came from the previous rank, whose last inputs take that window's gradient.
+  const int64_t W = (conv_kernel_ - 1) * P;
+  const float* halo = split ? load(".halo") : nullptr;
+  float* dhalo = split ? s.alloc(3 * B * W) : nullptr;
+  float* dproj[3];
+  const Linear* proj[3] = {&q_, &k_, &v_};
+  const int weight[3] = {q_conv_, k_conv_, v_conv_};
+  const float *in[3] = {qp, kp, vp}, *dout_conv[3] = {dq, dk, dv};
+  // In one process each projection's backward follows its convolution's, in one buffer; under
+  // context parallelism all three wait for the halo's gradient.
+  for (int c = 0; c < 3; ++c) {
+    dproj[c] = split || c == 0 ? s.alloc(n * P) : dproj[0];
+    kda::short_conv_backward(cs, in[c], pr.value(weight[c]).f32(),
+                             halo ? halo + c * B * W : nullptr, dout_conv[c], nullptr, dproj[c],
+                             pr.grad(weight[c]).f32(), dhalo ? dhalo + c * B * W : nullptr);
+    if (!split) proj[c]->backward(s, xa, dproj[c], n, partial, c > 0);
+  }
+  if (split) {
+    float* from_next = s.alloc(3 * B * W);
+    pass_to_previous(cp, dhalo, from_next, 3 * B * W);
+    for (int c = 0; c < 3; ++c)
+      for (int64_t b = 0; b < B; ++b) {
+        float* at = dproj[c] + ((b + 1) * T - (conv_kernel_ - 1)) * P;
+        const float* add = from_next + (c * B + b) * W;
+        for (int64_t i = 0; i < W; ++i) at[i] += add[i];
+      }
+    for (int c = 0; c < 3; ++c) proj[c]->backward(s, xa, dproj[c], n, partial, c > 0);
+  }
   f_a_.backward(s, xa, dfa, n, partial, true);
   b_.backward(s, xa, dbeta, n, partial, true);
   g_.backward(s, xa, dgate, n, partial, true);
