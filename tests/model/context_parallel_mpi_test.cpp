@@ -1,5 +1,6 @@
-// The KDA layer under context parallelism (the whole job one cp group; skipped in one process)
-// against one process on the same sequences: each rank runs its span of every sequence and
+// The KDA and gated MLA layers under context parallelism (the whole job one cp group; skipped in
+// one process) against one process on the same sequences: each rank runs its tokens of every
+// sequence (KDA: one consecutive span; MLA: two zig-zag chunks) and
 // compares its rows of the output and of the input gradient, and every parameter gradient
 // summed over the ranks (each rank's is its tokens' part).
 //
@@ -14,6 +15,8 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -21,6 +24,7 @@
 #include "common/tp_util.h"
 #include "k3/dist/grid.h"
 #include "k3/model/layers/kda.h"
+#include "k3/model/layers/mla.h"
 #include "k3/model/model.h"
 
 namespace k3::model {
@@ -32,11 +36,16 @@ using k3::testing::random_vec;
 constexpr int64_t kB = 2, kT = 128;
 constexpr double kTol = 1e-4;
 
-// Rows [t0, t1) of each of kB sequences of x ([kB, kT, width]).
-std::vector<float> span(const std::vector<float>& x, int64_t width, int64_t t0, int64_t t1) {
+// A rank's tokens of each sequence: consecutive pieces {first, count} in its local order.
+using Pieces = std::vector<std::pair<int64_t, int64_t>>;
+
+// The rows of `pieces` of each of kB sequences of x ([kB, kT, width]), batch row by batch row.
+std::vector<float> span(const std::vector<float>& x, int64_t width, const Pieces& pieces) {
   std::vector<float> out;
   for (int64_t b = 0; b < kB; ++b)
-    out.insert(out.end(), x.begin() + (b * kT + t0) * width, x.begin() + (b * kT + t1) * width);
+    for (auto [t0, n] : pieces)
+      out.insert(out.end(), x.begin() + (b * kT + t0) * width,
+                 x.begin() + (b * kT + t0 + n) * width);
   return out;
 }
 
@@ -48,34 +57,43 @@ void set_dt_bias(ParamRegistry& reg, float value) {
     }
 }
 
-void compare(const char* what, std::optional<float> dt_bias) {
+using MakeMixer = std::function<std::unique_ptr<Mixer>(ParamRegistry&, const ModelConfig&)>;
+
+// KDA's spans are consecutive; MLA's ring takes two zig-zag chunks a rank.
+Pieces consecutive(int rank, int ranks) { return {{rank * kT / ranks, kT / ranks}}; }
+Pieces zig_zag(int rank, int ranks) {
+  const int64_t C = kT / (2 * ranks);
+  return {{rank * C, C}, {(2 * ranks - 1 - rank) * C, C}};
+}
+
+void compare(const char* what, const MakeMixer& make, const Pieces& pieces,
+             std::optional<float> dt_bias = std::nullopt) {
   const dist::Comm world = dist::Comm::world();
-  if (world.size() == 1) GTEST_SKIP() << "runs under mpirun -np 2 and 4";
   const dist::ProcessGrid grid(dist::ParallelDims{.cp = world.size()}, world);
   const ModelConfig c = load_model_config(k3::testing::source_dir() + "/configs/k3-nano.json");
-  const int64_t d = c.hidden_size, T = kT / world.size(), t0 = world.rank() * T;
+  const int64_t d = c.hidden_size, T = kT / world.size();
   const std::vector<float> x = random_vec(kB * kT * d, 11), dout = random_vec(kB * kT * d, 12);
 
   const auto run = [&](ParamRegistry& reg, const dist::ProcessGrid& g, const float* in,
                        const float* dy, int64_t t, float* out, float* dx) {
-    const KimiDeltaAttention kda(reg, "kda", c);
+    const std::unique_ptr<Mixer> layer = make(reg, c);
     reg.allocate();
     reg.initialize(5);
     if (dt_bias) set_dt_bias(reg, *dt_bias);
     Arena arena(size_t{64} << 20, false);
     activation::ActivationManager acts;
     const Step s{arena, acts, reg, true, g};
-    kda.forward(s, in, kB, t, out);
-    kda.backward(s, dy, kB, t, dx);
+    layer->forward(s, in, kB, t, out);
+    layer->backward(s, dy, kB, t, dx);
   };
   ParamRegistry whole, split(places_of(grid));
   std::vector<float> want(x.size()), want_dx(x.size());
   run(whole, dist::single_process(), x.data(), dout.data(), kT, want.data(), want_dx.data());
-  const std::vector<float> mine = span(x, d, t0, t0 + T), dmine = span(dout, d, t0, t0 + T);
+  const std::vector<float> mine = span(x, d, pieces), dmine = span(dout, d, pieces);
   std::vector<float> out(mine.size()), dx(mine.size());
   run(split, grid, mine.data(), dmine.data(), T, out.data(), dx.data());
 
-  const std::vector<float> w = span(want, d, t0, t0 + T), wdx = span(want_dx, d, t0, t0 + T);
+  const std::vector<float> w = span(want, d, pieces), wdx = span(want_dx, d, pieces);
   const double e_out = max_rel_error(out.data(), w.data(), static_cast<int64_t>(w.size()));
   double biggest = 0;
   for (float v : w) biggest = std::max(biggest, static_cast<double>(std::abs(v)));
@@ -108,13 +126,41 @@ void compare(const char* what, std::optional<float> dt_bias) {
     w_dx = std::max(w_dx, worst[static_cast<size_t>(2 * r + 1)]);
   }
   if (world.rank() == 0)
-    std::printf("KDA cp%d, %s: output %.2g, input gradient %.2g, parameter gradients %.2g\n",
+    std::printf("cp%d, %s: output %.2g, input gradient %.2g, parameter gradients %.2g\n",
                 world.size(), what, w_out, w_dx, e_grad);
 }
 
-TEST(ContextParallelMpi, KdaWithItsOwnDecays) { compare("initial decays", std::nullopt); }
-TEST(ContextParallelMpi, KdaWithSlowDecays) { compare("slow decays", -8.f); }
-TEST(ContextParallelMpi, KdaAtTheGatesBound) { compare("decays at the bound", 5.f); }
+class ContextParallelMpi : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (world.size() == 1) GTEST_SKIP() << "runs under mpirun -np 2 and 4";
+  }
+  MakeMixer kda() const {
+    return [](ParamRegistry& reg, const ModelConfig& c) {
+      return std::make_unique<KimiDeltaAttention>(reg, "kda", c);
+    };
+  }
+  dist::Comm world = dist::Comm::world();
+};
+
+TEST_F(ContextParallelMpi, KdaWithItsOwnDecays) {
+  compare("KDA, initial decays", kda(), consecutive(world.rank(), world.size()));
+}
+TEST_F(ContextParallelMpi, KdaWithSlowDecays) {
+  compare("KDA, slow decays", kda(), consecutive(world.rank(), world.size()), -8.f);
+}
+TEST_F(ContextParallelMpi, KdaAtTheGatesBound) {
+  compare("KDA, decays at the bound", kda(), consecutive(world.rank(), world.size()), 5.f);
+}
+// Gated MLA by ring attention over zig-zag chunks: every rank's queries meet every earlier chunk.
+TEST_F(ContextParallelMpi, GatedMlaByRingAttention) {
+  compare(
+      "gated MLA (ring)",
+      [](ParamRegistry& reg, const ModelConfig& c) {
+        return std::make_unique<GatedMLA>(reg, "mla", c);
+      },
+      zig_zag(world.rank(), world.size()));
+}
 
 }  // namespace
 }  // namespace k3::model

@@ -91,7 +91,11 @@ void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, floa
   // [k_n | v] per head, split into contiguous parts for the attention kernel.
   float *q_lat = s.alloc(n * r_q), *q_lat_n = s.alloc(n * r_q), *q = s.alloc(n * heads_ * dqk);
   float *c_kv = s.alloc(n * r_kv_), *k_r = s.alloc(n * d_r_), *c_kv_n = s.alloc(n * r_kv_);
-  float *k_n = s.alloc(n * heads_ * d_n_), *v = s.alloc(n * p), *g = s.alloc(n * p);
+  // Under context parallelism the ring expands every block's keys and values itself.
+  const dist::Comm& cp = s.grid.cp();
+  const bool ring = cp.size() > 1;
+  float* k_n = ring ? nullptr : s.alloc(n * heads_ * d_n_);
+  float *v = ring ? nullptr : s.alloc(n * p), *g = s.alloc(n * p);
   float *o = s.alloc(n * p), *lse = s.alloc(B * heads_ * T), *y = s.alloc(n * p);
   {
     // The gathered input and the interleaved outputs are scratch above what backward reads.
@@ -106,14 +110,21 @@ void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, floa
   q_norm_.forward(s, q_lat, n, q_lat_n);  // saves q_lat and its rstd
   q_b_.forward(s, q_lat_n, n, q);
   kv_norm_.forward(s, c_kv, n, c_kv_n);  // saves c_kv and its rstd
-  {
+  if (ring) {
     ArenaScope scratch(s.arena);
-    float* kv = s.alloc(n * heads_ * (d_n_ + d_v_));
-    kv_b_.forward(s, c_kv_n, n, kv);
-    split_columns(kv, n * heads_, d_n_, d_v_, k_n, v);
+    float* latent = s.alloc(n * (r_kv_ + d_r_));
+    join_columns(c_kv_n, k_r, n, r_kv_, d_r_, latent);
+    ring_attention_forward(cp, ring_shape(B, T), q, latent, expand_kv(s), o, lse);
+  } else {
+    {
+      ArenaScope scratch(s.arena);
+      float* kv = s.alloc(n * heads_ * (d_n_ + d_v_));
+      kv_b_.forward(s, c_kv_n, n, kv);
+      split_columns(kv, n * heads_, d_n_, d_v_, k_n, v);
+    }
+    kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
+    kernels::attention_forward(shape, q, k_n, k_r, v, o, lse);
   }
-  kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
-  kernels::attention_forward(shape, q, k_n, k_r, v, o, lse);
   kernels::sigmoid_gate_forward(o, g, y, n * p);
   {
     ArenaScope scratch(s.arena);
@@ -125,9 +136,9 @@ void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, floa
                                  {".q_lat_n", q_lat_n, n * r_q},
                                  {".q", q, n * heads_ * dqk},
                                  {".c_kv_n", c_kv_n, n * r_kv_},
-                                 {".k_n", k_n, n * heads_ * d_n_},
+                                 {".k_n", k_n, ring ? 0 : n * heads_ * d_n_},
                                  {".k_r", k_r, n * d_r_},
-                                 {".v", v, n * p},
+                                 {".v", v, ring ? 0 : n * p},
                                  {".g", g, n * p},
                                  {".o", o, n * p},
                                  {".lse", lse, B * heads_ * T},
@@ -149,10 +160,25 @@ void GatedMLA::backward(const Step& s, const float* dout, int64_t B, int64_t T, 
   float *dy = s.alloc(n * p), *d_o = s.alloc(n * p), *dg = s.alloc(n * p);
   o_.backward(s, y, region.leave_backward(dout), n, dy, false);
   kernels::sigmoid_gate_backward(o, g, dy, d_o, dg, n * p);
-  float *dq = s.alloc(n * heads_ * dqk), *dk_n = s.alloc(n * heads_ * d_n_);
-  float *dk_r = s.alloc(n * d_r_), *dv = s.alloc(n * p);
-  kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
-  kernels::attention_backward(shape, q, k_n, k_r, v, o, lse, d_o, dq, dk_n, dk_r, dv);
+  const dist::Comm& cp = s.grid.cp();
+  const bool ring = cp.size() > 1;
+  float *dq = s.alloc(n * heads_ * dqk), *dk_r = s.alloc(n * d_r_);
+  float *dc_kv_n = s.alloc(n * r_kv_), *dc_kv = s.alloc(n * r_kv_);
+  if (ring) {  // the ring gives the latents' gradient, kv_b_proj's included
+    float *latent = s.alloc(n * (r_kv_ + d_r_)), *dlatent = s.alloc(n * (r_kv_ + d_r_));
+    join_columns(c_kv_n, k_r, n, r_kv_, d_r_, latent);
+    ring_attention_backward(cp, ring_shape(B, T), q, latent, o, lse, d_o, expand_kv(s),
+                            expand_kv_backward(s), dq, dlatent);
+    split_columns(dlatent, n, r_kv_, d_r_, dc_kv_n, dk_r);
+  } else {
+    float *dk_n = s.alloc(n * heads_ * d_n_), *dv = s.alloc(n * p);
+    kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
+    kernels::attention_backward(shape, q, k_n, k_r, v, o, lse, d_o, dq, dk_n, dk_r, dv);
+    // Back to the projection's interleaved layout.
+    float* dkv = s.alloc(n * heads_ * (d_n_ + d_v_));
+    join_columns(dk_n, dv, n * heads_, d_n_, d_v_, dkv);
+    kv_b_.backward(s, c_kv_n, dkv, n, dc_kv_n, false);
+  }
 
   const float* xa = region.enter(load(".x"));
   float* partial = region.partial(dx);
@@ -161,17 +187,36 @@ void GatedMLA::backward(const Step& s, const float* dout, int64_t B, int64_t T, 
   q_norm_.backward(s, dq_lat_n, n, dq_lat, false);
   q_a_.backward(s, xa, dq_lat, n, partial, false);
 
-  // Back to the projections' interleaved layouts.
-  float* dkv = s.alloc(n * heads_ * (d_n_ + d_v_));
-  join_columns(dk_n, dv, n * heads_, d_n_, d_v_, dkv);
-  float *dc_kv_n = s.alloc(n * r_kv_), *dc_kv = s.alloc(n * r_kv_),
-        *dc = s.alloc(n * (r_kv_ + d_r_));
-  kv_b_.backward(s, c_kv_n, dkv, n, dc_kv_n, false);
+  float* dc = s.alloc(n * (r_kv_ + d_r_));
   kv_norm_.backward(s, dc_kv_n, n, dc_kv, false);
   join_columns(dc_kv, dk_r, n, r_kv_, d_r_, dc);
   kv_a_.backward(s, xa, dc, n, partial, true);
   g_.backward(s, xa, dg, n, partial, true);
   region.enter_backward(partial, dx);
+}
+
+RingShape GatedMLA::ring_shape(int64_t B, int64_t T) const {
+  K3_CHECK(T % 2 == 0, prefix_, ": ring attention splits each rank's ", T,
+           " tokens into two chunks; use an even number");
+  return {B, T / 2, heads_, d_n_, d_r_, d_v_, r_kv_};
+}
+
+ExpandKv GatedMLA::expand_kv(const Step& s) const {
+  return [this, &s](const float* c, int64_t rows, float* k_n, float* v) {
+    ArenaScope scratch(s.arena);
+    float* kv = s.alloc(rows * heads_ * (d_n_ + d_v_));
+    kv_b_.forward(s, c, rows, kv);
+    split_columns(kv, rows * heads_, d_n_, d_v_, k_n, v);
+  };
+}
+
+ExpandKvBackward GatedMLA::expand_kv_backward(const Step& s) const {
+  return [this, &s](const float* c, const float* dk_n, const float* dv, int64_t rows, float* dc) {
+    ArenaScope scratch(s.arena);
+    float* dkv = s.alloc(rows * heads_ * (d_n_ + d_v_));
+    join_columns(dk_n, dv, rows * heads_, d_n_, d_v_, dkv);
+    kv_b_.backward(s, c, dkv, rows, dc, true);
+  };
 }
 
 std::unique_ptr<DecodeCache> GatedMLA::make_cache(int64_t max_len) const {

@@ -4,7 +4,8 @@
 // gated like GatedAttention's: out = o_proj(attn ⊙ sigmoid(g_proj x)). Under tensor parallelism
 // the heads are split over tp (q_b_proj, kv_b_proj and g_proj column-parallel, o_proj
 // row-parallel, one region: tp_region.h); the down-projections, their norms and k_r are
-// replicated, computed by every rank.
+// replicated, computed by every rank. Under context parallelism the attention runs as ring
+// attention over the cp group (context/ring_attention.h).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <string>
 
 #include "k3/model/config.h"
+#include "k3/model/context/ring_attention.h"
 #include "k3/model/layers/linear.h"
 #include "k3/model/layers/mixer.h"
 #include "k3/model/layers/norm.h"
@@ -46,6 +48,12 @@ class GatedMLA final : public Mixer {
               float* out) const override;
 
  private:
+  // Under context parallelism (ring attention, context/ring_attention.h): this rank's T tokens
+  // of each row are two zig-zag chunks; kv_b_proj expands the blocks the ring brings.
+  RingShape ring_shape(int64_t B, int64_t T) const;
+  ExpandKv expand_kv(const Step& s) const;
+  ExpandKvBackward expand_kv_backward(const Step& s) const;
+
   std::string prefix_;
   int64_t hidden_ = 0, heads_ = 0;  // heads_: this rank's (split over tp)
   int64_t d_n_ = 0, d_r_ = 0, d_v_ = 0, r_kv_ = 0;

@@ -1,0 +1,202 @@
+#include "k3/model/context/ring_attention.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+#include <vector>
+
+#include "k3/base/error.h"
+#include "k3/kernels/attention.h"
+#include "k3/kernels/attention_block.h"
+
+namespace k3::model {
+namespace {
+
+constexpr int kRingTag = 72;
+using Buf = std::vector<float>;
+
+// Chunk `slot` (0 or 1) of rows laid out [B, 2C, width], as [B, C, width]; and back (adding).
+Buf chunk_of(const float* x, const RingShape& s, int64_t width, int slot) {
+  Buf out;
+  out.reserve(static_cast<size_t>(s.B * s.C * width));
+  for (int64_t b = 0; b < s.B; ++b) {
+    const float* at = x + (b * 2 * s.C + slot * s.C) * width;
+    out.insert(out.end(), at, at + s.C * width);
+  }
+  return out;
+}
+void add_chunk(float* x, const RingShape& s, int64_t width, int slot, const Buf& part) {
+  for (int64_t b = 0; b < s.B; ++b) {
+    float* at = x + (b * 2 * s.C + slot * s.C) * width;
+    const float* from = part.data() + b * s.C * width;
+    for (int64_t i = 0; i < s.C * width; ++i) at[i] += from[i];
+  }
+}
+// lse [B, H, 2C] and its chunk [B, H, C].
+Buf lse_chunk(const float* lse, const RingShape& s, int slot) {
+  Buf out;
+  for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+    out.insert(out.end(), lse + bh * 2 * s.C + slot * s.C, lse + bh * 2 * s.C + (slot + 1) * s.C);
+  return out;
+}
+
+// The global chunk in slot `slot` of rank `rank`.
+int chunk_id(int rank, int slot, int ranks) { return slot == 0 ? rank : 2 * ranks - 1 - rank; }
+
+// One held block, expanded: per slot, k_n, k_r and v of its chunk.
+struct Keys {
+  Buf k_n[2], k_r[2], v[2];
+  Keys(const RingShape& s, const float* latent, const ExpandKv& expand) {
+    const int64_t rows = s.rows();
+    Buf c(static_cast<size_t>(rows * s.r_kv)), kr(static_cast<size_t>(rows * s.d_r));
+    for (int64_t i = 0; i < rows; ++i) {
+      std::copy_n(latent + i * s.latent(), s.r_kv, c.begin() + i * s.r_kv);
+      std::copy_n(latent + i * s.latent() + s.r_kv, s.d_r, kr.begin() + i * s.d_r);
+    }
+    Buf kn(static_cast<size_t>(rows * s.H * s.d_n)), vv(static_cast<size_t>(rows * s.H * s.d_v));
+    expand(c.data(), rows, kn.data(), vv.data());
+    for (int slot = 0; slot < 2; ++slot) {
+      k_n[slot] = chunk_of(kn.data(), s, s.H * s.d_n, slot);
+      k_r[slot] = chunk_of(kr.data(), s, s.d_r, slot);
+      v[slot] = chunk_of(vv.data(), s, s.H * s.d_v, slot);
+    }
+  }
+};
+
+kernels::AttentionShape chunk_shape(const RingShape& s) {
+  return {s.B, s.C, s.H, s.d_n, s.d_r, s.d_v, 0.f};
+}
+
+// Sends `mine` to the next rank and receives the previous rank's block into `from_previous`.
+struct RingStep {
+  dist::Request send, recv;
+  RingStep(const dist::Comm& cp, const float* mine, float* from_previous, int64_t n) {
+    const int P = cp.size(), r = cp.rank();
+    recv = cp.recv_async(from_previous, n, (r + P - 1) % P, kRingTag);
+    send = cp.send_async(mine, n, (r + 1) % P, kRingTag);
+  }
+  void wait() {
+    recv.wait();
+    send.wait();
+  }
+};
+
+}  // namespace
+
+void ring_attention_forward(const dist::Comm& cp, const RingShape& s, const float* q,
+                            const float* latent, const ExpandKv& expand, float* out, float* lse) {
+  const int P = cp.size(), r = cp.rank();
+  const int64_t dq = s.d_n + s.d_r, n = s.rows() * s.latent();
+  const kernels::AttentionShape cs = chunk_shape(s);
+  Buf cur(latent, latent + n), next(static_cast<size_t>(n));
+  Buf qs[2], acc[2], acc_lse[2];
+  for (int slot = 0; slot < 2; ++slot) {
+    qs[slot] = chunk_of(q, s, s.H * dq, slot);
+    acc[slot].assign(static_cast<size_t>(s.B * s.C * s.H * s.d_v), 0.f);
+    acc_lse[slot].assign(static_cast<size_t>(s.B * s.H * s.C),
+                         -std::numeric_limits<float>::infinity());
+  }
+  Buf part(acc[0].size()), part_lse(acc_lse[0].size());
+  for (int t = 0; t < P; ++t) {
+    const int src = (r - t + P) % P;
+    std::optional<RingStep> step;
+    if (t + 1 < P) step.emplace(cp, cur.data(), next.data(), n);
+    const Keys keys(s, cur.data(), expand);
+    for (int kslot = 0; kslot < 2; ++kslot)
+      for (int qslot = 0; qslot < 2; ++qslot) {
+        const int kc = chunk_id(src, kslot, P), qc = chunk_id(r, qslot, P);
+        if (kc > qc) continue;
+        const float *kn = keys.k_n[kslot].data(), *kr = keys.k_r[kslot].data(),
+                    *v = keys.v[kslot].data();
+        if (kc == qc)
+          kernels::attention_forward(cs, qs[qslot].data(), kn, kr, v, part.data(), part_lse.data());
+        else
+          kernels::attention_block_forward(cs, s.C, s.C, qs[qslot].data(), kn, kr, v, part.data(),
+                                           part_lse.data());
+        kernels::attention_merge(s.B, s.C, s.H, s.d_v, acc[qslot].data(), acc_lse[qslot].data(),
+                                 part.data(), part_lse.data());
+      }
+    if (step) {
+      step->wait();
+      std::swap(cur, next);
+    }
+  }
+  std::fill(out, out + s.rows() * s.H * s.d_v, 0.f);
+  for (int slot = 0; slot < 2; ++slot) {
+    add_chunk(out, s, s.H * s.d_v, slot, acc[slot]);
+    for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+      std::copy_n(acc_lse[slot].begin() + bh * s.C, s.C, lse + bh * 2 * s.C + slot * s.C);
+  }
+}
+
+void ring_attention_backward(const dist::Comm& cp, const RingShape& s, const float* q,
+                             const float* latent, const float* out, const float* lse,
+                             const float* dout, const ExpandKv& expand,
+                             const ExpandKvBackward& expand_backward, float* dq, float* dlatent) {
+  const int P = cp.size(), r = cp.rank();
+  const int64_t dqd = s.d_n + s.d_r, rows = s.rows(), n_lat = rows * s.latent();
+  const kernels::AttentionShape cs = chunk_shape(s);
+  Buf qs[2], os[2], ls[2], dos[2], dqs[2];
+  for (int slot = 0; slot < 2; ++slot) {
+    qs[slot] = chunk_of(q, s, s.H * dqd, slot);
+    os[slot] = chunk_of(out, s, s.H * s.d_v, slot);
+    ls[slot] = lse_chunk(lse, s, slot);
+    dos[slot] = chunk_of(dout, s, s.H * s.d_v, slot);
+    dqs[slot].assign(qs[slot].size(), 0.f);
+  }
+  // The travelling block: [latent | its gradient so far], rows × (r_kv + d_r) each.
+  Buf cur(static_cast<size_t>(2 * n_lat), 0.f), next(cur.size());
+  std::copy(latent, latent + n_lat, cur.begin());
+  Buf tq(qs[0].size()), tk(static_cast<size_t>(s.B * s.C * s.H * s.d_n)),
+      tkr(static_cast<size_t>(s.B * s.C * s.d_r)), tv(static_cast<size_t>(s.B * s.C * s.H * s.d_v));
+  for (int t = 0; t < P; ++t) {
+    const int src = (r - t + P) % P;
+    const Keys keys(s, cur.data(), expand);
+    Buf dkn(static_cast<size_t>(rows * s.H * s.d_n), 0.f),
+        dv(static_cast<size_t>(rows * s.H * s.d_v), 0.f),
+        dkr(static_cast<size_t>(rows * s.d_r), 0.f);
+    for (int kslot = 0; kslot < 2; ++kslot) {
+      Buf gk(tk.size(), 0.f), gkr(tkr.size(), 0.f), gv(tv.size(), 0.f);
+      for (int qslot = 0; qslot < 2; ++qslot) {
+        const int kc = chunk_id(src, kslot, P), qc = chunk_id(r, qslot, P);
+        if (kc > qc) continue;
+        const float *kn = keys.k_n[kslot].data(), *kr = keys.k_r[kslot].data(),
+                    *v = keys.v[kslot].data();
+        if (kc == qc) {  // the causal kernel writes its gradients: add them
+          kernels::attention_backward(cs, qs[qslot].data(), kn, kr, v, os[qslot].data(),
+                                      ls[qslot].data(), dos[qslot].data(), tq.data(), tk.data(),
+                                      tkr.data(), tv.data());
+          for (size_t i = 0; i < tq.size(); ++i) dqs[qslot][i] += tq[i];
+          for (size_t i = 0; i < tk.size(); ++i) gk[i] += tk[i];
+          for (size_t i = 0; i < tkr.size(); ++i) gkr[i] += tkr[i];
+          for (size_t i = 0; i < tv.size(); ++i) gv[i] += tv[i];
+        } else {
+          kernels::attention_block_backward(cs, s.C, s.C, qs[qslot].data(), kn, kr, v,
+                                            os[qslot].data(), ls[qslot].data(), dos[qslot].data(),
+                                            dqs[qslot].data(), gk.data(), gkr.data(), gv.data());
+        }
+      }
+      add_chunk(dkn.data(), s, s.H * s.d_n, kslot, gk);
+      add_chunk(dkr.data(), s, s.d_r, kslot, gkr);
+      add_chunk(dv.data(), s, s.H * s.d_v, kslot, gv);
+    }
+    // Into the block's latent gradient: c through kv_b_proj, k_r directly.
+    Buf c(static_cast<size_t>(rows * s.r_kv)), dc(c.size(), 0.f);
+    for (int64_t i = 0; i < rows; ++i)
+      std::copy_n(cur.begin() + i * s.latent(), s.r_kv, c.begin() + i * s.r_kv);
+    expand_backward(c.data(), dkn.data(), dv.data(), rows, dc.data());
+    float* g = cur.data() + n_lat;
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < s.r_kv; ++j) g[i * s.latent() + j] += dc[i * s.r_kv + j];
+      for (int64_t j = 0; j < s.d_r; ++j) g[i * s.latent() + s.r_kv + j] += dkr[i * s.d_r + j];
+    }
+    RingStep step(cp, cur.data(), next.data(), 2 * n_lat);  // after cp hops it is home again
+    step.wait();
+    std::swap(cur, next);
+  }
+  std::copy(cur.begin() + n_lat, cur.end(), dlatent);
+  std::fill(dq, dq + rows * s.H * dqd, 0.f);
+  for (int slot = 0; slot < 2; ++slot) add_chunk(dq, s, s.H * dqd, slot, dqs[slot]);
+}
+
+}  // namespace k3::model
