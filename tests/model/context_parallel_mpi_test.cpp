@@ -1,6 +1,6 @@
 // The KDA and gated MLA layers under context parallelism (the whole job one cp group; skipped in
 // one process) against one process on the same sequences: each rank runs its tokens of every
-// sequence (KDA: one consecutive span; MLA: two zig-zag chunks) and
+// sequence (two zig-zag chunks: chunks r and 2·cp − 1 − r of 2·cp) and
 // compares its rows of the output and of the input gradient, and every parameter gradient
 // summed over the ranks (each rank's is its tokens' part).
 //
@@ -59,8 +59,8 @@ void set_dt_bias(ParamRegistry& reg, float value) {
 
 using MakeMixer = std::function<std::unique_ptr<Mixer>(ParamRegistry&, const ModelConfig&)>;
 
-// KDA's spans are consecutive; MLA's ring takes two zig-zag chunks a rank.
-Pieces consecutive(int rank, int ranks) { return {{rank * kT / ranks, kT / ranks}}; }
+// Every layer under context parallelism takes two zig-zag chunks a rank (ring attention's
+// balance; KCP and the convolutions' windows follow the chunks in sequence order).
 Pieces zig_zag(int rank, int ranks) {
   const int64_t C = kT / (2 * ranks);
   return {{rank * C, C}, {(2 * ranks - 1 - rank) * C, C}};
@@ -144,13 +144,13 @@ class ContextParallelMpi : public ::testing::Test {
 };
 
 TEST_F(ContextParallelMpi, KdaWithItsOwnDecays) {
-  compare("KDA, initial decays", kda(), consecutive(world.rank(), world.size()));
+  compare("KDA, initial decays", kda(), zig_zag(world.rank(), world.size()));
 }
 TEST_F(ContextParallelMpi, KdaWithSlowDecays) {
-  compare("KDA, slow decays", kda(), consecutive(world.rank(), world.size()), -8.f);
+  compare("KDA, slow decays", kda(), zig_zag(world.rank(), world.size()), -8.f);
 }
 TEST_F(ContextParallelMpi, KdaAtTheGatesBound) {
-  compare("KDA, decays at the bound", kda(), consecutive(world.rank(), world.size()), 5.f);
+  compare("KDA, decays at the bound", kda(), zig_zag(world.rank(), world.size()), 5.f);
 }
 // Gated MLA by ring attention over zig-zag chunks: every rank's queries meet every earlier chunk.
 TEST_F(ContextParallelMpi, GatedMlaByRingAttention) {

@@ -29,27 +29,32 @@ using testing::max_rel_error;
 using testing::Problem;
 using testing::shape;
 
-// Tokens [t0, t1) of every batch row of x ([B, T, H, width]).
+// Pieces {first token, count} of every batch row, in order: a rank's tokens of each sequence.
+using Pieces = std::vector<std::pair<int64_t, int64_t>>;
+
+// Those tokens of every batch row of x ([B, T, H, width]).
 std::vector<float> span(const std::vector<float>& x, const DeltaRuleShape& s, int64_t width,
-                        int64_t t0, int64_t t1) {
+                        const Pieces& pieces) {
   std::vector<float> out;
-  for (int64_t b = 0; b < s.B; ++b) {
-    const auto at = x.begin() + (b * s.T + t0) * s.H * width;
-    out.insert(out.end(), at, at + (t1 - t0) * s.H * width);
-  }
+  for (int64_t b = 0; b < s.B; ++b)
+    for (auto [t0, n] : pieces) {
+      const auto at = x.begin() + (b * s.T + t0) * s.H * width;
+      out.insert(out.end(), at, at + n * s.H * width);
+    }
   return out;
 }
 
-// A problem's inputs and output gradient for tokens [t0, t1), from a zero state.
+// A problem's inputs and output gradient for those tokens; s.T is one piece's length.
 struct Span {
   DeltaRuleShape s;
   std::vector<float> q, k, v, g, beta, dout;
-  Span(const Problem& p, int64_t t0, int64_t t1) : s(p.s) {
-    s.T = t1 - t0;
-    q = span(p.q, p.s, p.s.K, t0, t1), k = span(p.k, p.s, p.s.K, t0, t1);
-    g = span(p.g, p.s, p.s.K, t0, t1), v = span(p.v, p.s, p.s.V, t0, t1);
-    beta = span(p.beta, p.s, 1, t0, t1), dout = span(p.dout, p.s, p.s.V, t0, t1);
+  Span(const Problem& p, const Pieces& pieces) : s(p.s) {
+    s.T = pieces[0].second;
+    q = span(p.q, p.s, p.s.K, pieces), k = span(p.k, p.s, p.s.K, pieces);
+    g = span(p.g, p.s, p.s.K, pieces), v = span(p.v, p.s, p.s.V, pieces);
+    beta = span(p.beta, p.s, 1, pieces), dout = span(p.dout, p.s, p.s.V, pieces);
   }
+  Span(const Problem& p, int64_t t0, int64_t t1) : Span(p, Pieces{{t0, t1 - t0}}) {}
   DeltaRuleInputs<float> in() const {
     return {q.data(), k.data(), v.data(), g.data(), beta.data(), nullptr};
   }
@@ -59,10 +64,10 @@ struct Span {
 struct Kept {
   std::vector<float> pairs, incoming, records;
   KcpSaved saved;
-  Kept(const DeltaRuleShape& s, int ranks)
-      : pairs(static_cast<size_t>(kcp_pair_floats(s) * ranks)),
-        incoming(static_cast<size_t>(kcp_state_floats(s))),
-        records(static_cast<size_t>(kernels::kda::chunk_saved_floats(s))),
+  Kept(const DeltaRuleShape& s, const KcpLayout& l)
+      : pairs(static_cast<size_t>(kcp_pair_floats(s) * l.spans())),
+        incoming(static_cast<size_t>(kcp_state_floats(s) * l.slots)),
+        records(static_cast<size_t>(kernels::kda::chunk_saved_floats(s) * l.slots)),
         saved{pairs.data(), incoming.data(), records.data()} {}
 };
 
@@ -83,16 +88,25 @@ TEST(Kcp, PairsComposeToTheSequentialRecurrence) {
       std::vector<float> out(static_cast<size_t>(prefix.s.B * prefix.s.T * p.s.H * p.s.V)),
           want(static_cast<size_t>(p.s.B * p.s.H * p.s.K * p.s.V)), got(want.size());
       kernels::kda::recurrent_forward(prefix.s, prefix.in(), out.data(), want.data());
-      kcp_fold(p.s, pairs.data(), static_cast<int>(r), got.data());
+      kcp_fold(p.s, KcpLayout{3, 0, 1}, pairs.data(), static_cast<int>(r), got.data());
       EXPECT_LT(max_rel_error(got.data(), want.data(), static_cast<int64_t>(want.size())), 1e-4)
           << "state after " << r << " spans";
     }
   }
 }
 
-void check_against_one_process(Decay decay, int64_t T) {
+// This rank's pieces under a layout of `slots` spans a rank (kcp.h).
+Pieces pieces_of(const KcpLayout& l, int64_t T) {
+  const int64_t n = T / l.spans();
+  Pieces out;
+  for (int j = 0; j < l.slots; ++j) out.push_back({l.span_of(j) * n, n});
+  return out;
+}
+
+void check_against_one_process(Decay decay, int64_t T, int slots = 1) {
   const dist::Comm cp = dist::Comm::world();
-  if (T % cp.size() != 0) GTEST_SKIP();
+  const KcpLayout layout{cp.size(), cp.rank(), slots};
+  if (T % layout.spans() != 0) GTEST_SKIP();
   const Problem p(shape(2, T, 2, 32, 16), 21, decay);
   // The reference: the whole sequence in one chunked pass, from a zero state.
   DeltaRuleInputs<float> whole{p.q.data(), p.k.data(),    p.v.data(),
@@ -106,19 +120,19 @@ void check_against_one_process(Decay decay, int64_t T) {
   kernels::kda::chunk_backward(p.s, whole, saved.data(), p.dout.data(), nullptr,
                                {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), nullptr});
 
-  const int64_t t0 = T / cp.size() * cp.rank(), t1 = t0 + T / cp.size();
-  const Span mine(p, t0, t1);
-  std::vector<float> o(static_cast<size_t>(mine.s.B * mine.s.T * p.s.H * p.s.V));
-  Kept kept(mine.s, cp.size());
-  kcp_forward(cp, mine.s, mine.in(), o.data(), kept.saved);
-  const int64_t n = mine.s.B * mine.s.T * p.s.H;
+  const Pieces pieces = pieces_of(layout, T);
+  const Span mine(p, pieces);
+  const int64_t n = mine.s.B * mine.s.T * slots * p.s.H;
+  std::vector<float> o(static_cast<size_t>(n * p.s.V));
+  Kept kept(mine.s, layout);
+  kcp_forward(cp, layout, mine.s, mine.in(), o.data(), kept.saved);
   std::vector<float> gq(static_cast<size_t>(n * p.s.K)), gk(gq.size()), gg(gq.size()), gv(o.size()),
       gb(static_cast<size_t>(n));
-  kcp_backward(cp, mine.s, mine.in(), kept.saved, mine.dout.data(),
+  kcp_backward(cp, layout, mine.s, mine.in(), kept.saved, mine.dout.data(),
                {gq.data(), gk.data(), gv.data(), gg.data(), gb.data(), nullptr});
   const auto expect = [&](const std::vector<float>& got, const std::vector<float>& all,
                           int64_t width, const char* what) {
-    const std::vector<float> want = span(all, p.s, width, t0, t1);
+    const std::vector<float> want = span(all, p.s, width, pieces);
     EXPECT_LT(max_rel_error(got.data(), want.data(), static_cast<int64_t>(want.size())), 1e-4)
         << what << " on rank " << cp.rank();
   };
@@ -134,6 +148,11 @@ TEST(KcpMpi, MatchesOneProcessWithSlowDecays) { check_against_one_process(Decay:
 TEST(KcpMpi, MatchesOneProcessAtTheGatesBound) { check_against_one_process(Decay::AtBound, 512); }
 // Spans that do not fall on chunk boundaries (T / cp = 150 or 75 tokens).
 TEST(KcpMpi, MatchesOneProcessOnUnalignedSpans) { check_against_one_process(Decay::Slow, 300); }
+// Two spans a rank, zig-zag (as ring attention assigns them).
+TEST(KcpMpi, MatchesOneProcessOnZigZagSpans) { check_against_one_process(Decay::Slow, 512, 2); }
+TEST(KcpMpi, MatchesOneProcessOnZigZagSpansAtTheBound) {
+  check_against_one_process(Decay::AtBound, 320, 2);
+}
 
 // One forward and backward move the pairs ([B, H, K, V + K] a rank) and the state gradients
 // ([B, H, K, V] a rank) in two all-gathers, whatever the sequence length.
@@ -142,6 +161,7 @@ TEST(KcpMpi, BytesDoNotDependOnTheSequenceLength) {
   std::vector<int64_t> moved;
   for (int64_t T : {1024, 16384}) {
     const Problem p(shape(1, T, 2, 32, 32), 5, Decay::Bounded);
+    const KcpLayout layout{cp.size(), cp.rank(), 1};
     const int64_t t0 = T / cp.size() * cp.rank(), t1 = t0 + T / cp.size();
     const Span mine(p, t0, t1);
     std::vector<float> o(static_cast<size_t>(mine.s.T * p.s.H * p.s.V));
@@ -149,9 +169,9 @@ TEST(KcpMpi, BytesDoNotDependOnTheSequenceLength) {
     std::vector<float> gq(static_cast<size_t>(n * p.s.K)), gk(gq.size()), gg(gq.size()),
         gv(o.size()), gb(static_cast<size_t>(n));
     const int64_t before = cp.counters().bytes();
-    Kept kept(mine.s, cp.size());
-    kcp_forward(cp, mine.s, mine.in(), o.data(), kept.saved);
-    kcp_backward(cp, mine.s, mine.in(), kept.saved, mine.dout.data(),
+    Kept kept(mine.s, layout);
+    kcp_forward(cp, layout, mine.s, mine.in(), o.data(), kept.saved);
+    kcp_backward(cp, layout, mine.s, mine.in(), kept.saved, mine.dout.data(),
                  {gq.data(), gk.data(), gv.data(), gg.data(), gb.data(), nullptr});
     moved.push_back(cp.counters().bytes() - before);
   }

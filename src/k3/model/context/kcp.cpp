@@ -79,83 +79,152 @@ void kcp_span_pairs(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, f
   kernels::kda::chunk_forward(p.shape, p.in, out.data(), pairs, nullptr);
 }
 
-void kcp_fold(const DeltaRuleShape& s, const float* pairs, int rank, float* state) {
+int KcpLayout::gathered(int c) const {
+  if (slots == 1) return c;
+  return c < ranks ? c * 2 : (2 * ranks - 1 - c) * 2 + 1;
+}
+
+namespace {
+
+// Slot `slot` (of `slots`) of rows laid out [B, slots·T, width], as [B, T, width]; and back.
+std::vector<float> slot_rows(const float* x, int64_t B, int64_t T, int slots, int64_t width,
+                             int slot) {
+  std::vector<float> out;
+  out.reserve(static_cast<size_t>(B * T * width));
+  for (int64_t b = 0; b < B; ++b) {
+    const float* at = x + (b * slots + slot) * T * width;
+    out.insert(out.end(), at, at + T * width);
+  }
+  return out;
+}
+void put_slot_rows(float* x, int64_t B, int64_t T, int slots, int64_t width, int slot,
+                   const float* part, bool add) {
+  for (int64_t b = 0; b < B; ++b) {
+    float* at = x + (b * slots + slot) * T * width;
+    const float* from = part + b * T * width;
+    for (int64_t i = 0; i < T * width; ++i) at[i] = (add ? at[i] : 0.f) + from[i];
+  }
+}
+
+// One slot's inputs, contiguous.
+struct SlotInputs {
+  std::vector<float> q, k, v, g, beta;
+  SlotInputs(const DeltaRuleShape& s, int slots, int slot, const DeltaRuleInputs<float>& in)
+      : q(slot_rows(in.q, s.B, s.T, slots, s.H * s.K, slot)),
+        k(slot_rows(in.k, s.B, s.T, slots, s.H * s.K, slot)),
+        v(slot_rows(in.v, s.B, s.T, slots, s.H * s.V, slot)),
+        g(slot_rows(in.g, s.B, s.T, slots, s.H * s.K, slot)),
+        beta(slot_rows(in.beta, s.B, s.T, slots, s.H, slot)) {}
+  DeltaRuleInputs<float> in(const float* initial) const {
+    return {q.data(), k.data(), v.data(), g.data(), beta.data(), initial};
+  }
+};
+
+}  // namespace
+
+void kcp_fold(const DeltaRuleShape& s, const KcpLayout& layout, const float* pairs, int span,
+              float* state) {
   const int64_t K = s.K, V = s.V, heads = s.B * s.H, per = kcp_pair_floats(s);
   std::fill(state, state + kcp_state_floats(s), 0.f);
-  for (int q = 0; q < rank; ++q)
+  for (int c = 0; c < span; ++c)
     for (int64_t bh = 0; bh < heads; ++bh) {
-      const float* pair = pairs + q * per + bh * K * (V + K);
+      const float* pair = pairs + layout.gathered(c) * per + bh * K * (V + K);
       float* S = state + bh * K * V;
       apply_m(pair, S, pair, S, K, V);
     }
 }
 
-void kcp_forward(const dist::Comm& cp, const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
-                 float* out, const KcpSaved& saved) {
+void kcp_forward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRuleShape& s,
+                 const DeltaRuleInputs<float>& in, float* out, const KcpSaved& saved) {
   check(s, cp);
-  const int64_t per = kcp_pair_floats(s);
-  kcp_span_pairs(s, in, saved.pairs + per * cp.rank());
-  cp.all_gather(saved.pairs, std::vector<int64_t>(static_cast<size_t>(cp.size()), per));
-  kcp_fold(s, saved.pairs, cp.rank(), saved.incoming);
-  DeltaRuleInputs<float> from = in;
-  from.initial_state = saved.incoming;
-  kernels::kda::chunk_forward(s, from, out, nullptr, saved.chunk_saved);
+  const int slots = layout.slots;
+  const int64_t per = kcp_pair_floats(s), state = kcp_state_floats(s),
+                records = kernels::kda::chunk_saved_floats(s);
+  std::vector<SlotInputs> mine;
+  for (int j = 0; j < slots; ++j) {
+    mine.emplace_back(s, slots, j, in);
+    kcp_span_pairs(s, mine[j].in(nullptr), saved.pairs + (cp.rank() * slots + j) * per);
+  }
+  cp.all_gather(saved.pairs, std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * per));
+  std::vector<float> o(static_cast<size_t>(s.B * s.T * s.H * s.V));
+  for (int j = 0; j < slots; ++j) {
+    float* incoming = saved.incoming + j * state;
+    kcp_fold(s, layout, saved.pairs, layout.span_of(j), incoming);
+    kernels::kda::chunk_forward(s, mine[j].in(incoming), o.data(), nullptr,
+                                saved.chunk_saved + j * records);
+    put_slot_rows(out, s.B, s.T, slots, s.H * s.V, j, o.data(), false);
+  }
 }
 
-void kcp_backward(const dist::Comm& cp, const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
-                  const KcpSaved& saved, const float* dout, const DeltaRuleGrads<float>& grads) {
+void kcp_backward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRuleShape& s,
+                  const DeltaRuleInputs<float>& in, const KcpSaved& saved, const float* dout,
+                  const DeltaRuleGrads<float>& grads) {
   check(s, cp);
+  const int slots = layout.slots, last = layout.spans() - 1;
   const int64_t K = s.K, V = s.V, W = V + K, heads = s.B * s.H, per = kcp_pair_floats(s),
-                state = kcp_state_floats(s);
-  const int P = cp.size(), r = cp.rank();
-  // The normal pass, and the gradient of the state it started from.
-  std::vector<float> dstates(static_cast<size_t>(state * P), 0.f);
-  DeltaRuleInputs<float> from = in;
-  from.initial_state = saved.incoming;
-  DeltaRuleGrads<float> g = grads;
-  g.dinitial_state = dstates.data() + state * r;
-  kernels::kda::chunk_backward(s, from, saved.chunk_saved, dout, nullptr, g);
-  cp.all_gather(dstates.data(), std::vector<int64_t>(static_cast<size_t>(P), state));
-  if (r == P - 1) return;  // nothing after this span reads its pair
+                state = kcp_state_floats(s), records = kernels::kda::chunk_saved_floats(s),
+                rows = s.B * s.T * s.H;
+  // Each slot's normal pass, and the gradient of the state it started from.
+  std::vector<float> dstates(static_cast<size_t>(state * layout.spans()), 0.f);
+  std::vector<SlotInputs> mine;
+  std::vector<float> dq(static_cast<size_t>(rows * K)), dk(dq.size()), dg(dq.size()),
+      dv(static_cast<size_t>(rows * V)), dbeta(static_cast<size_t>(rows));
+  for (int j = 0; j < slots; ++j) {
+    mine.emplace_back(s, slots, j, in);
+    const std::vector<float> d = slot_rows(dout, s.B, s.T, slots, s.H * V, j);
+    kernels::kda::chunk_backward(s, mine[j].in(saved.incoming + j * state),
+                                 saved.chunk_saved + j * records, d.data(), nullptr,
+                                 {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(),
+                                  dstates.data() + (cp.rank() * slots + j) * state});
+    put_slot_rows(grads.dq, s.B, s.T, slots, s.H * K, j, dq.data(), false);
+    put_slot_rows(grads.dk, s.B, s.T, slots, s.H * K, j, dk.data(), false);
+    put_slot_rows(grads.dv, s.B, s.T, slots, s.H * V, j, dv.data(), false);
+    put_slot_rows(grads.dg, s.B, s.T, slots, s.H * K, j, dg.data(), false);
+    put_slot_rows(grads.dbeta, s.B, s.T, slots, s.H, j, dbeta.data(), false);
+  }
+  cp.all_gather(dstates.data(),
+                std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * state));
 
-  // The transposed fold: T = Σ over later spans of what reaches this span's end.
-  std::vector<float> T(static_cast<size_t>(state), 0.f);
-  for (int j = P - 1; j > r; --j)
-    for (int64_t bh = 0; bh < heads; ++bh)
-      apply_mt(saved.pairs + j * per + bh * K * W, T.data() + bh * K * V,
-               dstates.data() + j * state + bh * K * V, T.data() + bh * K * V, K, V);
-  // [dS̃ | dM] with dM = T S_inᵀ.
-  std::vector<float> dpair(static_cast<size_t>(per), 0.f);
-  for (int64_t bh = 0; bh < heads; ++bh) {
-    const float *t = T.data() + bh * K * V, *sin = saved.incoming + bh * K * V;
-    float* d = dpair.data() + bh * K * W;
-    for (int64_t i = 0; i < K; ++i) {
-      std::copy_n(t + i * V, V, d + i * W);
-      for (int64_t j = 0; j < K; ++j) {
-        float acc = 0;
-        for (int64_t c = 0; c < V; ++c) acc += t[i * V + c] * sin[j * V + c];
-        d[i * W + V + j] = acc;
+  for (int j = 0; j < slots; ++j) {
+    const int c = layout.span_of(j);
+    if (c == last) continue;  // nothing after the last span reads its pair
+    // The transposed fold: T = what every later span's state gradient sends back to this end.
+    std::vector<float> T(static_cast<size_t>(state), 0.f);
+    for (int later = last; later > c; --later)
+      for (int64_t bh = 0; bh < heads; ++bh)
+        apply_mt(saved.pairs + layout.gathered(later) * per + bh * K * W, T.data() + bh * K * V,
+                 dstates.data() + layout.gathered(later) * state + bh * K * V,
+                 T.data() + bh * K * V, K, V);
+    // [dS̃ | dM] with dM = T S_inᵀ.
+    const float* incoming = saved.incoming + j * state;
+    std::vector<float> dpair(static_cast<size_t>(per), 0.f);
+    for (int64_t bh = 0; bh < heads; ++bh) {
+      const float *t = T.data() + bh * K * V, *sin = incoming + bh * K * V;
+      float* d = dpair.data() + bh * K * W;
+      for (int64_t i = 0; i < K; ++i) {
+        std::copy_n(t + i * V, V, d + i * W);
+        for (int64_t k2 = 0; k2 < K; ++k2) {
+          float acc = 0;
+          for (int64_t x = 0; x < V; ++x) acc += t[i * V + x] * sin[k2 * V + x];
+          d[i * W + V + k2] = acc;
+        }
       }
     }
-  }
-  // The pair pass again (recomputed rather than kept), then its backward.
-  const PairPass p(s, in);
-  const int64_t rows = s.B * s.T * s.H;
-  std::vector<float> out(static_cast<size_t>(rows * W)),
-      records(static_cast<size_t>(kernels::kda::chunk_saved_floats(p.shape)));
-  kernels::kda::chunk_forward(p.shape, p.in, out.data(), nullptr, records.data());
-  std::fill(out.begin(), out.end(), 0.f);  // the pair pass's outputs feed nothing
-  std::vector<float> dq(static_cast<size_t>(rows * K)), dk(dq.size()), dg(dq.size()),
-      dv(static_cast<size_t>(rows * W)), dbeta(static_cast<size_t>(rows));
-  kernels::kda::chunk_backward(p.shape, p.in, records.data(), out.data(), dpair.data(),
-                               {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), nullptr});
-  for (int64_t i = 0; i < rows * K; ++i) {
-    grads.dk[i] += dk[static_cast<size_t>(i)];
-    grads.dg[i] += dg[static_cast<size_t>(i)];
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    grads.dbeta[i] += dbeta[static_cast<size_t>(i)];
-    for (int64_t c = 0; c < V; ++c) grads.dv[i * V + c] += dv[static_cast<size_t>(i * W + c)];
+    // The pair pass again (recomputed rather than kept), then its backward.
+    const PairPass p(s, mine[j].in(nullptr));
+    std::vector<float> out(static_cast<size_t>(rows * W)),
+        recs(static_cast<size_t>(kernels::kda::chunk_saved_floats(p.shape)));
+    kernels::kda::chunk_forward(p.shape, p.in, out.data(), nullptr, recs.data());
+    std::fill(out.begin(), out.end(), 0.f);  // the pair pass's outputs feed nothing
+    std::vector<float> pdv(static_cast<size_t>(rows * W)), pdvv(static_cast<size_t>(rows * V));
+    kernels::kda::chunk_backward(
+        p.shape, p.in, recs.data(), out.data(), dpair.data(),
+        {dq.data(), dk.data(), pdv.data(), dg.data(), dbeta.data(), nullptr});
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(pdv.begin() + i * W, V, pdvv.begin() + i * V);
+    put_slot_rows(grads.dk, s.B, s.T, slots, s.H * K, j, dk.data(), true);
+    put_slot_rows(grads.dv, s.B, s.T, slots, s.H * V, j, pdvv.data(), true);
+    put_slot_rows(grads.dg, s.B, s.T, slots, s.H * K, j, dg.data(), true);
+    put_slot_rows(grads.dbeta, s.B, s.T, slots, s.H, j, dbeta.data(), true);
   }
 }
 

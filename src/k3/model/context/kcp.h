@@ -15,7 +15,9 @@
 //   T_r = dS_in(r) + M_rᵀ T_{r+1},   dS̃_r = T_{r+1},   dM_r = T_{r+1} S_in(r)ᵀ,
 // and the pair pass (recomputed, not saved) backpropagates [dS̃ | dM] into k, v, g, β.
 //
-// Packed documents (doc_starts) are not supported here yet: each batch row is one sequence.
+// A rank may hold two spans (zig-zag, KcpLayout): the fold then runs over all spans in sequence
+// order, whichever rank holds them. Packed documents (doc_starts) are not supported here yet: each
+// batch row is one sequence.
 #pragma once
 
 #include <cstdint>
@@ -26,28 +28,43 @@
 
 namespace k3::model {
 
-// What the forward keeps for the backward (buffers the caller owns).
-struct KcpSaved {
-  float* pairs = nullptr;        // every rank's [B, H, K, V + K], rank after rank
-  float* incoming = nullptr;     // S_in of this rank [B, H, K, V]
-  float* chunk_saved = nullptr;  // the normal pass's records (kernels::kda::chunk_saved_floats)
+// Where a sequence's spans lie over the cp ranks: `slots` spans a rank, of equal length.
+//   slots = 1: rank r holds span r (consecutive spans in rank order);
+//   slots = 2: zig-zag, as ring attention needs it: rank r holds spans r and 2·ranks − 1 − r,
+//              in that order (its local rows of each sequence are the two, one after the other).
+struct KcpLayout {
+  int ranks = 1, rank = 0, slots = 1;
+  int spans() const { return ranks * slots; }
+  int span_of(int slot) const { return slot == 0 ? rank : 2 * ranks - 1 - rank; }
+  // Where span c's pair sits among the gathered ones (its rank's, slot after slot).
+  int gathered(int c) const;
 };
-int64_t kcp_pair_floats(const kernels::kda::DeltaRuleShape& s);   // one rank's pair
+
+// What the forward keeps for the backward (buffers the caller owns). s: one span's shape.
+struct KcpSaved {
+  float* pairs = nullptr;        // layout.spans() pairs [B, H, K, V + K], as gathered
+  float* incoming = nullptr;     // per slot, S_in of its span [B, H, K, V]
+  float* chunk_saved = nullptr;  // per slot, the normal pass's records
+};
+int64_t kcp_pair_floats(const kernels::kda::DeltaRuleShape& s);   // one span's pair
 int64_t kcp_state_floats(const kernels::kda::DeltaRuleShape& s);  // [B, H, K, V]
 
-// This rank's span: s.T tokens of each of s.B rows (doc_starts must be empty). out [B, T, H, V].
-// Fills `saved` (pairs: cp.size() pairs).
-void kcp_forward(const dist::Comm& cp, const kernels::kda::DeltaRuleShape& s,
+// s: one span's shape (s.T tokens of each of s.B rows; doc_starts must be empty); in and out
+// hold this rank's slots·s.T tokens of each row (out [B, slots·T, H, V]). Fills `saved`.
+void kcp_forward(const dist::Comm& cp, const KcpLayout& layout,
+                 const kernels::kda::DeltaRuleShape& s,
                  const kernels::kda::DeltaRuleInputs<float>& in, float* out, const KcpSaved& saved);
 // Gradients of this rank's inputs (all overwritten; dinitial_state is not used).
-void kcp_backward(const dist::Comm& cp, const kernels::kda::DeltaRuleShape& s,
+void kcp_backward(const dist::Comm& cp, const KcpLayout& layout,
+                  const kernels::kda::DeltaRuleShape& s,
                   const kernels::kda::DeltaRuleInputs<float>& in, const KcpSaved& saved,
                   const float* dout, const kernels::kda::DeltaRuleGrads<float>& grads);
 
 // The pair (M, S̃) of one span as [B, H, K, V + K] (S̃ then M along the last axis).
 void kcp_span_pairs(const kernels::kda::DeltaRuleShape& s,
                     const kernels::kda::DeltaRuleInputs<float>& in, float* pairs);
-// The state entering span `rank` from the pairs of spans [0, rank): [B, H, K, V].
-void kcp_fold(const kernels::kda::DeltaRuleShape& s, const float* pairs, int rank, float* state);
+// The state entering span `span` from the gathered pairs of spans [0, span): [B, H, K, V].
+void kcp_fold(const kernels::kda::DeltaRuleShape& s, const KcpLayout& layout, const float* pairs,
+              int span, float* state);
 
 }  // namespace k3::model

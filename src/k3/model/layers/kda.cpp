@@ -139,28 +139,33 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
     ArenaScope scratch(s.arena);  // the gathered input
     project(s, region.enter(x), n, {qp, kp, vp, fa, beta, gate});
   }
-  const kda::ShortConvShape cs{B, T, P, conv_kernel_, doc_starts};
-  // Under context parallelism each convolution starts from the previous rank's last inputs, and
-  // the recurrence from the state its predecessors' spans leave (context/kcp.h).
+  // Under context parallelism this rank's tokens of each sequence are two zig-zag spans
+  // (context/kcp.h): each convolution starts from its span's predecessor's last inputs, and the
+  // recurrence from the state the earlier spans leave.
   const dist::Comm& cp = s.grid.cp();
   const bool split = cp.size() > 1;
-  const int64_t W = (conv_kernel_ - 1) * P;  // one sequence's window, floats
-  float* halo = split ? s.alloc(3 * B * W) : nullptr;
+  const int64_t W = (conv_kernel_ - 1) * P, C = T / 2;  // one piece's window; a span's tokens
+  float* halo = split ? s.alloc(3 * 2 * B * W) : nullptr;
   if (split) {
-    K3_CHECK(!cache && doc_starts.empty() && T >= conv_kernel_ - 1, prefix_,
-             ": under context parallelism every rank needs at least ", conv_kernel_ - 1,
-             " tokens of each sequence, without packed documents or a decoding cache");
+    K3_CHECK(!cache && doc_starts.empty() && T % 2 == 0 && C >= conv_kernel_ - 1, prefix_,
+             ": under context parallelism every rank holds two spans of each sequence of at "
+             "least ",
+             conv_kernel_ - 1, " tokens each (got ", T,
+             " tokens), without packed documents or a decoding cache");
     ArenaScope scratch(s.arena);
-    float* last = s.alloc(3 * B * W);
+    float* tails = s.alloc(3 * 2 * B * W);
     for (int c = 0; c < 3; ++c)
-      for (int64_t b = 0; b < B; ++b)
+      for (int64_t piece = 0; piece < 2 * B; ++piece)
         std::copy_n((c == 0   ? qp
                      : c == 1 ? kp
                               : vp) +
-                        ((b + 1) * T - (conv_kernel_ - 1)) * P,
-                    W, last + (c * B + b) * W);
-    pass_to_next(cp, last, halo, 3 * B * W);
+                        ((piece + 1) * C - (conv_kernel_ - 1)) * P,
+                    W, tails + (c * 2 * B + piece) * W);
+    zigzag_windows(cp, tails, halo, 3, B, W);
   }
+  // Each span is a sequence of its own to the kernels below, started from what came in.
+  const kda::ShortConvShape cs = split ? kda::ShortConvShape{2 * B, C, P, conv_kernel_, {}}
+                                       : kda::ShortConvShape{B, T, P, conv_kernel_, doc_starts};
   struct Conv {
     const float* in;
     int weight;
@@ -168,9 +173,9 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
     float *window, *out;  // the cache's window is updated in place (short_conv.h allows it)
   };
   for (const Conv& c : {Conv{qp, q_conv_, halo, cache ? cache->q_window.f32() : nullptr, q},
-                        Conv{kp, k_conv_, halo ? halo + B * W : nullptr,
+                        Conv{kp, k_conv_, halo ? halo + 2 * B * W : nullptr,
                              cache ? cache->k_window.f32() : nullptr, k},
-                        Conv{vp, v_conv_, halo ? halo + 2 * B * W : nullptr,
+                        Conv{vp, v_conv_, halo ? halo + 4 * B * W : nullptr,
                              cache ? cache->v_window.f32() : nullptr, v}})
     kda::short_conv_forward(cs, c.in, pr.value(c.weight).f32(), c.window ? c.window : c.window_in,
                             c.out, c.window);
@@ -184,16 +189,18 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
 
   const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
   float* o = s.alloc(n * P);
-  float* chunk_saved = s.training ? s.alloc(kda::chunk_saved_floats(ds)) : nullptr;
-  const int64_t pair_floats = split ? kcp_pair_floats(ds) * cp.size() : 0,
-                state_floats = split ? kcp_state_floats(ds) : 0;
+  const kda::DeltaRuleShape span{B, C, H, D, D, {}};
+  const KcpLayout layout{cp.size(), cp.rank(), 2};
+  // Under context parallelism each of the two spans keeps its own chunk records.
+  const int64_t records = split ? 2 * kda::chunk_saved_floats(span) : kda::chunk_saved_floats(ds);
+  float* chunk_saved = s.training || split ? s.alloc(records) : nullptr;
+  const int64_t pair_floats = split ? kcp_pair_floats(span) * layout.spans() : 0,
+                state_floats = split ? 2 * kcp_state_floats(span) : 0;
   float* pairs = split ? s.alloc(pair_floats) : nullptr;
   float* incoming = split ? s.alloc(state_floats) : nullptr;
   float* state = cache ? cache->state.f32() : nullptr;  // updated in place (delta_rule.h allows it)
   if (split)
-    kcp_forward(
-        cp, ds, {q, k, v, g, beta, nullptr}, o,
-        {pairs, incoming, chunk_saved ? chunk_saved : s.alloc(kda::chunk_saved_floats(ds))});
+    kcp_forward(cp, layout, span, {q, k, v, g, beta, nullptr}, o, {pairs, incoming, chunk_saved});
   else
     kda::chunk_forward(ds, {q, k, v, g, beta, state}, o, state, chunk_saved);
 
@@ -220,11 +227,11 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
                                  {".g", g, n * P},
                                  {".beta", beta, n * H},
                                  {".o", o, n * P},
-                                 {".chunk_saved", chunk_saved, kda::chunk_saved_floats(ds)},
+                                 {".chunk_saved", chunk_saved, records},
                                  {".gate", gate, n * P},
                                  {".rstd", rstd, n * H},
                                  {".y", y, n * P},
-                                 {".halo", halo, halo ? 3 * B * W : 0},
+                                 {".halo", halo, halo ? 3 * 2 * B * W : 0},
                                  {".kcp_pairs", pairs, pair_floats},
                                  {".kcp_incoming", incoming, state_floats}})
     s.save(prefix_ + name, ptr, size);
@@ -256,8 +263,10 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
   const dist::Comm& cp = s.grid.cp();
   const bool split = cp.size() > 1;
+  const KcpLayout layout{cp.size(), cp.rank(), 2};
   if (split)
-    kcp_backward(cp, ds, {q, k, v, g, beta, nullptr},
+    kcp_backward(cp, layout, kda::DeltaRuleShape{B, T / 2, H, D, D, {}},
+                 {q, k, v, g, beta, nullptr},
                  {const_cast<float*>(load(".kcp_pairs")), const_cast<float*>(load(".kcp_incoming")),
                   const_cast<float*>(chunk_saved)},
                  d_o, {dq, dk, dv, dg, dbeta, nullptr});
@@ -275,34 +284,35 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   // Through the L2 norms (in place) and the convolutions back to the projections.
   kda::l2norm_backward(q, rq, dq, dq, n * H, D, 1.0f / std::sqrt(static_cast<float>(D)));
   kda::l2norm_backward(k, rk, dk, dk, n * H, D, 1.0f);
-  const kda::ShortConvShape cs{B, T, P, conv_kernel_, doc_starts};
   const float* xa = region.enter(load(".x"));
   float* partial = region.partial(dx);
-  // Each convolution's input gradient; under context parallelism the window it started from
-  // came from the previous rank, whose last inputs take that window's gradient.
-  const int64_t W = (conv_kernel_ - 1) * P;
+  // Each convolution's input gradient; under context parallelism the window each span started
+  // from was its predecessor's last inputs, which take that window's gradient.
+  const int64_t W = (conv_kernel_ - 1) * P, C = T / 2;
+  const kda::ShortConvShape cs = split ? kda::ShortConvShape{2 * B, C, P, conv_kernel_, {}}
+                                       : kda::ShortConvShape{B, T, P, conv_kernel_, doc_starts};
   const float* halo = split ? load(".halo") : nullptr;
-  float* dhalo = split ? s.alloc(3 * B * W) : nullptr;
+  float* dhalo = split ? s.alloc(3 * 2 * B * W) : nullptr;
   float* dproj[3];
   const Linear* proj[3] = {&q_, &k_, &v_};
   const int weight[3] = {q_conv_, k_conv_, v_conv_};
   const float *in[3] = {qp, kp, vp}, *dout_conv[3] = {dq, dk, dv};
   // In one process each projection's backward follows its convolution's, in one buffer; under
-  // context parallelism all three wait for the halo's gradient.
+  // context parallelism all three wait for the windows' gradients.
   for (int c = 0; c < 3; ++c) {
     dproj[c] = split || c == 0 ? s.alloc(n * P) : dproj[0];
     kda::short_conv_backward(cs, in[c], pr.value(weight[c]).f32(),
-                             halo ? halo + c * B * W : nullptr, dout_conv[c], nullptr, dproj[c],
-                             pr.grad(weight[c]).f32(), dhalo ? dhalo + c * B * W : nullptr);
+                             halo ? halo + c * 2 * B * W : nullptr, dout_conv[c], nullptr, dproj[c],
+                             pr.grad(weight[c]).f32(), dhalo ? dhalo + c * 2 * B * W : nullptr);
     if (!split) proj[c]->backward(s, xa, dproj[c], n, partial, c > 0);
   }
   if (split) {
-    float* from_next = s.alloc(3 * B * W);
-    pass_to_previous(cp, dhalo, from_next, 3 * B * W);
+    float* dtails = s.alloc(3 * 2 * B * W);
+    zigzag_windows_backward(cp, dhalo, dtails, 3, B, W);
     for (int c = 0; c < 3; ++c)
-      for (int64_t b = 0; b < B; ++b) {
-        float* at = dproj[c] + ((b + 1) * T - (conv_kernel_ - 1)) * P;
-        const float* add = from_next + (c * B + b) * W;
+      for (int64_t piece = 0; piece < 2 * B; ++piece) {
+        float* at = dproj[c] + ((piece + 1) * C - (conv_kernel_ - 1)) * P;
+        const float* add = dtails + (c * 2 * B + piece) * W;
         for (int64_t i = 0; i < W; ++i) at[i] += add[i];
       }
     for (int c = 0; c < 3; ++c) proj[c]->backward(s, xa, dproj[c], n, partial, c > 0);
