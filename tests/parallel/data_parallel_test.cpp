@@ -135,7 +135,7 @@ TEST(GradSync, StartsEachBucketDuringTheBackward) {
   m.initialize(7);
   const ShardLayout layout(m.params(), world.size(), world.rank(), 20000);
   ASSERT_GE(layout.buckets().size(), 4u);
-  GradSync sync(m.params(), layout, grid.dp(), grid.tp(), grid.ep(), 0, true);
+  GradSync sync(m.params(), layout, grid.dp(), grid.tp(), grid.ep(), grid.cp(), 0, true);
   const GlobalBatch batch(m.config(), 0);
   const std::vector<TokenBatch> share =
       batch.share(world.rank() * (kRows / world.size()), kRows / world.size());

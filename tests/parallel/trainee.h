@@ -29,18 +29,19 @@ inline model::ModelConfig nano() {
 // The global batch of step `step`: kMicro micro-batches of kRows rows, some targets ignored
 // (unevenly over rows, so the ranks count different numbers of tokens).
 struct GlobalBatch {
+  int64_t T;  // tokens per row
   std::vector<std::vector<int32_t>> tokens, targets;
-  GlobalBatch(const model::ModelConfig& c, int step) {
+  GlobalBatch(const model::ModelConfig& c, int step, int64_t seq = kT) : T(seq) {
     std::mt19937 rng(1000 + static_cast<unsigned>(step));
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
     for (int m = 0; m < kMicro; ++m) {
-      tokens.emplace_back(kRows * kT);
-      targets.emplace_back(kRows * kT);
-      for (int64_t i = 0; i < kRows * kT; ++i) {
+      tokens.emplace_back(kRows * T);
+      targets.emplace_back(kRows * T);
+      for (int64_t i = 0; i < kRows * T; ++i) {
         tokens.back()[static_cast<size_t>(i)] = tok(rng);
-        const int64_t row = i / kT;
+        const int64_t row = i / T;
         targets.back()[static_cast<size_t>(i)] =
-            (i % kT) < row * 3 ? static_cast<int32_t>(c.ignore_index) : tok(rng);
+            (i % T) < row * 3 ? static_cast<int32_t>(c.ignore_index) : tok(rng);
       }
     }
   }
@@ -48,8 +49,8 @@ struct GlobalBatch {
   std::vector<model::TokenBatch> share(int64_t first, int64_t rows) const {
     std::vector<model::TokenBatch> out;
     for (int m = 0; m < kMicro; ++m)
-      out.push_back({tokens[static_cast<size_t>(m)].data() + first * kT,
-                     targets[static_cast<size_t>(m)].data() + first * kT, rows, kT});
+      out.push_back({tokens[static_cast<size_t>(m)].data() + first * T,
+                     targets[static_cast<size_t>(m)].data() + first * T, rows, T});
     return out;
   }
 };

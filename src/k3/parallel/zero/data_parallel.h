@@ -49,6 +49,8 @@ class DataParallel {
   int64_t rows(int64_t global_rows) const;
 
   // Forward and backward of this rank's shares of the step's micro-batches, gradients reduced.
+  // Under context parallelism every cp rank is given the same rows and runs its two zig-zag
+  // chunks of each sequence (the layers' context-parallel layout, model/context/).
   StepTotals forward_backward(Arena& arena, activation::ActivationManager& acts,
                               std::span<const model::TokenBatch> micro_batches);
   // Applies the step to every parameter (each rank updates its shard; all end equal).
@@ -63,6 +65,7 @@ class DataParallel {
 
  private:
   double grad_norm() const;
+  std::vector<model::TokenBatch> context_share(std::span<const model::TokenBatch> micro_batches);
 
   // The flat buffer cut into runs of consecutive parameters alike for the norm: kind = 1 if split
   // over tp, + 2 if a routed expert owned by one ep rank.
@@ -76,9 +79,11 @@ class DataParallel {
   const dist::Comm& dp_;
   const dist::Comm& tp_;
   const dist::Comm& ep_;
+  const dist::Comm& cp_;
   const dist::Comm& data_;  // the ranks with their own tokens: cp × ep × dp (the replica group)
   int data_rank_, data_ranks_;  // this rank's place in ep × dp, its size
   std::vector<NormRun> norm_runs_;
+  std::vector<std::vector<int32_t>> cp_tokens_;  // per micro-batch: this cp rank's tokens, targets
   DataParallelOptions options_;
   ShardLayout layout_;
   GradSync sync_;

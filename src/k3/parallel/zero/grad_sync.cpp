@@ -9,12 +9,14 @@
 namespace k3::parallel {
 
 GradSync::GradSync(model::ParamRegistry& params, const ShardLayout& layout, const dist::Comm& dp,
-                   const dist::Comm& tp, const dist::Comm& ep, int zero_stage, bool overlap)
+                   const dist::Comm& tp, const dist::Comm& ep, const dist::Comm& cp, int zero_stage,
+                   bool overlap)
     : params_(params),
       layout_(layout),
       dp_(dp),
       tp_(tp),
       ep_(ep),
+      cp_(cp),
       zero_(zero_stage),
       overlap_(overlap) {
   K3_CHECK(layout.ranks() == dp.size(), "gradient sync: a layout for ", layout.ranks(),
@@ -38,6 +40,7 @@ GradSync::GradSync(model::ParamRegistry& params, const ShardLayout& layout, cons
     at += buckets[b].piece(layout.rank()).size();
   }
   if (zero_ == 2) piece_.resize(at);
+  if (cp_.size() > 1) widest = std::max(widest, params.flat_size());
   if (ep_.size() > 1) {
     size_t dense = 0;
     for (int i = 0; i < params.size(); ++i)
@@ -60,6 +63,7 @@ model::GradsFinal GradSync::begin() {
 
 void GradSync::on_final(int first, int end) {
   if (ep_.size() > 1) sum_over_ep(first, end);
+  if (cp_.size() > 1) sum_over_cp(first, end);
   for (int i = first; i < end; ++i)
     --final_left_[static_cast<size_t>(bucket_of_[static_cast<size_t>(i)])];
   if (!overlap_) return;
@@ -78,6 +82,12 @@ void GradSync::sum_over_ep(int first, int end) {
   for (int i = first; i < end; ++i)
     if (!params_.info(i).shard.expert_owned()) dense.push_back(i);
   sum_packed(dense, ep_);
+}
+
+void GradSync::sum_over_cp(int first, int end) {
+  std::vector<int> all;
+  for (int i = first; i < end; ++i) all.push_back(i);
+  sum_packed(all, cp_);
 }
 
 void GradSync::sum_packed(const std::vector<int>& params, const dist::Comm& group) {

@@ -21,7 +21,9 @@
 // gradient is a partial sum over ep as well. Buckets differ between ep ranks (they hold different
 // experts), so that sum is not per bucket: as the backward reports parameters final, which every
 // ep rank does in the same order, their dense gradients are summed over ep in one packed
-// all-reduce (blocking) before their buckets can start.
+// all-reduce (blocking) before their buckets can start. Under context parallelism each cp rank
+// holds other tokens of the same sequences, so every gradient (experts' too) is summed over cp
+// the same way.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +39,8 @@ class GradSync {
  public:
   // overlap = false starts every bucket in finish(), after the backward (for comparison).
   GradSync(model::ParamRegistry& params, const ShardLayout& layout, const dist::Comm& dp,
-           const dist::Comm& tp, const dist::Comm& ep, int zero_stage, bool overlap);
+           const dist::Comm& tp, const dist::Comm& ep, const dist::Comm& cp, int zero_stage,
+           bool overlap);
 
   // Before the backward whose gradients are the step's last contribution: clears the bucket
   // state; the returned hook is given to that backward.
@@ -53,12 +56,13 @@ class GradSync {
   void launch(size_t bucket);
   void sum_over_tp(size_t bucket);
   void sum_over_ep(int first, int end);
+  void sum_over_cp(int first, int end);
   // Packs the gradients of `params` into staging_, all-reduces them over `group`, unpacks.
   void sum_packed(const std::vector<int>& params, const dist::Comm& group);
 
   model::ParamRegistry& params_;
   const ShardLayout& layout_;
-  dist::Comm dp_, tp_, ep_;
+  dist::Comm dp_, tp_, ep_, cp_;
   int zero_;
   bool overlap_;
   std::vector<int> bucket_of_;            // parameter index -> bucket
