@@ -3,9 +3,11 @@
 // reference (on the grid of one process).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/model_util.h"
@@ -104,6 +106,38 @@ struct Trainee {
     });
   }
 };
+
+// One forward and backward of `one` (a one-process run) and `run` on b: the token count, the loss
+// (1e-6 relative), the gradient norm (1e-5) and every gradient `run` holds (1e-4 of its tensor's
+// largest entry; under ZeRO-2 only this rank's pieces of the reduced gradient). Returns the
+// loss's relative difference and the worst gradient error.
+inline std::pair<double, double> expect_step_matches(Trainee& one, Trainee& run,
+                                                     const GlobalBatch& b, int zero) {
+  const auto share = [&](Trainee& t) { return b.share(t.dp.first_row(kRows), t.dp.rows(kRows)); };
+  const StepTotals want = one.dp.forward_backward(one.arena, one.acts, share(one));
+  const StepTotals got = run.dp.forward_backward(run.arena, run.acts, share(run));
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_NEAR(got.loss, want.loss, 1e-6 * want.loss);
+  EXPECT_NEAR(got.grad_norm, want.grad_norm, 1e-5 * want.grad_norm);
+  const model::ParamRegistry &r = one.model.params(), &p = run.model.params();
+  const std::vector<FlatRange> held =
+      zero == 2 ? run.dp.layout().owned() : std::vector<FlatRange>{{0, p.flat_size()}};
+  double worst = 0;
+  for (int i = 0; i < p.size(); ++i) {
+    const model::ParamInfo& info = p.info(i);
+    const std::vector<float> whole = k3::testing::shard_of(info, r.grad(r.find(info.name)).f32());
+    for (const FlatRange& h : held) {
+      const size_t lo = std::max(h.begin, info.offset),
+                   hi = std::min(h.end, info.offset + static_cast<size_t>(info.local_numel()));
+      if (lo >= hi) continue;
+      const double e = k3::testing::max_rel_error(p.grads() + lo, whole.data() + (lo - info.offset),
+                                                  static_cast<int64_t>(hi - lo));
+      EXPECT_LT(e, 1e-4) << info.name;
+      worst = std::max(worst, e);
+    }
+  }
+  return {std::abs(got.loss - want.loss) / want.loss, worst};
+}
 
 // One step of `run` taken from where `one` (a one-process run) is, beside `one`'s own step, so
 // that what is compared is one step's arithmetic, not how far rounding carries two runs apart

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "k3/data/validation_batches.h"
+#include "k3/model/context/zigzag.h"
 
 namespace k3::train {
 
@@ -13,13 +14,19 @@ EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t bat
   double sum = 0;
   int64_t count = 0;
   data::Batch b;
+  // Under context parallelism each cp rank scores its chunks of every sequence; the sums add up.
+  const dist::Comm& cp = s.model->grid().cp();
+  std::vector<int32_t> mine;
   for (int64_t i = 0; i < n; ++i) {
     val.batch(i, b);
+    const model::TokenBatch whole{b.inputs.data(), b.targets.data(), b.rows, b.seq_len};
     kernels::LossSum l =
-        s.model->forward_loss(s.arena, {b.inputs.data(), b.targets.data(), b.rows, b.seq_len});
+        s.model->forward_loss(s.arena, model::context_share(whole, cp.size(), cp.rank(), mine));
     sum += l.sum;
     count += l.count;
   }
+  cp.all_reduce(&sum, 1);
+  cp.all_reduce(&count, 1);
   EvalResult r;
   r.tokens = count;
   if (count > 0) {

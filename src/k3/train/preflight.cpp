@@ -200,20 +200,22 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
                "·", p.tp, "·", p.pp, "·", p.ep, "·", p.cp, " = ", product, " but the job has ",
                world_size, " process", world_size == 1 ? "" : "es",
                world_size == 1 ? " (start it with mpirun -np N, or set parallel.dp=1)" : "");
-  for (auto [key, n] : {std::pair{"parallel.pp", p.pp}, {"parallel.cp", p.cp}})
-    K3_CHECK_CTX(n == 1, (ErrorContext{"", key, -1}), key, " = ", n,
-                 ": only data, tensor and expert parallelism (parallel.dp, parallel.tp, "
-                 "parallel.ep) are available in this version");
+  K3_CHECK_CTX(p.pp == 1, (ErrorContext{"", "parallel.pp", -1}), "parallel.pp = ", p.pp,
+               ": pipeline parallelism is not available in this version (data, tensor, context "
+               "and expert parallelism are)");
+  K3_CHECK_CTX(seq_len % (2 * p.cp) == 0, (ErrorContext{"", "data.seq_len", -1}),
+               "context parallelism cuts each sequence into 2·cp = ", 2 * p.cp,
+               " zig-zag chunks: ", seq_len, " tokens do not split evenly");
   // The ep ranks are carved out of the data-parallel ones: each reads its own sequences.
   const int64_t readers = p.dp * p.ep;
   K3_CHECK_CTX(train.batch_size % readers == 0, (ErrorContext{"", "train.batch_size", -1}),
                "the global batch of ", train.batch_size,
                " sequences does not split over dp·ep = ", readers, " ranks: use a multiple of ",
                readers);
-  const int64_t tokens = train.batch_size / readers * seq_len;
+  const int64_t tokens = train.batch_size / readers * seq_len / p.cp;
   K3_CHECK_CTX(!p.sequence_parallel || tokens % p.tp == 0, (ErrorContext{"", "data.seq_len", -1}),
                "sequence parallelism splits each rank's ", tokens,
-               " tokens per micro-batch (batch_size / dp · seq_len) over tp = ", p.tp,
+               " tokens per micro-batch (batch_size / (dp·ep) · seq_len / cp) over tp = ", p.tp,
                ": they do not split evenly");
 }
 

@@ -89,12 +89,13 @@ dist::ParallelDims dims_of(const ParallelSection& p) {
           .moonep_slots = static_cast<int>(p.moonep_slots)};
 }
 
-// The ranks that hold the lead's model replica (its tp and ep groups): evaluation and sampling run
-// on them alone, since a tensor- or expert-parallel forward needs every rank of its groups (the
-// ep ranks then all run the same tokens).
+// The ranks that hold the lead's model replica (its tp, cp and ep groups): evaluation and
+// sampling run on them alone, since a tensor-, context- or expert-parallel forward needs every
+// rank of its groups (the ep ranks then all run the same tokens; the cp ranks split each
+// sequence, or, decoding, all run it whole).
 bool in_lead_group(const dist::ProcessGrid& grid) {
   const dist::GridCoord& c = grid.coord();
-  return c.dp == 0 && c.cp == 0 && c.pp == 0;
+  return c.dp == 0 && c.pp == 0;
 }
 
 nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
@@ -174,7 +175,7 @@ class Run {
   const StopSignals& stop_;
   const dist::ProcessGrid& grid_;
   bool lead_;
-  bool lead_group_;  // the lead's tp × ep ranks: they evaluate and sample together
+  bool lead_group_;  // the lead's tp × cp × ep ranks: they evaluate and sample together
   std::unique_ptr<Session> s_;
   parallel::DataParallel dp_;  // before the data: a bad optimizer rule is reported first
   optim::Schedule schedule_;

@@ -142,16 +142,16 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   // Under context parallelism this rank's tokens of each sequence are two zig-zag spans
   // (context/kcp.h): each convolution starts from its span's predecessor's last inputs, and the
   // recurrence from the state the earlier spans leave.
+  // Decoding (a cache) runs whole on every cp rank: the weights are not split over cp.
   const dist::Comm& cp = s.grid.cp();
-  const bool split = cp.size() > 1;
+  const bool split = cp.size() > 1 && !cache;
   const int64_t W = (conv_kernel_ - 1) * P, C = T / 2;  // one piece's window; a span's tokens
   float* halo = split ? s.alloc(3 * 2 * B * W) : nullptr;
   if (split) {
-    K3_CHECK(!cache && doc_starts.empty() && T % 2 == 0 && C >= conv_kernel_ - 1, prefix_,
+    K3_CHECK(doc_starts.empty() && T % 2 == 0 && C >= conv_kernel_ - 1, prefix_,
              ": under context parallelism every rank holds two spans of each sequence of at "
              "least ",
-             conv_kernel_ - 1, " tokens each (got ", T,
-             " tokens), without packed documents or a decoding cache");
+             conv_kernel_ - 1, " tokens each (got ", T, " tokens), without packed documents");
     ArenaScope scratch(s.arena);
     float* tails = s.alloc(3 * 2 * B * W);
     for (int c = 0; c < 3; ++c)

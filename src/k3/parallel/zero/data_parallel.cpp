@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "k3/base/error.h"
+#include "k3/model/context/zigzag.h"
 #include "k3/optim/clip.h"
 #include "k3/parallel/optim_adapters.h"
 
@@ -52,33 +53,14 @@ int64_t DataParallel::rows(int64_t global_rows) const {
   return global_rows / data_ranks_;
 }
 
-// Under context parallelism: this rank's zig-zag chunks (r and 2·cp − 1 − r of 2·cp) of every
-// sequence of each micro-batch, copied into the rank's own buffers.
-std::vector<model::TokenBatch> DataParallel::context_share(
-    std::span<const model::TokenBatch> micro_batches) {
-  const int P = cp_.size(), r = cp_.rank();
-  std::vector<model::TokenBatch> out(micro_batches.begin(), micro_batches.end());
-  if (P == 1) return out;
-  cp_tokens_.resize(micro_batches.size());
-  for (size_t m = 0; m < micro_batches.size(); ++m) {
-    const model::TokenBatch& b = micro_batches[m];
-    K3_CHECK(b.T % (2 * P) == 0, "context parallelism cuts each sequence into 2·cp = ", 2 * P,
-             " chunks: a sequence of ", b.T, " tokens does not split evenly");
-    const int64_t C = b.T / (2 * P);
-    std::vector<int32_t>& buf = cp_tokens_[m];
-    buf.clear();
-    for (const int32_t* src : {b.tokens, b.targets})
-      for (int64_t row = 0; row < b.B; ++row)
-        for (int64_t chunk : {int64_t{r}, int64_t{2 * P - 1 - r}})
-          buf.insert(buf.end(), src + row * b.T + chunk * C, src + row * b.T + (chunk + 1) * C);
-    out[m] = {buf.data(), buf.data() + b.B * 2 * C, b.B, 2 * C};
-  }
-  return out;
-}
-
 StepTotals DataParallel::forward_backward(Arena& arena, activation::ActivationManager& acts,
                                           std::span<const model::TokenBatch> global_shares) {
-  const std::vector<model::TokenBatch> micro_batches = context_share(global_shares);
+  // Under context parallelism each rank runs its zig-zag chunks of every sequence.
+  std::vector<model::TokenBatch> micro_batches;
+  cp_tokens_.resize(global_shares.size());
+  for (size_t m = 0; m < global_shares.size(); ++m)
+    micro_batches.push_back(
+        model::context_share(global_shares[m], cp_.size(), cp_.rank(), cp_tokens_[m]));
   const int32_t ignore = model_.config().ignore_index;
   StepTotals t;
   for (const model::TokenBatch& b : micro_batches)

@@ -65,7 +65,6 @@ class DataParallel {
 
  private:
   double grad_norm() const;
-  std::vector<model::TokenBatch> context_share(std::span<const model::TokenBatch> micro_batches);
 
   // The flat buffer cut into runs of consecutive parameters alike for the norm: kind = 1 if split
   // over tp, + 2 if a routed expert owned by one ep rank.
