@@ -203,7 +203,7 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
   K3_CHECK_CTX(p.pp == 1, (ErrorContext{"", "parallel.pp", -1}), "parallel.pp = ", p.pp,
                ": pipeline parallelism is not available in this version (data, tensor, context "
                "and expert parallelism are)");
-  K3_CHECK_CTX(seq_len % (2 * p.cp) == 0, (ErrorContext{"", "data.seq_len", -1}),
+  K3_CHECK_CTX(p.cp == 1 || seq_len % (2 * p.cp) == 0, (ErrorContext{"", "data.seq_len", -1}),
                "context parallelism cuts each sequence into 2·cp = ", 2 * p.cp,
                " zig-zag chunks: ", seq_len, " tokens do not split evenly");
   // The ep ranks are carved out of the data-parallel ones: each reads its own sequences.
