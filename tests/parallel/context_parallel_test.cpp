@@ -66,17 +66,7 @@ TEST_P(ContextParallelMatchesOneProcess, FirstStepLossAndEveryGradient) {
 }
 
 TEST_P(ContextParallelMatchesOneProcess, ThreeStepsEachFromTheOneProcessState) {
-  double worst_loss = 0, worst_update = 0;
-  for (int step = 0; step < 3; ++step) {
-    SCOPED_TRACE("step " + std::to_string(step + 1));
-    const double loss = testing::step_from(*ref, *run, GlobalBatch(ref->model.config(), step, kSeq),
-                                           3e-2, worst_update);
-    EXPECT_LT(loss, 1e-6);
-    worst_loss = std::max(worst_loss, loss);
-  }
-  if (world.rank() == 0)
-    std::printf("%s: 3 steps, losses within %.2g relative, updates within %.3g\n", what().c_str(),
-                worst_loss, worst_update);
+  testing::expect_steps_from(*ref, *run, 3, kSeq, what());
 }
 
 std::vector<Layout> layouts() {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <string>
 #include <utility>
@@ -166,6 +167,24 @@ inline double step_from(Trainee& one, Trainee& run, const GlobalBatch& b, double
     worst_update = std::max(worst_update, e);
   }
   return std::abs(got.loss - want.loss) / want.loss;
+}
+
+// `steps` steps of `run`, each from where `one` is (step_from) on global batches of `seq` tokens
+// a row: every loss within 1e-6 relative and every update within 3e-2 of its size; world rank 0
+// prints the worst of both under `what`.
+inline void expect_steps_from(Trainee& one, Trainee& run, int steps, int64_t seq,
+                              const std::string& what) {
+  double worst_loss = 0, worst_update = 0;
+  for (int step = 0; step < steps; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step + 1));
+    const double loss =
+        step_from(one, run, GlobalBatch(one.model.config(), step, seq), 3e-2, worst_update);
+    EXPECT_LT(loss, 1e-6);
+    worst_loss = std::max(worst_loss, loss);
+  }
+  if (dist::Comm::world().rank() == 0)
+    std::printf("%s: %d steps, losses within %.2g relative, updates within %.3g\n", what.c_str(),
+                steps, worst_loss, worst_update);
 }
 
 }  // namespace k3::parallel::testing

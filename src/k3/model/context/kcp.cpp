@@ -29,10 +29,9 @@ struct PairPass {
   }
 };
 
-void check(const DeltaRuleShape& s, const dist::Comm& cp) {
+void check(const DeltaRuleShape& s) {
   K3_CHECK(s.doc_starts.empty(),
            "KCP: packed documents are not supported under context parallelism");
-  K3_CHECK(cp.size() >= 1, "KCP: empty group");
 }
 
 // For each (row, head): out = M X + add, with M the last K columns of `pair` ([K, V + K] rows),
@@ -136,7 +135,7 @@ void kcp_fold(const DeltaRuleShape& s, const KcpLayout& layout, const float* pai
 
 void kcp_forward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRuleShape& s,
                  const DeltaRuleInputs<float>& in, float* out, const KcpSaved& saved) {
-  check(s, cp);
+  check(s);
   const int slots = layout.slots;
   const int64_t per = kcp_pair_floats(s), state = kcp_state_floats(s),
                 records = kernels::kda::chunk_saved_floats(s);
@@ -159,7 +158,7 @@ void kcp_forward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRuleS
 void kcp_backward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRuleShape& s,
                   const DeltaRuleInputs<float>& in, const KcpSaved& saved, const float* dout,
                   const DeltaRuleGrads<float>& grads) {
-  check(s, cp);
+  check(s);
   const int slots = layout.slots, last = layout.spans() - 1;
   const int64_t K = s.K, V = s.V, W = V + K, heads = s.B * s.H, per = kcp_pair_floats(s),
                 state = kcp_state_floats(s), records = kernels::kda::chunk_saved_floats(s),

@@ -314,7 +314,6 @@ void RoutedExperts::forward(const Step& s, const float* ids, int64_t tokens, con
   totals_.home_rows += x.home_rows;
   totals_.replicas += replicas;
   if (s.grid.dims().moonep) totals_.overflow = std::max(totals_.overflow, rows - pairs);
-  ++totals_.forwards;
   const int64_t P = x.ranks, counts = s.grid.dims().moonep ? P * experts_ : experts_;
   // Forward: the counts, the replica weights, the rows there and back; backward: the rows there
   // and back, the replica gradients.

@@ -43,7 +43,6 @@ struct DispatchTotals {
   int64_t replicas = 0;       // replica slots used
   int64_t overflow = 0;       // the largest overflow of a MoonEP plan (rows above S·K)
   int64_t bytes = 0;          // sent over ep: rows, replica weights and gradients, counts
-  int64_t forwards = 0;       // training forwards counted
 };
 
 // The same, gathered over the ep group at the end of a global batch.
