@@ -5,10 +5,12 @@
 #include "k3/apps/commands.h"
 #include "k3/base/error.h"
 #include "k3/base/log.h"
+#include "k3/base/stop_signals.h"
 #include "k3/base/threads.h"
 #include "k3/dist/runtime.h"
 
 int main(int argc, char** argv) {
+  k3::route_stop_signals();  // before any thread starts (MPI's, OpenMP's)
   // Under mpirun or srun every rank runs this; without a launcher it is a world of one.
   k3::dist::Runtime mpi(&argc, &argv);
   k3::set_log_tag(k3::dist::rank_tag());
@@ -28,7 +30,8 @@ int main(int argc, char** argv) {
   k3::apps::add_export(app);
   k3::apps::add_config(app);
   k3::apps::add_selfcheck(app);
-  // Subcommands run from their callbacks inside parse(): one clear line for any error, no stack dump.
+  // Subcommands run from their callbacks inside parse(): one clear line for any error, no stack
+  // dump.
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,7 +1,12 @@
 #include "k3/base/stop_signals.h"
 
+#include <pthread.h>
+
+#include <atomic>
 #include <csignal>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include "k3/base/error.h"
 
@@ -9,38 +14,79 @@ namespace k3 {
 namespace {
 
 constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGUSR1};
-volatile std::sig_atomic_t g_requested = 0;
-bool g_installed = false;
-struct sigaction g_previous[3];
+std::atomic<int> g_requested{0};
+std::atomic<bool> g_listening{false};
+bool g_ignored[3] = {};  // ignored when routed (e.g. SIGINT in a shell's background job)
 
-void on_stop_signal(int sig) {
-  if (g_requested != 0) {  // the second request: stop now, as if never handled
-    std::signal(sig, SIG_DFL);
-    std::raise(sig);
+sigset_t stop_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : kStopSignals) sigaddset(&set, s);
+  return set;
+}
+
+int index_of(int sig) {
+  for (int i = 0; i < 3; ++i)
+    if (kStopSignals[i] == sig) return i;
+  return -1;
+}
+
+// One stop signal, from the watcher (or, in a thread started before the signals were routed, from
+// the handler; everything here is async-signal-safe): the first is recorded while someone
+// listens, any other takes the signal's default action now.
+void take(int sig) {
+  if (g_listening.load() && g_requested.load() == 0) {
+    g_requested.store(sig);
     return;
   }
-  g_requested = sig;
+  if (!g_listening.load() && g_ignored[index_of(sig)]) return;
+  std::signal(sig, SIG_DFL);
+  sigset_t one;
+  sigemptyset(&one);
+  sigaddset(&one, sig);
+  pthread_sigmask(SIG_UNBLOCK, &one, nullptr);
+  std::raise(sig);
+}
+
+void watch() {
+  const sigset_t set = stop_set();
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) == 0) take(sig);
+  }
 }
 
 }  // namespace
 
+void route_stop_signals() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // A handler, not SIG_IGN, so that blocked signals stay pending for sigwait.
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = take;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; ++i) {
+      struct sigaction before;
+      sigaction(kStopSignals[i], &sa, &before);
+      g_ignored[i] = before.sa_handler == SIG_IGN;
+    }
+    const sigset_t set = stop_set();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::thread(watch).detach();
+  });
+}
+
 StopSignals::StopSignals() {
-  K3_CHECK(!g_installed, "stop-signal handlers are already installed");
-  g_installed = true;
-  g_requested = 0;
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof sa);
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  for (int i = 0; i < 3; ++i) sigaction(kStopSignals[i], &sa, &g_previous[i]);
+  route_stop_signals();
+  K3_CHECK(!g_listening.load(), "stop signals are already being listened for");
+  g_requested.store(0);
+  g_listening.store(true);
 }
 
-StopSignals::~StopSignals() {
-  for (int i = 0; i < 3; ++i) sigaction(kStopSignals[i], &g_previous[i], nullptr);
-  g_installed = false;
-}
+StopSignals::~StopSignals() { g_listening.store(false); }
 
-int StopSignals::requested() const { return g_requested; }
+int StopSignals::requested() const { return g_requested.load(); }
 
 const char* signal_name(int signal) {
   switch (signal) {

@@ -1,14 +1,26 @@
 // A graceful stop on request: SIGINT, SIGTERM and SIGUSR1 (which Slurm sends ahead of a time
 // limit) set a flag that a long loop polls at a safe point; a second such signal ends the process
 // at once with the signal's default action.
+//
+// The signals are taken by one watcher thread (sigwait), never by a handler on a compute thread:
+// some JIT-compiled GEMM kernels (oneDNN's AVX-512 f32 GEMM before 3.11) point the stack pointer
+// into a heap buffer while they run, so a signal frame pushed there overwrites the heap. Call
+// route_stop_signals() first in main(), before any thread starts: every thread started afterwards
+// inherits the blocked mask. A child process that should see these signals must unblock them
+// before exec.
 #pragma once
 
 namespace k3 {
 
+// Blocks the stop signals in the calling thread and starts the watcher. Without a StopSignals
+// alive, a stop signal has its default effect (ends the process; ignored if it was ignored when
+// this was called). Idempotent.
+void route_stop_signals();
+
 class StopSignals {
  public:
-  StopSignals();   // installs the handlers (one instance at a time)
-  ~StopSignals();  // restores the previous ones
+  StopSignals();   // listens for stop requests (one instance at a time; routes if not yet done)
+  ~StopSignals();  // stops listening: stop signals have their default effect again
   StopSignals(const StopSignals&) = delete;
   StopSignals& operator=(const StopSignals&) = delete;
 
