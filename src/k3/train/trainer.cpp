@@ -160,6 +160,7 @@ class Run {
   void resume(ResumePoint& from);
   double train_step();  // one optimizer step; returns the mean loss (NaN when skipped)
   void count_communication(nlohmann::json& record);
+  void record_peak_memory(nlohmann::json& record) const;
   int agreed_stop() const;  // the stop signal any rank received, agreed by all (0: none)
   nlohmann::json layout_json() const;
   void evaluate_now(nlohmann::json& record);
@@ -270,6 +271,17 @@ void Run::count_communication(nlohmann::json& record) {
     before = now;
   }
   if (grid_.dp().size() > 1) record["comm.dp.wait_seconds"] = dp_.sync().wait_seconds();
+}
+
+// Every rank's peak resident memory so far (MiB, in world rank order), after the step's counters
+// were read: its one small all-gather is counted in the next step's.
+void Run::record_peak_memory(nlohmann::json& record) const {
+  const dist::Comm& world = grid_.world();
+  if (world.size() == 1) return;
+  std::vector<double> peaks(static_cast<size_t>(world.size()));
+  peaks[static_cast<size_t>(world.rank())] = peak_rss_mib();
+  world.all_gather(peaks.data(), std::vector<int64_t>(peaks.size(), 1));
+  record["peak_memory_mib.ranks"] = peaks;
 }
 
 int Run::agreed_stop() const {
@@ -404,6 +416,7 @@ TrainSummary Run::run() {
                           {"skipped_steps", guard_.skipped()}};
     balance_experts(rec);
     count_communication(rec);
+    record_peak_memory(rec);
     // Evaluation and samples are the lead group's, metrics and plots the lead's; the other ranks
     // go on to the next step's first collective and wait there.
     const bool evaluate =

@@ -12,7 +12,7 @@
 namespace k3::model {
 namespace {
 
-constexpr int kRingTag = 72;
+constexpr int kLatentTag = 72, kGradientTag = 73;
 using Buf = std::vector<float>;
 
 // Chunk `slot` (0 or 1) of rows laid out [B, 2C, width], as [B, C, width]; and back (adding).
@@ -70,10 +70,10 @@ kernels::AttentionShape chunk_shape(const RingShape& s) {
 // Sends `mine` to the next rank and receives the previous rank's block into `from_previous`.
 struct RingStep {
   dist::Request send, recv;
-  RingStep(const dist::Comm& cp, const float* mine, float* from_previous, int64_t n) {
+  RingStep(const dist::Comm& cp, const float* mine, float* from_previous, int64_t n, int tag) {
     const int P = cp.size(), r = cp.rank();
-    recv = cp.recv_async(from_previous, n, (r + P - 1) % P, kRingTag);
-    send = cp.send_async(mine, n, (r + 1) % P, kRingTag);
+    recv = cp.recv_async(from_previous, n, (r + P - 1) % P, tag);
+    send = cp.send_async(mine, n, (r + 1) % P, tag);
   }
   void wait() {
     recv.wait();
@@ -100,7 +100,7 @@ void ring_attention_forward(const dist::Comm& cp, const RingShape& s, const floa
   for (int t = 0; t < P; ++t) {
     const int src = (r - t + P) % P;
     std::optional<RingStep> step;
-    if (t + 1 < P) step.emplace(cp, cur.data(), next.data(), n);
+    if (t + 1 < P) step.emplace(cp, cur.data(), next.data(), n, kLatentTag);
     const Keys keys(s, cur.data(), expand);
     for (int kslot = 0; kslot < 2; ++kslot)
       for (int qslot = 0; qslot < 2; ++qslot) {
@@ -144,13 +144,19 @@ void ring_attention_backward(const dist::Comm& cp, const RingShape& s, const flo
     dos[slot] = chunk_of(dout, s, s.H * s.d_v, slot);
     dqs[slot].assign(qs[slot].size(), 0.f);
   }
-  // The travelling block: [latent | its gradient so far], rows × (r_kv + d_r) each.
-  Buf cur(static_cast<size_t>(2 * n_lat), 0.f), next(cur.size());
-  std::copy(latent, latent + n_lat, cur.begin());
+  // Two rings. The latent blocks travel as in the forward, each sent on while this step computes.
+  // Each block's gradient follows one step behind: the partial sum of the block computed at step
+  // t leaves after it, and the next rank, which computes that block at step t + 1, waits for it
+  // only once its own share is done. After cp hops every block's gradient is home.
+  Buf cur(latent, latent + n_lat), next(static_cast<size_t>(n_lat));
+  Buf grad_in(static_cast<size_t>(n_lat)), grad_out(static_cast<size_t>(n_lat));
+  std::optional<RingStep> grad_step;
   Buf tq(qs[0].size()), tk(static_cast<size_t>(s.B * s.C * s.H * s.d_n)),
       tkr(static_cast<size_t>(s.B * s.C * s.d_r)), tv(static_cast<size_t>(s.B * s.C * s.H * s.d_v));
   for (int t = 0; t < P; ++t) {
     const int src = (r - t + P) % P;
+    std::optional<RingStep> latent_step;
+    if (t + 1 < P) latent_step.emplace(cp, cur.data(), next.data(), n_lat, kLatentTag);
     const Keys keys(s, cur.data(), expand);
     Buf dkn(static_cast<size_t>(rows * s.H * s.d_n), 0.f),
         dv(static_cast<size_t>(rows * s.H * s.d_v), 0.f),
@@ -185,16 +191,22 @@ void ring_attention_backward(const dist::Comm& cp, const RingShape& s, const flo
     for (int64_t i = 0; i < rows; ++i)
       std::copy_n(cur.begin() + i * s.latent(), s.r_kv, c.begin() + i * s.r_kv);
     expand_backward(c.data(), dkn.data(), dv.data(), rows, dc.data());
-    float* g = cur.data() + n_lat;
+    if (grad_step) grad_step->wait();  // this block's gradient from the ranks before
     for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < s.r_kv; ++j) g[i * s.latent() + j] += dc[i * s.r_kv + j];
-      for (int64_t j = 0; j < s.d_r; ++j) g[i * s.latent() + s.r_kv + j] += dkr[i * s.d_r + j];
+      float* g = grad_out.data() + i * s.latent();
+      const float* before = grad_in.data() + i * s.latent();
+      for (int64_t j = 0; j < s.r_kv; ++j) g[j] = (t > 0 ? before[j] : 0.f) + dc[i * s.r_kv + j];
+      for (int64_t j = 0; j < s.d_r; ++j)
+        g[s.r_kv + j] = (t > 0 ? before[s.r_kv + j] : 0.f) + dkr[i * s.d_r + j];
     }
-    RingStep step(cp, cur.data(), next.data(), 2 * n_lat);  // after cp hops it is home again
-    step.wait();
-    std::swap(cur, next);
+    grad_step.emplace(cp, grad_out.data(), grad_in.data(), n_lat, kGradientTag);
+    if (latent_step) {
+      latent_step->wait();
+      std::swap(cur, next);
+    }
   }
-  std::copy(cur.begin() + n_lat, cur.end(), dlatent);
+  grad_step->wait();  // the last hop brings this rank's own block home
+  std::copy(grad_in.begin(), grad_in.end(), dlatent);
   std::fill(dq, dq + rows * s.H * dqd, 0.f);
   for (int slot = 0; slot < 2; ++slot) add_chunk(dq, s, s.H * dqd, slot, dqs[slot]);
 }
