@@ -15,14 +15,17 @@
 namespace k3::apps {
 
 // Components inside "step" are timed within it; "step" minus their sum is embeddings, norms,
-// residual adds and the stack's own bookkeeping.
+// residual adds and the stack's own bookkeeping. A bucket "parent/part" is timed within parent
+// (e.g. "kda/kcp all-gathers": the time the KDA layers spent blocked in KCP's all-gathers).
 static void print_profile() {
   const auto totals = Profile::totals();
   double step = 0, optimizer = 0, inside = 0;
-  for (auto& [name, secs] : totals)
+  for (auto& [name, secs] : totals) {
+    if (name.find('/') != std::string::npos) continue;  // within a component already counted
     (name == train::kStepBucket        ? step
      : name == train::kOptimizerBucket ? optimizer
                                        : inside) += secs;
+  }
   const double whole = step + optimizer;
   std::printf("\nprofile (wall seconds over the run; %% of forward + backward + optimizer):\n");
   for (auto& [name, secs] : totals)

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "k3/base/profile.h"
+
 namespace k3::model {
 namespace {
 
@@ -10,6 +12,7 @@ constexpr int kHaloTag = 71;
 
 // Receives from `from` (none: zeros) while sending to `to` (none: nothing).
 void shift(const dist::Comm& cp, const float* mine, float* received, int64_t n, int to, int from) {
+  ProfileScope time("kda/conv halos");
   dist::Request recv, send;
   if (from >= 0 && from < cp.size())
     recv = cp.recv_async(received, n, from, kHaloTag);

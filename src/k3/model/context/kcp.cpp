@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "k3/base/error.h"
+#include "k3/base/profile.h"
 
 namespace k3::model {
 namespace {
@@ -144,7 +145,10 @@ void kcp_forward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRuleS
     mine.emplace_back(s, slots, j, in);
     kcp_span_pairs(s, mine[j].in(nullptr), saved.pairs + (cp.rank() * slots + j) * per);
   }
-  cp.all_gather(saved.pairs, std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * per));
+  {
+    ProfileScope time("kda/kcp all-gathers");
+    cp.all_gather(saved.pairs, std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * per));
+  }
   std::vector<float> o(static_cast<size_t>(s.B * s.T * s.H * s.V));
   for (int j = 0; j < slots; ++j) {
     float* incoming = saved.incoming + j * state;
@@ -181,8 +185,11 @@ void kcp_backward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRule
     put_slot_rows(grads.dg, s.B, s.T, slots, s.H * K, j, dg.data(), false);
     put_slot_rows(grads.dbeta, s.B, s.T, slots, s.H, j, dbeta.data(), false);
   }
-  cp.all_gather(dstates.data(),
-                std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * state));
+  {
+    ProfileScope time("kda/kcp all-gathers");
+    cp.all_gather(dstates.data(),
+                  std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * state));
+  }
 
   for (int j = 0; j < slots; ++j) {
     const int c = layout.span_of(j);

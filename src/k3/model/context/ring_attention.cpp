@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "k3/base/error.h"
+#include "k3/base/profile.h"
 #include "k3/kernels/attention.h"
 #include "k3/kernels/attention_block.h"
 
@@ -76,6 +77,7 @@ struct RingStep {
     send = cp.send_async(mine, n, (r + 1) % P, tag);
   }
   void wait() {
+    ProfileScope time("mla/ring waits");
     recv.wait();
     send.wait();
   }
