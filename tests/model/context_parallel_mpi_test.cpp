@@ -8,6 +8,9 @@
 // span), slow ones (dt_bias = −8: g ≈ −0.002, so the state carried across every rank boundary
 // shapes every later output), and decays at the gate's bound (dt_bias = +5: g ≈ −4.97; further
 // into saturation the gate parameters' gradients shrink to rounding).
+// Packed documents (KDA, one row): starts inside spans, at a span boundary, and one token before
+// a boundary (the next span's convolution window then holds one input of its document), with
+// documents crossing several ranks.
 // Tolerance: 1e-4 of each tensor's largest entry (fp32, the spans' states composed in another
 // order than the chunked pass carries them; measured below 5e-7 for outputs and input gradients,
 // 3.2e-6 for parameter gradients), except the saturated gate's parameters at the bound (below).
@@ -39,10 +42,11 @@ constexpr double kTol = 1e-4;
 // A rank's tokens of each sequence: consecutive pieces {first, count} in its local order.
 using Pieces = std::vector<std::pair<int64_t, int64_t>>;
 
-// The rows of `pieces` of each of kB sequences of x ([kB, kT, width]), batch row by batch row.
-std::vector<float> span(const std::vector<float>& x, int64_t width, const Pieces& pieces) {
+// The rows of `pieces` of each of B sequences of x ([B, kT, width]), batch row by batch row.
+std::vector<float> span(const std::vector<float>& x, int64_t width, const Pieces& pieces,
+                        int64_t B = kB) {
   std::vector<float> out;
-  for (int64_t b = 0; b < kB; ++b)
+  for (int64_t b = 0; b < B; ++b)
     for (auto [t0, n] : pieces)
       out.insert(out.end(), x.begin() + (b * kT + t0) * width,
                  x.begin() + (b * kT + t0 + n) * width);
@@ -66,13 +70,14 @@ Pieces zig_zag(int rank, int ranks) {
   return {{rank * C, C}, {(2 * ranks - 1 - rank) * C, C}};
 }
 
+// docs: packed documents of one row (a KDA layer), or none (kB rows, each one sequence).
 void compare(const char* what, const MakeMixer& make, const Pieces& pieces,
-             std::optional<float> dt_bias = std::nullopt) {
+             std::optional<float> dt_bias = std::nullopt, const std::vector<int64_t>& docs = {}) {
   const dist::Comm world = dist::Comm::world();
   const dist::ProcessGrid grid(dist::ParallelDims{.cp = world.size()}, world);
   const ModelConfig c = load_model_config(k3::testing::source_dir() + "/configs/k3-nano.json");
-  const int64_t d = c.hidden_size, T = kT / world.size();
-  const std::vector<float> x = random_vec(kB * kT * d, 11), dout = random_vec(kB * kT * d, 12);
+  const int64_t d = c.hidden_size, T = kT / world.size(), B = docs.empty() ? kB : 1;
+  const std::vector<float> x = random_vec(B * kT * d, 11), dout = random_vec(B * kT * d, 12);
 
   const auto run = [&](ParamRegistry& reg, const dist::ProcessGrid& g, const float* in,
                        const float* dy, int64_t t, float* out, float* dx) {
@@ -83,17 +88,23 @@ void compare(const char* what, const MakeMixer& make, const Pieces& pieces,
     Arena arena(size_t{64} << 20, false);
     activation::ActivationManager acts;
     const Step s{arena, acts, reg, true, g};
-    layer->forward(s, in, kB, t, out);
-    layer->backward(s, dy, kB, t, dx);
+    if (docs.empty()) {
+      layer->forward(s, in, kB, t, out);
+      layer->backward(s, dy, kB, t, dx);
+      return;
+    }
+    const auto& kda = dynamic_cast<const KimiDeltaAttention&>(*layer);
+    kda.forward(s, in, t, docs, out);
+    kda.backward(s, dy, t, docs, dx);
   };
   ParamRegistry whole, split(places_of(grid));
   std::vector<float> want(x.size()), want_dx(x.size());
   run(whole, dist::single_process(), x.data(), dout.data(), kT, want.data(), want_dx.data());
-  const std::vector<float> mine = span(x, d, pieces), dmine = span(dout, d, pieces);
+  const std::vector<float> mine = span(x, d, pieces, B), dmine = span(dout, d, pieces, B);
   std::vector<float> out(mine.size()), dx(mine.size());
   run(split, grid, mine.data(), dmine.data(), T, out.data(), dx.data());
 
-  const std::vector<float> w = span(want, d, pieces), wdx = span(want_dx, d, pieces);
+  const std::vector<float> w = span(want, d, pieces, B), wdx = span(want_dx, d, pieces, B);
   const double e_out = max_rel_error(out.data(), w.data(), static_cast<int64_t>(w.size()));
   double biggest = 0;
   for (float v : w) biggest = std::max(biggest, static_cast<double>(std::abs(v)));
@@ -151,6 +162,18 @@ TEST_F(ContextParallelMpi, KdaWithSlowDecays) {
 }
 TEST_F(ContextParallelMpi, KdaAtTheGatesBound) {
   compare("KDA, decays at the bound", kda(), zig_zag(world.rank(), world.size()), 5.f);
+}
+// Documents of kT = 128 tokens: spans are 32 tokens at cp2, 16 at cp4. 32 is a span boundary
+// (both), 47 one token before one (cp4), 5, 50, 66 and 100 lie inside spans, and the documents
+// from 66 and from 100 cross rank boundaries.
+const std::vector<int64_t> kDocs = {0, 5, 32, 47, 50, 66, 100};
+TEST_F(ContextParallelMpi, KdaOnPackedDocumentsWithSlowDecays) {
+  compare("KDA, packed documents, slow decays", kda(), zig_zag(world.rank(), world.size()), -8.f,
+          kDocs);
+}
+TEST_F(ContextParallelMpi, KdaOnPackedDocumentsAtTheGatesBound) {
+  compare("KDA, packed documents, decays at the bound", kda(), zig_zag(world.rank(), world.size()),
+          5.f, kDocs);
 }
 // Gated MLA by ring attention over zig-zag chunks: every rank's queries meet every earlier chunk.
 TEST_F(ContextParallelMpi, GatedMlaByRingAttention) {

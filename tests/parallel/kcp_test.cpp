@@ -3,7 +3,8 @@
 //             over the whole prefix;
 //   KcpMpi.*  under mpirun -np 2 and 4 (and trivially in one process): every rank's outputs and
 //             gradients against the chunked kernel over the whole sequence, each rank computing
-//             that reference itself; the bytes per call the same at two sequence lengths.
+//             that reference itself, also on packed documents; the bytes per call the same at two
+//             sequence lengths.
 // Tolerances: 1e-4 of each tensor's largest entry (fp32; the fold adds the spans' states in
 // another order than the chunked pass carries them; measured below 1e-5). A pair applied in the
 // wrong order, or a missing transposed term, moves a value by its own size.
@@ -67,7 +68,7 @@ struct Kept {
   Kept(const DeltaRuleShape& s, const KcpLayout& l)
       : pairs(static_cast<size_t>(kcp_pair_floats(s) * l.spans())),
         incoming(static_cast<size_t>(kcp_state_floats(s) * l.slots)),
-        records(static_cast<size_t>(kernels::kda::chunk_saved_floats(s) * l.slots)),
+        records(static_cast<size_t>(kcp_records_floats(l, s))),
         saved{pairs.data(), incoming.data(), records.data()} {}
 };
 
@@ -88,7 +89,7 @@ TEST(Kcp, PairsComposeToTheSequentialRecurrence) {
       std::vector<float> out(static_cast<size_t>(prefix.s.B * prefix.s.T * p.s.H * p.s.V)),
           want(static_cast<size_t>(p.s.B * p.s.H * p.s.K * p.s.V)), got(want.size());
       kernels::kda::recurrent_forward(prefix.s, prefix.in(), out.data(), want.data());
-      kcp_fold(p.s, KcpLayout{3, 0, 1}, pairs.data(), static_cast<int>(r), got.data());
+      kcp_fold(p.s, KcpLayout{3, 0, 1, {}}, pairs.data(), static_cast<int>(r), got.data());
       EXPECT_LT(max_rel_error(got.data(), want.data(), static_cast<int64_t>(want.size())), 1e-4)
           << "state after " << r << " spans";
     }
@@ -103,11 +104,13 @@ Pieces pieces_of(const KcpLayout& l, int64_t T) {
   return out;
 }
 
-void check_against_one_process(Decay decay, int64_t T, int slots = 1) {
+// docs: packed documents of one row (global starts), or none (two rows, each one sequence).
+void check_against_one_process(Decay decay, int64_t T, int slots = 1,
+                               const std::vector<int64_t>& docs = {}) {
   const dist::Comm cp = dist::Comm::world();
-  const KcpLayout layout{cp.size(), cp.rank(), slots};
+  const KcpLayout layout{cp.size(), cp.rank(), slots, docs};
   if (T % layout.spans() != 0) GTEST_SKIP();
-  const Problem p(shape(2, T, 2, 32, 16), 21, decay);
+  const Problem p(shape(docs.empty() ? 2 : 1, T, 2, 32, 16), 21, decay, docs);
   // The reference: the whole sequence in one chunked pass, from a zero state.
   DeltaRuleInputs<float> whole{p.q.data(), p.k.data(),    p.v.data(),
                                p.g.data(), p.beta.data(), nullptr};
@@ -121,7 +124,8 @@ void check_against_one_process(Decay decay, int64_t T, int slots = 1) {
                                {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), nullptr});
 
   const Pieces pieces = pieces_of(layout, T);
-  const Span mine(p, pieces);
+  Span mine(p, pieces);
+  mine.s.doc_starts = {};  // a span's documents come from the layout
   const int64_t n = mine.s.B * mine.s.T * slots * p.s.H;
   std::vector<float> o(static_cast<size_t>(n * p.s.V));
   Kept kept(mine.s, layout);
@@ -154,6 +158,21 @@ TEST(KcpMpi, MatchesOneProcessOnZigZagSpansAtTheBound) {
   check_against_one_process(Decay::AtBound, 320, 2);
 }
 
+// Packed documents of one row, zig-zag spans of 40 tokens at cp2 (20 at cp4; 32 in one process):
+// starts inside spans, on span boundaries (40, 160), one token before one (199), and documents
+// crossing several spans (from 60 to 159, from 200 to the end).
+const std::vector<int64_t> kDocs = {0, 13, 40, 60, 160, 199, 200};
+TEST(KcpMpi, MatchesOneProcessOnPackedDocuments) {
+  check_against_one_process(Decay::Slow, 320, 2, kDocs);
+}
+TEST(KcpMpi, MatchesOneProcessOnPackedDocumentsAtTheBound) {
+  check_against_one_process(Decay::AtBound, 320, 2, kDocs);
+}
+// One span a rank (consecutive), documents crossing ranks.
+TEST(KcpMpi, MatchesOneProcessOnPackedDocumentsInConsecutiveSpans) {
+  check_against_one_process(Decay::Slow, 320, 1, kDocs);
+}
+
 // One forward and backward move the pairs ([B, H, K, V + K] a rank) and the state gradients
 // ([B, H, K, V] a rank) in two all-gathers, whatever the sequence length.
 TEST(KcpMpi, BytesDoNotDependOnTheSequenceLength) {
@@ -161,7 +180,7 @@ TEST(KcpMpi, BytesDoNotDependOnTheSequenceLength) {
   std::vector<int64_t> moved;
   for (int64_t T : {1024, 16384}) {
     const Problem p(shape(1, T, 2, 32, 32), 5, Decay::Bounded);
-    const KcpLayout layout{cp.size(), cp.rank(), 1};
+    const KcpLayout layout{cp.size(), cp.rank(), 1, {}};
     const int64_t t0 = T / cp.size() * cp.rank(), t1 = t0 + T / cp.size();
     const Span mine(p, t0, t1);
     std::vector<float> o(static_cast<size_t>(mine.s.T * p.s.H * p.s.V));

@@ -84,7 +84,8 @@ void add_train(CLI::App& app) {
     std::signal(SIGPIPE, SIG_IGN);  // a closed stdout (k3lab train | head) must not end training
     const bool resume = cmd->count("--resume") > 0;
     if (a->dry_run) {
-      K3_CHECK_CTX(!resume, (ErrorContext{"", "--dry-run", -1}), "checks a new run; not with --resume");
+      K3_CHECK_CTX(!resume, (ErrorContext{"", "--dry-run", -1}),
+                   "checks a new run; not with --resume");
       std::printf("%s", train::dry_run(train::load_run_config(a->config, a->overrides)).c_str());
       return;
     }

@@ -12,27 +12,58 @@ using kernels::kda::DeltaRuleGrads;
 using kernels::kda::DeltaRuleInputs;
 using kernels::kda::DeltaRuleShape;
 
-// The pair pass's shape and inputs: values [v | 0], initial state [0 | I] (V + K columns).
+// The pair pass's shape and inputs: values [v | 0], initial state [0 | I] (V + K columns); with
+// packed documents only the first sequence (the document the span continues) starts from [0 | I],
+// and none when the span begins a document.
 struct PairPass {
   DeltaRuleShape shape;
   std::vector<float> values, initial;
   DeltaRuleInputs<float> in;
 
-  PairPass(const DeltaRuleShape& s, const DeltaRuleInputs<float>& base) : shape(s) {
+  PairPass(const DeltaRuleShape& s, const DeltaRuleInputs<float>& base, bool fresh) : shape(s) {
     const int64_t K = s.K, V = s.V, W = V + K, rows = s.B * s.T * s.H;
     shape.V = W;
     values.assign(static_cast<size_t>(rows * W), 0.f);
     for (int64_t r = 0; r < rows; ++r) std::copy_n(base.v + r * V, V, values.begin() + r * W);
-    initial.assign(static_cast<size_t>(s.B * s.H * K * W), 0.f);
-    for (int64_t bh = 0; bh < s.B * s.H; ++bh)
+    initial.assign(static_cast<size_t>(s.num_sequences() * s.H * K * W), 0.f);
+    const int64_t continued = fresh ? 0 : s.doc_starts.empty() ? s.B : 1;
+    for (int64_t bh = 0; bh < continued * s.H; ++bh)
       for (int64_t i = 0; i < K; ++i) initial[static_cast<size_t>((bh * K + i) * W + V + i)] = 1.f;
     in = {base.q, base.k, values.data(), base.g, base.beta, initial.data()};
   }
+  // Where the span's pair lies among the final states: its last sequence's (every row's).
+  int64_t pair_offset() const {
+    return shape.doc_starts.empty() ? 0 : (shape.num_sequences() - 1) * shape.H * shape.K * shape.V;
+  }
 };
 
-void check(const DeltaRuleShape& s) {
-  K3_CHECK(s.doc_starts.empty(),
-           "KCP: packed documents are not supported under context parallelism");
+// The states one slot's normal pass starts from: its incoming state for the sequence it continues
+// (zero when it begins a document), zero for the documents that start inside it.
+struct SlotStart {
+  std::vector<float> states;
+  const float* ptr;
+  SlotStart(const DeltaRuleShape& s, const float* incoming) : ptr(incoming) {
+    if (s.doc_starts.empty()) return;
+    states.assign(static_cast<size_t>(s.num_sequences() * kcp_state_floats(s)), 0.f);
+    std::copy_n(incoming, kcp_state_floats(s), states.begin());
+    ptr = states.data();
+  }
+};
+
+// Slot j's shape and documents.
+struct SlotSpan {
+  SpanDocuments docs;
+  DeltaRuleShape s;
+  SlotSpan(const KcpLayout& layout, const DeltaRuleShape& base, int j)
+      : docs(span_documents(layout, layout.span_of(j), base.T)), s(base) {
+    s.doc_starts = docs.starts;
+  }
+};
+
+void check(const KcpLayout& layout, const DeltaRuleShape& s) {
+  K3_CHECK(s.doc_starts.empty(), "KCP: a span's documents come from KcpLayout::documents");
+  if (!layout.documents.empty())
+    kernels::kda::check_doc_starts(s.B, layout.spans() * s.T, layout.documents, "KCP");
 }
 
 // For each (row, head): out = M X + add, with M the last K columns of `pair` ([K, V + K] rows),
@@ -73,10 +104,33 @@ void apply_mt(const float* pair, const float* X, const float* add, float* out, i
 int64_t kcp_pair_floats(const DeltaRuleShape& s) { return s.B * s.H * s.K * (s.V + s.K); }
 int64_t kcp_state_floats(const DeltaRuleShape& s) { return s.B * s.H * s.K * s.V; }
 
-void kcp_span_pairs(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, float* pairs) {
-  const PairPass p(s, in);
-  std::vector<float> out(static_cast<size_t>(s.B * s.T * s.H * p.shape.V));
-  kernels::kda::chunk_forward(p.shape, p.in, out.data(), pairs, nullptr);
+SpanDocuments span_documents(const KcpLayout& layout, int span, int64_t T) {
+  SpanDocuments d;
+  const int64_t first = span * T;
+  d.continued = first;
+  if (layout.documents.empty()) return d;
+  d.starts.push_back(0);
+  for (int64_t start : layout.documents) {
+    if (start <= first) d.continued = first - start;
+    if (start > first && start < first + T) d.starts.push_back(start - first);
+  }
+  return d;
+}
+
+int64_t kcp_records_floats(const KcpLayout& layout, const DeltaRuleShape& s) {
+  int64_t n = 0;
+  for (int j = 0; j < layout.slots; ++j)
+    n += kernels::kda::chunk_saved_floats(SlotSpan(layout, s, j).s);
+  return n;
+}
+
+void kcp_span_pairs(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, float* pairs,
+                    bool fresh) {
+  const PairPass p(s, in, fresh);
+  std::vector<float> out(static_cast<size_t>(s.B * s.T * s.H * p.shape.V)),
+      last(static_cast<size_t>(s.num_sequences() * s.H * s.K * p.shape.V));
+  kernels::kda::chunk_forward(p.shape, p.in, out.data(), last.data(), nullptr);
+  std::copy_n(last.begin() + p.pair_offset(), kcp_pair_floats(s), pairs);
 }
 
 int KcpLayout::gathered(int c) const {
@@ -136,25 +190,30 @@ void kcp_fold(const DeltaRuleShape& s, const KcpLayout& layout, const float* pai
 
 void kcp_forward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRuleShape& s,
                  const DeltaRuleInputs<float>& in, float* out, const KcpSaved& saved) {
-  check(s);
+  check(layout, s);
   const int slots = layout.slots;
-  const int64_t per = kcp_pair_floats(s), state = kcp_state_floats(s),
-                records = kernels::kda::chunk_saved_floats(s);
+  const int64_t per = kcp_pair_floats(s), state = kcp_state_floats(s);
   std::vector<SlotInputs> mine;
+  std::vector<SlotSpan> spans;
   for (int j = 0; j < slots; ++j) {
     mine.emplace_back(s, slots, j, in);
-    kcp_span_pairs(s, mine[j].in(nullptr), saved.pairs + (cp.rank() * slots + j) * per);
+    spans.emplace_back(layout, s, j);
+    kcp_span_pairs(spans[j].s, mine[j].in(nullptr), saved.pairs + (cp.rank() * slots + j) * per,
+                   spans[j].docs.fresh());
   }
   {
     ProfileScope time("kda/kcp all-gathers");
     cp.all_gather(saved.pairs, std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * per));
   }
   std::vector<float> o(static_cast<size_t>(s.B * s.T * s.H * s.V));
+  float* records = saved.chunk_saved;
   for (int j = 0; j < slots; ++j) {
     float* incoming = saved.incoming + j * state;
     kcp_fold(s, layout, saved.pairs, layout.span_of(j), incoming);
-    kernels::kda::chunk_forward(s, mine[j].in(incoming), o.data(), nullptr,
-                                saved.chunk_saved + j * records);
+    if (spans[j].docs.fresh()) std::fill(incoming, incoming + state, 0.f);
+    const SlotStart start(spans[j].s, incoming);
+    kernels::kda::chunk_forward(spans[j].s, mine[j].in(start.ptr), o.data(), nullptr, records);
+    records += kernels::kda::chunk_saved_floats(spans[j].s);
     put_slot_rows(out, s.B, s.T, slots, s.H * s.V, j, o.data(), false);
   }
 }
@@ -162,23 +221,31 @@ void kcp_forward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRuleS
 void kcp_backward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRuleShape& s,
                   const DeltaRuleInputs<float>& in, const KcpSaved& saved, const float* dout,
                   const DeltaRuleGrads<float>& grads) {
-  check(s);
+  check(layout, s);
   const int slots = layout.slots, last = layout.spans() - 1;
   const int64_t K = s.K, V = s.V, W = V + K, heads = s.B * s.H, per = kcp_pair_floats(s),
-                state = kcp_state_floats(s), records = kernels::kda::chunk_saved_floats(s),
-                rows = s.B * s.T * s.H;
+                state = kcp_state_floats(s), rows = s.B * s.T * s.H;
   // Each slot's normal pass, and the gradient of the state it started from.
   std::vector<float> dstates(static_cast<size_t>(state * layout.spans()), 0.f);
   std::vector<SlotInputs> mine;
+  std::vector<SlotSpan> spans;
   std::vector<float> dq(static_cast<size_t>(rows * K)), dk(dq.size()), dg(dq.size()),
       dv(static_cast<size_t>(rows * V)), dbeta(static_cast<size_t>(rows));
+  const float* records = saved.chunk_saved;
   for (int j = 0; j < slots; ++j) {
     mine.emplace_back(s, slots, j, in);
+    spans.emplace_back(layout, s, j);
+    const DeltaRuleShape& sj = spans[j].s;
     const std::vector<float> d = slot_rows(dout, s.B, s.T, slots, s.H * V, j);
-    kernels::kda::chunk_backward(s, mine[j].in(saved.incoming + j * state),
-                                 saved.chunk_saved + j * records, d.data(), nullptr,
-                                 {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(),
-                                  dstates.data() + (cp.rank() * slots + j) * state});
+    // The gradient of every sequence's starting state; the first's is the incoming state's.
+    std::vector<float> dstart(static_cast<size_t>(sj.num_sequences() * s.H * K * V));
+    const SlotStart start(sj, saved.incoming + j * state);
+    kernels::kda::chunk_backward(
+        sj, mine[j].in(start.ptr), records, d.data(), nullptr,
+        {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), dstart.data()});
+    records += kernels::kda::chunk_saved_floats(sj);
+    if (!spans[j].docs.fresh())  // a span that begins a document never read its incoming state
+      std::copy_n(dstart.begin(), state, dstates.begin() + (cp.rank() * slots + j) * state);
     put_slot_rows(grads.dq, s.B, s.T, slots, s.H * K, j, dq.data(), false);
     put_slot_rows(grads.dk, s.B, s.T, slots, s.H * K, j, dk.data(), false);
     put_slot_rows(grads.dv, s.B, s.T, slots, s.H * V, j, dv.data(), false);
@@ -216,15 +283,18 @@ void kcp_backward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRule
         }
       }
     }
-    // The pair pass again (recomputed rather than kept), then its backward.
-    const PairPass p(s, mine[j].in(nullptr));
+    // The pair pass again (recomputed rather than kept), then its backward: [dS̃ | dM] reaches
+    // the span's last sequence.
+    const PairPass p(spans[j].s, mine[j].in(nullptr), spans[j].docs.fresh());
     std::vector<float> out(static_cast<size_t>(rows * W)),
-        recs(static_cast<size_t>(kernels::kda::chunk_saved_floats(p.shape)));
+        recs(static_cast<size_t>(kernels::kda::chunk_saved_floats(p.shape))),
+        dlast(static_cast<size_t>(p.shape.num_sequences() * s.H * K * W), 0.f);
+    std::copy(dpair.begin(), dpair.end(), dlast.begin() + p.pair_offset());
     kernels::kda::chunk_forward(p.shape, p.in, out.data(), nullptr, recs.data());
     std::fill(out.begin(), out.end(), 0.f);  // the pair pass's outputs feed nothing
     std::vector<float> pdv(static_cast<size_t>(rows * W)), pdvv(static_cast<size_t>(rows * V));
     kernels::kda::chunk_backward(
-        p.shape, p.in, recs.data(), out.data(), dpair.data(),
+        p.shape, p.in, recs.data(), out.data(), dlast.data(),
         {dq.data(), dk.data(), pdv.data(), dg.data(), dbeta.data(), nullptr});
     for (int64_t i = 0; i < rows; ++i) std::copy_n(pdv.begin() + i * W, V, pdvv.begin() + i * V);
     put_slot_rows(grads.dk, s.B, s.T, slots, s.H * K, j, dk.data(), true);

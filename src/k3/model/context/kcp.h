@@ -16,11 +16,16 @@
 // and the pair pass (recomputed, not saved) backpropagates [dS̃ | dM] into k, v, g, β.
 //
 // A rank may hold two spans (zig-zag, KcpLayout): the fold then runs over all spans in sequence
-// order, whichever rank holds them. Packed documents (doc_starts) are not supported here yet: each
-// batch row is one sequence.
+// order, whichever rank holds them.
+//
+// Packed documents (one row, KcpLayout::documents): the state restarts at each document start. A
+// span with a start in it leaves a state that does not depend on the one it received, so its M is
+// 0 (the pair pass's [0 | I] restarts from [0 | 0] as well); a span that begins a document starts
+// from zero instead of its incoming state, and sends no gradient back to it.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "k3/dist/comm.h"
@@ -34,11 +39,24 @@ namespace k3::model {
 //              in that order (its local rows of each sequence are the two, one after the other).
 struct KcpLayout {
   int ranks = 1, rank = 0, slots = 1;
+  // The sequence's document starts, global token positions (one batch row; empty: every row is
+  // one sequence).
+  std::span<const int64_t> documents;
   int spans() const { return ranks * slots; }
   int span_of(int slot) const { return slot == 0 ? rank : 2 * ranks - 1 - rank; }
   // Where span c's pair sits among the gathered ones (its rank's, slot after slot).
   int gathered(int c) const;
 };
+
+// A span's documents, for the kernels: the starts inside it as kernel doc_starts (local, from 0;
+// empty without documents), and how many tokens of the document it continues precede it (0: it
+// begins a document; the whole prefix without documents).
+struct SpanDocuments {
+  std::vector<int64_t> starts;
+  int64_t continued = 0;
+  bool fresh() const { return continued == 0; }
+};
+SpanDocuments span_documents(const KcpLayout& layout, int span, int64_t T);
 
 // What the forward keeps for the backward (buffers the caller owns). s: one span's shape.
 struct KcpSaved {
@@ -48,6 +66,8 @@ struct KcpSaved {
 };
 int64_t kcp_pair_floats(const kernels::kda::DeltaRuleShape& s);   // one span's pair
 int64_t kcp_state_floats(const kernels::kda::DeltaRuleShape& s);  // [B, H, K, V]
+// The normal pass's records of this rank's slots, one after the other.
+int64_t kcp_records_floats(const KcpLayout& layout, const kernels::kda::DeltaRuleShape& s);
 
 // s: one span's shape (s.T tokens of each of s.B rows; doc_starts must be empty); in and out
 // hold this rank's slots·s.T tokens of each row (out [B, slots·T, H, V]). Fills `saved`.
@@ -60,9 +80,11 @@ void kcp_backward(const dist::Comm& cp, const KcpLayout& layout,
                   const kernels::kda::DeltaRuleInputs<float>& in, const KcpSaved& saved,
                   const float* dout, const kernels::kda::DeltaRuleGrads<float>& grads);
 
-// The pair (M, S̃) of one span as [B, H, K, V + K] (S̃ then M along the last axis).
+// The pair (M, S̃) of one span as [B, H, K, V + K] (S̃ then M along the last axis); s.doc_starts
+// are the span's own (SpanDocuments::starts), `fresh` when it begins a document.
 void kcp_span_pairs(const kernels::kda::DeltaRuleShape& s,
-                    const kernels::kda::DeltaRuleInputs<float>& in, float* pairs);
+                    const kernels::kda::DeltaRuleInputs<float>& in, float* pairs,
+                    bool fresh = false);
 // The state entering span `span` from the gathered pairs of spans [0, span): [B, H, K, V].
 void kcp_fold(const kernels::kda::DeltaRuleShape& s, const KcpLayout& layout, const float* pairs,
               int span, float* state);

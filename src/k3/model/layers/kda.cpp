@@ -1,7 +1,9 @@
 #include "k3/model/layers/kda.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
+#include <vector>
 
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
@@ -47,6 +49,27 @@ ParamInit conv_init(int64_t kernel) {
     fill_uniform(out, n, seed, stream, static_cast<uint64_t>(first), -bound, bound);
   };
   return p;
+}
+
+// Under context parallelism with packed documents (one row): a span's carry-in window, the halo,
+// holds inputs of the document it continues only in its last `continued` positions; the rest
+// (inputs of earlier documents) are zeroed, and so are their gradients.
+void mask_halo(const KcpLayout& layout, int64_t C, int64_t taps, int64_t P, float* halo) {
+  if (layout.documents.empty()) return;
+  const int64_t W = taps * P;
+  for (int j = 0; j < 2; ++j) {
+    const SpanDocuments d = span_documents(layout, layout.span_of(j), C);
+    const int64_t masked = taps - std::min(taps, d.continued);
+    for (int c = 0; c < 3; ++c) std::fill_n(halo + (c * 2 + j) * W, masked * P, 0.f);
+  }
+}
+
+// The convolution windows one span's packed documents start from: the halo for the document it
+// continues, zeros for those that start inside it ([documents, taps, P]).
+std::vector<float> span_windows(const SpanDocuments& d, const float* halo, int64_t W) {
+  std::vector<float> w(static_cast<size_t>(static_cast<int64_t>(d.starts.size()) * W), 0.f);
+  std::copy_n(halo, W, w.begin());
+  return w;
 }
 
 }  // namespace
@@ -124,7 +147,9 @@ void KimiDeltaAttention::project(const Step& s, const float* x, int64_t n,
 void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T,
                              std::span<const int64_t> doc_starts, KdaCache* cache,
                              float* out) const {
-  kda::check_doc_starts(B, T, doc_starts);
+  const dist::Comm& cp = s.grid.cp();
+  const bool split = cp.size() > 1 && !cache;
+  kda::check_doc_starts(B, split ? cp.size() * T : T, doc_starts);
   std::optional<ArenaScope> scope;  // without training nothing outlives this call
   if (!s.training) scope.emplace(s.arena);
   const TpRegion region(s, B * T, hidden_);
@@ -143,15 +168,14 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   // (context/kcp.h): each convolution starts from its span's predecessor's last inputs, and the
   // recurrence from the state the earlier spans leave.
   // Decoding (a cache) runs whole on every cp rank: the weights are not split over cp.
-  const dist::Comm& cp = s.grid.cp();
-  const bool split = cp.size() > 1 && !cache;
-  const int64_t W = (conv_kernel_ - 1) * P, C = T / 2;  // one piece's window; a span's tokens
+  const int64_t taps = conv_kernel_ - 1, W = taps * P, C = T / 2;  // a window; a span's tokens
+  const KcpLayout layout{cp.size(), cp.rank(), 2, split ? doc_starts : std::span<const int64_t>{}};
   float* halo = split ? s.alloc(3 * 2 * B * W) : nullptr;
   if (split) {
-    K3_CHECK(doc_starts.empty() && T % 2 == 0 && C >= conv_kernel_ - 1, prefix_,
+    K3_CHECK(T % 2 == 0 && C >= taps, prefix_,
              ": under context parallelism every rank holds two spans of each sequence of at "
              "least ",
-             conv_kernel_ - 1, " tokens each (got ", T, " tokens), without packed documents");
+             taps, " tokens each (got ", T, " tokens)");
     ArenaScope scratch(s.arena);
     float* tails = s.alloc(3 * 2 * B * W);
     for (int c = 0; c < 3; ++c)
@@ -162,6 +186,7 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
                         ((piece + 1) * C - (conv_kernel_ - 1)) * P,
                     W, tails + (c * 2 * B + piece) * W);
     zigzag_windows(cp, tails, halo, 3, B, W);
+    mask_halo(layout, C, taps, P, halo);
   }
   // Each span is a sequence of its own to the kernels below, started from what came in.
   const kda::ShortConvShape cs = split ? kda::ShortConvShape{2 * B, C, P, conv_kernel_, {}}
@@ -176,9 +201,20 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
                         Conv{kp, k_conv_, halo ? halo + 2 * B * W : nullptr,
                              cache ? cache->k_window.f32() : nullptr, k},
                         Conv{vp, v_conv_, halo ? halo + 4 * B * W : nullptr,
-                             cache ? cache->v_window.f32() : nullptr, v}})
+                             cache ? cache->v_window.f32() : nullptr, v}}) {
+    if (!layout.documents.empty()) {  // each span its own packed sequence
+      for (int j = 0; j < 2; ++j) {
+        const SpanDocuments d = span_documents(layout, layout.span_of(j), C);
+        const std::vector<float> windows = span_windows(d, c.window_in + j * W, W);
+        kda::short_conv_forward({1, C, P, conv_kernel_, d.starts}, c.in + j * C * P,
+                                pr.value(c.weight).f32(), windows.data(), c.out + j * C * P,
+                                nullptr);
+      }
+      continue;
+    }
     kda::short_conv_forward(cs, c.in, pr.value(c.weight).f32(), c.window ? c.window : c.window_in,
                             c.out, c.window);
+  }
   kda::l2norm_forward(q, q, rq, n * H, D, 1.0f / std::sqrt(static_cast<float>(D)));
   kda::l2norm_forward(k, k, rk, n * H, D, 1.0f);
 
@@ -187,12 +223,11 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   kda::gate_forward(gp, f, pr.value(A_log_).f32(), pr.value(dt_bias_).f32(), g);
   kernels::sigmoid(beta, beta, n * H);
 
-  const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
+  const kda::DeltaRuleShape ds{B, T, H, D, D, split ? std::span<const int64_t>{} : doc_starts};
   float* o = s.alloc(n * P);
   const kda::DeltaRuleShape span{B, C, H, D, D, {}};
-  const KcpLayout layout{cp.size(), cp.rank(), 2};
   // Under context parallelism each of the two spans keeps its own chunk records.
-  const int64_t records = split ? 2 * kda::chunk_saved_floats(span) : kda::chunk_saved_floats(ds);
+  const int64_t records = split ? kcp_records_floats(layout, span) : kda::chunk_saved_floats(ds);
   float* chunk_saved = s.training || split ? s.alloc(records) : nullptr;
   const int64_t pair_floats = split ? kcp_pair_floats(span) * layout.spans() : 0,
                 state_floats = split ? 2 * kcp_state_floats(span) : 0;
@@ -260,10 +295,10 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
 
   float *dq = s.alloc(n * P), *dk = s.alloc(n * P), *dv = s.alloc(n * P), *dg = s.alloc(n * P);
   float* dbeta = s.alloc(n * H);
-  const kda::DeltaRuleShape ds{B, T, H, D, D, doc_starts};
   const dist::Comm& cp = s.grid.cp();
   const bool split = cp.size() > 1;
-  const KcpLayout layout{cp.size(), cp.rank(), 2};
+  const kda::DeltaRuleShape ds{B, T, H, D, D, split ? std::span<const int64_t>{} : doc_starts};
+  const KcpLayout layout{cp.size(), cp.rank(), 2, split ? doc_starts : std::span<const int64_t>{}};
   if (split)
     kcp_backward(cp, layout, kda::DeltaRuleShape{B, T / 2, H, D, D, {}},
                  {q, k, v, g, beta, nullptr},
@@ -288,7 +323,7 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   float* partial = region.partial(dx);
   // Each convolution's input gradient; under context parallelism the window each span started
   // from was its predecessor's last inputs, which take that window's gradient.
-  const int64_t W = (conv_kernel_ - 1) * P, C = T / 2;
+  const int64_t taps = conv_kernel_ - 1, W = taps * P, C = T / 2;
   const kda::ShortConvShape cs = split ? kda::ShortConvShape{2 * B, C, P, conv_kernel_, {}}
                                        : kda::ShortConvShape{B, T, P, conv_kernel_, doc_starts};
   const float* halo = split ? load(".halo") : nullptr;
@@ -301,6 +336,19 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   // context parallelism all three wait for the windows' gradients.
   for (int c = 0; c < 3; ++c) {
     dproj[c] = split || c == 0 ? s.alloc(n * P) : dproj[0];
+    if (!layout.documents.empty()) {  // each span its own packed sequence, as in forward
+      for (int j = 0; j < 2; ++j) {
+        const SpanDocuments d = span_documents(layout, layout.span_of(j), C);
+        const std::vector<float> windows = span_windows(d, halo + (c * 2 + j) * W, W);
+        std::vector<float> dwindows(windows.size());
+        kda::short_conv_backward({1, C, P, conv_kernel_, d.starts}, in[c] + j * C * P,
+                                 pr.value(weight[c]).f32(), windows.data(),
+                                 dout_conv[c] + j * C * P, nullptr, dproj[c] + j * C * P,
+                                 pr.grad(weight[c]).f32(), dwindows.data());
+        std::copy_n(dwindows.begin(), W, dhalo + (c * 2 + j) * W);
+      }
+      continue;
+    }
     kda::short_conv_backward(cs, in[c], pr.value(weight[c]).f32(),
                              halo ? halo + c * 2 * B * W : nullptr, dout_conv[c], nullptr, dproj[c],
                              pr.grad(weight[c]).f32(), dhalo ? dhalo + c * 2 * B * W : nullptr);
@@ -308,6 +356,7 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   }
   if (split) {
     float* dtails = s.alloc(3 * 2 * B * W);
+    mask_halo(layout, C, taps, P, dhalo);
     zigzag_windows_backward(cp, dhalo, dtails, 3, B, W);
     for (int c = 0; c < 3; ++c)
       for (int64_t piece = 0; piece < 2 * B; ++piece) {

@@ -43,6 +43,8 @@ class KimiDeltaAttention final : public Mixer {
   void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const override;
   // One row of T tokens holding packed documents (doc_starts as in kernels/kda/sequences.h): each
   // document starts from zero state and zero convolution windows. Backward takes the same starts.
+  // Under context parallelism T is this rank's tokens (its two zig-zag spans) and doc_starts the
+  // whole sequence's, in global positions (every rank passes the same).
   void forward(const Step& s, const float* x, int64_t T, std::span<const int64_t> doc_starts,
                float* out) const;
   void backward(const Step& s, const float* dout, int64_t T, std::span<const int64_t> doc_starts,
