@@ -2,7 +2,8 @@
 # k3lab under context parallelism, end to end: a cp2 run of k3-nano (each sequence in 4 zig-zag
 # chunks, KDA by KCP, gated MLA by ring attention) records its cp traffic, evaluates and samples
 # during training; its checkpoint resumes in one process and under cp2 × dp2 to the same next
-# loss; a sequence length that does not split is refused in one line.
+# loss; a sequence length that does not split is refused in one line; the pre-flight estimate
+# is per rank.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
 MPI=(mpirun --allow-run-as-root --oversubscribe -q)
@@ -26,3 +27,8 @@ grep -Eq "rank [01] of 2: error: .*data.seq_len.*2·cp = 4 zig-zag chunks: 18 to
   fail "sequence split: $line"
 [ ! -e "$WORK/bad/checkpoints" ] || fail "a refused run wrote checkpoints"
 echo "ok: refusals"
+
+# The pre-flight estimate is per rank: a rank holds seq_len / cp tokens of each row.
+out=$("${MPI[@]}" -np 2 "$K3LAB" train --dry-run "${NANO[@]}" --set parallel.cp=2 --set run.dir="$WORK/dry")
+grep -Eq "^  activations .* one micro-batch of 4 x 8 tokens" <<< "$out" || fail "cp2 estimate: $out"
+echo "ok: the memory estimate under cp2"

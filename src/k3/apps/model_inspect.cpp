@@ -31,7 +31,8 @@ void add_model(CLI::App& app) {
     train::RunConfig run;  // its defaults: the K3 optimizer grouping, batch and sequence sizes
   };
   auto a = std::make_shared<Args>();
-  auto* inspect = model->add_subcommand("inspect", "Parameter counts and tensor list of a model config");
+  auto* inspect =
+      model->add_subcommand("inspect", "Parameter counts and tensor list of a model config");
   inspect->add_option("config", a->config, "Model configuration (HF-style JSON)")->required();
   inspect->add_flag("--tensors", a->tensors, "List every tensor: name, shape, dtype");
   inspect->add_flag("--optim", a->optim, "List every tensor's optimizer and block shape");
@@ -57,15 +58,19 @@ void add_model(CLI::App& app) {
     std::printf(
         "\nmemory to train it (fp32; bytes per parameter: 4 value, 4 gradient, 8 AdamW / 4 Muon "
         "state):\n%s",
-        train::describe(mem, a->run.train.batch_size, a->run.data.seq_len).c_str());
+        train::describe(mem).c_str());
     if (a->optim) print_param_groups(m);
     if (!a->tensors) return;
     std::printf("\n%-72s %-18s %s\n", "tensor", "shape", "dtype");
     for (const model::TensorEntry& t : model::tensor_inventory(m))
-      std::printf("%-72s %-18s %s\n", t.name.c_str(), shape_str(t.shape).c_str(), t.release_dtype.c_str());
+      std::printf("%-72s %-18s %s\n", t.name.c_str(), shape_str(t.shape).c_str(),
+                  t.release_dtype.c_str());
     if (c.num_experts > 0)
-      std::printf("\nrouted experts are listed in their logical shapes; the released checkpoint packs them as "
-                  "MXFP4 (weight_packed: two 4-bit values per byte, weight_scale: one E8M0 scale per 32 values)\n");
+      std::printf(
+          "\nrouted experts are listed in their logical shapes; the released checkpoint packs them "
+          "as "
+          "MXFP4 (weight_packed: two 4-bit values per byte, weight_scale: one E8M0 scale per 32 "
+          "values)\n");
   });
 }
 

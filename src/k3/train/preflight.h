@@ -24,6 +24,7 @@ struct RunMemory {
   double optimizer_workspace = 0;  // Muon's packed blocks and Newton-Schulz scratch
   double data = 0;                 // the dataset's token streams (int32)
   int64_t adamw_values = 0, muon_values = 0, frozen_values = 0;
+  int64_t rows = 0, tokens = 0;  // this rank's micro-batch: rows, and tokens of each row
   double total() const;
 };
 
@@ -46,7 +47,7 @@ struct MemoryLimit {
 MemoryLimit memory_limit(double limit_gib);
 
 // The estimate by part, one "  name  size  detail" line each (train --dry-run, model inspect).
-std::string describe(const RunMemory& m, int64_t batch_size, int64_t seq_len);
+std::string describe(const RunMemory& m);
 
 struct PreflightResult {
   RunMemory memory;
