@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Context parallelism on k3-micro-long (k3-micro with a 64K context), one sequence a step:
 #  1. Bytes per step over the cp group, measured (metrics.jsonl `comm.cp.bytes`, rank 0) beside
-#     the analytic count, at cp2 and cp4 for T = 1K, 4K and 16K: the gradient sum and KCP's
+#     the analytic count (a mismatch fails the bench), at cp2 and cp4 for T = 1K, 4K and 16K: the gradient sum and KCP's
 #     all-gathers and conv halos do not depend on T, the ring grows with it.
 #  2. T = LONG (default 65536): STEPS steps in one process and over cp4 (4 ranks sharing the
 #     cores), with each rank's peak resident memory, the last step's time, and where rank 0's time
@@ -53,6 +53,7 @@ analytic = 4 * (grads + kcp + halos + ring)
 measured = [json.loads(l) for l in open(metrics)][-1]["comm.cp.bytes"]
 print(f"{P:4d} {T:7d} {measured:14d} {analytic:14d} {4*grads:12d} {4*kcp:12d} {4*halos:12d} {4*ring:12d}"
       + ("" if measured == analytic else "  MISMATCH"))
+sys.exit(0 if measured == analytic else 1)
 PY
   done
 done
