@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Context parallelism on k3-micro-long (k3-micro with a 64K context), one sequence a step:
 #  1. Bytes per step over the cp group, measured (metrics.jsonl `comm.cp.bytes`, rank 0) beside
-#     the analytic count (a mismatch fails the bench), at cp2 and cp4 for T = 1K, 4K and 16K: the gradient sum and KCP's
-#     all-gathers and conv halos do not depend on T, the ring grows with it.
+#     the analytic count (a mismatch fails the bench), at cp2 and cp4 for T = 1K, 4K and 16K:
+#     the gradient sum and KCP's all-gathers and conv halos do not depend on T, the ring grows
+#     with it.
 #  2. T = LONG (default 65536): STEPS steps in one process and over cp4 (4 ranks sharing the
 #     cores), with each rank's peak resident memory, the last step's time, and where rank 0's time
 #     goes (--profile: the KDA and MLA layers beside KCP's all-gathers, the halos and the ring's
