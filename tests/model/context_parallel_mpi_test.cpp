@@ -8,12 +8,12 @@
 // span), slow ones (dt_bias = −8: g ≈ −0.002, so the state carried across every rank boundary
 // shapes every later output), and decays at the gate's bound (dt_bias = +5: g ≈ −4.97; further
 // into saturation the gate parameters' gradients shrink to rounding).
-// Packed documents (KDA, one row): starts inside spans, at a span boundary, and one token before
-// a boundary (the next span's convolution window then holds one input of its document), with
-// documents crossing several ranks.
-// Tolerance: 1e-4 of each tensor's largest entry (fp32, the spans' states composed in another
-// order than the chunked pass carries them; measured below 5e-7 for outputs and input gradients,
-// 3.2e-6 for parameter gradients), except the saturated gate's parameters at the bound (below).
+// Packed documents (KDA and gated MLA, one row): starts inside spans, at a span boundary, and one
+// token before a boundary (the next span's convolution window then holds one input of its
+// document), with documents crossing several ranks. Tolerance: 1e-4 of each tensor's largest entry
+// (fp32, the spans' states composed in another order than the chunked pass carries them; measured
+// below 5e-7 for outputs and input gradients, 3.2e-6 for parameter gradients), except the saturated
+// gate's parameters at the bound (below).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -70,7 +70,7 @@ Pieces zig_zag(int rank, int ranks) {
   return {{rank * C, C}, {(2 * ranks - 1 - rank) * C, C}};
 }
 
-// docs: packed documents of one row (a KDA layer), or none (kB rows, each one sequence).
+// docs: packed documents of one row, or none (kB rows, each one sequence).
 void compare(const char* what, const MakeMixer& make, const Pieces& pieces,
              std::optional<float> dt_bias = std::nullopt, const std::vector<int64_t>& docs = {}) {
   const dist::Comm world = dist::Comm::world();
@@ -93,9 +93,14 @@ void compare(const char* what, const MakeMixer& make, const Pieces& pieces,
       layer->backward(s, dy, kB, t, dx);
       return;
     }
-    const auto& kda = dynamic_cast<const KimiDeltaAttention&>(*layer);
-    kda.forward(s, in, t, docs, out);
-    kda.backward(s, dy, t, docs, dx);
+    if (const auto* kda = dynamic_cast<const KimiDeltaAttention*>(layer.get())) {
+      kda->forward(s, in, t, docs, out);
+      kda->backward(s, dy, t, docs, dx);
+    } else {
+      const auto& mla = dynamic_cast<const GatedMLA&>(*layer);
+      mla.forward(s, in, t, docs, out);
+      mla.backward(s, dy, t, docs, dx);
+    }
   };
   ParamRegistry whole, split(places_of(grid));
   std::vector<float> want(x.size()), want_dx(x.size());
@@ -151,6 +156,11 @@ class ContextParallelMpi : public ::testing::Test {
       return std::make_unique<KimiDeltaAttention>(reg, "kda", c);
     };
   }
+  MakeMixer mla() const {
+    return [](ParamRegistry& reg, const ModelConfig& c) {
+      return std::make_unique<GatedMLA>(reg, "mla", c);
+    };
+  }
   dist::Comm world = dist::Comm::world();
 };
 
@@ -177,12 +187,11 @@ TEST_F(ContextParallelMpi, KdaOnPackedDocumentsAtTheGatesBound) {
 }
 // Gated MLA by ring attention over zig-zag chunks: every rank's queries meet every earlier chunk.
 TEST_F(ContextParallelMpi, GatedMlaByRingAttention) {
-  compare(
-      "gated MLA (ring)",
-      [](ParamRegistry& reg, const ModelConfig& c) {
-        return std::make_unique<GatedMLA>(reg, "mla", c);
-      },
-      zig_zag(world.rank(), world.size()));
+  compare("gated MLA (ring)", mla(), zig_zag(world.rank(), world.size()));
+}
+TEST_F(ContextParallelMpi, GatedMlaOnPackedDocuments) {
+  compare("gated MLA (ring), packed documents", mla(), zig_zag(world.rank(), world.size()),
+          std::nullopt, kDocs);
 }
 
 }  // namespace

@@ -235,6 +235,42 @@ TEST(GatedMLA, BackwardMatchesFiniteDifferencesOfNaive) {
   }
 }
 
+// Documents packed in one row (starts inside the kernel's 128-query blocks and on one) equal
+// separate runs: outputs, input gradients and the summed parameter gradients. A token that saw
+// an earlier document's keys moves its output by their share of its attention.
+TEST(GatedMLA, PackedDocumentsEqualSeparateRuns) {
+  Harness h;
+  const int64_t T = 300, d = h.cfg.hidden_size;
+  const std::vector<int64_t> starts = {0, 7, 128, 129, 250};
+  const auto x = random_input(static_cast<size_t>(T * d), 4),
+             R = random_input(static_cast<size_t>(T * d), 5);
+  const size_t np = h.reg.flat_size();
+  std::vector<float> out(x.size()), dx(x.size()), sep_out(x.size()), sep_dx(x.size());
+  // Forward and backward of <out, R> on rows given as (T, starts) or as (B, T).
+  const auto forward_backward = [&](const float* in, const float* r, float* o, float* g,
+                                    const auto&... rows) {
+    ArenaScope scope(h.arena);
+    h.layer.forward(h.step, in, rows..., o);
+    h.layer.backward(h.step, r, rows..., g);
+    h.acts.clear();
+  };
+  h.reg.zero_grads();
+  forward_backward(x.data(), R.data(), out.data(), dx.data(), T, starts);
+  const std::vector<float> packed(h.reg.grads(), h.reg.grads() + np);
+  h.reg.zero_grads();
+  for (size_t i = 0; i < starts.size(); ++i) {
+    const int64_t b = starts[i], len = (i + 1 < starts.size() ? starts[i + 1] : T) - b;
+    forward_backward(x.data() + b * d, R.data() + b * d, sep_out.data() + b * d,
+                     sep_dx.data() + b * d, int64_t{1}, len);
+  }
+  const std::vector<float> separate(h.reg.grads(), h.reg.grads() + np);
+  K3_EXPECT_CLOSE(out, sep_out, 1e-6, 1e-5);
+  K3_EXPECT_CLOSE(dx, sep_dx, 1e-6, 1e-5);
+  K3_EXPECT_CLOSE(packed, separate, 1e-5, 1e-4);
+  EXPECT_THROW(h.layer.forward(h.step, x.data(), T, std::vector<int64_t>{0, 50, 40}, out.data()),
+               Error);
+}
+
 // Each sequence decoded token by token, and as a prefill then single tokens, gives the rows of
 // the full forward.
 TEST(GatedMLA, DecodeMatchesFullForward) {

@@ -9,6 +9,7 @@
 #include "k3/base/profile.h"
 #include "k3/kernels/attention.h"
 #include "k3/kernels/attention_block.h"
+#include "k3/model/context/documents.h"
 
 namespace k3::model {
 namespace {
@@ -68,6 +69,63 @@ kernels::AttentionShape chunk_shape(const RingShape& s) {
   return {s.B, s.C, s.H, s.d_n, s.d_r, s.d_v, 0.f};
 }
 
+// The first key of chunk kc (of C tokens) that a run of query chunk qc sees: on the diagonal the
+// run's own first row, in an earlier chunk its document's start (C or more: none).
+int64_t first_key(const DocumentRun& run, int qc, int kc, int64_t C) {
+  return kc == qc ? run.begin : std::max<int64_t>(run.start - kc * C, 0);
+}
+
+// Query chunk qc against key chunk kc over packed documents, run by run, merged into acc and
+// acc_lse ([C, H, d_v] and [H, C]).
+void forward_runs(const RingShape& s, int qc, int kc, const float* q, const float* kn,
+                  const float* kr, const float* v, float* acc, float* acc_lse) {
+  const int64_t C = s.C, H = s.H, dq = s.d_n + s.d_r;
+  for (const DocumentRun& run : document_runs(s.documents, qc * C, C)) {
+    const int64_t n = run.end - run.begin, k0 = first_key(run, qc, kc, C);
+    if (k0 >= C) continue;
+    const kernels::AttentionShape cs{1, n, H, s.d_n, s.d_r, s.d_v, 0.f};
+    const float *qr = q + run.begin * H * dq, *knr = kn + k0 * H * s.d_n, *krr = kr + k0 * s.d_r,
+                *vr = v + k0 * H * s.d_v;
+    Buf out(static_cast<size_t>(n * H * s.d_v)), lse(static_cast<size_t>(H * n));
+    if (kc == qc)
+      kernels::attention_forward(cs, qr, knr, krr, vr, out.data(), lse.data());
+    else
+      kernels::attention_block_forward(cs, n, C - k0, qr, knr, krr, vr, out.data(), lse.data());
+    Buf merged = run_lse(acc_lse, H, C, run);
+    kernels::attention_merge(1, n, H, s.d_v, acc + run.begin * H * s.d_v, merged.data(), out.data(),
+                             lse.data());
+    put_run_lse(acc_lse, H, C, run, merged.data());
+  }
+}
+
+// Its backward: accumulates dq ([C, H, d_n + d_r]) and the key chunk's gk, gkr, gv.
+void backward_runs(const RingShape& s, int qc, int kc, const float* q, const float* kn,
+                   const float* kr, const float* v, const float* out, const float* lse,
+                   const float* dout, float* dq, float* gk, float* gkr, float* gv) {
+  const int64_t C = s.C, H = s.H, dqd = s.d_n + s.d_r;
+  for (const DocumentRun& run : document_runs(s.documents, qc * C, C)) {
+    const int64_t n = run.end - run.begin, k0 = first_key(run, qc, kc, C);
+    if (k0 >= C) continue;
+    const kernels::AttentionShape cs{1, n, H, s.d_n, s.d_r, s.d_v, 0.f};
+    const int64_t qo = run.begin * H * dqd, oo = run.begin * H * s.d_v;
+    const int64_t ko = k0 * H * s.d_n, kro = k0 * s.d_r, vo = k0 * H * s.d_v;
+    const Buf l = run_lse(lse, H, C, run);
+    if (kc != qc) {
+      kernels::attention_block_backward(cs, n, C - k0, q + qo, kn + ko, kr + kro, v + vo, out + oo,
+                                        l.data(), dout + oo, dq + qo, gk + ko, gkr + kro, gv + vo);
+      continue;
+    }
+    Buf tq(static_cast<size_t>(n * H * dqd)), tk(static_cast<size_t>(n * H * s.d_n)),
+        tkr(static_cast<size_t>(n * s.d_r)), tv(static_cast<size_t>(n * H * s.d_v));
+    kernels::attention_backward(cs, q + qo, kn + ko, kr + kro, v + vo, out + oo, l.data(),
+                                dout + oo, tq.data(), tk.data(), tkr.data(), tv.data());
+    for (size_t i = 0; i < tq.size(); ++i) dq[qo + i] += tq[i];
+    for (size_t i = 0; i < tk.size(); ++i) gk[ko + i] += tk[i];
+    for (size_t i = 0; i < tkr.size(); ++i) gkr[kro + i] += tkr[i];
+    for (size_t i = 0; i < tv.size(); ++i) gv[vo + i] += tv[i];
+  }
+}
+
 // Sends `mine` to the next rank and receives the previous rank's block into `from_previous`.
 struct RingStep {
   dist::Request send, recv;
@@ -87,6 +145,7 @@ struct RingStep {
 
 void ring_attention_forward(const dist::Comm& cp, const RingShape& s, const float* q,
                             const float* latent, const ExpandKv& expand, float* out, float* lse) {
+  K3_CHECK(s.documents.empty() || s.B == 1, "ring attention: packed documents need one row");
   const int P = cp.size(), r = cp.rank();
   const int64_t dq = s.d_n + s.d_r, n = s.rows() * s.latent();
   const kernels::AttentionShape cs = chunk_shape(s);
@@ -110,6 +169,11 @@ void ring_attention_forward(const dist::Comm& cp, const RingShape& s, const floa
         if (kc > qc) continue;
         const float *kn = keys.k_n[kslot].data(), *kr = keys.k_r[kslot].data(),
                     *v = keys.v[kslot].data();
+        if (!s.documents.empty()) {
+          forward_runs(s, qc, kc, qs[qslot].data(), kn, kr, v, acc[qslot].data(),
+                       acc_lse[qslot].data());
+          continue;
+        }
         if (kc == qc)
           kernels::attention_forward(cs, qs[qslot].data(), kn, kr, v, part.data(), part_lse.data());
         else
@@ -135,6 +199,7 @@ void ring_attention_backward(const dist::Comm& cp, const RingShape& s, const flo
                              const float* latent, const float* out, const float* lse,
                              const float* dout, const ExpandKv& expand,
                              const ExpandKvBackward& expand_backward, float* dq, float* dlatent) {
+  K3_CHECK(s.documents.empty() || s.B == 1, "ring attention: packed documents need one row");
   const int P = cp.size(), r = cp.rank();
   const int64_t dqd = s.d_n + s.d_r, rows = s.rows(), n_lat = rows * s.latent();
   const kernels::AttentionShape cs = chunk_shape(s);
@@ -170,6 +235,11 @@ void ring_attention_backward(const dist::Comm& cp, const RingShape& s, const flo
         if (kc > qc) continue;
         const float *kn = keys.k_n[kslot].data(), *kr = keys.k_r[kslot].data(),
                     *v = keys.v[kslot].data();
+        if (!s.documents.empty()) {
+          backward_runs(s, qc, kc, qs[qslot].data(), kn, kr, v, os[qslot].data(), ls[qslot].data(),
+                        dos[qslot].data(), dqs[qslot].data(), gk.data(), gkr.data(), gv.data());
+          continue;
+        }
         if (kc == qc) {  // the causal kernel writes its gradients: add them
           kernels::attention_backward(cs, qs[qslot].data(), kn, kr, v, os[qslot].data(),
                                       ls[qslot].data(), dos[qslot].data(), tq.data(), tk.data(),

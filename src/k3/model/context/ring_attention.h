@@ -14,10 +14,15 @@
 // every rank adds the gradient of the keys and values it used (through kv_b_proj's backward,
 // whose weight gradient accumulates where it runs), and after cp hops the accumulator is back at
 // its owner.
+//
+// Packed documents (one batch row, RingShape::documents): each query chunk meets a key chunk run
+// by run (context/documents.h), a run's queries seeing the chunk's keys from their document's
+// start on; a run whose document starts after the key chunk skips it.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <span>
 
 #include "k3/dist/comm.h"
 
@@ -26,6 +31,8 @@ namespace k3::model {
 struct RingShape {
   int64_t B = 1, C = 1;  // batch rows; tokens per chunk (2·C local rows per row)
   int64_t H = 1, d_n = 0, d_r = 0, d_v = 0, r_kv = 0;
+  // The sequence's document starts, global positions (B = 1), or empty: each row one document.
+  std::span<const int64_t> documents;
   int64_t rows() const { return B * 2 * C; }
   int64_t latent() const { return r_kv + d_r; }
 };

@@ -3,16 +3,51 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
+#include <vector>
 
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
 #include "k3/kernels/attention.h"
 #include "k3/kernels/elementwise.h"
 #include "k3/kernels/gemm.h"
+#include "k3/kernels/kda/sequences.h"
+#include "k3/model/context/documents.h"
 #include "k3/model/layers/tp_region.h"
 
 namespace k3::model {
 namespace {
+
+// One row of packed documents (s.B = 1): each document's queries attend causally to its own keys,
+// document by document.
+void attention_forward_documents(const kernels::AttentionShape& s, std::span<const int64_t> docs,
+                                 const float* q, const float* k, const float* kr, const float* v,
+                                 float* out, float* lse) {
+  const int64_t H = s.H, dq = s.dqk + s.dr;
+  for (const DocumentRun& r : document_runs(docs, 0, s.T)) {
+    kernels::AttentionShape d = s;
+    d.T = r.end - r.begin;
+    std::vector<float> l(static_cast<size_t>(H * d.T));
+    kernels::attention_forward(d, q + r.begin * H * dq, k + r.begin * H * s.dqk,
+                               kr + r.begin * s.dr, v + r.begin * H * s.dv,
+                               out + r.begin * H * s.dv, l.data());
+    put_run_lse(lse, H, s.T, r, l.data());
+  }
+}
+void attention_backward_documents(const kernels::AttentionShape& s, std::span<const int64_t> docs,
+                                  const float* q, const float* k, const float* kr, const float* v,
+                                  const float* out, const float* lse, const float* dout, float* dq,
+                                  float* dk, float* dkr, float* dv) {
+  const int64_t H = s.H, dqd = s.dqk + s.dr;
+  for (const DocumentRun& r : document_runs(docs, 0, s.T)) {
+    kernels::AttentionShape d = s;
+    d.T = r.end - r.begin;
+    const std::vector<float> l = run_lse(lse, H, s.T, r);
+    const int64_t qo = r.begin * H * dqd, ko = r.begin * H * s.dqk, kro = r.begin * s.dr,
+                  vo = r.begin * H * s.dv;
+    kernels::attention_backward(d, q + qo, k + ko, kr + kro, v + vo, out + vo, l.data(), dout + vo,
+                                dq + qo, dk + ko, dkr + kro, dv + vo);
+  }
+}
 
 // src [rows, na + nb] -> a [rows, na], b [rows, nb].
 void split_columns(const float* src, int64_t rows, int64_t na, int64_t nb, float* a, float* b) {
@@ -85,6 +120,23 @@ GatedMLA::GatedMLA(ParamRegistry& reg, const std::string& prefix, const ModelCon
 }
 
 void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const {
+  run(s, x, B, T, {}, out);
+}
+void GatedMLA::forward(const Step& s, const float* x, int64_t T,
+                       std::span<const int64_t> doc_starts, float* out) const {
+  run(s, x, 1, T, doc_starts, out);
+}
+void GatedMLA::backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const {
+  run_backward(s, dout, B, T, {}, dx);
+}
+void GatedMLA::backward(const Step& s, const float* dout, int64_t T,
+                        std::span<const int64_t> doc_starts, float* dx) const {
+  run_backward(s, dout, 1, T, doc_starts, dx);
+}
+
+void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
+                   std::span<const int64_t> doc_starts, float* out) const {
+  kernels::kda::check_doc_starts(B, s.grid.cp().size() * T, doc_starts, prefix_);
   const TpRegion region(s, B * T, hidden_);
   const int64_t n = B * T, r_q = q_a_.out(), dqk = d_n_ + d_r_, p = heads_ * d_v_;
   // Queries [n, H, d_n + d_r]; kv_a_proj_with_mqa writes [c_kv | k_r] per token and kv_b_proj
@@ -114,7 +166,7 @@ void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, floa
     ArenaScope scratch(s.arena);
     float* latent = s.alloc(n * (r_kv_ + d_r_));
     join_columns(c_kv_n, k_r, n, r_kv_, d_r_, latent);
-    ring_attention_forward(cp, ring_shape(B, T), q, latent, expand_kv(s), o, lse);
+    ring_attention_forward(cp, ring_shape(B, T, doc_starts), q, latent, expand_kv(s), o, lse);
   } else {
     {
       ArenaScope scratch(s.arena);
@@ -122,8 +174,11 @@ void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, floa
       kv_b_.forward(s, c_kv_n, n, kv);
       split_columns(kv, n * heads_, d_n_, d_v_, k_n, v);
     }
-    kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
-    kernels::attention_forward(shape, q, k_n, k_r, v, o, lse);
+    const kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
+    if (doc_starts.empty())
+      kernels::attention_forward(shape, q, k_n, k_r, v, o, lse);
+    else
+      attention_forward_documents(shape, doc_starts, q, k_n, k_r, v, o, lse);
   }
   kernels::sigmoid_gate_forward(o, g, y, n * p);
   {
@@ -148,7 +203,8 @@ void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, floa
 
 // This rank's heads give partial gradients of everything they share (the latents, k_r, x); the
 // region's end sums dx, the optimizer's reduction the replicated weights' gradients.
-void GatedMLA::backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const {
+void GatedMLA::run_backward(const Step& s, const float* dout, int64_t B, int64_t T,
+                            std::span<const int64_t> doc_starts, float* dx) const {
   ArenaScope scope(s.arena);
   const TpRegion region(s, B * T, hidden_);
   const int64_t n = B * T, r_q = q_a_.out(), dqk = d_n_ + d_r_, p = heads_ * d_v_;
@@ -167,13 +223,17 @@ void GatedMLA::backward(const Step& s, const float* dout, int64_t B, int64_t T, 
   if (ring) {  // the ring gives the latents' gradient, kv_b_proj's included
     float *latent = s.alloc(n * (r_kv_ + d_r_)), *dlatent = s.alloc(n * (r_kv_ + d_r_));
     join_columns(c_kv_n, k_r, n, r_kv_, d_r_, latent);
-    ring_attention_backward(cp, ring_shape(B, T), q, latent, o, lse, d_o, expand_kv(s),
+    ring_attention_backward(cp, ring_shape(B, T, doc_starts), q, latent, o, lse, d_o, expand_kv(s),
                             expand_kv_backward(s), dq, dlatent);
     split_columns(dlatent, n, r_kv_, d_r_, dc_kv_n, dk_r);
   } else {
     float *dk_n = s.alloc(n * heads_ * d_n_), *dv = s.alloc(n * p);
-    kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
-    kernels::attention_backward(shape, q, k_n, k_r, v, o, lse, d_o, dq, dk_n, dk_r, dv);
+    const kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
+    if (doc_starts.empty())
+      kernels::attention_backward(shape, q, k_n, k_r, v, o, lse, d_o, dq, dk_n, dk_r, dv);
+    else
+      attention_backward_documents(shape, doc_starts, q, k_n, k_r, v, o, lse, d_o, dq, dk_n, dk_r,
+                                   dv);
     // Back to the projection's interleaved layout.
     float* dkv = s.alloc(n * heads_ * (d_n_ + d_v_));
     join_columns(dk_n, dv, n * heads_, d_n_, d_v_, dkv);
@@ -195,10 +255,10 @@ void GatedMLA::backward(const Step& s, const float* dout, int64_t B, int64_t T, 
   region.enter_backward(partial, dx);
 }
 
-RingShape GatedMLA::ring_shape(int64_t B, int64_t T) const {
+RingShape GatedMLA::ring_shape(int64_t B, int64_t T, std::span<const int64_t> doc_starts) const {
   K3_CHECK(T % 2 == 0, prefix_, ": ring attention splits each rank's ", T,
            " tokens into two chunks; use an even number");
-  return {B, T / 2, heads_, d_n_, d_r_, d_v_, r_kv_};
+  return {B, T / 2, heads_, d_n_, d_r_, d_v_, r_kv_, doc_starts};
 }
 
 ExpandKv GatedMLA::expand_kv(const Step& s) const {

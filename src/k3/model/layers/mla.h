@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "k3/model/config.h"
@@ -38,6 +39,13 @@ class GatedMLA final : public Mixer {
   void forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const override;
   // dx is written; parameter gradients are accumulated.
   void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const override;
+  // One row of T tokens holding packed documents (doc_starts as in kernels/kda/sequences.h): each
+  // token attends only to its own document. Under context parallelism T is this rank's tokens
+  // and doc_starts the whole sequence's, in global positions (every rank passes the same).
+  void forward(const Step& s, const float* x, int64_t T, std::span<const int64_t> doc_starts,
+               float* out) const;
+  void backward(const Step& s, const float* dout, int64_t T, std::span<const int64_t> doc_starts,
+                float* dx) const;
 
   // An MlaCache.
   std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const override;
@@ -50,7 +58,11 @@ class GatedMLA final : public Mixer {
  private:
   // Under context parallelism (ring attention, context/ring_attention.h): this rank's T tokens
   // of each row are two zig-zag chunks; kv_b_proj expands the blocks the ring brings.
-  RingShape ring_shape(int64_t B, int64_t T) const;
+  RingShape ring_shape(int64_t B, int64_t T, std::span<const int64_t> doc_starts) const;
+  void run(const Step& s, const float* x, int64_t B, int64_t T, std::span<const int64_t> doc_starts,
+           float* out) const;
+  void run_backward(const Step& s, const float* dout, int64_t B, int64_t T,
+                    std::span<const int64_t> doc_starts, float* dx) const;
   ExpandKv expand_kv(const Step& s) const;
   ExpandKvBackward expand_kv_backward(const Step& s) const;
 
