@@ -34,6 +34,18 @@ void expect_same(const std::vector<Batch>& a, const std::vector<Batch>& b) {
   }
 }
 
+// Documents start at every row's first position and after each end token (an end token in a
+// row's last input starts nothing in it: the next row starts anyway).
+TEST(Batch, DocumentStartsFollowEndTokens) {
+  constexpr int32_t kEnd = 9;
+  const std::vector<int32_t> tokens = {1, kEnd, 2, 3, kEnd, kEnd, 4, 5, 6, kEnd, 7, 8, 1};
+  Batch b;
+  b.resize(2, 6);
+  b.fill_row(0, tokens, 0);  // inputs 1 E 2 3 E E
+  b.fill_row(1, tokens, 6);  // inputs 4 5 6 E 7 8
+  EXPECT_EQ(document_starts(b, kEnd), (std::vector<int64_t>{0, 2, 5, 6, 10}));
+}
+
 }  // namespace
 
 TEST(Batcher, RowsAreShiftedWindows) {

@@ -29,18 +29,24 @@ inline model::ModelConfig nano() {
   return model::load_model_config(k3::testing::source_dir() + "/configs/k3-nano.json");
 }
 
-// The global batch of step `step`: kMicro micro-batches of kRows rows, some targets ignored
-// (unevenly over rows, so the ranks count different numbers of tokens).
+// The global batch of step `step`: kMicro micro-batches of `rows` rows, some targets ignored
+// (unevenly over rows, so the ranks count different numbers of tokens). With `docs` (document
+// starts within a row, from 0) every row packs documents starting there.
 struct GlobalBatch {
-  int64_t T;  // tokens per row
+  int64_t T, rows;  // tokens per row, rows per micro-batch
   std::vector<std::vector<int32_t>> tokens, targets;
-  GlobalBatch(const model::ModelConfig& c, int step, int64_t seq = kT) : T(seq) {
+  std::vector<int64_t> doc_starts;  // of all rows end to end; a share of n rows takes a prefix
+  GlobalBatch(const model::ModelConfig& c, int step, int64_t seq = kT, int64_t n_rows = kRows,
+              const std::vector<int64_t>& docs = {})
+      : T(seq), rows(n_rows) {
+    for (int64_t r = 0; r < (docs.empty() ? 0 : rows); ++r)
+      for (int64_t d : docs) doc_starts.push_back(r * T + d);
     std::mt19937 rng(1000 + static_cast<unsigned>(step));
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
     for (int m = 0; m < kMicro; ++m) {
-      tokens.emplace_back(kRows * T);
-      targets.emplace_back(kRows * T);
-      for (int64_t i = 0; i < kRows * T; ++i) {
+      tokens.emplace_back(rows * T);
+      targets.emplace_back(rows * T);
+      for (int64_t i = 0; i < rows * T; ++i) {
         tokens.back()[static_cast<size_t>(i)] = tok(rng);
         const int64_t row = i / T;
         targets.back()[static_cast<size_t>(i)] =
@@ -48,12 +54,14 @@ struct GlobalBatch {
       }
     }
   }
-  // Rows [first, first + rows) of every micro-batch.
-  std::vector<model::TokenBatch> share(int64_t first, int64_t rows) const {
+  // Rows [first, first + n) of every micro-batch.
+  std::vector<model::TokenBatch> share(int64_t first, int64_t n) const {
+    const auto docs_end = std::lower_bound(doc_starts.begin(), doc_starts.end(), n * T);
+    const std::span<const int64_t> docs(doc_starts.data(), docs_end - doc_starts.begin());
     std::vector<model::TokenBatch> out;
     for (int m = 0; m < kMicro; ++m)
       out.push_back({tokens[static_cast<size_t>(m)].data() + first * T,
-                     targets[static_cast<size_t>(m)].data() + first * T, rows, T});
+                     targets[static_cast<size_t>(m)].data() + first * T, n, T, docs});
     return out;
   }
 };
@@ -86,7 +94,7 @@ struct Trainee {
   }
   StepTotals step(const GlobalBatch& b, bool apply) {
     const StepTotals t =
-        dp.forward_backward(arena, acts, b.share(dp.first_row(kRows), dp.rows(kRows)));
+        dp.forward_backward(arena, acts, b.share(dp.first_row(b.rows), dp.rows(b.rows)));
     if (apply) dp.apply(2e-3f, 1.0f);
     return t;
   }
@@ -114,7 +122,7 @@ struct Trainee {
 // loss's relative difference and the worst gradient error.
 inline std::pair<double, double> expect_step_matches(Trainee& one, Trainee& run,
                                                      const GlobalBatch& b, int zero) {
-  const auto share = [&](Trainee& t) { return b.share(t.dp.first_row(kRows), t.dp.rows(kRows)); };
+  const auto share = [&](Trainee& t) { return b.share(t.dp.first_row(b.rows), t.dp.rows(b.rows)); };
   const StepTotals want = one.dp.forward_backward(one.arena, one.acts, share(one));
   const StepTotals got = run.dp.forward_backward(run.arena, run.acts, share(run));
   EXPECT_EQ(got.tokens, want.tokens);
@@ -169,16 +177,17 @@ inline double step_from(Trainee& one, Trainee& run, const GlobalBatch& b, double
   return std::abs(got.loss - want.loss) / want.loss;
 }
 
-// `steps` steps of `run`, each from where `one` is (step_from) on global batches of `seq` tokens
-// a row: every loss within 1e-6 relative and every update within 3e-2 of its size; world rank 0
-// prints the worst of both under `what`.
+// `steps` steps of `run`, each from where `one` is (step_from) on global batches of `rows` rows
+// of `seq` tokens (packing documents at `docs`): every loss within 1e-6 relative and every update
+// within 3e-2 of its size; world rank 0 prints the worst of both under `what`.
 inline void expect_steps_from(Trainee& one, Trainee& run, int steps, int64_t seq,
-                              const std::string& what) {
+                              const std::string& what, int64_t rows = kRows,
+                              const std::vector<int64_t>& docs = {}) {
   double worst_loss = 0, worst_update = 0;
   for (int step = 0; step < steps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step + 1));
-    const double loss =
-        step_from(one, run, GlobalBatch(one.model.config(), step, seq), 3e-2, worst_update);
+    const double loss = step_from(one, run, GlobalBatch(one.model.config(), step, seq, rows, docs),
+                                  3e-2, worst_update);
     EXPECT_LT(loss, 1e-6);
     worst_loss = std::max(worst_loss, loss);
   }

@@ -15,6 +15,15 @@ void Batch::resize(int64_t new_rows, int64_t new_seq_len) {
   starts.resize(rows);
 }
 
+std::vector<int64_t> document_starts(const Batch& b, int32_t end_token) {
+  std::vector<int64_t> starts;
+  for (int64_t r = 0; r < b.rows; ++r)
+    for (int64_t t = 0; t < b.seq_len; ++t)
+      if (t == 0 || b.inputs[static_cast<size_t>(r * b.seq_len + t - 1)] == end_token)
+        starts.push_back(r * b.seq_len + t);
+  return starts;
+}
+
 void Batch::fill_row(int64_t r, std::span<const int32_t> tokens, int64_t start) {
   const int32_t* window = tokens.data() + start;
   std::copy(window, window + seq_len, inputs.begin() + r * seq_len);

@@ -22,6 +22,11 @@ struct Batch {
   void fill_row(int64_t r, std::span<const int32_t> tokens, int64_t start);
 };
 
+// The starts of the documents packed in the batch's inputs, over its rows laid end to end: every
+// row's first position, and each position that follows an `end_token` (kernels/kda/sequences.h's
+// doc_starts of one row of rows x seq_len tokens).
+std::vector<int64_t> document_starts(const Batch& b, int32_t end_token);
+
 // Throws a k3::Error (field "batch_size" or "seq_len") unless batch_size >= 1, seq_len >= 1 and a
 // window of seq_len + 1 tokens fits in the stream; `stream` names it in the message.
 void check_batch_shape(int64_t num_tokens, int64_t batch_size, int64_t seq_len,

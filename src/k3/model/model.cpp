@@ -184,8 +184,12 @@ float* Model::forward_layers(const Step& s, const Stage& st, const TokenBatch& b
   }
   for (int64_t l = st.first; l < st.end; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
-    run_layer(s, L, x, n,
-              [&](const float* a_in, float* A) { L.mixer->forward(s, a_in, b.B, b.T, A); });
+    run_layer(s, L, x, n, [&](const float* a_in, float* A) {
+      if (b.doc_starts.empty())
+        L.mixer->forward(s, a_in, b.B, b.T, A);
+      else  // the rows end to end, one row of packed documents
+        L.mixer->forward(s, a_in, b.B * b.T, b.doc_starts, A);
+    });
   }
   if (st.head) return head_input(s, x, rows);
   for (size_t j = 0; j < x.bank.size(); ++j)
@@ -297,7 +301,10 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     // mid = A (a block start) or P_in + A
     {
       ProfileScope time(mixer_kind_name(mixer_kind(config_, L.index)));
-      L.mixer->backward(s, dmid, b.B, b.T, da_in);
+      if (b.doc_starts.empty())
+        L.mixer->backward(s, dmid, b.B, b.T, da_in);
+      else
+        L.mixer->backward(s, dmid, b.B * b.T, b.doc_starts, da_in);
     }
     float* dP_in = L.starts_block ? dbank[nb_after - 1] : dmid;
     // a_in = input_norm(P_in), or input_norm(mix(bank, P_in)) once the bank is not empty

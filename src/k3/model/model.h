@@ -32,6 +32,10 @@ struct TokenBatch {
   const int32_t* tokens = nullptr;   // [B, T]
   const int32_t* targets = nullptr;  // [B, T]; ignore_index marks positions without a target
   int64_t B = 0, T = 0;
+  // Packed documents: where each starts, over the B rows laid end to end (every row's first
+  // position among them; data::document_starts). Under context parallelism (one row) these are
+  // the whole sequence's positions, on every cp rank. Empty: each row is one sequence.
+  std::span<const int64_t> doc_starts = {};
 };
 
 // Called during the backward with a range [first, end) of parameter indices (registry order)

@@ -19,7 +19,10 @@ EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t bat
   std::vector<int32_t> mine;
   for (int64_t i = 0; i < n; ++i) {
     val.batch(i, b);
-    const model::TokenBatch whole{b.inputs.data(), b.targets.data(), b.rows, b.seq_len};
+    const std::vector<int64_t> docs = s.config.data.documents
+                                          ? data::document_starts(b, s.tokenizer->eos_id())
+                                          : std::vector<int64_t>{};
+    const model::TokenBatch whole{b.inputs.data(), b.targets.data(), b.rows, b.seq_len, docs};
     kernels::LossSum l =
         s.model->forward_loss(s.arena, model::context_share(whole, cp.size(), cp.rank(), mine));
     sum += l.sum;

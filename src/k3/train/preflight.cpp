@@ -223,9 +223,27 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
                ": they do not split evenly");
 }
 
+// data.documents: every sequence mixer must take packed documents (KDA and gated MLA do), and
+// under context parallelism a rank's micro-batch must be one sequence.
+void check_documents(const RunConfig& config, const model::ModelConfig& mc) {
+  if (!config.data.documents) return;
+  const ErrorContext ctx{"", "data.documents", -1};
+  for (int64_t l = 0; l < mc.num_hidden_layers; ++l)
+    K3_CHECK_CTX(model::mixer_kind(mc, l) != model::MixerKind::GatedAttention, ctx,
+                 "packed documents are taken by KDA and gated MLA layers only; layer ", l + 1,
+                 " of this model is gated attention");
+  const ParallelSection& p = config.parallel;
+  const int64_t rows = config.train.batch_size / (p.dp * p.ep);
+  K3_CHECK_CTX(p.cp == 1 || rows == 1, ctx,
+               "packed documents under context parallelism take one sequence per rank's "
+               "micro-batch: train.batch_size / (dp·ep) = ",
+               rows);
+}
+
 PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc) {
   PreflightResult r;
   check_parallel(config.parallel, config.train, config.data.seq_len, dist::Runtime::world_size());
+  check_documents(config, mc);
   model::check_tensor_parallel(mc, static_cast<int>(config.parallel.tp));
   if (config.train.threads > 0)
     r.threads = user_thread_count(config.train.threads, "train.threads");

@@ -206,6 +206,8 @@ const std::vector<Field>& fields() {
           "share held out for validation"),
     field("data.seq_len", &R::data, &D::seq_len, above<I>(0), "tokens per sequence"),
     field("data.seed", &R::data, &D::seed, at_least<I>(0), "data order and built-in corpus seed"),
+    field("data.documents", &R::data, &D::documents, within_int(0, 1),
+          "1: each token sees only its own document (which starts after an end-of-text token)"),
     field("train.steps", &R::train, &T::steps, above<I>(0), "optimizer steps"),
     field("train.batch_size", &R::train, &T::batch_size, above<I>(0), "sequences per micro-batch"),
     field("train.grad_accum", &R::train, &T::grad_accum, above<I>(0), "micro-batches per step"),

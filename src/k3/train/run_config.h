@@ -25,7 +25,8 @@ struct DataSection {
   int64_t builtin_tokens = 4000000;
   double val_fraction = 0.05;
   int64_t seq_len = 256;
-  int64_t seed = 1234;  // data order and the built-in corpus; apart from model.seed
+  int64_t seed = 1234;    // data order and the built-in corpus; apart from model.seed
+  int64_t documents = 0;  // 1: attention and KDA restart at each document (packed documents)
   bool operator==(const DataSection&) const = default;
 };
 

@@ -191,6 +191,7 @@ class Run {
   double peak_gflops_ = 0, last_grad_norm_ = NAN, last_val_loss_ = NAN;
   std::string last_checkpoint_;
   std::vector<data::Batch> micro_;
+  std::vector<std::vector<int64_t>> micro_docs_;  // their documents, under data.documents
   std::vector<std::pair<std::string, dist::Counters>> counted_;  // per group, at the last record
 };
 
@@ -233,10 +234,13 @@ double Run::train_step() {
   // This rank's share of every micro-batch of the global batch.
   const int64_t rows = dp_.rows(c.train.batch_size);
   micro_.resize(static_cast<size_t>(c.train.grad_accum));
+  micro_docs_.resize(micro_.size());
   std::vector<model::TokenBatch> views;
-  for (auto& b : micro_) {
+  for (size_t m = 0; m < micro_.size(); ++m) {
+    data::Batch& b = micro_[m];
     batcher_.next(b, dp_.first_row(c.train.batch_size), rows);
-    views.push_back({b.inputs.data(), b.targets.data(), b.rows, b.seq_len});
+    if (c.data.documents) micro_docs_[m] = data::document_starts(b, s_->tokenizer->eos_id());
+    views.push_back({b.inputs.data(), b.targets.data(), b.rows, b.seq_len, micro_docs_[m]});
   }
   parallel::StepTotals t;
   {

@@ -46,9 +46,9 @@ class KimiDeltaAttention final : public Mixer {
   // Under context parallelism T is this rank's tokens (its two zig-zag spans) and doc_starts the
   // whole sequence's, in global positions (every rank passes the same).
   void forward(const Step& s, const float* x, int64_t T, std::span<const int64_t> doc_starts,
-               float* out) const;
+               float* out) const override;
   void backward(const Step& s, const float* dout, int64_t T, std::span<const int64_t> doc_starts,
-                float* dx) const;
+                float* dx) const override;
 
   // Decoding state for one sequence (the model's interface; max_len does not matter to KDA).
   std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const override;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "k3/model/step.h"
 
@@ -29,6 +30,13 @@ class Mixer {
   // dx is written; parameter gradients accumulate.
   virtual void backward(const Step& s, const float* dout, int64_t B, int64_t T,
                         float* dx) const = 0;
+  // One row of T tokens holding packed documents (doc_starts as in kernels/kda/sequences.h; under
+  // context parallelism the whole sequence's): each token sees only its own document. Mixers
+  // without it throw k3::Error.
+  virtual void forward(const Step& s, const float* x, int64_t T,
+                       std::span<const int64_t> doc_starts, float* out) const;
+  virtual void backward(const Step& s, const float* dout, int64_t T,
+                        std::span<const int64_t> doc_starts, float* dx) const;
   virtual std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const = 0;
   // Feeds `rows` tokens of one sequence at positions cache.length..; advances cache.length.
   virtual void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache,

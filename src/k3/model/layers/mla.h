@@ -43,9 +43,9 @@ class GatedMLA final : public Mixer {
   // token attends only to its own document. Under context parallelism T is this rank's tokens
   // and doc_starts the whole sequence's, in global positions (every rank passes the same).
   void forward(const Step& s, const float* x, int64_t T, std::span<const int64_t> doc_starts,
-               float* out) const;
+               float* out) const override;
   void backward(const Step& s, const float* dout, int64_t T, std::span<const int64_t> doc_starts,
-                float* dx) const;
+                float* dx) const override;
 
   // An MlaCache.
   std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const override;
