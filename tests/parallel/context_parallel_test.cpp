@@ -1,10 +1,10 @@
 // Context parallelism of the whole model (k3-nano: KDA by KCP, gated MLA by ring attention, the
-// rest on each rank's tokens), alone and with data and tensor parallelism, against the
+// rest on each rank's tokens), alone and with data, tensor and expert parallelism, against the
 // single-process run of the same global batch: cp2 under mpirun -np 2; cp4, cp2 × dp2,
-// cp2 × tp2 and cp2 × ep2 under -np 4. Sequences of 32 tokens, cut into 2·cp zig-zag chunks; some
-// targets ignored (unevenly, so the ranks count different numbers of tokens). With packed documents
-// every layout takes one row a replica, each row packing documents that start inside chunks, on
-// chunk boundaries and one token before one, and cross ranks.
+// cp2 × tp2 and cp2 × ep2 under -np 4. Sequences of 32 tokens, cut into 2·cp zig-zag chunks;
+// some targets ignored (unevenly, so the ranks count different numbers of tokens). With packed
+// documents every layout takes one row a replica, each row packing documents that start inside
+// chunks, on chunk boundaries and one token before one, and cross ranks.
 //
 // Tolerances as in the tensor-parallel tests (fp32, other summation orders): loss 1e-6 relative,
 // gradient norm 1e-5, every gradient 1e-4 of its tensor's largest entry; three steps from the
