@@ -4,6 +4,7 @@
 
 #include "k3/base/error.h"
 #include "k3/base/profile.h"
+#include "k3/model/context/documents.h"
 
 namespace k3::model {
 namespace {
@@ -109,12 +110,17 @@ SpanDocuments span_documents(const KcpLayout& layout, int span, int64_t T) {
   const int64_t first = span * T;
   d.continued = first;
   if (layout.documents.empty()) return d;
-  d.starts.push_back(0);
-  for (int64_t start : layout.documents) {
-    if (start <= first) d.continued = first - start;
-    if (start > first && start < first + T) d.starts.push_back(start - first);
-  }
+  const std::vector<DocumentRun> runs = document_runs(layout.documents, first, T);
+  for (const DocumentRun& r : runs) d.starts.push_back(r.begin);
+  d.continued = first - runs.front().start;
   return d;
+}
+
+std::vector<SpanDocuments> slot_documents(const KcpLayout& layout, int64_t T) {
+  std::vector<SpanDocuments> out;
+  for (int j = 0; j < layout.slots; ++j)
+    out.push_back(span_documents(layout, layout.span_of(j), T));
+  return out;
 }
 
 int64_t kcp_records_floats(const KcpLayout& layout, const DeltaRuleShape& s) {
@@ -237,11 +243,11 @@ void kcp_backward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRule
     spans.emplace_back(layout, s, j);
     const DeltaRuleShape& sj = spans[j].s;
     const std::vector<float> d = slot_rows(dout, s.B, s.T, slots, s.H * V, j);
-    // The gradient of every sequence's starting state; the first's is the incoming state's.
+    // The gradient of every sequence's starting state; the first's is the incoming state's. (The
+    // backward reads the states from the records.)
     std::vector<float> dstart(static_cast<size_t>(sj.num_sequences() * s.H * K * V));
-    const SlotStart start(sj, saved.incoming + j * state);
     kernels::kda::chunk_backward(
-        sj, mine[j].in(start.ptr), records, d.data(), nullptr,
+        sj, mine[j].in(nullptr), records, d.data(), nullptr,
         {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), dstart.data()});
     records += kernels::kda::chunk_saved_floats(sj);
     if (!spans[j].docs.fresh())  // a span that begins a document never read its incoming state

@@ -57,6 +57,8 @@ struct SpanDocuments {
   bool fresh() const { return continued == 0; }
 };
 SpanDocuments span_documents(const KcpLayout& layout, int span, int64_t T);
+// Those of this rank's slots, in slot order.
+std::vector<SpanDocuments> slot_documents(const KcpLayout& layout, int64_t T);
 
 // What the forward keeps for the backward (buffers the caller owns). s: one span's shape.
 struct KcpSaved {

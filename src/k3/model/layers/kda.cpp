@@ -54,12 +54,10 @@ ParamInit conv_init(int64_t kernel) {
 // Under context parallelism with packed documents (one row): a span's carry-in window, the halo,
 // holds inputs of the document it continues only in its last `continued` positions; the rest
 // (inputs of earlier documents) are zeroed, and so are their gradients.
-void mask_halo(const KcpLayout& layout, int64_t C, int64_t taps, int64_t P, float* halo) {
-  if (layout.documents.empty()) return;
+void mask_halo(const std::vector<SpanDocuments>& pieces, int64_t taps, int64_t P, float* halo) {
   const int64_t W = taps * P;
-  for (int j = 0; j < 2; ++j) {
-    const SpanDocuments d = span_documents(layout, layout.span_of(j), C);
-    const int64_t masked = taps - std::min(taps, d.continued);
+  for (size_t j = 0; j < pieces.size(); ++j) {
+    const int64_t masked = taps - std::min(taps, pieces[j].continued);
     for (int c = 0; c < 3; ++c) std::fill_n(halo + (c * 2 + j) * W, masked * P, 0.f);
   }
 }
@@ -170,6 +168,9 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   // Decoding (a cache) runs whole on every cp rank: the weights are not split over cp.
   const int64_t taps = conv_kernel_ - 1, W = taps * P, C = T / 2;  // a window; a span's tokens
   const KcpLayout layout{cp.size(), cp.rank(), 2, split ? doc_starts : std::span<const int64_t>{}};
+  // With packed documents, the documents of this rank's two spans.
+  const std::vector<SpanDocuments> pieces =
+      layout.documents.empty() ? std::vector<SpanDocuments>{} : slot_documents(layout, T / 2);
   float* halo = split ? s.alloc(3 * 2 * B * W) : nullptr;
   if (split) {
     K3_CHECK(T % 2 == 0 && C >= taps, prefix_,
@@ -186,7 +187,7 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
                         ((piece + 1) * C - (conv_kernel_ - 1)) * P,
                     W, tails + (c * 2 * B + piece) * W);
     zigzag_windows(cp, tails, halo, 3, B, W);
-    mask_halo(layout, C, taps, P, halo);
+    mask_halo(pieces, taps, P, halo);
   }
   // Each span is a sequence of its own to the kernels below, started from what came in.
   const kda::ShortConvShape cs = split ? kda::ShortConvShape{2 * B, C, P, conv_kernel_, {}}
@@ -204,7 +205,7 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
                              cache ? cache->v_window.f32() : nullptr, v}}) {
     if (!layout.documents.empty()) {  // each span its own packed sequence
       for (int j = 0; j < 2; ++j) {
-        const SpanDocuments d = span_documents(layout, layout.span_of(j), C);
+        const SpanDocuments& d = pieces[static_cast<size_t>(j)];
         const std::vector<float> windows = span_windows(d, c.window_in + j * W, W);
         kda::short_conv_forward({1, C, P, conv_kernel_, d.starts}, c.in + j * C * P,
                                 pr.value(c.weight).f32(), windows.data(), c.out + j * C * P,
@@ -299,6 +300,9 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   const bool split = cp.size() > 1;
   const kda::DeltaRuleShape ds{B, T, H, D, D, split ? std::span<const int64_t>{} : doc_starts};
   const KcpLayout layout{cp.size(), cp.rank(), 2, split ? doc_starts : std::span<const int64_t>{}};
+  // With packed documents, the documents of this rank's two spans.
+  const std::vector<SpanDocuments> pieces =
+      layout.documents.empty() ? std::vector<SpanDocuments>{} : slot_documents(layout, T / 2);
   if (split)
     kcp_backward(cp, layout, kda::DeltaRuleShape{B, T / 2, H, D, D, {}},
                  {q, k, v, g, beta, nullptr},
@@ -338,7 +342,7 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
     dproj[c] = split || c == 0 ? s.alloc(n * P) : dproj[0];
     if (!layout.documents.empty()) {  // each span its own packed sequence, as in forward
       for (int j = 0; j < 2; ++j) {
-        const SpanDocuments d = span_documents(layout, layout.span_of(j), C);
+        const SpanDocuments& d = pieces[static_cast<size_t>(j)];
         const std::vector<float> windows = span_windows(d, halo + (c * 2 + j) * W, W);
         std::vector<float> dwindows(windows.size());
         kda::short_conv_backward({1, C, P, conv_kernel_, d.starts}, in[c] + j * C * P,
@@ -356,7 +360,7 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   }
   if (split) {
     float* dtails = s.alloc(3 * 2 * B * W);
-    mask_halo(layout, C, taps, P, dhalo);
+    mask_halo(pieces, taps, P, dhalo);
     zigzag_windows_backward(cp, dhalo, dtails, 3, B, W);
     for (int c = 0; c < 3; ++c)
       for (int64_t piece = 0; piece < 2 * B; ++piece) {

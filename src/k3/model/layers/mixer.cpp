@@ -3,17 +3,23 @@
 #include "k3/base/error.h"
 
 namespace k3::model {
+namespace {
 
-void Mixer::forward(const Step&, const float*, int64_t, std::span<const int64_t>, float*) const {
+[[noreturn]] void refuse_documents() {
   throw Error(
       "packed documents are taken by KDA and gated MLA layers only; this model has a gated "
       "attention layer",
       ErrorContext{"", "data.documents", -1});
 }
 
-void Mixer::backward(const Step& s, const float* dout, int64_t T,
-                     std::span<const int64_t> doc_starts, float* dx) const {
-  forward(s, dout, T, doc_starts, dx);  // the same refusal
+}  // namespace
+
+void Mixer::forward(const Step&, const float*, int64_t, std::span<const int64_t>, float*) const {
+  refuse_documents();
+}
+
+void Mixer::backward(const Step&, const float*, int64_t, std::span<const int64_t>, float*) const {
+  refuse_documents();
 }
 
 }  // namespace k3::model
