@@ -1,6 +1,7 @@
 // `k3lab schedule --type cosine|wsd|constant [--steps N --warmup W --decay-fraction f
 //   --decay-shape linear|sqrt|exp --min-lr-ratio r --lr x] [--plot out.svg]`:
 // the learning rate of every step, its values at the phase boundaries, and a plot.
+// `k3lab schedule pipeline ...` shows a pipeline schedule instead (pipeline_schedule.cpp).
 #include "k3/optim/schedule.h"
 
 #include <algorithm>
@@ -80,7 +81,9 @@ void add_schedule(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--lr", a->lr, "Peak learning rate")->capture_default_str();
   cmd->add_option("--plot", a->plot, "Write the schedule as an SVG plot");
-  cmd->callback([a] {
+  add_pipeline_schedule(*cmd);
+  cmd->callback([a, cmd] {
+    if (!cmd->get_subcommands().empty()) return;  // `schedule pipeline` ran instead
     optim::Schedule s{.kind = optim::parse_schedule_kind(a->type),
                       .peak_lr = static_cast<float>(a->lr),
                       .total_steps = a->steps,

@@ -325,6 +325,52 @@ std::string render_heatmap(const Heatmap& map) {
   return svg.finish();
 }
 
+std::string render_gantt(const GanttChart& chart) {
+  constexpr double kRow = 24, kPanelTop = 30, kPanelBottom = 44, kTitle = 36;
+  double height = kTitle + 28;  // the legend's line at the bottom
+  for (const GanttPanel& p : chart.panels)
+    height += kPanelTop + kRow * static_cast<double>(p.rows.size()) + kPanelBottom;
+  Svg svg(chart.width, static_cast<int>(height), chart.title);
+  const double left = 70, right = chart.width - 16.0;
+  double top = kTitle;
+  for (const GanttPanel& p : chart.panels) {
+    svg.text(left, top + 18, p.title, "start", " font-weight=\"bold\"");
+    const double rows_top = top + kPanelTop;
+    const double bottom = rows_top + kRow * static_cast<double>(p.rows.size());
+    Range span;
+    for (const GanttBar& b : p.bars) span.add(b.start), span.add(b.end);
+    if (span.empty() || span.hi <= span.lo) span = {0, 1};
+    const std::vector<double> ticks = nice_ticks(span.lo, span.hi);
+    const Axis x{ticks.front(), ticks.back(), left, right};
+    for (double t : ticks) {
+      svg.line(x(t), rows_top, x(t), bottom, "#e5e5e5");
+      svg.text(x(t), bottom + 16, tick_label(t, ticks.size() > 1 ? ticks[1] - ticks[0] : 1),
+               "middle");
+    }
+    for (size_t r = 0; r < p.rows.size(); ++r)
+      svg.text(left - 6, rows_top + (static_cast<double>(r) + 0.5) * kRow + 4, p.rows[r], "end");
+    for (const GanttBar& b : p.bars) {
+      const double x0 = x(b.start), w = std::max(0.5, x(b.end) - x0);
+      const double y0 = rows_top + static_cast<double>(b.row) * kRow + 2;
+      svg.rect(x0, y0, w, kRow - 4, kPalette[static_cast<size_t>(b.colour) % std::size(kPalette)],
+               "white", b.label);
+      if (kCharWidth * static_cast<double>(b.label.size()) + 2 < w)
+        svg.text(x0 + w / 2, y0 + kRow / 2 + 2, b.label, "middle",
+                 " fill=\"white\" font-size=\"10\"");
+    }
+    svg.rect(left, rows_top, right - left, bottom - rows_top, "none", "#333333");
+    if (!p.time_label.empty()) svg.text((left + right) / 2, bottom + 32, p.time_label, "middle");
+    top = bottom + kPanelBottom;
+  }
+  double lx = left;
+  for (size_t i = 0; i < chart.legend.size(); ++i) {
+    svg.rect(lx, top + 6, 12, 12, kPalette[i % std::size(kPalette)]);
+    svg.text(lx + 16, top + 16, chart.legend[i], "start");
+    lx += 28 + kCharWidth * static_cast<double>(chart.legend[i].size());
+  }
+  return svg.finish();
+}
+
 void write_svg(const std::string& path, const std::string& svg) { write_file_atomic(path, svg); }
 
 }  // namespace k3

@@ -27,8 +27,30 @@ struct Heatmap {
   int width = 720, height = 440;
 };
 
+// Timelines (pipeline schedules): one row per rank, a bar per piece of work from start to end.
+// Panels stack top to bottom, each with its own time axis (a plan in unit costs above a measured
+// step in seconds, say).
+struct GanttBar {
+  int row = 0;
+  double start = 0, end = 0;
+  std::string label;  // drawn inside the bar when it fits, and as its tooltip
+  int colour = 0;     // index into the legend
+};
+struct GanttPanel {
+  std::string title, time_label;
+  std::vector<std::string> rows;
+  std::vector<GanttBar> bars;
+};
+struct GanttChart {
+  std::string title;
+  std::vector<GanttPanel> panels;
+  std::vector<std::string> legend;  // the name of each colour
+  int width = 960;
+};
+
 std::string render_line_plot(const LinePlot& plot);
 std::string render_heatmap(const Heatmap& map);
+std::string render_gantt(const GanttChart& chart);
 void write_svg(const std::string& path, const std::string& svg);  // atomic
 
 // Round tick values for a linear axis: multiples of a step of 1, 2 or 5 times a power of ten,
