@@ -29,7 +29,7 @@ inline model::ModelConfig nano() {
   return model::load_model_config(k3::testing::source_dir() + "/configs/k3-nano.json");
 }
 
-// The global batch of step `step`: kMicro micro-batches of `rows` rows, some targets ignored
+// The global batch of step `step`: `micro` micro-batches (kMicro) of `rows` rows, some targets ignored
 // (unevenly over rows, so the ranks count different numbers of tokens). With `docs` (document
 // starts within a row, from 0) every row packs documents starting there.
 struct GlobalBatch {
@@ -37,13 +37,13 @@ struct GlobalBatch {
   std::vector<std::vector<int32_t>> tokens, targets;
   std::vector<int64_t> doc_starts;  // of all rows end to end; a share of n rows takes a prefix
   GlobalBatch(const model::ModelConfig& c, int step, int64_t seq = kT, int64_t n_rows = kRows,
-              const std::vector<int64_t>& docs = {})
+              const std::vector<int64_t>& docs = {}, int micro = kMicro)
       : T(seq), rows(n_rows) {
     for (int64_t r = 0; r < (docs.empty() ? 0 : rows); ++r)
       for (int64_t d : docs) doc_starts.push_back(r * T + d);
     std::mt19937 rng(1000 + static_cast<unsigned>(step));
     std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size) - 1);
-    for (int m = 0; m < kMicro; ++m) {
+    for (int m = 0; m < micro; ++m) {
       tokens.emplace_back(rows * T);
       targets.emplace_back(rows * T);
       for (int64_t i = 0; i < rows * T; ++i) {
@@ -59,7 +59,7 @@ struct GlobalBatch {
     const auto docs_end = std::lower_bound(doc_starts.begin(), doc_starts.end(), n * T);
     const std::span<const int64_t> docs(doc_starts.data(), docs_end - doc_starts.begin());
     std::vector<model::TokenBatch> out;
-    for (int m = 0; m < kMicro; ++m)
+    for (size_t m = 0; m < tokens.size(); ++m)
       out.push_back({tokens[static_cast<size_t>(m)].data() + first * T,
                      targets[static_cast<size_t>(m)].data() + first * T, n, T, docs});
     return out;
@@ -69,6 +69,9 @@ struct GlobalBatch {
 struct Setup {
   int zero;
   const char* optimizer;  // "adamw" or "muon"
+  // Pipeline parallelism (grid pp > 1): the schedule, and the split (empty: even, vp 1).
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
+  model::PipelineSplit split = {};
 };
 
 // A model on `grid`, initialized, its routers spread (common/model_util.h: layouts that differ only
@@ -79,7 +82,8 @@ struct Trainee {
   activation::ActivationManager acts;
   DataParallel dp;
   Trainee(const dist::ProcessGrid& grid, const Setup& s, const model::ModelConfig& c = nano())
-      : model(c, true, grid), dp(model, grid, plan(model, s.optimizer), {}, options(s)) {
+      : model(c, true, grid, s.split),
+        dp(model, grid, plan(model, s.optimizer), {}, options(s)) {
     model.initialize(7);
     k3::testing::spread_routers(model);
   }
@@ -90,7 +94,12 @@ struct Trainee {
     return optim::assign_param_groups(slots, head_sizes(m.config()), rules);
   }
   static DataParallelOptions options(const Setup& s) {
-    return {.zero = s.zero, .bucket_floats = 20000, .overlap = true};  // several buckets
+    return {.zero = s.zero,
+            .bucket_floats = 20000,  // several buckets
+            .overlap = true,
+            .schedule = s.schedule,
+            .group = 0,
+            .stage_arena_bytes = size_t{64} << 20};
   }
   StepTotals step(const GlobalBatch& b, bool apply) {
     const StepTotals t =
@@ -182,12 +191,12 @@ inline double step_from(Trainee& one, Trainee& run, const GlobalBatch& b, double
 // within 3e-2 of its size; world rank 0 prints the worst of both under `what`.
 inline void expect_steps_from(Trainee& one, Trainee& run, int steps, int64_t seq,
                               const std::string& what, int64_t rows = kRows,
-                              const std::vector<int64_t>& docs = {}) {
+                              const std::vector<int64_t>& docs = {}, int micro = kMicro) {
   double worst_loss = 0, worst_update = 0;
   for (int step = 0; step < steps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step + 1));
-    const double loss = step_from(one, run, GlobalBatch(one.model.config(), step, seq, rows, docs),
-                                  3e-2, worst_update);
+    const double loss = step_from(
+        one, run, GlobalBatch(one.model.config(), step, seq, rows, docs, micro), 3e-2, worst_update);
     EXPECT_LT(loss, 1e-6);
     worst_loss = std::max(worst_loss, loss);
   }

@@ -10,18 +10,30 @@
 #include "k3/model/layers/tp_region.h"
 
 namespace k3::model {
+namespace {
+int params_place_pp(const GroupPlaces& places) {
+  const auto it = places.find("pp");
+  return it == places.end() ? 1 : it->second.size;
+}
+}  // namespace
 
 Model::Model(ModelConfig c, const GroupPlaces& places)
-    : Model(std::move(c), false, dist::single_process(), places) {}
+    : Model(std::move(c), false, dist::single_process(), places, {}) {}
 
-Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid)
-    : Model(std::move(c), allocate, grid, places_of(grid)) {}
+Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, PipelineSplit split)
+    : Model(std::move(c), allocate, grid, places_of(grid), std::move(split)) {}
 
-Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, const GroupPlaces& places)
+Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, const GroupPlaces& places,
+             PipelineSplit split)
     : config_(std::move(c)),
       grid_(grid),
+      split_(split.layers.empty() ? PipelineSplit::make(config_.num_hidden_layers,
+                                                        params_place_pp(places), 1)
+                                  : std::move(split)),
       sequence_parallel_(grid.dims().sequence_parallel && grid.tp().size() > 1),
       params_(places) {
+  K3_CHECK(split_.pp == params_.place("pp").size, "the pipeline split is over pp ", split_.pp,
+           ", the grid's pp group has ", params_.place("pp").size, " ranks");
   check_tensor_parallel(config_, params_.place("tp").size);
   const int64_t d = config_.hidden_size, V = config_.vocab_size;
   const float std = static_cast<float>(config_.initializer_range),
@@ -29,8 +41,10 @@ Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, const 
   // Under sequence parallelism each tp rank normalizes and mixes only its own tokens, so the
   // residual stream's norms and Attention Residuals have partial gradients, summed over tp.
   const ShardSpec stream = sequence_parallel_ ? ShardSpec::summed("tp") : ShardSpec{};
+  params_.set_pp_owner(stage_owner(0));
   embedding_ = VocabEmbedding(params_, "model.embed_tokens.weight", V, d, std);
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
+    params_.set_pp_owner(stage_owner(split_.stage_of_layer(l)));
     const std::string p = "model.layers." + std::to_string(l);
     Layer L{l,
             attn_res() && l % config_.attn_res_block_size == 0,
@@ -55,10 +69,19 @@ Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, const 
     layers_.push_back(std::move(L));
   }
   tail_first_ = params_.size();
+  params_.set_pp_owner(stage_owner(split_.stages() - 1));
   if (attn_res()) output_res_ = AttnResMix(params_, "model.output_attn_res", d, eps, stream);
   final_norm_ = RMSNorm(params_, "model.norm", d, eps, stream);
   head_ = LmHead(params_, "lm_head.weight", V, d, std);
+  params_.set_pp_owner(-1);
   if (allocate) params_.allocate();
+}
+
+int Model::stage_owner(int stage) const { return split_.pp > 1 ? split_.rank_of(stage) : -1; }
+
+bool Model::holds_layer(int64_t layer) const {
+  const int owner = stage_owner(split_.stage_of_layer(layer));
+  return owner < 0 || owner == params_.place("pp").rank;
 }
 
 Step Model::step(const MicroBatch& mb, bool training) {
@@ -384,13 +407,15 @@ void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64
 
 std::map<int64_t, ExpertLoadStats> Model::end_global_batch(const CountReducer& reduce) {
   std::map<int64_t, ExpertLoadStats> out;
-  for (auto& [layer, moe] : moe_layers_) out[layer] = moe->end_global_batch(params_, reduce);
+  for (auto& [layer, moe] : moe_layers_)
+    if (holds_layer(layer)) out[layer] = moe->end_global_batch(params_, reduce);
   return out;
 }
 
 std::map<int64_t, DispatchStats> Model::take_dispatch_stats() const {
   std::map<int64_t, DispatchStats> out;
-  for (const auto& [layer, moe] : moe_layers_) out[layer] = moe->take_dispatch_stats(grid_.ep());
+  for (const auto& [layer, moe] : moe_layers_)
+    if (holds_layer(layer)) out[layer] = moe->take_dispatch_stats(grid_.ep());
   return out;
 }
 

@@ -25,6 +25,7 @@
 #include "k3/model/layers/latent_moe.h"
 #include "k3/model/layers/norm.h"
 #include "k3/model/layers/vocab_parallel.h"
+#include "k3/model/pipeline_split.h"
 
 namespace k3::model {
 
@@ -71,8 +72,10 @@ class Model {
   // Registers every parameter and, when `allocate`, maps their flat buffers (not initialized).
   // Without allocation the model only describes itself (inventory of the full-size config).
   // `grid` must outlive the model; its groups reach every layer through Step.
+  // Under pipeline parallelism (grid pp > 1) each rank holds the parameters of its stages of
+  // `split` (default: the layers evenly over pp, one chunk a rank).
   explicit Model(ModelConfig config, bool allocate = true,
-                 const dist::ProcessGrid& grid = dist::single_process());
+                 const dist::ProcessGrid& grid = dist::single_process(), PipelineSplit split = {});
   // Describes, without allocating, the parameters one rank holds at `places` (e.g. rank 0 of a
   // tp group of 4), without starting those processes: the memory a layout needs per rank.
   Model(ModelConfig config, const GroupPlaces& places);
@@ -80,6 +83,9 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const dist::ProcessGrid& grid() const { return grid_; }
+  const PipelineSplit& pipeline() const { return split_; }
+  // Whether this rank holds layer `layer`'s parameters (every rank without pipeline parallelism).
+  bool holds_layer(int64_t layer) const;
   ParamRegistry& params() { return params_; }
   const ParamRegistry& params() const { return params_; }
   MixerKind layer_mixer(int64_t layer) const { return mixer_kind(config_, layer); }
@@ -141,7 +147,8 @@ class Model {
 
  private:
   Model(ModelConfig config, bool allocate, const dist::ProcessGrid& grid,
-        const GroupPlaces& places);
+        const GroupPlaces& places, PipelineSplit split);
+  int stage_owner(int stage) const;  // the pp rank holding a virtual stage, -1 without pp
 
   struct Layer {
     int64_t index;
@@ -183,6 +190,7 @@ class Model {
 
   ModelConfig config_;
   const dist::ProcessGrid& grid_;
+  PipelineSplit split_;
   bool sequence_parallel_;
   ParamRegistry params_;
   VocabEmbedding embedding_;

@@ -86,6 +86,13 @@ int ParamRegistry::add(std::string name, Shape shape, ParamInit init, ShardSpec 
              "' owned by ep rank ", p.shard.ep_owner, " of a group of size ", ep.size);
     if (ep.rank != p.shard.ep_owner) p.local_shape[0] = 0;
   }
+  if (p.shard.pp_owner < 0) p.shard.pp_owner = pp_owner_;
+  if (p.shard.pp_owner >= 0) {
+    const GroupPlace& pp = place("pp");
+    K3_CHECK(p.shard.pp_owner < pp.size && !p.shape.empty(), "parameter '", p.name,
+             "' owned by pp rank ", p.shard.pp_owner, " of a group of size ", pp.size);
+    if (pp.rank != p.shard.pp_owner) p.local_shape[0] = 0;
+  }
   p.offset = flat_size_;
   flat_size_ +=
       (static_cast<size_t>(p.local_numel()) + 15) / 16 * 16;  // keep every tensor 64-byte aligned

@@ -31,10 +31,13 @@ namespace k3::model {
 // Independently, a routed expert's tensor has an owner under expert parallelism: only rank
 // `ep_owner` of the "ep" group holds it (split over tp or not, as above); every other ep rank
 // registers it with nothing held (local_numel() = 0), so every rank knows every tensor by name.
+// Likewise under pipeline parallelism a layer's tensors are held only by the "pp" rank of its
+// stage (`pp_owner`), the embedding by the first stage's and the head by the last's.
 struct ShardSpec {
   int dim = -1;
   std::string group;
   int ep_owner = -1;  // -1: held on every ep rank
+  int pp_owner = -1;  // -1: held on every pp rank
 
   static ShardSpec summed(std::string over) { return {-1, std::move(over)}; }
   bool split() const { return dim >= 0; }
@@ -104,6 +107,9 @@ class ParamRegistry {
   // Register before allocate(), with the global shape; returns the parameter's index. Throws when
   // the split dimension does not divide evenly over its group.
   int add(std::string name, Shape shape, ParamInit init, ShardSpec shard = {});
+  // The parameters registered from now on are held only by rank `rank` of the "pp" group (-1:
+  // by every pp rank): the model sets it before each pipeline stage's layers.
+  void set_pp_owner(int rank) { pp_owner_ = rank; }
   // One flat buffer for values and one for gradients (zeroed), pre-faulted.
   void allocate();
   // Each local element from Philox(seed, stream_of(name), its global element index): identical
@@ -125,6 +131,7 @@ class ParamRegistry {
 
  private:
   GroupPlaces places_;
+  int pp_owner_ = -1;
   std::vector<ParamInfo> infos_;
   std::unordered_map<std::string, int> by_name_;
   size_t flat_size_ = 0;

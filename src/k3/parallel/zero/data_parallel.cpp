@@ -7,6 +7,7 @@
 #include "k3/model/context/zigzag.h"
 #include "k3/optim/clip.h"
 #include "k3/parallel/optim_adapters.h"
+#include "k3/parallel/pipeline/model_stages.h"
 
 namespace k3::parallel {
 
@@ -18,6 +19,7 @@ DataParallel::DataParallel(model::Model& model, const dist::ProcessGrid& grid,
       tp_(grid.tp()),
       ep_(grid.ep()),
       cp_(grid.cp()),
+      pp_(grid.pp()),
       data_(grid.replica()),
       data_rank_(grid.coord().ep + grid.dims().ep * grid.coord().dp),
       data_ranks_(grid.dims().ep * grid.dims().dp),
@@ -25,7 +27,15 @@ DataParallel::DataParallel(model::Model& model, const dist::ProcessGrid& grid,
       options_(options),
       layout_(model.params(), dp_.size(), dp_.rank(), options.bucket_floats),
       sync_(model.params(), layout_, dp_, tp_, ep_, grid.cp(), options.zero, options.overlap),
-      optimizer_(param_set(model.params()), plan, config, layout_, grid, options.zero) {}
+      optimizer_(param_set(model.params()), plan, config, layout_, grid, options.zero),
+      executor_(grid.pp()) {
+  K3_CHECK(pp_.size() == 1 || model.pipeline().vp == 1 ||
+               options.schedule == pipeline::ScheduleKind::interleaved,
+           "pipeline: vp ", model.pipeline().vp, " runs the interleaved schedule, not ",
+           pipeline::schedule_kind_name(options.schedule));
+  K3_CHECK(options.schedule != pipeline::ScheduleKind::zero_bubble,
+           "pipeline: training does not split backwards yet: the zb schedule is only planned");
+}
 
 std::vector<DataParallel::NormRun> DataParallel::norm_runs(const model::ParamRegistry& params,
                                                            int tp, int ep) {
@@ -69,27 +79,57 @@ StepTotals DataParallel::forward_backward(Arena& arena, activation::ActivationMa
   model_.params().zero_grads();
   const float grad_scale = t.tokens > 0 ? 1.0f / static_cast<float>(t.tokens) : 0.0f;
   double loss_sum = 0;
-  for (size_t i = 0; i < micro_batches.size(); ++i) {
-    // The last micro-batch's backward starts the reduction of each bucket as it completes.
-    const model::GradsFinal hook = i + 1 == micro_batches.size() ? sync_.begin() : nullptr;
-    loss_sum += model_.forward_backward(arena, acts, micro_batches[i], grad_scale, hook).sum;
+  if (pp_.size() > 1) {
+    loss_sum = run_pipeline(acts, micro_batches, grad_scale);
+  } else {
+    for (size_t i = 0; i < micro_batches.size(); ++i) {
+      // The last micro-batch's backward starts the reduction of each bucket as it completes.
+      const model::GradsFinal hook = i + 1 == micro_batches.size() ? sync_.begin() : nullptr;
+      loss_sum += model_.forward_backward(arena, acts, micro_batches[i], grad_scale, hook).sum;
+    }
+    if (micro_batches.empty()) sync_.begin();
   }
-  if (micro_batches.empty()) sync_.begin();
   sync_.finish();
   data_.all_reduce(&loss_sum, 1);
+  pp_.all_reduce(&loss_sum, 1);
   t.loss = t.tokens > 0 ? loss_sum / static_cast<double>(t.tokens) : NAN;
   t.grad_norm = grad_norm();
   return t;
 }
 
+double DataParallel::run_pipeline(activation::ActivationManager& acts,
+                                  std::span<const model::TokenBatch> micro_batches,
+                                  float grad_scale) {
+  const model::PipelineSplit& split = model_.pipeline();
+  const int m = static_cast<int>(micro_batches.size());
+  if (schedule_.ranks.empty() || schedule_.shape.microbatches != m) {
+    pipeline::ScheduleShape shape;
+    shape.kind = options_.schedule;
+    shape.pp = split.pp;
+    shape.vp = split.vp;
+    shape.microbatches = m;
+    shape.group = options_.group;
+    schedule_ = pipeline::make_schedule(shape);
+    const int regions = pipeline::simulate(schedule_).peak_in_flight(pp_.rank());
+    if (!regions_ || regions_->count() < regions)
+      regions_ = std::make_unique<ArenaRegions>(options_.stage_arena_bytes, regions);
+  }
+  pipeline::ModelStages work(model_, acts, *regions_, micro_batches, grad_scale);
+  measured_ = executor_.run(schedule_, work);
+  // Every gradient is final once the schedule has run: the reduction starts after it.
+  const model::GradsFinal hook = sync_.begin();
+  for (int i = model_.params().size() - 1; i >= 0; --i) hook(i, i + 1);
+  return work.loss_sum();
+}
+
 // Every rank holds the whole reduced gradient, except under ZeRO-2, where each holds its pieces
-// and the squares are summed over dp. Parameters split over tp add their squares over tp, and
-// routed experts under expert parallelism (each held by one ep rank) over ep, while replicated
-// ones (the same on every rank of those groups) count once.
+// and the squares are summed over dp; under pipeline parallelism, over pp too. Parameters split
+// over tp add their squares over tp, and routed experts under expert parallelism (each held by one
+// ep rank) over ep, while replicated ones (the same on every rank of those groups) count once.
 double DataParallel::grad_norm() const {
   const model::ParamRegistry& p = model_.params();
   const bool pieces = options_.zero == 2 && dp_.size() > 1;
-  if (!pieces && tp_.size() == 1 && ep_.size() == 1)
+  if (!pieces && tp_.size() == 1 && ep_.size() == 1 && pp_.size() == 1)
     return optim::global_grad_norm(p.grads(), p.flat_size());
   const std::vector<FlatRange> held =
       pieces ? layout_.owned() : std::vector<FlatRange>{{0, p.flat_size()}};
@@ -108,6 +148,7 @@ double DataParallel::grad_norm() const {
   tp_.all_reduce(&squares[1], 1);
   double total = squares[0] + squares[1] + squares[2];
   if (pieces) dp_.all_reduce(&total, 1);
+  pp_.all_reduce(&total, 1);  // each pp rank holds its own stages' parameters
   return std::sqrt(total);
 }
 

@@ -17,6 +17,8 @@
 #include "k3/base/arena.h"
 #include "k3/dist/grid.h"
 #include "k3/model/model.h"
+#include "k3/parallel/pipeline/executor.h"
+#include "k3/parallel/pipeline/schedule.h"
 #include "k3/parallel/zero/grad_sync.h"
 #include "k3/parallel/zero/shard_layout.h"
 #include "k3/parallel/zero/sharded_optimizer.h"
@@ -27,6 +29,11 @@ struct DataParallelOptions {
   int zero = 0;              // 0, 1 or 2
   size_t bucket_floats = 0;  // 0: one bucket
   bool overlap = true;       // reduce buckets during the backward
+  // Pipeline parallelism (grid pp > 1): the schedule of the step's micro-batches, and the size of
+  // each micro-batch chunk's activation region (reserved, faulted on first use).
+  pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
+  int group = 0;  // interleaved: micro-batches per group (0: pp)
+  size_t stage_arena_bytes = size_t{256} << 20;
 };
 
 struct StepTotals {
@@ -50,7 +57,9 @@ class DataParallel {
 
   // Forward and backward of this rank's shares of the step's micro-batches, gradients reduced.
   // Under context parallelism every cp rank is given the same rows and runs its two zig-zag
-  // chunks of each sequence (the layers' context-parallel layout, model/context/).
+  // chunks of each sequence (the layers' context-parallel layout, model/context/). Under pipeline
+  // parallelism every pp rank is given the same micro-batches and runs its stages' nodes of the
+  // schedule (interleaved when the model's split has vp > 1); the loss is summed over pp.
   StepTotals forward_backward(Arena& arena, activation::ActivationManager& acts,
                               std::span<const model::TokenBatch> micro_batches);
   // Applies the step to every parameter (each rank updates its shard; all end equal).
@@ -60,11 +69,17 @@ class DataParallel {
   model::CountReducer count_reducer() const;
 
   ShardedOptimizer& optimizer() { return optimizer_; }
+  // Under pipeline parallelism: the last step's schedule, and this rank's measured nodes.
+  const pipeline::Schedule& schedule() const { return schedule_; }
+  const std::vector<pipeline::NodeTime>& measured() const { return measured_; }
   const ShardLayout& layout() const { return layout_; }
   const GradSync& sync() const { return sync_; }
 
  private:
   double grad_norm() const;
+  // The micro-batches through this rank's pipeline stages; returns the loss summed over them.
+  double run_pipeline(activation::ActivationManager& acts,
+                      std::span<const model::TokenBatch> micro_batches, float grad_scale);
 
   // The flat buffer cut into runs of consecutive parameters alike for the norm: kind = 1 if split
   // over tp, + 2 if a routed expert owned by one ep rank.
@@ -79,6 +94,7 @@ class DataParallel {
   const dist::Comm& tp_;
   const dist::Comm& ep_;
   const dist::Comm& cp_;
+  const dist::Comm& pp_;
   const dist::Comm& data_;  // the ranks with their own tokens: cp × ep × dp (the replica group)
   int data_rank_, data_ranks_;  // this rank's place in ep × dp, its size
   std::vector<NormRun> norm_runs_;
@@ -87,6 +103,10 @@ class DataParallel {
   ShardLayout layout_;
   GradSync sync_;
   ShardedOptimizer optimizer_;
+  pipeline::Executor executor_;
+  pipeline::Schedule schedule_;
+  std::unique_ptr<ArenaRegions> regions_;
+  std::vector<pipeline::NodeTime> measured_;
 };
 
 }  // namespace k3::parallel

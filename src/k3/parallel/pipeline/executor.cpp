@@ -1,0 +1,86 @@
+#include "k3/parallel/pipeline/executor.h"
+
+#include "k3/base/error.h"
+#include "k3/base/timer.h"
+
+namespace k3::parallel::pipeline {
+
+std::vector<float>& Executor::buffer(std::map<Key, std::vector<float>>& m, const Node& n,
+                                     int64_t floats) {
+  std::vector<float>& b = m[{n.micro, n.chunk}];
+  b.resize(static_cast<size_t>(floats));
+  return b;
+}
+
+std::vector<NodeTime> Executor::run(const Schedule& s, StageWork& work) {
+  const int rank = pp_.rank(), last = s.stages() - 1;
+  K3_CHECK(pp_.size() == s.shape.pp, "pipeline: a schedule for pp ", s.shape.pp, " run on ",
+           pp_.size(), " ranks");
+  std::map<std::tuple<Op, int, int>, dist::Request> receives;
+  std::vector<dist::Request> sends;
+  auto await = [&](Op recv, const Node& n) {
+    const auto it = receives.find({recv, n.micro, n.chunk});
+    K3_CHECK(it != receives.end(), "pipeline: rank ", rank, "'s ", node_label(n, s.shape.vp),
+             " reads a message it posted no receive for");
+    it->second.wait();
+    receives.erase(it);
+  };
+  std::vector<NodeTime> times;
+  Timer clock;
+  for (const Node& n : s.ranks[static_cast<size_t>(rank)]) {
+    const int st = s.stage(rank, n.chunk);
+    const double start = clock.seconds();
+    switch (n.op) {
+      case Op::recv_forward: {
+        std::vector<float>& b = buffer(in_, n, work.input_floats(n.chunk));
+        receives[{n.op, n.micro, n.chunk}] = pp_.recv_async(
+            b.data(), static_cast<int64_t>(b.size()), s.rank_of(st - 1), message_tag(st - 1, st));
+        continue;
+      }
+      case Op::recv_backward: {
+        std::vector<float>& b = buffer(d_out_, n, work.output_floats(n.chunk));
+        receives[{n.op, n.micro, n.chunk}] = pp_.recv_async(
+            b.data(), static_cast<int64_t>(b.size()), s.rank_of(st + 1), message_tag(st + 1, st));
+        continue;
+      }
+      case Op::send_forward: {
+        const std::vector<float>& b = out_.at({n.micro, n.chunk});
+        sends.push_back(pp_.send_async(b.data(), static_cast<int64_t>(b.size()), s.rank_of(st + 1),
+                                       message_tag(st, st + 1)));
+        continue;
+      }
+      case Op::send_backward: {
+        const std::vector<float>& b = d_in_.at({n.micro, n.chunk});
+        sends.push_back(pp_.send_async(b.data(), static_cast<int64_t>(b.size()), s.rank_of(st - 1),
+                                       message_tag(st, st - 1)));
+        continue;
+      }
+      case Op::forward: {
+        if (st > 0) await(Op::recv_forward, n);
+        const float* in = st > 0 ? in_.at({n.micro, n.chunk}).data() : nullptr;
+        float* out = st < last ? buffer(out_, n, work.output_floats(n.chunk)).data() : nullptr;
+        work.forward(n.micro, n.chunk, in, out);
+        break;
+      }
+      case Op::backward: {
+        if (st < last) await(Op::recv_backward, n);
+        const float* d_out = st < last ? d_out_.at({n.micro, n.chunk}).data() : nullptr;
+        float* d_in = st > 0 ? buffer(d_in_, n, work.input_floats(n.chunk)).data() : nullptr;
+        work.backward(n.micro, n.chunk, d_out, d_in);
+        break;
+      }
+      case Op::filler:
+        work.filler(n.micro);
+        break;
+      case Op::backward_input:
+      case Op::backward_weight:
+        K3_CHECK(false, "pipeline: the executor does not split backwards yet (",
+                 schedule_kind_name(s.shape.kind), ")");
+    }
+    times.push_back({n, start, clock.seconds()});
+  }
+  for (dist::Request& r : sends) r.wait();
+  return times;
+}
+
+}  // namespace k3::parallel::pipeline

@@ -1,0 +1,65 @@
+#include "k3/parallel/pipeline/model_stages.h"
+
+#include "k3/base/error.h"
+
+namespace k3::parallel::pipeline {
+
+ModelStages::ModelStages(model::Model& model, activation::ActivationManager& acts,
+                         ArenaRegions& regions, std::span<const model::TokenBatch> micro_batches,
+                         float grad_scale)
+    : model_(model),
+      acts_(acts),
+      regions_(regions),
+      micro_batches_(micro_batches),
+      grad_scale_(grad_scale),
+      rank_(model.grid().pp().rank()),
+      region_of_(micro_batches.size() * static_cast<size_t>(model.pipeline().vp), -1) {
+  for (int r = regions.count() - 1; r >= 0; --r) free_regions_.push_back(r);
+}
+
+model::Stage ModelStages::stage(int chunk) const {
+  return model_.pipeline().stage(chunk * model_.pipeline().pp + rank_);
+}
+
+int64_t ModelStages::input_floats(int chunk) const {
+  const model::TokenBatch& b = micro_batches_.front();
+  return model_.payload_floats(stage(chunk).first, b.B * b.T);
+}
+
+int64_t ModelStages::output_floats(int chunk) const {
+  const model::TokenBatch& b = micro_batches_.front();
+  return model_.payload_floats(stage(chunk).end, b.B * b.T);
+}
+
+model::MicroBatch ModelStages::micro_batch(int micro, int chunk, int region) {
+  return {micro * model_.pipeline().vp + chunk, regions_[region], acts_};
+}
+
+void ModelStages::forward(int micro, int chunk, const float* in, float* out) {
+  K3_CHECK(!free_regions_.empty(), "pipeline: more micro-batches in flight than the ",
+           regions_.count(), " activation regions");
+  const int region = free_regions_.back();
+  free_regions_.pop_back();
+  region_of_[static_cast<size_t>(micro * model_.pipeline().vp + chunk)] = region;
+  const model::TokenBatch& b = micro_batches_[static_cast<size_t>(micro)];
+  loss_sum_ +=
+      model_.forward_stage(micro_batch(micro, chunk, region), stage(chunk), b, grad_scale_, in, out)
+          .sum;
+}
+
+void ModelStages::backward(int micro, int chunk, const float* d_out, float* d_in) {
+  int& region = region_of_[static_cast<size_t>(micro * model_.pipeline().vp + chunk)];
+  K3_CHECK(region >= 0, "pipeline: the backward of micro-batch ", micro, " chunk ", chunk,
+           " before its forward");
+  model_.backward_stage(micro_batch(micro, chunk, region), stage(chunk),
+                        micro_batches_[static_cast<size_t>(micro)], d_out, d_in);
+  regions_[region].reset();
+  free_regions_.push_back(region);
+  region = -1;
+}
+
+void ModelStages::filler(int) {
+  K3_CHECK(false, "pipeline: a filler node, but this model has no vision encoder");
+}
+
+}  // namespace k3::parallel::pipeline
