@@ -63,8 +63,9 @@ struct Trainee {
   activation::ActivationManager acts;
   parallel::DataParallel dp;
   Trainee(const model::ModelConfig& c, const dist::ProcessGrid& grid, const std::string& optimizer,
-          parallel::DataParallelOptions options)
-      : model(c, true, grid), dp(model, grid, plan(model, optimizer), {}, options) {
+          parallel::DataParallelOptions options, model::PipelineSplit split = {})
+      : model(c, true, grid, std::move(split)),
+        dp(model, grid, plan(model, optimizer), {}, options) {
     model.initialize(7);
   }
   static std::vector<optim::Assignment> plan(const model::Model& m, const std::string& optimizer) {

@@ -29,6 +29,9 @@ std::vector<NodeTime> Executor::run(const Schedule& s, StageWork& work) {
   Timer clock;
   for (const Node& n : s.ranks[static_cast<size_t>(rank)]) {
     const int st = s.stage(rank, n.chunk);
+    // A node's time starts once its input is here: the wait is idle time, not the node's.
+    if (n.op == Op::forward && st > 0) await(Op::recv_forward, n);
+    if (n.op == Op::backward && st < last) await(Op::recv_backward, n);
     const double start = clock.seconds();
     switch (n.op) {
       case Op::recv_forward: {
@@ -56,14 +59,12 @@ std::vector<NodeTime> Executor::run(const Schedule& s, StageWork& work) {
         continue;
       }
       case Op::forward: {
-        if (st > 0) await(Op::recv_forward, n);
         const float* in = st > 0 ? in_.at({n.micro, n.chunk}).data() : nullptr;
         float* out = st < last ? buffer(out_, n, work.output_floats(n.chunk)).data() : nullptr;
         work.forward(n.micro, n.chunk, in, out);
         break;
       }
       case Op::backward: {
-        if (st < last) await(Op::recv_backward, n);
         const float* d_out = st < last ? d_out_.at({n.micro, n.chunk}).data() : nullptr;
         float* d_in = st > 0 ? buffer(d_in_, n, work.input_floats(n.chunk)).data() : nullptr;
         work.backward(n.micro, n.chunk, d_out, d_in);
