@@ -15,3 +15,8 @@ expect_error "train.lr" "$K3LAB" train --set train.lr=-1
 printf '{"vocab_size": 259, "hidden_size": 64}\n' > "$WORK/model.json"
 expect_error "model.json.*num_hidden_layers" "$K3LAB" train --set model.config="$WORK/model.json" --set run.dir="$WORK/r2"
 expect_error "nothing-here" "$K3LAB" sample --checkpoint "$WORK/nothing-here" --prompt hi
+# Pipeline schedules: a bad shape is refused in one line naming what is wrong.
+expect_error "needs --kind interleaved" "$K3LAB" schedule pipeline --pp 2 --vp 2 --kind 1f1b
+expect_error "--group 3 must lie in" "$K3LAB" schedule pipeline --pp 4 --vp 2 --microbatches 8 --group 3
+expect_error "last group holds 1 of 5" "$K3LAB" schedule pipeline --pp 4 --vp 3 --microbatches 5 --group 4
+expect_error "unknown pipeline schedule 'pipedream'" "$K3LAB" schedule pipeline --kind pipedream
