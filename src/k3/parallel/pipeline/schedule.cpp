@@ -40,6 +40,25 @@ std::string node_label(const Node& n, int vp) {
   return s;
 }
 
+double node_cost(const ScheduleShape& shape, const Node& n) {
+  const UnitCosts& c = shape.costs;
+  const double v = shape.vp;
+  switch (n.op) {
+    case Op::forward:
+      return c.forward / v;
+    case Op::backward:
+      return (c.backward_input + c.backward_weight) / v;
+    case Op::backward_input:
+      return c.backward_input / v;
+    case Op::backward_weight:
+      return c.backward_weight / v;
+    case Op::filler:
+      return c.filler;
+    default:
+      return 0;
+  }
+}
+
 int message_tag(int stage_from, int stage_to) {
   // Boundary b lies between stages b and b + 1; activations cross it forwards, gradients back.
   return stage_to > stage_from ? 2 * stage_from : 2 * stage_to + 1;
@@ -182,21 +201,7 @@ class Placer {
     return static_cast<size_t>(stage * s_.microbatches + micro);
   }
   int stage(int rank, int chunk) const { return chunk * s_.pp + rank; }
-  double cost(const Node& n) const {
-    const double v = s_.vp;
-    switch (n.op) {
-      case Op::forward:
-        return s_.costs.forward / v;
-      case Op::backward:
-        return (s_.costs.backward_input + s_.costs.backward_weight) / v;
-      case Op::backward_input:
-        return s_.costs.backward_input / v;
-      case Op::backward_weight:
-        return s_.costs.backward_weight / v;
-      default:
-        return s_.costs.filler;
-    }
-  }
+  double cost(const Node& n) const { return node_cost(s_, n); }
   // When the node's input is there (kUnknown: its producer has not run).
   double ready(int rank, const Node& n) const {
     const int st = stage(rank, n.chunk), last = s_.pp * s_.vp - 1;

@@ -67,6 +67,9 @@ struct ScheduleShape {
   UnitCosts costs;       // for placing flexible nodes
 };
 
+// A node's unit cost under `shape` (zero for communication).
+double node_cost(const ScheduleShape& shape, const Node& n);
+
 struct Schedule {
   ScheduleShape shape;
   std::vector<std::vector<Node>> ranks;  // [pp] ordered nodes

@@ -123,25 +123,6 @@ class PaperRun {
     return sending ? Channel{r, s_.rank_of(peer), message_tag(st, peer)}
                    : Channel{s_.rank_of(peer), r, message_tag(peer, st)};
   }
-  double cost(const Node& n) const {
-    const UnitCosts& c = s_.shape.costs;
-    const double v = s_.shape.vp;
-    switch (n.op) {
-      case Op::forward:
-        return c.forward / v;
-      case Op::backward:
-        return (c.backward_input + c.backward_weight) / v;
-      case Op::backward_input:
-        return c.backward_input / v;
-      case Op::backward_weight:
-        return c.backward_weight / v;
-      case Op::filler:
-        return c.filler;
-      default:
-        return 0;
-    }
-  }
-
   // When rank r's next node can start (kNever: its message has not been sent yet).
   double next_start(int r) {
     RankState& st = ranks_[static_cast<size_t>(r)];
@@ -175,7 +156,7 @@ class PaperRun {
     Op recv;
     if (reads(s_, r, n, recv)) st.posted[{recv, n.micro, n.chunk}].used = true;
     check_order(r, n);
-    st.free = start + cost(n);
+    st.free = start + node_cost(s_.shape, n);
     timeline_.ranks[static_cast<size_t>(r)].push_back({n, start, st.free});
   }
 
