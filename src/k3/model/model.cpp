@@ -27,9 +27,9 @@ Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, const 
              PipelineSplit split)
     : config_(std::move(c)),
       grid_(grid),
-      split_(split.layers.empty() ? PipelineSplit::make(config_.num_hidden_layers,
-                                                        params_place_pp(places), 1)
-                                  : std::move(split)),
+      split_(split.layers.empty()
+                 ? PipelineSplit::make(config_.num_hidden_layers, params_place_pp(places), 1)
+                 : std::move(split)),
       sequence_parallel_(grid.dims().sequence_parallel && grid.tp().size() > 1),
       params_(places) {
   K3_CHECK(split_.pp == params_.place("pp").size, "the pipeline split is over pp ", split_.pp,
@@ -425,6 +425,9 @@ std::vector<std::pair<std::string, Tensor>> Model::balancer_state() const {
     Tensor t = Tensor::empty({2});
     t.f32()[0] = moe->balancer().lo();
     t.f32()[1] = moe->balancer().hi();
+    // Under pipeline parallelism only the layer's stage balances it: its range comes from there.
+    if (const int owner = stage_owner(split_.stage_of_layer(layer)); owner >= 0)
+      grid_.pp().broadcast(t.f32(), 2, owner);
     out.emplace_back(moe->balancer_state_name(), t);
   }
   return out;

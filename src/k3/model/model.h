@@ -132,7 +132,8 @@ class Model {
   std::map<int64_t, ExpertLoadStats> end_global_batch(const CountReducer& reduce = nullptr);
   // Per MoE layer, how its rows were dispatched over ep since the last call (collective over ep).
   std::map<int64_t, DispatchStats> take_dispatch_stats() const;
-  // The balancers' ranges, for checkpoints: one [2] tensor per MoE layer.
+  // The balancers' ranges, for checkpoints: one [2] tensor per MoE layer. Under pipeline
+  // parallelism each comes from its layer's stage (collective over pp).
   std::vector<std::pair<std::string, Tensor>> balancer_state() const;
   void restore_balancer_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                               const std::string& origin);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "k3/base/checksum.h"
 #include "k3/base/error.h"
@@ -141,10 +142,27 @@ void whole_weight(const model::Model& model, int i, float* out) {
   model.grid().tp().all_reduce(out, p.numel());
 }
 
+// Parameter i of this rank's pipeline stage, whole: a routed expert gathered by its ep owner,
+// then broadcast over ep.
+void stage_weight(const model::Model& model, int i, float* out) {
+  const model::ParamInfo& p = model.params().info(i);
+  const dist::Comm& ep = model.grid().ep();
+  if (p.shard.expert_owned() && ep.size() > 1) {
+    if (p.held()) whole_weight(model, i, out);
+    ep.broadcast(out, p.numel(), p.shard.ep_owner);
+    return;
+  }
+  whole_weight(model, i, out);
+}
+
 }  // namespace
 
-std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& optimizer,
-                                            const model::Model& model) {
+namespace {
+
+// The sources of this pipeline stage's state tensors (every tensor without pipeline parallelism):
+// routed experts' from their ep owner.
+std::vector<TensorSource> stage_optimizer_sources(const parallel::ShardedOptimizer& optimizer,
+                                                  const model::Model& model) {
   std::vector<TensorSource> out;
   const auto& parts = optimizer.state_parts();
   const dist::Comm& ep = model.grid().ep();
@@ -179,16 +197,60 @@ std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& op
   return out;
 }
 
+}  // namespace
+
+// Under pipeline parallelism each stage's tensors come from that stage's ranks: every pp rank
+// lists its own, and a tensor is gathered within its stage, then broadcast over pp.
+std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& optimizer,
+                                            const model::Model& model) {
+  std::vector<TensorSource> stage = stage_optimizer_sources(optimizer, model);
+  const dist::Comm& pp = model.grid().pp();
+  if (pp.size() == 1) return stage;
+  std::vector<std::pair<std::string, Shape>> mine;
+  for (const TensorSource& t : stage) mine.emplace_back(t.name, t.shape);
+  const auto lists = owned_state_lists(mine, pp);
+  // In the order one process lists them: AdamW's pairs by parameter, then Muon's momenta.
+  struct Entry {
+    std::tuple<int, int, int> order;  // (momentum, parameter, exp_avg_sq)
+    int rank;
+    size_t k;
+  };
+  std::vector<Entry> entries;
+  for (int r = 0; r < pp.size(); ++r)
+    for (size_t k = 0; k < lists[static_cast<size_t>(r)].size(); ++k) {
+      const std::string& name = lists[static_cast<size_t>(r)][k].first;
+      const std::string kind = name.substr(0, name.find('.'));
+      entries.push_back({{kind == "momentum", model.params().find(name.substr(kind.size() + 1)),
+                          kind == "exp_avg_sq"},
+                         r,
+                         k});
+    }
+  std::stable_sort(entries.begin(), entries.end(),
+                   [](const Entry& a, const Entry& b) { return a.order < b.order; });
+  auto held = std::make_shared<std::vector<TensorSource>>(std::move(stage));
+  std::vector<TensorSource> out;
+  for (const Entry& e : entries) {
+    const auto& [name, shape] = lists[static_cast<size_t>(e.rank)][e.k];
+    const bool own = e.rank == pp.rank();
+    out.push_back(
+        {name, shape, [held, &pp, own, k = e.k, r = e.rank, n = shape_numel(shape)](float* values) {
+           if (own) (*held)[k].fill(values);
+           pp.broadcast(values, n, r);
+         }});
+  }
+  return out;
+}
+
 void global_weight(const model::Model& model, int i, float* out) {
   const model::ParamRegistry& params = model.params();
   const model::ParamInfo& p = params.info(i);
-  const dist::Comm& ep = model.grid().ep();
-  if (p.shard.expert_owned() && ep.size() > 1) {  // the owner gathers it, then broadcasts it
-    if (p.held()) whole_weight(model, i, out);
-    ep.broadcast(out, p.numel(), p.shard.ep_owner);
+  const dist::Comm& pp = model.grid().pp();
+  if (p.shard.pp_owner >= 0 && pp.size() > 1) {  // gathered in its stage, then sent to the others
+    if (pp.rank() == p.shard.pp_owner) stage_weight(model, i, out);
+    pp.broadcast(out, p.numel(), p.shard.pp_owner);
     return;
   }
-  whole_weight(model, i, out);
+  stage_weight(model, i, out);
 }
 
 CheckpointContents make_checkpoint(const Session& s, std::vector<TensorSource> optimizer_state,

@@ -78,12 +78,16 @@ CheckpointContents make_checkpoint(const Session& s, std::vector<TensorSource> o
 // the save comes to it (collective over the optimizer's state group). Under expert parallelism
 // the routed experts' state lives on their owners: the list names every ep rank's (the dense
 // tensors, then each ep rank's experts in rank order; the names travel once over ep), and each
-// expert tensor is broadcast from its owner, so every rank walks the same list.
+// expert tensor is broadcast from its owner, so every rank walks the same list. Under pipeline
+// parallelism each pp rank lists its stage's tensors so (the names travel once over pp), and each
+// is broadcast over pp from the stage that holds it.
 std::vector<TensorSource> optimizer_sources(const parallel::ShardedOptimizer& optimizer,
                                             const model::Model& model);
 // Parameter I's global values into OUT (numel floats). A parameter split over tp is gathered
 // over the model's tp group, and a routed expert under expert parallelism over ep, so every rank
 // of those groups must call it for the same I; a whole one (replicated, or one rank) is copied.
+// Under pipeline parallelism a stage's tensor is gathered within the stage, then broadcast over
+// pp, so every rank of the job calls it for the same I.
 void global_weight(const model::Model& model, int i, float* out);
 // Reads each parameter's global tensor from the checkpoint into one buffer (the largest
 // parameter's size) and copies this rank's shard of it into the model, so that a checkpoint loads
