@@ -85,6 +85,16 @@ TEST_P(PipelineParallelMatchesOneProcess, ThreeStepsEachFromTheOneProcessState) 
   testing::expect_steps_from(*ref, *run, 3, testing::kT, what(), kRows, {}, kMicroBatches);
 }
 
+TEST_P(PipelineParallelMatchesOneProcess, EvaluationLoss) {
+  const GlobalBatch b(ref->model.config(), 5, testing::kT, kRows);
+  const model::TokenBatch batch = b.share(0, kRows)[0];
+  const kernels::LossSum want = ref->model.forward_loss(ref->arena, batch);
+  const kernels::LossSum got = run->model.forward_loss(run->arena, batch);
+  EXPECT_EQ(got.count, want.count);
+  // The same arithmetic stage after stage; tensor parallelism sums partial products in its order.
+  EXPECT_NEAR(got.sum, want.sum, GetParam().tp > 1 ? 1e-6 * want.sum : 0.0);
+}
+
 std::vector<Layout> layouts() {
   const Setup adamw0{0, "adamw"}, muon1{1, "muon"}, adamw2{2, "adamw"};
   return {

@@ -366,11 +366,45 @@ kernels::LossSum Model::forward_loss(Arena& arena, const TokenBatch& b) {
   ArenaScope scope(arena);
   activation::ActivationManager unused;
   const Step s = step({0, arena, unused}, false);
+  if (split_.pp > 1) return pipelined_loss(s, b);
   return head_loss(s, forward_layers(s, whole(), b, nullptr, nullptr), b, 1.f, nullptr);
+}
+
+// The stages in order, each on its pp rank, the payload passed on by blocking point-to-point (a
+// chain: every rank waits only for the stage before it); the last stage's loss goes to every rank.
+kernels::LossSum Model::pipelined_loss(const Step& s, const TokenBatch& b) const {
+  const dist::Comm& pp = grid_.pp();
+  const int64_t n = b.B * b.T;
+  double loss[2] = {0, 0};  // sum, count
+  for (int st = 0; st < split_.stages(); ++st) {
+    if (split_.rank_of(st) != pp.rank()) continue;
+    const Stage stage = split_.stage(st);
+    float* in = nullptr;
+    if (st > 0) {
+      const int64_t floats = payload_floats(stage.first, n);
+      in = s.alloc(floats);
+      pp.recv(in, floats, split_.rank_of(st - 1), st);
+    }
+    if (stage.head) {
+      const kernels::LossSum l =
+          head_loss(s, forward_layers(s, stage, b, in, nullptr), b, 1.f, nullptr);
+      loss[0] = l.sum;
+      loss[1] = static_cast<double>(l.count);
+    } else {
+      const int64_t floats = payload_floats(stage.end, n);
+      float* out = s.alloc(floats);
+      forward_layers(s, stage, b, in, out);
+      pp.send(out, floats, split_.rank_of(st + 1), st + 1);
+    }
+  }
+  pp.broadcast(loss, 2, split_.rank_of(split_.stages() - 1));
+  return {loss[0], static_cast<int64_t>(loss[1])};
 }
 
 void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T,
                            float* logits) {
+  K3_CHECK(split_.pp == 1, "logits of the whole model need every layer on one rank (pp = ",
+           split_.pp, ")");
   ArenaScope scope(arena);
   activation::ActivationManager unused;
   const Step s = step({0, arena, unused}, false);
@@ -388,6 +422,7 @@ ModelCache Model::make_cache(int64_t max_len) const {
 void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n,
                    float* logits) {
   K3_CHECK(n > 0, "decode needs at least one token");
+  K3_CHECK(split_.pp == 1, "decoding needs every layer on one rank (pp = ", split_.pp, ")");
   K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len,
            " tokens");
   ArenaScope scope(arena);

@@ -116,9 +116,10 @@ class Model {
   // to free. b gives B and T, and with the embedding the tokens again.
   void backward_stage(const MicroBatch& mb, const Stage& stage, const TokenBatch& b,
                       const float* d_out, float* d_in, const GradsFinal& grads_final = {});
-  // Evaluation: the summed loss, nothing saved, no gradients.
+  // Evaluation: the summed loss, nothing saved, no gradients. Under pipeline parallelism every pp
+  // rank calls it: the stages run in order and every rank gets the loss.
   kernels::LossSum forward_loss(Arena& arena, const TokenBatch& b);
-  // Full logits [B*T, vocab] (tests and small-scale inspection only).
+  // Full logits [B*T, vocab] (tests and small-scale inspection only; not under pp).
   void forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T, float* logits);
 
   ModelCache make_cache(int64_t max_len) const;
@@ -182,6 +183,7 @@ class Model {
   kernels::LossSum head_loss(const Step& s, const float* h, const TokenBatch& b, float grad_scale,
                              float* dh) const;
   float* embed(const Step& s, const int32_t* tokens, int64_t n) const;
+  kernels::LossSum pipelined_loss(const Step& s, const TokenBatch& b) const;
   int64_t banks_before(int64_t layer) const;  // bank entries taken before layer `layer`
   void check_stage(const Stage& stage) const;
   Step step(const MicroBatch& mb, bool training);
