@@ -23,34 +23,6 @@ namespace {
 using namespace k3;
 namespace pl = parallel::pipeline;
 
-// Every rank's measured nodes, on every rank: (op, micro, chunk, start, end) packed as doubles.
-pl::Timeline gather(const dist::Comm& world, const std::vector<pl::NodeTime>& mine) {
-  std::vector<int64_t> counts(static_cast<size_t>(world.size()), 0);
-  counts[static_cast<size_t>(world.rank())] = static_cast<int64_t>(mine.size()) * 5;
-  world.all_reduce(counts.data(), static_cast<int64_t>(counts.size()));
-  int64_t total = 0, at = 0;
-  for (int r = 0; r < world.size(); ++r)
-    (r < world.rank() ? at : total) += counts[static_cast<size_t>(r)];
-  total += at;
-  std::vector<double> all(static_cast<size_t>(total));
-  for (const pl::NodeTime& t : mine)
-    for (double v : {static_cast<double>(t.node.op), static_cast<double>(t.node.micro),
-                     static_cast<double>(t.node.chunk), t.start, t.end})
-      all[static_cast<size_t>(at++)] = v;
-  world.all_gather(all.data(), counts);
-  pl::Timeline out;
-  size_t i = 0;
-  for (int r = 0; r < world.size(); ++r) {
-    out.ranks.emplace_back();
-    for (int64_t k = 0; k < counts[static_cast<size_t>(r)] / 5; ++k, i += 5)
-      out.ranks.back().push_back({{static_cast<pl::Op>(all[i]), static_cast<int>(all[i + 1]),
-                                   static_cast<int>(all[i + 2])},
-                                  all[i + 3],
-                                  all[i + 4]});
-  }
-  return out;
-}
-
 struct Result {
   double seconds;
   pl::Timeline measured;
@@ -70,7 +42,7 @@ Result run(const model::ModelConfig& c, const dist::ProcessGrid& grid, pl::Sched
     Timer clock;
     t.dp.forward_backward(t.arena, t.acts, batch.share(0, rows));
     const double seconds = bench::max_over_ranks(grid.world(), clock.seconds());
-    pl::Timeline measured = gather(grid.world(), t.dp.measured());
+    pl::Timeline measured = pl::gather_timeline(grid.pp(), t.dp.measured());
     if (s > 0) timed.emplace_back(seconds, std::move(measured));  // the first step warms up
   }
   std::sort(timed.begin(), timed.end(),

@@ -204,9 +204,13 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
                "·", p.tp, "·", p.pp, "·", p.ep, "·", p.cp, " = ", product, " but the job has ",
                world_size, " process", world_size == 1 ? "" : "es",
                world_size == 1 ? " (start it with mpirun -np N, or set parallel.dp=1)" : "");
-  K3_CHECK_CTX(p.pp == 1, (ErrorContext{"", "parallel.pp", -1}), "parallel.pp = ", p.pp,
-               ": pipeline parallelism is not available in this version (data, tensor, context "
-               "and expert parallelism are)");
+  K3_CHECK_CTX(p.pp == 1 || (p.cp == 1 && p.ep == 1), (ErrorContext{"", "parallel.pp", -1}),
+               "parallel.pp = ", p.pp,
+               " composes with dp and tp in this version, not with cp or ep (cp = ", p.cp,
+               ", ep = ", p.ep, ")");
+  K3_CHECK_CTX(p.pp > 1 || p.vp == 1, (ErrorContext{"", "parallel.vp", -1}),
+               "virtual stages (parallel.vp = ", p.vp,
+               ") need pipeline parallelism (parallel.pp > 1)");
   K3_CHECK_CTX(p.cp == 1 || seq_len % (2 * p.cp) == 0, (ErrorContext{"", "data.seq_len", -1}),
                "context parallelism cuts each sequence into 2·cp = ", 2 * p.cp,
                " zig-zag chunks: ", seq_len, " tokens do not split evenly");
@@ -221,6 +225,31 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
                "sequence parallelism splits each rank's ", tokens,
                " tokens per micro-batch (batch_size / (dp·ep) · seq_len / cp) over tp = ", p.tp,
                ": they do not split evenly");
+}
+
+// Under pipeline parallelism: the layers split into pp·vp stages, the schedule takes the step's
+// micro-batches (train.grad_accum), and no sample is asked for (decoding needs every layer on one
+// rank).
+void check_pipeline(const RunConfig& config, const model::ModelConfig& mc) {
+  const ParallelSection& p = config.parallel;
+  if (p.pp == 1) return;
+  const model::PipelineSplit split = pipeline_split(p, mc.num_hidden_layers);
+  parallel::pipeline::ScheduleShape shape;
+  shape.kind = pipeline_schedule(p);
+  shape.pp = split.pp;
+  shape.vp = split.vp;
+  shape.microbatches = static_cast<int>(config.train.grad_accum);
+  shape.group = static_cast<int>(p.pp_group);
+  try {
+    parallel::pipeline::make_schedule(shape);
+  } catch (const Error& e) {
+    throw Error(e.message() + " (parallel.pp_schedule " + p.pp_schedule + ", train.grad_accum " +
+                    std::to_string(config.train.grad_accum) + ")",
+                ErrorContext{"", "parallel.pp_schedule", -1});
+  }
+  K3_CHECK_CTX(config.sample.every == 0, (ErrorContext{"", "sample.every", -1}),
+               "samples under pipeline parallelism are not available (decoding needs every layer "
+               "on one rank): set sample.every = 0");
 }
 
 // data.documents: every sequence mixer must take packed documents (KDA and gated MLA do), and
@@ -244,6 +273,7 @@ PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc)
   PreflightResult r;
   check_parallel(config.parallel, config.train, config.data.seq_len, dist::Runtime::world_size());
   check_documents(config, mc);
+  check_pipeline(config, mc);
   model::check_tensor_parallel(mc, static_cast<int>(config.parallel.tp));
   if (config.train.threads > 0)
     r.threads = user_thread_count(config.train.threads, "train.threads");

@@ -270,6 +270,15 @@ const std::vector<Field>& fields() {
           "rank at exactly S·K rows with replicas"),
     field("parallel.moonep_slots", &R::parallel, &P::moonep_slots, at_least<I>(0),
           "MoonEP: replicas of other ranks' experts one rank may host per MoE layer"),
+    field("parallel.vp", &R::parallel, &P::vp, above<I>(0),
+          "pipeline: virtual stages (model chunks) per pp rank; above 1 interleaves"),
+    field("parallel.pp_layers", &R::parallel, &P::pp_layers, any_text(),
+          "pipeline: layers of each virtual stage, comma-separated (\"3,5\"); empty: even"),
+    field("parallel.pp_schedule", &R::parallel, &P::pp_schedule,
+          one_of({"auto", "gpipe", "1f1b", "interleaved"}),
+          "pipeline: auto is interleaved when vp > 1, else 1f1b"),
+    field("parallel.pp_group", &R::parallel, &P::pp_group, at_least<I>(0),
+          "pipeline, interleaved: micro-batches per group through each chunk; 0: pp"),
   };
   // clang-format on
   return table;

@@ -96,6 +96,10 @@ struct ParallelSection {
   int64_t sequence_parallel = 0;  // 1: the residual stream's tokens split over tp
   std::string moe_dispatch = "alltoall";  // under ep: "alltoall" (baseline) or "moonep"
   int64_t moonep_slots = 2;               // MoonEP: replica slots per rank
+  int64_t vp = 1;                         // pipeline: virtual stages (model chunks) per pp rank
+  std::string pp_layers;                  // pipeline: layers per virtual stage, "3,5"; empty: even
+  std::string pp_schedule = "auto";       // "auto" (interleaved when vp > 1, else 1f1b), gpipe, ...
+  int64_t pp_group = 0;                   // interleaved: micro-batches per group; 0: pp
   bool operator==(const ParallelSection&) const = default;
 };
 

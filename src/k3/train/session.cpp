@@ -28,13 +28,49 @@ void check_model_for_run(const model::ModelConfig& mc, const RunConfig& config,
                " exceeds the model's max_position_embeddings ", mc.max_position_embeddings);
 }
 
+model::PipelineSplit pipeline_split(const ParallelSection& p, int64_t layers) {
+  const ErrorContext ctx{"", "parallel.pp_layers", -1};
+  std::vector<int64_t> counts;
+  std::istringstream list(p.pp_layers);
+  for (std::string item; std::getline(list, item, ',');) {
+    size_t used = 0;
+    int64_t n = -1;
+    try {
+      n = std::stoll(item, &used);
+    } catch (const std::exception&) {
+    }
+    K3_CHECK_CTX(n >= 0 && item.find_first_not_of(" ", used) == std::string::npos, ctx, "'",
+                 p.pp_layers, "' is not a comma-separated list of layer counts");
+    counts.push_back(n);
+  }
+  try {
+    return model::PipelineSplit::make(layers, static_cast<int>(p.pp), static_cast<int>(p.vp),
+                                      counts);
+  } catch (const Error& e) {
+    throw Error(e.message(), ctx);
+  }
+}
+
+parallel::pipeline::ScheduleKind pipeline_schedule(const ParallelSection& p) {
+  if (p.pp_schedule == "auto")
+    return p.vp > 1 ? parallel::pipeline::ScheduleKind::interleaved
+                    : parallel::pipeline::ScheduleKind::one_f_one_b;
+  return parallel::pipeline::parse_schedule_kind(p.pp_schedule);
+}
+
 std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& model,
                                       const dist::ProcessGrid& grid) {
   auto s = std::make_unique<Session>();
   s->config = config;
   s->tokenizer = run_tokenizer();
   check_model_for_run(model, config, *s->tokenizer);
-  s->model = std::make_unique<model::Model>(model, /*allocate=*/true, grid);
+  // The run's pipeline split, or, for a command on another layout than the run's (evaluating or
+  // sampling a checkpoint), the even split over its grid.
+  const int64_t layers = model.num_hidden_layers;
+  s->model = std::make_unique<model::Model>(
+      model, /*allocate=*/true, grid,
+      grid.dims().pp == config.parallel.pp ? pipeline_split(config.parallel, layers)
+                                           : model::PipelineSplit::make(layers, grid.dims().pp));
   s->arena = step_arena();
   s->loss_floor = data_loss_floor(config);
   return s;

@@ -13,6 +13,7 @@
 #include "k3/data/tokenizer.h"
 #include "k3/model/model.h"
 #include "k3/optim/optimizer.h"
+#include "k3/parallel/pipeline/schedule.h"
 #include "k3/parallel/zero/sharded_optimizer.h"
 #include "k3/train/checkpoint.h"
 #include "k3/train/run_config.h"
@@ -42,6 +43,12 @@ void check_model_for_run(const model::ModelConfig& model, const RunConfig& confi
 
 // Builds the session of a run configuration and a model configuration (checked as above):
 // parameters allocated (not initialized), step arena mapped. `grid` must outlive the session.
+// The pipeline's split of a model of `layers` layers: parallel.pp × parallel.vp virtual stages,
+// parallel.pp_layers counts or even (refused in one line naming the field otherwise).
+model::PipelineSplit pipeline_split(const ParallelSection& p, int64_t layers);
+// parallel.pp_schedule, with "auto" resolved.
+parallel::pipeline::ScheduleKind pipeline_schedule(const ParallelSection& p);
+
 std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& model,
                                       const dist::ProcessGrid& grid = dist::single_process());
 

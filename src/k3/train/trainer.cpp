@@ -23,6 +23,7 @@
 #include "k3/optim/clip.h"
 #include "k3/optim/schedule.h"
 #include "k3/parallel/optim_adapters.h"
+#include "k3/parallel/pipeline/timeline_chart.h"
 #include "k3/parallel/zero/data_parallel.h"
 #include "k3/train/evaluate.h"
 #include "k3/train/expert_load.h"
@@ -58,7 +59,9 @@ parallel::DataParallel make_data_parallel(model::Model& model, const RunConfig& 
       parallel::DataParallelOptions{
           .zero = static_cast<int>(p.zero),
           .bucket_floats = static_cast<size_t>(p.bucket_mib * 1024 * 1024 / sizeof(float)),
-          .overlap = p.overlap != 0});
+          .overlap = p.overlap != 0,
+          .schedule = pipeline_schedule(p),
+          .group = static_cast<int>(p.pp_group)});
 }
 
 // Every rank must train the same run: a job launched with different arguments or files on
@@ -89,14 +92,11 @@ dist::ParallelDims dims_of(const ParallelSection& p) {
           .moonep_slots = static_cast<int>(p.moonep_slots)};
 }
 
-// The ranks that hold the lead's model replica (its tp, cp and ep groups): evaluation and
-// sampling run on them alone, since a tensor-, context- or expert-parallel forward needs every
-// rank of its groups (the ep ranks then all run the same tokens; the cp ranks split each
-// sequence, or, decoding, all run it whole).
-bool in_lead_group(const dist::ProcessGrid& grid) {
-  const dist::GridCoord& c = grid.coord();
-  return c.dp == 0 && c.pp == 0;
-}
+// The ranks that hold the lead's model replica (its tp, cp, ep and pp groups): evaluation and
+// sampling run on them alone, since a tensor-, context-, expert- or pipeline-parallel forward
+// needs every rank of its groups (the ep ranks then all run the same tokens; the cp ranks split
+// each sequence, or, decoding, all run it whole; the pp ranks run their stages in turn).
+bool in_lead_group(const dist::ProcessGrid& grid) { return grid.coord().dp == 0; }
 
 nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
   nlohmann::json out = nlohmann::json::array();
@@ -152,6 +152,9 @@ class Run {
     }
     if (lead_) metrics_ = std::make_unique<MetricsWriter>(run_dir_, from ? step_ : -1);
     peak_gflops_ = fma_peak_gflops();
+    if (grid.pp().size() > 1)
+      say("pipeline: " + s_->model->pipeline().describe() + ", schedule " +
+          parallel::pipeline::schedule_kind_name(pipeline_schedule(config.parallel)));
   }
 
   TrainSummary run();
@@ -168,6 +171,9 @@ class Run {
   std::string checkpoint_now();
   void stop_early(TrainSummary& out, int signal);
   std::string sample_now() const;
+  // Under pipeline parallelism: the step's measured timeline beside the planned one, drawn to
+  // RUN_DIR/pipeline_timeline.svg (collective over pp).
+  void draw_timeline();
   void say(const std::string& text) {
     if (progress_) progress_->message(text);
   }
@@ -188,6 +194,8 @@ class Run {
   std::unique_ptr<ProgressDisplay> progress_;  // null when quiet
   std::unique_ptr<MetricsWriter> metrics_;
   int64_t step_ = 0, checkpoint_step_ = -1;
+  int64_t steps_run_ = 0;  // by this process
+  bool timeline_drawn_ = false;
   double peak_gflops_ = 0, last_grad_norm_ = NAN, last_val_loss_ = NAN;
   std::string last_checkpoint_;
   std::vector<data::Batch> micro_;
@@ -225,8 +233,28 @@ void Run::resume(ResumePoint& from) {
 
 nlohmann::json Run::layout_json() const {
   const dist::ParallelDims& d = grid_.dims();
-  return {{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp},
-          {"ep", d.ep}, {"cp", d.cp}, {"zero", s_->config.parallel.zero}};
+  nlohmann::json j = {{"dp", d.dp}, {"tp", d.tp}, {"pp", d.pp},
+                      {"ep", d.ep}, {"cp", d.cp}, {"zero", s_->config.parallel.zero}};
+  if (d.pp > 1) {
+    j["vp"] = s_->model->pipeline().vp;
+    j["pp_layers"] = s_->model->pipeline().layers;
+  }
+  return j;
+}
+
+void Run::draw_timeline() {
+  if (grid_.pp().size() == 1 || timeline_drawn_) return;
+  timeline_drawn_ = true;
+  const parallel::pipeline::Timeline measured =
+      parallel::pipeline::gather_timeline(grid_.pp(), dp_.measured());
+  if (!lead_) return;
+  const parallel::pipeline::Schedule& s = dp_.schedule();
+  const std::string path = run_dir_ + "/pipeline_timeline.svg";
+  write_svg(path, render_gantt(parallel::pipeline::timeline_chart(
+                      s, parallel::pipeline::simulate(s), &measured)));
+  say(strprintf("pipeline timeline of step %lld: %s (measured bubble %.3f, planned %.3f)",
+                static_cast<long long>(step_ + 1), path.c_str(), measured.bubble_ratio(),
+                parallel::pipeline::simulate(s).bubble_ratio()));
 }
 
 double Run::train_step() {
@@ -247,6 +275,8 @@ double Run::train_step() {
     ProfileScope time(kStepBucket);
     t = dp_.forward_backward(s_->arena, s_->acts, views);
   }
+  // The second step this process runs (the first warms up), or the last.
+  if (++steps_run_ == 2 || step_ + 1 == c.train.steps) draw_timeline();
   last_grad_norm_ = t.grad_norm;
   if (!guard_.admit(t.loss, last_grad_norm_)) {
     say(strprintf(
@@ -447,7 +477,8 @@ TrainSummary Run::run() {
   out.steps = step_;
   out.validation_loss = last_val_loss_;
   out.last_checkpoint = last_checkpoint_;
-  if (lead_group_ && !out.stop_signal) out.sample = sample_now();
+  // Decoding needs every layer on one rank: no sample under pipeline parallelism.
+  if (lead_group_ && !out.stop_signal && grid_.pp().size() == 1) out.sample = sample_now();
   if (!lead_) return out;
   out.loss_plot = write_loss_plot(run_dir_, c);
   if (out.stop_signal) return out;

@@ -84,4 +84,32 @@ std::vector<NodeTime> Executor::run(const Schedule& s, StageWork& work) {
   return times;
 }
 
+// Packed as doubles: (op, micro, chunk, start, end) per node.
+Timeline gather_timeline(const dist::Comm& pp, const std::vector<NodeTime>& mine) {
+  std::vector<int64_t> counts(static_cast<size_t>(pp.size()), 0);
+  counts[static_cast<size_t>(pp.rank())] = static_cast<int64_t>(mine.size()) * 5;
+  pp.all_reduce(counts.data(), static_cast<int64_t>(counts.size()));
+  int64_t total = 0, at = 0;
+  for (int r = 0; r < pp.size(); ++r)
+    (r < pp.rank() ? at : total) += counts[static_cast<size_t>(r)];
+  total += at;
+  std::vector<double> all(static_cast<size_t>(total));
+  for (const NodeTime& t : mine)
+    for (double v : {static_cast<double>(t.node.op), static_cast<double>(t.node.micro),
+                     static_cast<double>(t.node.chunk), t.start, t.end})
+      all[static_cast<size_t>(at++)] = v;
+  pp.all_gather(all.data(), counts);
+  Timeline out;
+  size_t i = 0;
+  for (int r = 0; r < pp.size(); ++r) {
+    out.ranks.emplace_back();
+    for (int64_t k = 0; k < counts[static_cast<size_t>(r)] / 5; ++k, i += 5)
+      out.ranks.back().push_back(
+          {{static_cast<Op>(all[i]), static_cast<int>(all[i + 1]), static_cast<int>(all[i + 2])},
+           all[i + 3],
+           all[i + 4]});
+  }
+  return out;
+}
+
 }  // namespace k3::parallel::pipeline

@@ -45,4 +45,8 @@ class Executor {
   std::map<Key, std::vector<float>> in_, out_, d_in_, d_out_;
 };
 
+// Every pp rank's measured nodes (Executor::run), on every rank of `pp` (collective there): the
+// step's measured timeline, each rank's times from its own start of the step.
+Timeline gather_timeline(const dist::Comm& pp, const std::vector<NodeTime>& mine);
+
 }  // namespace k3::parallel::pipeline

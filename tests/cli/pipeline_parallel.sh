@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# k3lab train under pipeline parallelism: a pp2 run (dense-tiny, one layer a stage, 2 micro-batches
+# a step) ends at the one-process run's losses, logs its split, draws its measured timeline beside
+# the planned one, and its checkpoints are global: it resumes in one process, and a one-process
+# run resumes under pp2. Bad pipeline settings are refused before any work, naming the field.
+source "$(dirname "$0")/common.sh"
+export OMP_NUM_THREADS=1
+MPI=(mpirun --allow-run-as-root --oversubscribe -q)
+RUN=("${TINY[@]}" --set train.threads=1 --set train.grad_accum=2 --set train.steps=6
+     --set checkpoint.every=3 --set eval.every=3 --set sample.every=0)
+
+"$K3LAB" train "${RUN[@]}" --set run.dir="$WORK/one" > /dev/null
+"${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]}" --set parallel.pp=2 --set run.dir="$WORK/pp2" > /dev/null
+for step in 3 6; do
+  a=$(loss_at "$WORK/one" $step) b=$(loss_at "$WORK/pp2" $step)
+  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != "" && d <= 1e-6 * a) }' ||
+    fail "step $step loss: one process $a, pp2 $b"
+done
+va=$(grep -o '"val_loss":[^,}]*' "$WORK/one/metrics.jsonl" | tail -1)
+vb=$(grep -o '"val_loss":[^,}]*' "$WORK/pp2/metrics.jsonl" | tail -1)
+[ -n "$va" ] && [ "$va" = "$vb" ] || fail "validation loss: one process $va, pp2 $vb"
+grep -q '"pp_layers":\[1,1\]' "$WORK/pp2/history.jsonl" || fail "history.jsonl does not record the split"
+grep -q '>measured<' "$WORK/pp2/pipeline_timeline.svg" && grep -q '>planned<' "$WORK/pp2/pipeline_timeline.svg" ||
+  fail "no planned and measured timeline in pipeline_timeline.svg"
+echo "ok: pp2 ends at the one-process losses ($(loss_at "$WORK/pp2" 6)), split recorded, timeline drawn"
+
+# The split and the schedule are logged at the start.
+"${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]:1}" --set parallel.pp=2 --set train.steps=1 \
+  --set run.dir="$WORK/logged" 2>&1 | tr '\r' '\n' | grep -q 'pipeline: 2 stages over pp 2: layers \[0, 1) \[1, 2), schedule 1f1b' ||
+  fail "the pipeline split is not logged"
+echo "ok: the split is logged"
+
+resume_matches "$WORK/pp2" pp2_in_one_process 1 --set parallel.pp=1
+resume_matches "$WORK/one" one_under_pp2 2 --set parallel.pp=2
+"$K3LAB" eval --checkpoint "$WORK/pp2" --batches 2 > /dev/null
+
+# Refusals, before any work, naming the field.
+for bad in "parallel.pp_layers --set parallel.pp_layers=1,x" "parallel.pp_layers --set parallel.pp_layers=2,1" \
+           "sample.every --set sample.every=2" "parallel.pp_schedule --set parallel.pp_schedule=interleaved" \
+           "parallel.pp --set parallel.cp=2 --set parallel.dp=1"; do
+  read -r field settings <<< "$bad"
+  np=2
+  [[ $settings == *cp=2* ]] && np=4
+  # shellcheck disable=SC2086
+  line=$(first_error_line "${MPI[@]}" -np $np "$K3LAB" train "${RUN[@]}" --set parallel.pp=2 $settings --set run.dir="$WORK/bad")
+  [[ $line == *"$field"* ]] || fail "expected an error naming $field, got: $line"
+  [ ! -e "$WORK/bad/checkpoints" ] || fail "a refused run wrote checkpoints"
+done
+echo "ok: bad pipeline settings refused, naming the field"
