@@ -249,12 +249,12 @@ void Run::draw_timeline() {
       parallel::pipeline::gather_timeline(grid_.pp(), dp_.measured());
   if (!lead_) return;
   const parallel::pipeline::Schedule& s = dp_.schedule();
+  const parallel::pipeline::Timeline planned = parallel::pipeline::simulate(s);
   const std::string path = run_dir_ + "/pipeline_timeline.svg";
-  write_svg(path, render_gantt(parallel::pipeline::timeline_chart(
-                      s, parallel::pipeline::simulate(s), &measured)));
+  write_svg(path, render_gantt(parallel::pipeline::timeline_chart(s, planned, &measured)));
   say(strprintf("pipeline timeline of step %lld: %s (measured bubble %.3f, planned %.3f)",
                 static_cast<long long>(step_ + 1), path.c_str(), measured.bubble_ratio(),
-                parallel::pipeline::simulate(s).bubble_ratio()));
+                planned.bubble_ratio()));
 }
 
 double Run::train_step() {
