@@ -5,7 +5,10 @@
 # does not stop training.
 source "$(dirname "$0")/common.sh"
 steps=40
-args=("${TINY[@]}" --set train.steps=$steps --set checkpoint.every=25 --set eval.every=10 --set eval.batches=1)
+# Steps of 16 sequences of 64 tokens (tens of ms) keep each signal within a step or two of the
+# poll that sends it.
+args=("${TINY[@]}" --set train.steps=$steps --set train.batch_size=16 --set data.seq_len=64
+      --set checkpoint.every=25 --set eval.every=10 --set eval.batches=1)
 "$K3LAB" train "${args[@]}" --set run.dir="$WORK/straight"
 
 run="$WORK/stopped"
@@ -15,9 +18,12 @@ for sig in TERM USR1 INT; do
   resume=()
   [ "$round" -eq 1 ] || resume=(--resume)
   # INT is sent to a background job, which bash starts with SIGINT ignored: the run still stops.
+  # The target counts from the steps already recorded: a signal sent before the resumed run has
+  # taken a step of its own could arrive before it handles signals at all.
+  start=$(recorded_steps "$run")
   "$K3LAB" train "${args[@]}" --set run.dir="$run" "${resume[@]}" &
   pid=$!
-  wait_for_steps "$pid" "$run" $((round * 8 + RANDOM % 4))
+  wait_for_steps "$pid" "$run" $((start + 3 + RANDOM % 4))
   kill -"$sig" "$pid"
   rc=0
   wait "$pid" || rc=$?
