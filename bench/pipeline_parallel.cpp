@@ -1,6 +1,6 @@
 // Pipeline parallelism, measured against its plan (bench/pipeline_parallel.sh runs it under
-// mpirun, one thread a rank): k3-micro (8 layers) split over the job's ranks, for GPipe, 1F1B and
-// the interleaved 1F1B (vp 2) at several micro-batch counts. For each, the step time (median of
+// mpirun, one thread a rank): k3-micro (8 layers) split over the job's ranks, for GPipe, 1F1B,
+// ZB-H1 and the interleaved 1F1B (vp 2) at several micro-batch counts. For each, the step time (median of
 // the timed steps, slowest rank), the measured bubble (idle over busy, summed over ranks, from
 // every rank's timed nodes of the median step) beside the plan's (unit costs, simulate.h) and
 // Megatron-Core's (p - 1) / (v·m). With --plot FILE, the interleaved run at the most micro-batches
@@ -80,6 +80,7 @@ int main(int argc, char** argv) {
     for (int m : {2, 4, 8}) {
       cases.push_back({pl::ScheduleKind::gpipe, 1, m});
       cases.push_back({pl::ScheduleKind::one_f_one_b, 1, m});
+      cases.push_back({pl::ScheduleKind::zero_bubble, 1, m});
       if (m >= p) cases.push_back({pl::ScheduleKind::interleaved, 2, m});
     }
     for (const Case& k : cases) {

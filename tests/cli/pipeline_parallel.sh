@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # k3lab train under pipeline parallelism: a pp2 run (dense-tiny, one layer a stage, 2 micro-batches
-# a step) ends at the one-process run's losses, logs its split, draws its measured timeline beside
-# the planned one, and its checkpoints are global: it resumes in one process, and a one-process
+# a step) ends at the one-process run's losses (ZB-H1 at 1F1B's exactly), logs its split, draws its
+# measured timeline beside the planned one, and its checkpoints are global: it resumes in one process, and a one-process
 # run resumes under pp2. Bad pipeline settings are refused before any work, naming the field.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
@@ -16,13 +16,18 @@ for step in 3 6; do
   awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != "" && d <= 1e-6 * a) }' ||
     fail "step $step loss: one process $a, pp2 $b"
 done
+# ZB-H1 splits each backward and runs the same arithmetic: the same losses to the last digit.
+"${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]}" --set parallel.pp=2 --set parallel.pp_schedule=zb \
+  --set run.dir="$WORK/zb" > /dev/null
+[ "$(grep -o '"loss":[^,}]*' "$WORK/zb/metrics.jsonl")" = "$(grep -o '"loss":[^,}]*' "$WORK/pp2/metrics.jsonl")" ] ||
+  fail "the zb run's losses differ from 1f1b's"
 va=$(grep -o '"val_loss":[^,}]*' "$WORK/one/metrics.jsonl" | tail -1)
 vb=$(grep -o '"val_loss":[^,}]*' "$WORK/pp2/metrics.jsonl" | tail -1)
 [ -n "$va" ] && [ "$va" = "$vb" ] || fail "validation loss: one process $va, pp2 $vb"
 grep -q '"pp_layers":\[1,1\]' "$WORK/pp2/history.jsonl" || fail "history.jsonl does not record the split"
 grep -q '>measured<' "$WORK/pp2/pipeline_timeline.svg" && grep -q '>planned<' "$WORK/pp2/pipeline_timeline.svg" ||
   fail "no planned and measured timeline in pipeline_timeline.svg"
-echo "ok: pp2 ends at the one-process losses ($(loss_at "$WORK/pp2" 6)), split recorded, timeline drawn"
+echo "ok: pp2 (1f1b and zb) ends at the one-process losses ($(loss_at "$WORK/pp2" 6)), split recorded, timeline drawn"
 
 # The split and the schedule are logged at the start.
 "${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]:1}" --set parallel.pp=2 --set train.steps=1 \

@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -39,9 +40,7 @@ std::string name(const ::testing::TestParamInfo<Layout>& p) {
   if (l.vp > 1) s += "_vp" + std::to_string(l.vp);
   if (l.dp > 1) s += "_dp" + std::to_string(l.dp);
   if (l.tp > 1) s += "_tp" + std::to_string(l.tp);
-  s += std::string("_") + (l.schedule == ScheduleKind::gpipe ? "gpipe"
-                           : l.vp > 1                        ? "interleaved"
-                                                             : "1f1b");
+  s += std::string("_") + pipeline::schedule_kind_name(l.schedule);
   for (int64_t n : l.layers) s += "_" + std::to_string(n);
   return s + "_" + l.setup.optimizer + "_zero" + std::to_string(l.setup.zero);
 }
@@ -101,6 +100,8 @@ std::vector<Layout> layouts() {
       {2, 1, 1, 1, ScheduleKind::one_f_one_b, adamw0},
       {2, 1, 1, 1, ScheduleKind::one_f_one_b, muon1},
       {2, 1, 1, 1, ScheduleKind::gpipe, adamw0},
+      {2, 1, 1, 1, ScheduleKind::zero_bubble, adamw0},
+      {4, 1, 1, 1, ScheduleKind::zero_bubble, muon1},
       {2, 1, 1, 1, ScheduleKind::one_f_one_b, adamw0, {3, 5}},  // uneven, a block split
       {4, 1, 1, 1, ScheduleKind::one_f_one_b, muon1},
       {2, 2, 1, 1, ScheduleKind::interleaved, adamw0},
@@ -113,6 +114,47 @@ std::vector<Layout> layouts() {
 
 INSTANTIATE_TEST_SUITE_P(PipelineParallel, PipelineParallelMatchesOneProcess,
                          ::testing::ValuesIn(layouts()), name);
+
+// ZB-H1 runs the same arithmetic as 1F1B: the input-gradient halves in 1F1B's order and each
+// deferred weight-gradient product later but in the order it was queued, so every gradient adds
+// the same terms in the same order. Two steps on pp = every rank, compared bit for bit.
+TEST(PipelineParallelZeroBubble, EqualsOneFOneBBitForBit) {
+  const dist::Comm world = dist::Comm::world();
+  const dist::ProcessGrid grid(dist::ParallelDims{.pp = world.size()}, world);
+  const model::ModelConfig c = testing::nano();
+  testing::Setup s{0, "adamw"};
+  s.split = model::PipelineSplit::make(c.num_hidden_layers, world.size(), 1, {});
+  Trainee one_f_one_b(grid, s);
+  s.schedule = ScheduleKind::zero_bubble;
+  Trainee zb(grid, s);
+  const model::ParamRegistry &a = one_f_one_b.model.params(), &b = zb.model.params();
+  for (int step = 0; step < 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step + 1));
+    const GlobalBatch batch(c, step, testing::kT, kRows, {}, kMicroBatches);
+    const StepTotals want = one_f_one_b.step(batch, false), got = zb.step(batch, false);
+    EXPECT_EQ(got.loss, want.loss);
+    EXPECT_EQ(got.grad_norm, want.grad_norm);
+    for (int i = 0; i < a.size(); ++i) {
+      if (!a.info(i).held()) continue;
+      EXPECT_EQ(0, std::memcmp(a.grad(i).f32(), b.grad(i).f32(),
+                               sizeof(float) * static_cast<size_t>(a.info(i).local_numel())))
+          << a.info(i).name;
+    }
+    one_f_one_b.dp.apply(2e-3f, 1.0f);
+    zb.dp.apply(2e-3f, 1.0f);
+  }
+  for (int i = 0; i < a.size(); ++i) {
+    if (!a.info(i).held()) continue;
+    EXPECT_EQ(0, std::memcmp(a.value(i).f32(), b.value(i).f32(),
+                             sizeof(float) * static_cast<size_t>(a.info(i).local_numel())))
+        << a.info(i).name;
+  }
+  // The split was real: weight-gradient nodes ran, each after its input-gradient half.
+  int weights = 0;
+  for (const pipeline::NodeTime& t : zb.dp.measured())
+    weights += t.node.op == pipeline::Op::backward_weight;
+  EXPECT_EQ(weights, kMicroBatches);
+}
 
 }  // namespace
 }  // namespace k3::parallel

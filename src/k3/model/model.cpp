@@ -85,7 +85,8 @@ bool Model::holds_layer(int64_t layer) const {
 }
 
 Step Model::step(const MicroBatch& mb, bool training) {
-  return {mb.arena, mb.acts, params_, training, grid_, mb.id, sequence_parallel_};
+  return {mb.arena, mb.acts, params_, training, grid_, mb.id, sequence_parallel_,
+          mb.deferred_weight_grads};
 }
 
 int64_t Model::local_rows(int64_t tokens) const {

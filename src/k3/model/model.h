@@ -59,6 +59,7 @@ struct MicroBatch {
   int id = 0;
   Arena& arena;
   activation::ActivationManager& acts;
+  DeferredWeightGrads* deferred_weight_grads = nullptr;  // Step::deferred_weight_grads
 };
 
 // Every layer's decoding state for one sequence.

@@ -10,6 +10,7 @@
 #include "k3/activation/manager.h"
 #include "k3/base/arena.h"
 #include "k3/dist/grid.h"
+#include "k3/model/deferred_weight_grads.h"
 #include "k3/model/params.h"
 
 namespace k3::model {
@@ -24,6 +25,9 @@ struct Step {
   // Under sequence parallelism, outside tensor-parallel regions each tp rank holds only its slice
   // of the micro-batch's tokens (layers/tp_region.h). Decoding never splits its few tokens.
   bool sequence_parallel = false;
+  // Set by zero-bubble pipeline schedules: weight-gradient products are queued there, to run
+  // after the input-gradient half of the backward (deferred_weight_grads.h).
+  DeferredWeightGrads* deferred_weight_grads = nullptr;
 
   // The same step without saving anything for a backward (decoding, prefill).
   Step inference() const {
@@ -36,6 +40,11 @@ struct Step {
     if (training) acts.save(micro_batch, name, Tensor::view(const_cast<float*>(p), {n}));
   }
   float* load(const std::string& name) const { return acts.load(micro_batch, name).f32(); }
+  // dW += dyᵀ x, or queued while the weight gradients are deferred.
+  void weight_grad(const float* dy, const float* x, int64_t rows, int64_t out, int64_t in,
+                   float* dw) const {
+    model::weight_grad(deferred_weight_grads, dy, x, rows, out, in, dw);
+  }
 };
 
 }  // namespace k3::model

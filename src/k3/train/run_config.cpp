@@ -275,8 +275,8 @@ const std::vector<Field>& fields() {
     field("parallel.pp_layers", &R::parallel, &P::pp_layers, any_text(),
           "pipeline: layers of each virtual stage, comma-separated (\"3,5\"); empty: even"),
     field("parallel.pp_schedule", &R::parallel, &P::pp_schedule,
-          one_of({"auto", "gpipe", "1f1b", "interleaved"}),
-          "pipeline: auto is interleaved when vp > 1, else 1f1b"),
+          one_of({"auto", "gpipe", "1f1b", "interleaved", "zb"}),
+          "pipeline: auto is interleaved when vp > 1, else 1f1b; zb splits each backward (ZB-H1)"),
     field("parallel.pp_group", &R::parallel, &P::pp_group, at_least<I>(0),
           "pipeline, interleaved: micro-batches per group through each chunk; 0: pp"),
   };

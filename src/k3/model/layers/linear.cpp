@@ -34,7 +34,7 @@ void Linear::forward(const Step& s, const float* x, int64_t rows, float* y) cons
 
 void Linear::backward(const Step& s, const float* x, const float* dy, int64_t rows, float* dx,
                       bool accumulate_dx) const {
-  kernels::gemm(true, false, out_, in_, rows, 1.f, dy, x, 1.f, s.params.grad(w_).f32());
+  s.weight_grad(dy, x, rows, out_, in_, s.params.grad(w_).f32());
   if (dx)
     kernels::gemm(false, false, rows, in_, out_, 1.f, dy, s.params.value(w_).f32(),
                   accumulate_dx ? 1.f : 0.f, dx);

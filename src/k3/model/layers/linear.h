@@ -32,7 +32,7 @@ class Linear {
 
   // x [rows, in()], y [rows, out()].
   void forward(const Step& s, const float* x, int64_t rows, float* y) const;
-  // dW += dyᵀ x. dx (when not null) = dy W, or += when accumulate_dx.
+  // dW += dyᵀ x (Step::weight_grad: deferred under zero-bubble schedules). dx (when not null) = dy W, or += when accumulate_dx.
   void backward(const Step& s, const float* x, const float* dy, int64_t rows, float* dx,
                 bool accumulate_dx) const;
 

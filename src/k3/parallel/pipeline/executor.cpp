@@ -31,7 +31,8 @@ std::vector<NodeTime> Executor::run(const Schedule& s, StageWork& work) {
     const int st = s.stage(rank, n.chunk);
     // A node's time starts once its input is here: the wait is idle time, not the node's.
     if (n.op == Op::forward && st > 0) await(Op::recv_forward, n);
-    if (n.op == Op::backward && st < last) await(Op::recv_backward, n);
+    const bool backward = n.op == Op::backward || n.op == Op::backward_input;
+    if (backward && st < last) await(Op::recv_backward, n);
     const double start = clock.seconds();
     switch (n.op) {
       case Op::recv_forward: {
@@ -64,19 +65,19 @@ std::vector<NodeTime> Executor::run(const Schedule& s, StageWork& work) {
         work.forward(n.micro, n.chunk, in, out);
         break;
       }
-      case Op::backward: {
+      case Op::backward:
+      case Op::backward_input: {
         const float* d_out = st < last ? d_out_.at({n.micro, n.chunk}).data() : nullptr;
         float* d_in = st > 0 ? buffer(d_in_, n, work.input_floats(n.chunk)).data() : nullptr;
-        work.backward(n.micro, n.chunk, d_out, d_in);
+        work.backward(n.micro, n.chunk, d_out, d_in, n.op == Op::backward_input);
         break;
       }
+      case Op::backward_weight:
+        work.backward_weight(n.micro, n.chunk);
+        break;
       case Op::filler:
         work.filler(n.micro);
         break;
-      case Op::backward_input:
-      case Op::backward_weight:
-        K3_CHECK(false, "pipeline: the executor does not split backwards yet (",
-                 schedule_kind_name(s.shape.kind), ")");
     }
     times.push_back({n, start, clock.seconds()});
   }

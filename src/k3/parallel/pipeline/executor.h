@@ -25,8 +25,12 @@ class StageWork {
   virtual int64_t input_floats(int chunk) const = 0;
   virtual int64_t output_floats(int chunk) const = 0;
   virtual void forward(int micro, int chunk, const float* in, float* out) = 0;
-  // The whole backward: reads d_out (not on the last stage), writes d_in (not on the first).
-  virtual void backward(int micro, int chunk, const float* d_out, float* d_in) = 0;
+  // The backward: reads d_out (not on the last stage), writes d_in (not on the first). With
+  // `defer_weights` (zero-bubble schedules) only its input-gradient half: the weight gradients
+  // wait for backward_weight.
+  virtual void backward(int micro, int chunk, const float* d_out, float* d_in,
+                        bool defer_weights) = 0;
+  virtual void backward_weight(int micro, int chunk) = 0;
   virtual void filler(int micro) = 0;
 };
 

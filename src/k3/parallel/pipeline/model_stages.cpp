@@ -5,15 +5,18 @@
 namespace k3::parallel::pipeline {
 
 ModelStages::ModelStages(model::Model& model, activation::ActivationManager& acts,
-                         ArenaRegions& regions, std::span<const model::TokenBatch> micro_batches,
-                         float grad_scale)
+                         ArenaRegions& regions, std::span<model::DeferredWeightGrads> deferred,
+                         std::span<const model::TokenBatch> micro_batches, float grad_scale)
     : model_(model),
       acts_(acts),
       regions_(regions),
+      deferred_(deferred),
       micro_batches_(micro_batches),
       grad_scale_(grad_scale),
       rank_(model.grid().pp().rank()),
       region_of_(micro_batches.size() * static_cast<size_t>(model.pipeline().vp), -1) {
+  K3_CHECK(deferred.size() == static_cast<size_t>(regions.count()), "pipeline: ",
+           deferred.size(), " deferred weight-gradient queues for ", regions.count(), " regions");
   for (int r = regions.count() - 1; r >= 0; --r) free_regions_.push_back(r);
 }
 
@@ -47,15 +50,32 @@ void ModelStages::forward(int micro, int chunk, const float* in, float* out) {
           .sum;
 }
 
-void ModelStages::backward(int micro, int chunk, const float* d_out, float* d_in) {
+int& ModelStages::region_of(int micro, int chunk, const char* what) {
   int& region = region_of_[static_cast<size_t>(micro * model_.pipeline().vp + chunk)];
-  K3_CHECK(region >= 0, "pipeline: the backward of micro-batch ", micro, " chunk ", chunk,
+  K3_CHECK(region >= 0, "pipeline: the ", what, " of micro-batch ", micro, " chunk ", chunk,
            " before its forward");
-  model_.backward_stage(micro_batch(micro, chunk, region), stage(chunk),
-                        micro_batches_[static_cast<size_t>(micro)], d_out, d_in);
+  return region;
+}
+
+void ModelStages::release(int& region) {
   regions_[region].reset();
   free_regions_.push_back(region);
   region = -1;
+}
+
+void ModelStages::backward(int micro, int chunk, const float* d_out, float* d_in,
+                           bool defer_weights) {
+  int& region = region_of(micro, chunk, "backward");
+  model::MicroBatch mb = micro_batch(micro, chunk, region);
+  if (defer_weights) mb.deferred_weight_grads = &deferred_[static_cast<size_t>(region)];
+  model_.backward_stage(mb, stage(chunk), micro_batches_[static_cast<size_t>(micro)], d_out, d_in);
+  if (!defer_weights) release(region);
+}
+
+void ModelStages::backward_weight(int micro, int chunk) {
+  int& region = region_of(micro, chunk, "weight gradient");
+  deferred_[static_cast<size_t>(region)].run();
+  release(region);
 }
 
 void ModelStages::filler(int) {

@@ -33,8 +33,6 @@ DataParallel::DataParallel(model::Model& model, const dist::ProcessGrid& grid,
                options.schedule == pipeline::ScheduleKind::interleaved,
            "pipeline: vp ", model.pipeline().vp, " runs the interleaved schedule, not ",
            pipeline::schedule_kind_name(options.schedule));
-  K3_CHECK(options.schedule != pipeline::ScheduleKind::zero_bubble,
-           "pipeline: training does not split backwards yet: the zb schedule is only planned");
 }
 
 std::vector<DataParallel::NormRun> DataParallel::norm_runs(const model::ParamRegistry& params,
@@ -111,10 +109,12 @@ double DataParallel::run_pipeline(activation::ActivationManager& acts,
     shape.group = options_.group;
     schedule_ = pipeline::make_schedule(shape);
     const int regions = pipeline::simulate(schedule_).peak_in_flight(pp_.rank());
-    if (!regions_ || regions_->count() < regions)
+    if (!regions_ || regions_->count() < regions) {
       regions_ = std::make_unique<ArenaRegions>(options_.stage_arena_bytes, regions);
+      deferred_.resize(static_cast<size_t>(regions));
+    }
   }
-  pipeline::ModelStages work(model_, acts, *regions_, micro_batches, grad_scale);
+  pipeline::ModelStages work(model_, acts, *regions_, deferred_, micro_batches, grad_scale);
   measured_ = executor_.run(schedule_, work);
   // Every gradient is final once the schedule has run: the reduction starts after it.
   const model::GradsFinal hook = sync_.begin();

@@ -106,6 +106,7 @@ class DataParallel {
   pipeline::Executor executor_;
   pipeline::Schedule schedule_;
   std::unique_ptr<ArenaRegions> regions_;
+  std::vector<model::DeferredWeightGrads> deferred_;  // one per region (zero-bubble schedules)
   std::vector<pipeline::NodeTime> measured_;
 };
 
