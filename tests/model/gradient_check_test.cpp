@@ -99,6 +99,14 @@ class GradientCheck {
     tokens_ = testing::random_tokens(static_cast<size_t>(B * T), 259, 1);
     targets_ = testing::random_tokens(static_cast<size_t>(B * T), 259, 2);
     targets_[3] = -100;  // an ignored position
+    if (model_.has_vision()) {
+      // Two images: tokens 1.. of the first row and 2.. of the second are placeholders.
+      const ModelConfig& c = model_.config();
+      const int64_t per = c.image_tokens();
+      for (int64_t at : {int64_t{1}, T + 2})
+        for (int64_t j = 0; j < per; ++j) tokens_[static_cast<size_t>(at + j)] = c.media_placeholder_token_id;
+      images_ = testing::random_vec(static_cast<size_t>(2 * 3 * c.vt_image_size * c.vt_image_size), 3, 0, 1);
+    }
   }
   Model& model() { return model_; }
 
@@ -176,8 +184,10 @@ class GradientCheck {
   // balancers' range (restored here).
   Point evaluate() {
     Point pt;
-    pt.loss =
-        model_.forward_backward(arena_, acts_, {tokens_.data(), targets_.data(), B, T}, 1.f).sum;
+    TokenBatch b{tokens_.data(), targets_.data(), B, T};
+    b.images = images_.empty() ? nullptr : images_.data();
+    b.num_images = images_.empty() ? 0 : 2;
+    pt.loss = model_.forward_backward(arena_, acts_, b, 1.f).sum;
     for (const auto& [layer, stats] : model_.end_global_batch())
       pt.loads.insert(pt.loads.end(), stats.load.begin(), stats.load.end());
     model_.restore_balancer_state(balancer_, "base point");
@@ -189,7 +199,7 @@ class GradientCheck {
   Arena arena_{size_t{64} << 20, false};
   activation::ActivationManager acts_;
   std::vector<int32_t> tokens_, targets_;
-  std::vector<float> base_, grad_;
+  std::vector<float> images_, base_, grad_;
   std::vector<std::pair<std::string, Tensor>> balancer_;
   Point base_point_;
 };
@@ -247,6 +257,26 @@ TEST(GradientCheck, GroupsAreRolesOfLayerKinds) {
 // Gated attention and the dense GLU MLP, joined by ordinary residual connections.
 TEST(GradientCheck, DenseModelEveryGroup) {
   GradientCheck gc(config("dense-tiny.json"));
+  EXPECT_EQ(check_every_group(gc).skipped, 0);
+}
+
+// The vision tower (patch and position embeddings, two blocks of attention both ways and a GELU
+// MLP, the 2×2 merge, the projector) feeding a dense model through two images' placeholders.
+TEST(GradientCheck, VisionTowerEveryGroup) {
+  ModelConfig c = config("dense-tiny.json");
+  const ModelConfig v = config("k3-nano-vision.json");
+  c.media_placeholder_token_id = v.media_placeholder_token_id;
+  c.vt_hidden_size = v.vt_hidden_size;
+  c.vt_intermediate_size = v.vt_intermediate_size;
+  c.vt_num_attention_heads = v.vt_num_attention_heads;
+  c.vt_num_hidden_layers = v.vt_num_hidden_layers;
+  c.vt_qkv_hidden_size = v.vt_qkv_hidden_size;
+  c.vt_patch_size = v.vt_patch_size;
+  c.vt_image_size = v.vt_image_size;
+  c.vt_pos_emb_height = v.vt_pos_emb_height;
+  c.vt_pos_emb_width = v.vt_pos_emb_width;
+  GradientCheck gc(c);
+  EXPECT_GE(gc.model().params().find("mm_projector.proj.2.weight"), 0);
   EXPECT_EQ(check_every_group(gc).skipped, 0);
 }
 

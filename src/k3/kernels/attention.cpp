@@ -25,6 +25,7 @@ void check_shape(const char* kernel, const AttentionShape& s, const float* kr) {
   K3_CHECK((s.dr > 0) == (kr != nullptr), kernel,
            ": kr must be given exactly when dr > 0 (dr=", s.dr, ")");
   K3_CHECK(std::isfinite(s.effective_scale()), kernel, ": bad scale ", s.scale);
+  K3_CHECK(s.causal, kernel, " is causal; full_attention.h attends both ways");
 }
 
 }  // namespace attn

@@ -21,6 +21,9 @@ struct AttentionShape {
   int64_t dr = 0;    // shared key dim (MLA: d_r), 0 if none
   int64_t dv = 64;   // value dim
   float scale = 0;   // 0 means 1/sqrt(dqk + dr)
+  // false: every query sees every key of its sequence (the vision tower's full_attention.h; the
+  // kernels here are causal only).
+  bool causal = true;
   float effective_scale() const;
 };
 

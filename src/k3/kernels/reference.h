@@ -58,6 +58,12 @@ void adamw_step(const kernels::AdamWParams& p, T* param, const T* grad, T* m, T*
 
 template <typename T>
 void sigmoid_gate_forward(const T* x, const T* g, T* y, int64_t n);
+// GELU, written from its definition: x Φ(x) (or the tanh form), Φ' the normal density.
+template <typename T>
+void gelu_forward(const T* x, T* y, int64_t n, bool tanh);
+template <typename T>
+void gelu_backward(const T* x, const T* dy, T* dx, int64_t n, bool tanh);
+
 template <typename T>
 void sigmoid_gate_backward(const T* x, const T* g, const T* dy, T* dx, T* dg, int64_t n);
 

@@ -90,6 +90,18 @@ const std::vector<Field>& fields() {
       field("linear_attn_config.unbounded_gate", &ModelConfig::kda_unbounded_gate, false),
       field("linear_attn_config.kda_layers", &ModelConfig::kda_layers, false),
       field("linear_attn_config.full_attn_layers", &ModelConfig::full_attn_layers, false),
+      field("media_placeholder_token_id", &ModelConfig::media_placeholder_token_id, false),
+      field("vision_config.vt_hidden_size", &ModelConfig::vt_hidden_size, false),
+      field("vision_config.vt_intermediate_size", &ModelConfig::vt_intermediate_size, false),
+      field("vision_config.vt_num_attention_heads", &ModelConfig::vt_num_attention_heads, false),
+      field("vision_config.vt_num_hidden_layers", &ModelConfig::vt_num_hidden_layers, false),
+      field("vision_config.qkv_hidden_size", &ModelConfig::vt_qkv_hidden_size, false),
+      field("vision_config.patch_size", &ModelConfig::vt_patch_size, false),
+      field("vision_config.image_size", &ModelConfig::vt_image_size, false),
+      field("vision_config.init_pos_emb_height", &ModelConfig::vt_pos_emb_height, false),
+      field("vision_config.init_pos_emb_width", &ModelConfig::vt_pos_emb_width, false),
+      field("vision_config.merge_kernel_size", &ModelConfig::vt_merge_kernel_size, false),
+      field("vision_config.projector_ln_eps", &ModelConfig::vt_projector_ln_eps, false),
   };
   return kFields;
 }
@@ -106,6 +118,14 @@ const json* find_field(const json& j, const std::string& name) {
     node = &*it;
     begin = dot + 1;
   }
+}
+
+// K3 keeps the vision tower's fields at the top level, beside "text_config".
+bool top_level(const std::string& name) {
+  return name.starts_with("vision_config.") || name == "media_placeholder_token_id";
+}
+const json& scope_of(const std::string& name, const json& root, const json& text) {
+  return top_level(name) ? root : text;
 }
 
 json::json_pointer pointer_of(std::string name) {
@@ -212,6 +232,14 @@ struct FixedField {
 const std::vector<FixedField>& fixed_fields() {
   static const std::vector<FixedField> kFixed = {
       {"moe_router_activation_func", "sigmoid", "the router scores are sigmoids"},
+      {"vision_config.norm_type", "rmsnorm", "the vision tower's norms are RMSNorms"},
+      {"vision_config.mlp_type", "mlp2", "the vision tower's MLP is fc0, GELU, fc1"},
+      {"vision_config.activation_func", "gelu_pytorch_tanh", "the tower's GELU is the tanh form"},
+      {"vision_config.projector_hidden_act", "gelu", "the projector's GELU is the exact one"},
+      {"vision_config.mm_projector_type", "patchmergerv2", "2×2 patches merge, then project"},
+      {"vision_config.linear_bias", false, "the tower's projections have no bias"},
+      {"vision_config.attn_bias", false, "the tower's attention has no bias"},
+      {"vision_config.patch_embed_proj_bias", false, "the patch embedding has no bias"},
       {"moe_renormalize", true, "the routing weights are renormalized over the chosen experts"},
       {"moe_layer_freq", 1, "every layer from first_k_dense_replace on is a MoE layer"},
       {"latent_moe_use_norm", true, "the routed experts' latent output is RMS-normalized"},
@@ -222,9 +250,9 @@ const std::vector<FixedField>& fixed_fields() {
   return kFixed;
 }
 
-void validate_fixed_fields(const json& j, const ModelConfig& c) {
+void validate_fixed_fields(const json& root, const json& j, const ModelConfig& c) {
   for (const FixedField& f : fixed_fields()) {
-    const json* v = find_field(j, f.name);
+    const json* v = find_field(scope_of(f.name, root, j), f.name);
     K3_CHECK_CTX(!v || *v == f.value, (ErrorContext{"", f.name, -1}), "expected ", f.value.dump(),
                  " (k3lab implements only that: ", f.why, "), found ", v->dump());
   }
@@ -247,6 +275,36 @@ void validate_sizes(const ModelConfig& c) {
                (ErrorContext{"", "num_experts", -1}),
                "num_experts x num_hidden_layers = ", c.num_experts, " x ", c.num_hidden_layers,
                " exceeds the ", kMaxExpertBlocks, " expert blocks k3lab can describe");
+}
+
+void validate_vision(const ModelConfig& c) {
+  if (!c.has_vision()) return;
+  auto ctx = [](const char* name) { return ErrorContext{"", name, -1}; };
+  for (auto [name, v] : {std::pair{"vision_config.vt_intermediate_size", c.vt_intermediate_size},
+                         {"vision_config.vt_num_attention_heads", c.vt_num_attention_heads},
+                         {"vision_config.vt_num_hidden_layers", c.vt_num_hidden_layers},
+                         {"vision_config.qkv_hidden_size", c.vt_qkv_hidden_size},
+                         {"vision_config.patch_size", c.vt_patch_size}})
+    K3_CHECK_CTX(v >= 1 && v <= kMaxWidth, ctx(name), "expected a size in [1, ", kMaxWidth,
+                 "] for the vision tower, found ", v);
+  K3_CHECK_CTX(c.vt_qkv_hidden_size % c.vt_num_attention_heads == 0,
+               ctx("vision_config.qkv_hidden_size"), c.vt_qkv_hidden_size,
+               " does not split into vt_num_attention_heads = ", c.vt_num_attention_heads);
+  K3_CHECK_CTX(c.vt_image_size % c.vt_patch_size == 0 && c.vision_grid() % 2 == 0,
+               ctx("vision_config.image_size"), "expected an even number of patch_size (",
+               c.vt_patch_size, ") patches per side, found ", c.vt_image_size);
+  K3_CHECK_CTX(c.vt_merge_kernel_size == std::vector<int64_t>({2, 2}),
+               ctx("vision_config.merge_kernel_size"), "expected [2, 2]: 2×2 patches merge");
+  for (auto [name, v] : {std::pair{"vision_config.init_pos_emb_height", c.vt_pos_emb_height},
+                         {"vision_config.init_pos_emb_width", c.vt_pos_emb_width}})
+    K3_CHECK_CTX(v == c.vision_grid(), ctx(name), "expected image_size / patch_size = ",
+                 c.vision_grid(), ": every image has one size, so position embeddings are not "
+                 "interpolated; found ", v);
+  K3_CHECK_CTX(c.media_placeholder_token_id >= 0 && c.media_placeholder_token_id < c.vocab_size,
+               ctx("media_placeholder_token_id"), "expected a token of the vocabulary of ",
+               c.vocab_size, " to mark where image tokens go, found ", c.media_placeholder_token_id);
+  K3_CHECK_CTX(c.vt_projector_ln_eps > 0, ctx("vision_config.projector_ln_eps"),
+               "must be positive, found ", c.vt_projector_ln_eps);
 }
 
 void validate(const ModelConfig& c) {
@@ -279,6 +337,7 @@ void validate(const ModelConfig& c) {
   }
   validate_layer_lists(c);
   validate_moe(c);
+  validate_vision(c);
   for (auto [name, id] : {std::pair{"bos_token_id", c.bos_token_id},
                           {"eos_token_id", c.eos_token_id},
                           {"pad_token_id", c.pad_token_id}})
@@ -304,7 +363,7 @@ ModelConfig parse_model_config(const json& root, const std::string& origin) {
   c.source = origin;
   for (const Field& f : fields()) {
     try {
-      const json* v = find_field(j, f.name);
+      const json* v = find_field(scope_of(f.name, root, j), f.name);
       K3_CHECK(v || !f.required, "required field is missing");
       if (v) f.read(*v, c);
     } catch (const Error& e) {
@@ -315,7 +374,7 @@ ModelConfig parse_model_config(const json& root, const std::string& origin) {
     c.head_dim = c.hidden_size / c.num_attention_heads;
   try {
     validate(c);
-    validate_fixed_fields(j, c);
+    validate_fixed_fields(root, j, c);
   } catch (const Error& e) {
     throw e.with_file(origin);
   }

@@ -51,10 +51,25 @@ struct ModelConfig {
   // full-attention (MLA) layers. Empty lists mean every layer is full attention.
   std::vector<int64_t> kda_layers, full_attn_layers;
 
+  // The vision tower (K3's vision_config, and its media_placeholder_token_id), read from the
+  // file's top level beside any "text_config". vision_config.image_size is k3lab's own: the one
+  // square size of every image; without it (K3's released config sizes each image) the tower
+  // is described but not built.
+  int32_t media_placeholder_token_id = -1;
+  int64_t vt_hidden_size = 0, vt_intermediate_size = 0, vt_num_attention_heads = 0;
+  int64_t vt_num_hidden_layers = 0, vt_qkv_hidden_size = 0, vt_patch_size = 0;
+  int64_t vt_image_size = 0, vt_pos_emb_height = 0, vt_pos_emb_width = 0;
+  std::vector<int64_t> vt_merge_kernel_size = {2, 2};
+  double vt_projector_ln_eps = 1e-5;
+
   std::string source;  // where it was read from, for error messages
 
   int64_t attn_dim() const { return num_attention_heads * head_dim; }
   int64_t kda_dim() const { return kda_num_heads * kda_head_dim; }
+  bool has_vision() const { return vt_hidden_size > 0 && vt_image_size > 0; }
+  int64_t vision_grid() const { return vt_image_size / vt_patch_size; }  // patches per side
+  // Language-model tokens per image: one per 2×2 block of patches.
+  int64_t image_tokens() const { return vision_grid() * vision_grid() / 4; }
   // The init std of projections writing into the residual stream, scaled down with depth as in
   // GPT-2: initializer_range / sqrt(2 · num_hidden_layers).
   float output_init_std() const;

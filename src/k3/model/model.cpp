@@ -43,6 +43,12 @@ Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, const 
   const ShardSpec stream = sequence_parallel_ ? ShardSpec::summed("tp") : ShardSpec{};
   params_.set_pp_owner(stage_owner(0));
   embedding_ = VocabEmbedding(params_, "model.embed_tokens.weight", V, d, std);
+  if (config_.has_vision()) {
+    K3_CHECK(grid.tp().size() == 1 && grid.cp().size() == 1,
+             "the vision tower runs without tensor or context parallelism (tp ", grid.tp().size(),
+             ", cp ", grid.cp().size(), ")");
+    vision_.emplace(params_, config_);
+  }
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     params_.set_pp_owner(stage_owner(split_.stage_of_layer(l)));
     const std::string p = "model.layers." + std::to_string(l);
@@ -190,13 +196,65 @@ float* Model::head_input(const Step& s, const Stream& x, int64_t n) const {
   return out;
 }
 
+std::vector<int64_t> Model::placeholders(const TokenBatch& b) const {
+  const int64_t n = b.B * b.T, per_image = vision_ ? vision_->tokens_per_image() : 0;
+  std::vector<int64_t> at;
+  if (vision_)
+    for (int64_t i = 0; i < n; ++i)
+      if (b.tokens[i] == config_.media_placeholder_token_id) at.push_back(i);
+  K3_CHECK(vision_ || b.num_images == 0, "a batch with ", b.num_images,
+           " images, but this model has no vision tower");
+  K3_CHECK(static_cast<int64_t>(at.size()) == b.num_images * per_image, "the batch holds ",
+           at.size(), " media placeholder tokens (", config_.media_placeholder_token_id, ") for ",
+           b.num_images, " images of ", per_image, " tokens each");
+  K3_CHECK(b.num_images == 0 || b.images, "a batch of ", b.num_images, " images without pixels");
+  return at;
+}
+
+const float* Model::encode_images(const MicroBatch& mb, const TokenBatch& b) {
+  K3_CHECK(vision_, "encode_images: this model has no vision tower");
+  const Step s = step(mb, true);
+  float* tokens = s.alloc(b.num_images * vision_->tokens_per_image() * config_.hidden_size);
+  vision_->forward(s, b.images, b.num_images, tokens);
+  return tokens;
+}
+
+void Model::place_images(const Step& s, const TokenBatch& b, const float* image_tokens,
+                         float* x) const {
+  const std::vector<int64_t> at = placeholders(b);
+  if (at.empty()) return;
+  const int64_t d = config_.hidden_size;
+  if (!image_tokens) {
+    float* computed = s.alloc(static_cast<int64_t>(at.size()) * d);
+    vision_->forward(s, b.images, b.num_images, computed);
+    image_tokens = computed;
+  }
+  for (size_t j = 0; j < at.size(); ++j)
+    std::memcpy(x + at[j] * d, image_tokens + static_cast<int64_t>(j) * d,
+                static_cast<size_t>(d) * sizeof(float));
+}
+
+void Model::images_backward(const Step& s, const TokenBatch& b, float* dx) const {
+  const std::vector<int64_t> at = placeholders(b);
+  if (at.empty()) return;
+  const int64_t d = config_.hidden_size;
+  float* d_tokens = s.alloc(static_cast<int64_t>(at.size()) * d);
+  for (size_t j = 0; j < at.size(); ++j) {
+    std::memcpy(d_tokens + static_cast<int64_t>(j) * d, dx + at[j] * d,
+                static_cast<size_t>(d) * sizeof(float));
+    std::memset(dx + at[j] * d, 0, static_cast<size_t>(d) * sizeof(float));
+  }
+  vision_->backward(s, b.images, b.num_images, d_tokens);
+}
+
 float* Model::forward_layers(const Step& s, const Stage& st, const TokenBatch& b, const float* in,
-                             float* out) const {
+                             float* out, const float* image_tokens) const {
   const int64_t n = b.B * b.T, rows = model::local_rows(s, n);
   const int64_t size = rows * config_.hidden_size, nb_in = banks_before(st.first);
   Stream x;
   if (st.embedding) {
     x.P = embed(s, b.tokens, n);
+    place_images(s, b, image_tokens, x.P);
   } else {
     // The payload becomes this micro-batch's own: the backward reads its bank entries again.
     const int64_t floats = payload_floats(st.first, n);
@@ -233,7 +291,7 @@ kernels::LossSum Model::forward_stage(const MicroBatch& mb, const Stage& st, con
                                       float grad_scale, const float* in, float* out) {
   check_stage(st);
   const Step s = step(mb, true);
-  const float* h = forward_layers(s, st, b, in, out);
+  const float* h = forward_layers(s, st, b, in, out, mb.image_tokens);
   if (!st.head) return {};
   const int64_t n = local_rows(b.B * b.T);
   float* dh = s.alloc(n * config_.hidden_size);
@@ -343,6 +401,10 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     final_now(L.params_first, L.params_end);
   }
   if (st.embedding) {
+    if (vision_) {
+      images_backward(s, b, dP);
+      final_now(vision_->params_first(), vision_->params_end());
+    }
     embedding_.backward(s, b.tokens, b.B * b.T, dP);
     final_now(embedding_.weight(), embedding_.weight() + 1);
   } else {

@@ -16,6 +16,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "k3/kernels/cross_entropy.h"
@@ -25,6 +26,7 @@
 #include "k3/model/layers/latent_moe.h"
 #include "k3/model/layers/norm.h"
 #include "k3/model/layers/vocab_parallel.h"
+#include "k3/model/vision/vision_tower.h"
 #include "k3/model/pipeline_split.h"
 
 namespace k3::model {
@@ -37,6 +39,11 @@ struct TokenBatch {
   // position among them; data::document_starts). Under context parallelism (one row) these are
   // the whole sequence's positions, on every cp rank. Empty: each row is one sequence.
   std::span<const int64_t> doc_starts = {};
+  // Models with a vision tower: the images [num_images, 3, S, S] whose tokens take the places of
+  // the media placeholder tokens, in the order the rows (laid end to end) hold them, each image
+  // filling image_tokens() consecutive placeholders.
+  const float* images = nullptr;
+  int64_t num_images = 0;
 };
 
 // Called during the backward with a range [first, end) of parameter indices (registry order)
@@ -60,6 +67,9 @@ struct MicroBatch {
   Arena& arena;
   activation::ActivationManager& acts;
   DeferredWeightGrads* deferred_weight_grads = nullptr;  // Step::deferred_weight_grads
+  // The vision tower's tokens for this micro-batch's images when they were computed ahead
+  // (encode_images, a pipeline filler); null: the stage with the embedding computes them.
+  const float* image_tokens = nullptr;
 };
 
 // Every layer's decoding state for one sequence.
@@ -117,6 +127,11 @@ class Model {
   // to free. b gives B and T, and with the embedding the tokens again.
   void backward_stage(const MicroBatch& mb, const Stage& stage, const TokenBatch& b,
                       const float* d_out, float* d_in, const GradsFinal& grads_final = {});
+  // The vision tower's forward for b's images, ahead of the stage with the embedding (a pipeline
+  // filler node): their tokens [b.num_images · image_tokens, hidden], in mb.arena, saving what the
+  // backward of that stage reads. Pass them as mb.image_tokens to forward_stage.
+  const float* encode_images(const MicroBatch& mb, const TokenBatch& b);
+  bool has_vision() const { return vision_.has_value(); }
   // Evaluation: the summed loss, nothing saved, no gradients. Under pipeline parallelism every pp
   // rank calls it: the stages run in order and every rank gets the loss.
   kernels::LossSum forward_loss(Arena& arena, const TokenBatch& b);
@@ -179,7 +194,12 @@ class Model {
   // The training or evaluation forward of a stage's layers: returns the head input with the head,
   // else writes the payload `out` and returns null.
   float* forward_layers(const Step& s, const Stage& stage, const TokenBatch& b, const float* in,
-                        float* out) const;
+                        float* out, const float* image_tokens = nullptr) const;
+  // The placeholder positions of b (checked against its images), and the image tokens put there.
+  std::vector<int64_t> placeholders(const TokenBatch& b) const;
+  void place_images(const Step& s, const TokenBatch& b, const float* image_tokens, float* x) const;
+  // The images' share of the backward: their rows of dx go to the tower (and are zeroed there).
+  void images_backward(const Step& s, const TokenBatch& b, float* dx) const;
   // The fused LM head + cross-entropy; dh and the lm_head gradient only when dh is not null.
   kernels::LossSum head_loss(const Step& s, const float* h, const TokenBatch& b, float grad_scale,
                              float* dh) const;
@@ -198,6 +218,7 @@ class Model {
   bool sequence_parallel_;
   ParamRegistry params_;
   VocabEmbedding embedding_;
+  std::optional<VisionTower> vision_;
   LmHead head_;
   int tail_first_ = 0;  // the first parameter after the layers (output mixing, final norm, head)
   std::vector<Layer> layers_;

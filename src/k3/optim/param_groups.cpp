@@ -201,8 +201,13 @@ const std::vector<std::string>& default_param_group_rules() {
       "*.mlp.gate_proj.weight=muon",
       "*.mlp.up_proj.weight=muon",
       "*.mlp.down_proj.weight=muon",
+      // The vision tower's and projector's matrices.
+      "vision_tower.encoder.blocks.*.wqkv.weight=muon",
+      "vision_tower.encoder.blocks.*.wo.weight=muon",
+      "vision_tower.encoder.blocks.*.mlp.fc*.weight=muon",
+      "mm_projector.proj.*.weight=muon",
       // AdamW: KDA's per-head and per-channel parameters, convolutions, norms, AttnRes vectors,
-      // embeddings and the output head.
+      // embeddings (the vision tower's patch and position embeddings too) and the output head.
       "*.self_attn.b_proj.weight=adamw",
       "*.self_attn.A_log=adamw",
       "*.self_attn.dt_bias=adamw",
@@ -211,6 +216,7 @@ const std::vector<std::string>& default_param_group_rules() {
       "*_res_proj.weight=adamw",
       "*embed_tokens.weight=adamw",
       "*lm_head.weight=adamw",
+      "vision_tower.patch_embed.*=adamw",
     });
     return r;
   }();

@@ -15,6 +15,7 @@ struct HeadView {
   int64_t b, h;
   int64_t dqt() const { return s.dqk + s.dr; }
   int64_t row(int64_t t) const { return (b * s.T + t) * s.H + h; }
+  int64_t last_key(int64_t t) const { return s.causal ? t : s.T - 1; }
   T score(const T* q, const T* k, const T* kr, int64_t t, int64_t u) const {
     const T* qt = q + row(t) * dqt();
     const T* ku = k + row(u) * s.dqk;
@@ -23,16 +24,18 @@ struct HeadView {
     for (int64_t c = 0; c < s.dr; ++c) acc += qt[s.dqk + c] * kr[(b * s.T + u) * s.dr + c];
     return acc * static_cast<T>(s.effective_scale());
   }
-  // All scores of head (b, h), softmaxed along keys u <= t: P [T, T], zero above the diagonal.
+  // All scores of head (b, h), softmaxed along keys u <= last_key(t): P [T, T], zero above the
+  // diagonal when causal.
   std::vector<T> probabilities(const T* q, const T* k, const T* kr, T* lse) const {
     std::vector<T> p(static_cast<size_t>(s.T * s.T), T(0));
     for (int64_t t = 0; t < s.T; ++t) {
       T* pt = p.data() + t * s.T;
       T mx = -std::numeric_limits<T>::infinity();
-      for (int64_t u = 0; u <= t; ++u) mx = std::max(mx, pt[u] = score(q, k, kr, t, u));
+      const int64_t last = last_key(t);
+      for (int64_t u = 0; u <= last; ++u) mx = std::max(mx, pt[u] = score(q, k, kr, t, u));
       T sum = 0;
-      for (int64_t u = 0; u <= t; ++u) sum += pt[u] = std::exp(pt[u] - mx);
-      for (int64_t u = 0; u <= t; ++u) pt[u] /= sum;
+      for (int64_t u = 0; u <= last; ++u) sum += pt[u] = std::exp(pt[u] - mx);
+      for (int64_t u = 0; u <= last; ++u) pt[u] /= sum;
       if (lse) lse[(b * s.H + h) * s.T + t] = mx + std::log(sum);
     }
     return p;
@@ -49,9 +52,10 @@ void attention_forward(const kernels::AttentionShape& s, const T* q, const T* k,
       const HeadView<T> hv{s, b, h};
       const std::vector<T> p = hv.probabilities(q, k, kr, lse);
       for (int64_t t = 0; t < s.T; ++t) {
+        const int64_t last = hv.last_key(t);
         T* o = out + hv.row(t) * s.dv;
         std::fill(o, o + s.dv, T(0));
-        for (int64_t u = 0; u <= t; ++u)
+        for (int64_t u = 0; u <= last; ++u)
           for (int64_t c = 0; c < s.dv; ++c) o[c] += p[t * s.T + u] * v[hv.row(u) * s.dv + c];
       }
     }
@@ -71,17 +75,18 @@ void attention_backward(const kernels::AttentionShape& s, const T* q, const T* k
       const HeadView<T> hv{s, b, h};
       const std::vector<T> p = hv.probabilities(q, k, kr, nullptr);
       for (int64_t t = 0; t < s.T; ++t) {
+        const int64_t last = hv.last_key(t);
         const T* g = dout + hv.row(t) * s.dv;
         // dL/ds_u = p_u (dp_u - sum_w p_w dp_w) with dp_u = <dout_t, v_u>.
-        std::vector<T> dp(static_cast<size_t>(t + 1), T(0));
+        std::vector<T> dp(static_cast<size_t>(last + 1), T(0));
         T mean = 0;
-        for (int64_t u = 0; u <= t; ++u) {
+        for (int64_t u = 0; u <= last; ++u) {
           for (int64_t c = 0; c < s.dv; ++c) dp[u] += g[c] * v[hv.row(u) * s.dv + c];
           mean += p[t * s.T + u] * dp[u];
         }
         const T* qt = q + hv.row(t) * dqt;
         T* dqt_row = dq + hv.row(t) * dqt;
-        for (int64_t u = 0; u <= t; ++u) {
+        for (int64_t u = 0; u <= last; ++u) {
           const T pu = p[t * s.T + u], ds = scale * pu * (dp[u] - mean);
           for (int64_t c = 0; c < s.dv; ++c) dv[hv.row(u) * s.dv + c] += pu * g[c];
           for (int64_t c = 0; c < s.dqk; ++c) {
