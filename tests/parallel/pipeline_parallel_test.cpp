@@ -156,5 +156,61 @@ TEST(PipelineParallelZeroBubble, EqualsOneFOneBBitForBit) {
   EXPECT_EQ(weights, kMicroBatches);
 }
 
+// The multimodal model (k3-nano-vision): rows of the image-text corpus whose images' tokens take
+// the places of the placeholders. One process runs the vision tower inside the first stage's
+// forward; under pp = every rank (pp2, pp4) it runs as filler nodes in rank 0's bubbles, all
+// before the pipeline, or inside the forward, under 1F1B and ZB-H1: the first step's loss and
+// every gradient equal one process's, and three steps keep them together.
+TEST(PipelineParallelVision, FillersMatchOneProcess) {
+  const dist::Comm world = dist::Comm::world();
+  const dist::ProcessGrid grid(dist::ParallelDims{.pp = world.size()}, world);
+  const model::ModelConfig c = model::load_model_config(k3::testing::source_dir() +
+                                                        "/configs/k3-nano-vision.json");
+  const int64_t T = 48;  // placeholders, then a caption cut short
+  for (ScheduleKind kind : {ScheduleKind::one_f_one_b, ScheduleKind::zero_bubble})
+    for (pipeline::Fillers fillers :
+         {pipeline::Fillers::in_bubbles, pipeline::Fillers::before, pipeline::Fillers::none}) {
+      const std::string what = std::string(pipeline::schedule_kind_name(kind)) + ", fillers " +
+                               pipeline::fillers_name(fillers);
+      SCOPED_TRACE(what);
+      testing::Setup s{0, "adamw"};
+      Trainee one(dist::single_process(), s, c);
+      s.schedule = kind;
+      s.fillers = fillers;
+      s.split = model::PipelineSplit::make(c.num_hidden_layers, world.size(), 1, {});
+      Trainee run(grid, s, c);
+      const model::ParamRegistry &r = one.model.params(), &p = run.model.params();
+      for (int step = 0; step < 3; ++step) {
+        const testing::ImageTextBatch b(c, step, T, kRows, kMicroBatches);
+        const StepTotals want = one.dp.forward_backward(one.arena, one.acts, b.share(0, kRows));
+        const StepTotals got = run.dp.forward_backward(run.arena, run.acts, b.share(0, kRows));
+        EXPECT_EQ(got.tokens, want.tokens);
+        EXPECT_NEAR(got.loss, want.loss, 1e-6 * want.loss) << "step " << step;
+        double worst = 0;
+        for (int i = 0; i < p.size(); ++i) {
+          const model::ParamInfo& info = p.info(i);
+          if (!info.held()) continue;
+          const double e = k3::testing::max_rel_error(p.grad(i).f32(),
+                                                      r.grad(r.find(info.name)).f32(),
+                                                      info.local_numel());
+          EXPECT_LT(e, 1e-4) << info.name << ", step " << step;
+          worst = std::max(worst, e);
+        }
+        if (step == 0 && world.rank() == 0)
+          std::printf("vision %s: loss %.3g relative, max gradient error %.3g\n", what.c_str(),
+                      std::abs(got.loss - want.loss) / want.loss, worst);
+        one.dp.apply(2e-3f, 1.0f);
+        run.dp.apply(2e-3f, 1.0f);
+      }
+      // The tower's weights live with the embedding, on rank 0, where the fillers ran.
+      EXPECT_EQ(p.info(p.find("mm_projector.proj.2.weight")).held(), grid.coord().pp == 0);
+      int filler_nodes = 0;
+      for (const pipeline::NodeTime& t : run.dp.measured())
+        filler_nodes += t.node.op == pipeline::Op::filler;
+      EXPECT_EQ(filler_nodes,
+                grid.coord().pp == 0 && fillers != pipeline::Fillers::none ? kMicroBatches : 0);
+    }
+}
+
 }  // namespace
 }  // namespace k3::parallel

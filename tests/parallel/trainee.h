@@ -14,6 +14,7 @@
 #include "common/model_util.h"
 #include "common/test_util.h"
 #include "common/tp_util.h"
+#include "k3/data/image_text.h"
 #include "k3/dist/grid.h"
 #include "k3/model/model.h"
 #include "k3/optim/param_groups.h"
@@ -66,12 +67,44 @@ struct GlobalBatch {
   }
 };
 
+// A global batch of the built-in image-text corpus (data/image_text.h) for a model with a vision
+// tower: `micro` micro-batches of `rows` rows of T tokens, one image a row.
+struct ImageTextBatch {
+  int64_t T, rows;
+  std::vector<data::ImageTextRows> micro_batches;
+  ImageTextBatch(const model::ModelConfig& c, int step, int64_t seq, int64_t n_rows, int micro)
+      : T(seq), rows(n_rows) {
+    data::ImageTextFormat f;
+    f.image_size = c.vt_image_size;
+    f.image_tokens = c.image_tokens();
+    f.placeholder = c.media_placeholder_token_id;
+    f.eos = c.eos_token_id;
+    f.pad = c.pad_token_id;
+    f.ignore_index = c.ignore_index;
+    for (int m = 0; m < micro; ++m)
+      micro_batches.push_back(
+          data::image_text_rows(17, (step * micro + m) * rows, rows, T, f));
+  }
+  // Rows [first, first + n) of every micro-batch, with their images.
+  std::vector<model::TokenBatch> share(int64_t first, int64_t n) const {
+    std::vector<model::TokenBatch> out;
+    for (const data::ImageTextRows& r : micro_batches) {
+      model::TokenBatch b{r.tokens.data() + first * T, r.targets.data() + first * T, n, T};
+      b.images = r.images.data() + first * static_cast<int64_t>(r.images.size()) / rows;
+      b.num_images = n;
+      out.push_back(b);
+    }
+    return out;
+  }
+};
+
 struct Setup {
   int zero;
   const char* optimizer;  // "adamw" or "muon"
   // Pipeline parallelism (grid pp > 1): the schedule, and the split (empty: even, vp 1).
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
   model::PipelineSplit split = {};
+  pipeline::Fillers fillers = pipeline::Fillers::in_bubbles;  // with a vision tower
 };
 
 // A model on `grid`, initialized, its routers spread (common/model_util.h: layouts that differ only
@@ -99,6 +132,7 @@ struct Trainee {
             .overlap = true,
             .schedule = s.schedule,
             .group = 0,
+            .fillers = s.fillers,
             .stage_arena_bytes = size_t{64} << 20};
   }
   StepTotals step(const GlobalBatch& b, bool apply) {

@@ -1,5 +1,5 @@
 // `k3lab schedule pipeline --pp P --vp V --microbatches M [--group G]
-//   [--kind interleaved|1f1b|gpipe|zb] [--fillers] [--comm] [--plot FILE.svg]`:
+//   [--kind interleaved|1f1b|gpipe|zb] [--fillers | --fillers-before] [--comm] [--plot FILE.svg]`:
 // the nodes each pipeline rank runs in one step, the planned timeline with unit costs, its bubble
 // against Megatron-Core's (p - 1) / (v·m), and a drawing of it.
 #include <cstdio>
@@ -42,7 +42,7 @@ void add_pipeline_schedule(CLI::App& schedule) {
   struct Args {
     std::string kind, plot;
     int pp = 4, vp = 1, microbatches = 8, group = 0;
-    bool fillers = false, comm = false;
+    bool fillers = false, fillers_before = false, comm = false;
     double filler_cost = 0.5;
   };
   auto a = std::make_shared<Args>();
@@ -63,7 +63,11 @@ void add_pipeline_schedule(CLI::App& schedule) {
   cmd->add_option("--kind", a->kind,
                   "gpipe, 1f1b, interleaved or zb (ZB-H1); default: interleaved when --vp > 1, "
                   "else 1f1b");
-  cmd->add_flag("--fillers", a->fillers, "Place one encoder forward per micro-batch on rank 0");
+  cmd->add_flag("--fillers", a->fillers,
+                "Place one encoder forward per micro-batch on rank 0, in the bubbles");
+  cmd->add_flag("--fillers-before", a->fillers_before,
+                "The same fillers, all before rank 0's first forward")
+      ->excludes("--fillers");
   cmd->add_option("--filler-cost", a->filler_cost, "A filler's cost, in stage forwards")
       ->capture_default_str();
   cmd->add_flag("--comm", a->comm, "List the sends (sF, sB) and receives (rF, rB) too");
@@ -76,7 +80,9 @@ void add_pipeline_schedule(CLI::App& schedule) {
     shape.vp = a->vp;
     shape.microbatches = a->microbatches;
     shape.group = a->group;
-    shape.fillers = a->fillers;
+    shape.fillers = a->fillers          ? pl::Fillers::in_bubbles
+                    : a->fillers_before ? pl::Fillers::before
+                                        : pl::Fillers::none;
     shape.costs.filler = a->filler_cost;
     const pl::Schedule s = pl::make_schedule(shape);
     const pl::Timeline t = pl::simulate(s);

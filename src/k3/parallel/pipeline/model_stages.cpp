@@ -14,7 +14,8 @@ ModelStages::ModelStages(model::Model& model, activation::ActivationManager& act
       micro_batches_(micro_batches),
       grad_scale_(grad_scale),
       rank_(model.grid().pp().rank()),
-      region_of_(micro_batches.size() * static_cast<size_t>(model.pipeline().vp), -1) {
+      region_of_(micro_batches.size() * static_cast<size_t>(model.pipeline().vp), -1),
+      image_tokens_(micro_batches.size(), nullptr) {
   K3_CHECK(deferred.size() == static_cast<size_t>(regions.count()), "pipeline: ",
            deferred.size(), " deferred weight-gradient queues for ", regions.count(), " regions");
   for (int r = regions.count() - 1; r >= 0; --r) free_regions_.push_back(r);
@@ -38,16 +39,22 @@ model::MicroBatch ModelStages::micro_batch(int micro, int chunk, int region) {
   return {micro * model_.pipeline().vp + chunk, regions_[region], acts_};
 }
 
-void ModelStages::forward(int micro, int chunk, const float* in, float* out) {
+int ModelStages::take_region(int micro, int chunk) {
+  int& region = region_of_[static_cast<size_t>(micro * model_.pipeline().vp + chunk)];
+  if (region >= 0) return region;  // taken by the micro-batch's filler
   K3_CHECK(!free_regions_.empty(), "pipeline: more micro-batches in flight than the ",
            regions_.count(), " activation regions");
-  const int region = free_regions_.back();
+  region = free_regions_.back();
   free_regions_.pop_back();
-  region_of_[static_cast<size_t>(micro * model_.pipeline().vp + chunk)] = region;
+  return region;
+}
+
+void ModelStages::forward(int micro, int chunk, const float* in, float* out) {
+  const int region = take_region(micro, chunk);
   const model::TokenBatch& b = micro_batches_[static_cast<size_t>(micro)];
-  loss_sum_ +=
-      model_.forward_stage(micro_batch(micro, chunk, region), stage(chunk), b, grad_scale_, in, out)
-          .sum;
+  model::MicroBatch mb = micro_batch(micro, chunk, region);
+  if (stage(chunk).embedding) mb.image_tokens = image_tokens_[static_cast<size_t>(micro)];
+  loss_sum_ += model_.forward_stage(mb, stage(chunk), b, grad_scale_, in, out).sum;
 }
 
 int& ModelStages::region_of(int micro, int chunk, const char* what) {
@@ -78,8 +85,12 @@ void ModelStages::backward_weight(int micro, int chunk) {
   release(region);
 }
 
-void ModelStages::filler(int) {
-  K3_CHECK(false, "pipeline: a filler node, but this model has no vision encoder");
+void ModelStages::filler(int micro) {
+  K3_CHECK(model_.has_vision(), "pipeline: a filler node, but this model has no vision tower");
+  K3_CHECK(stage(0).embedding, "pipeline: a filler on a rank without the embedding");
+  const int region = take_region(micro, 0);
+  image_tokens_[static_cast<size_t>(micro)] = model_.encode_images(
+      micro_batch(micro, 0, region), micro_batches_[static_cast<size_t>(micro)]);
 }
 
 }  // namespace k3::parallel::pipeline

@@ -1,5 +1,7 @@
 // The model's stages as a pipeline rank's work (executor.h): chunk c of this rank is the model's
-// virtual stage c·pp + rank (model/pipeline_split.h). Each micro-batch chunk in flight takes a
+// virtual stage c·pp + rank (model/pipeline_split.h). A filler node runs the vision tower for a
+// micro-batch's images (Model::encode_images) in the region its first chunk then uses; without
+// one, that chunk's forward runs the tower itself. Each micro-batch chunk in flight takes a
 // region of `regions` and an id in the activation manager from its forward until its backward
 // returns (under zero-bubble schedules, until its weight-gradient half has run, with that region's
 // DeferredWeightGrads holding what it needs), so backwards may come in any order the schedule says.
@@ -35,6 +37,7 @@ class ModelStages : public StageWork {
  private:
   model::Stage stage(int chunk) const;
   model::MicroBatch micro_batch(int micro, int chunk, int region);
+  int take_region(int micro, int chunk);
   int& region_of(int micro, int chunk, const char* what);
   void release(int& region);
 
@@ -47,6 +50,7 @@ class ModelStages : public StageWork {
   int rank_;
   std::vector<int> free_regions_;
   std::vector<int> region_of_;  // [micro · vp + chunk], -1 when not in flight
+  std::vector<const float*> image_tokens_;  // [micro]: the filler's output, null before it
   double loss_sum_ = 0;
 };
 

@@ -9,6 +9,18 @@
 
 namespace k3::parallel::pipeline {
 
+const char* fillers_name(Fillers f) {
+  switch (f) {
+    case Fillers::in_bubbles:
+      return "in the bubbles";
+    case Fillers::before:
+      return "before the pipeline";
+    case Fillers::none:
+      break;
+  }
+  return "none";
+}
+
 ScheduleKind parse_schedule_kind(const std::string& name) {
   if (name == "gpipe") return ScheduleKind::gpipe;
   if (name == "1f1b") return ScheduleKind::one_f_one_b;
@@ -160,7 +172,8 @@ class Placer {
     const size_t n = static_cast<size_t>(s.pp * s.vp * s.microbatches);
     forward_end_.assign(n, kUnknown);
     backward_end_.assign(n, kUnknown);
-    for (int m = 0; m < s.microbatches && s.fillers; ++m) ranks_[0].fillers.push_back(m);
+    for (int m = 0; m < s.microbatches && s.fillers != Fillers::none; ++m)
+      ranks_[0].fillers.push_back(m);
   }
 
   std::vector<Order> run() {
@@ -217,8 +230,9 @@ class Placer {
     if (st.next == order.size())
       return st.weights.empty() ? Action{} : Action{Action::weight, st.free};
     const Node& n = order[st.next];
-    if (n.op == Op::forward && stage(r, n.chunk) == 0 && !st.fillers.empty() &&
-        st.fillers.front() <= n.micro)
+    if (!st.fillers.empty() && (s_.fillers == Fillers::before ||
+                                (n.op == Op::forward && stage(r, n.chunk) == 0 &&
+                                 st.fillers.front() <= n.micro)))
       return {Action::filler, st.free};
     if (static_cast<int>(st.weights.size()) > s_.pp - 1 - r) return {Action::weight, st.free};
     const double at = ready(r, n);
@@ -318,7 +332,7 @@ Schedule make_schedule(ScheduleShape shape) {
         break;
     }
   }
-  if (shape.fillers || s.split_backward())
+  if (shape.fillers != Fillers::none || s.split_backward())
     orders = Placer(s.shape, std::move(orders), last_group_note(shape)).run();
   for (int r = 0; r < shape.pp; ++r)
     s.ranks.push_back(with_messages(s, r, orders[static_cast<size_t>(r)]));

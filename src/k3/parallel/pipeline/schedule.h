@@ -59,12 +59,18 @@ struct UnitCosts {
   double forward = 1, backward_input = 1, backward_weight = 1, filler = 1;
 };
 
+// Filler nodes (the vision encoder's forward, one per micro-batch, on rank 0): none, placed in
+// the bubbles (each at the latest just before the forward that needs it), or all before rank
+// 0's first forward (the encoder run ahead of the pipeline, for comparison).
+enum class Fillers { none, in_bubbles, before };
+const char* fillers_name(Fillers f);
+
 struct ScheduleShape {
   ScheduleKind kind = ScheduleKind::one_f_one_b;
   int pp = 1, vp = 1, microbatches = 1;
-  int group = 0;         // interleaved: micro-batches per group (0: pp)
-  bool fillers = false;  // one filler node per micro-batch on rank 0
-  UnitCosts costs;       // for placing flexible nodes
+  int group = 0;                   // interleaved: micro-batches per group (0: pp)
+  Fillers fillers = Fillers::none;
+  UnitCosts costs;                 // for placing flexible nodes
 };
 
 // A node's unit cost under `shape` (zero for communication).

@@ -40,9 +40,14 @@ int Timeline::peak_in_flight(int rank) const {
   const bool split = std::any_of(nodes.begin(), nodes.end(), [](const NodeTime& t) {
     return t.node.op == Op::backward_weight;
   });
+  // A micro-batch's first chunk is in flight from its filler (whose activations it keeps).
+  std::set<int> filled;
   int now = 0, peak = 0;
   for (const NodeTime& t : nodes) {
-    if (t.node.op == Op::forward) peak = std::max(peak, ++now);
+    if (t.node.op == Op::filler) filled.insert(t.node.micro);
+    if (t.node.op == Op::filler || (t.node.op == Op::forward && !(t.node.chunk == 0 &&
+                                                                   filled.count(t.node.micro))))
+      peak = std::max(peak, ++now);
     if (t.node.op == (split ? Op::backward_weight : Op::backward)) --now;
   }
   return peak;
@@ -170,7 +175,7 @@ class PaperRun {
     if (n.op == Op::backward || n.op == Op::backward_input)
       need(Op::forward, n.chunk, "its forward");
     if (n.op == Op::backward_weight) need(Op::backward_input, n.chunk, "its input gradients");
-    if (n.op == Op::forward && s_.shape.fillers && s_.stage(r, n.chunk) == 0)
+    if (n.op == Op::forward && s_.shape.fillers != Fillers::none && s_.stage(r, n.chunk) == 0)
       need(Op::filler, 0, "its filler");
     K3_CHECK(st.done.insert({n.op, n.micro, n.chunk}).second, where(r, n), " runs twice");
   }

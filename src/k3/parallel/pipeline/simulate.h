@@ -26,8 +26,9 @@ struct Timeline {
   // Idle time over busy time, summed over ranks: (p - 1) / m for 1F1B with equal stages, the
   // ratio (p - 1) / (v·m) of Megatron-Core's formula for the interleaved schedule.
   double bubble_ratio() const;
-  // The most micro-batch chunks a rank holds activations for at once: forwards started whose
-  // backward (its weight half, when split) has not ended.
+  // The most micro-batch chunks a rank holds activations for at once: forwards (or the fillers
+  // ahead of a first chunk's forward) started whose backward (its weight half, when split) has
+  // not ended.
   int peak_in_flight(int rank) const;
 };
 

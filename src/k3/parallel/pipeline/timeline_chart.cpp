@@ -8,7 +8,8 @@ std::string describe(const ScheduleShape& s) {
   if (s.vp > 1) d += " × vp " + std::to_string(s.vp);
   d += ", " + std::to_string(s.microbatches) + " micro-batches";
   if (s.kind == ScheduleKind::interleaved) d += " in groups of " + std::to_string(s.group);
-  if (s.fillers) d += ", encoder fillers on rank 0";
+  if (s.fillers != Fillers::none)
+    d += std::string(", encoder fillers on rank 0 ") + fillers_name(s.fillers);
   return d;
 }
 

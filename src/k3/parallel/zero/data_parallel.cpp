@@ -107,6 +107,7 @@ double DataParallel::run_pipeline(activation::ActivationManager& acts,
     shape.vp = split.vp;
     shape.microbatches = m;
     shape.group = options_.group;
+    shape.fillers = model_.has_vision() ? options_.fillers : pipeline::Fillers::none;
     schedule_ = pipeline::make_schedule(shape);
     const int regions = pipeline::simulate(schedule_).peak_in_flight(pp_.rank());
     if (!regions_ || regions_->count() < regions) {

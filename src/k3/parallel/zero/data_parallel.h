@@ -33,6 +33,9 @@ struct DataParallelOptions {
   // each micro-batch chunk's activation region (reserved, faulted on first use).
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
   int group = 0;  // interleaved: micro-batches per group (0: pp)
+  // Models with a vision tower: where its forward runs (schedule.h): in the bubbles of rank 0 as
+  // filler nodes, all before the pipeline, or (none) inside the first stage's forwards.
+  pipeline::Fillers fillers = pipeline::Fillers::in_bubbles;
   size_t stage_arena_bytes = size_t{256} << 20;
 };
 
