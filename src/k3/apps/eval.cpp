@@ -24,7 +24,7 @@ void add_eval(CLI::App& app) {
     const dist::ProcessGrid grid(forward_dims(a->tp, world.size()), world);
     auto s = train::open_checkpoint_session(a->checkpoint, grid);
     data::TokenDataset ds = train::load_run_dataset(s->config, *s->tokenizer);
-    train::EvalResult e = train::evaluate(*s, ds.validation, a->batches);
+    train::EvalResult e = train::evaluate_run(*s, ds, a->batches);
     if (world.rank() != 0) return;
     std::printf("validation loss %.4f nats/token, perplexity %.3f over %lld tokens", e.loss,
                 e.perplexity, static_cast<long long>(e.tokens));

@@ -5,8 +5,22 @@
 
 #include "k3/data/validation_batches.h"
 #include "k3/model/context/zigzag.h"
+#include "k3/train/image_text_data.h"
 
 namespace k3::train {
+namespace {
+
+EvalResult result_of(double sum, int64_t count) {
+  EvalResult r;
+  r.tokens = count;
+  if (count > 0) {
+    r.loss = sum / static_cast<double>(count);
+    r.perplexity = std::exp(r.loss);
+  }
+  return r;
+}
+
+}  // namespace
 
 EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t batches) {
   data::ValidationBatches val(validation, s.config.train.batch_size, s.config.data.seq_len);
@@ -30,13 +44,24 @@ EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t bat
   }
   cp.all_reduce(&sum, 1);
   cp.all_reduce(&count, 1);
-  EvalResult r;
-  r.tokens = count;
-  if (count > 0) {
-    r.loss = sum / static_cast<double>(count);
-    r.perplexity = std::exp(r.loss);
+  return result_of(sum, count);
+}
+
+EvalResult evaluate_run(Session& s, const data::TokenDataset& dataset, int64_t batches) {
+  if (!image_text_source(s.config)) return evaluate(s, dataset.validation, batches);
+  const int64_t n = batches > 0 ? std::min(batches, kImageTextValidationBatches)
+                                : kImageTextValidationBatches;
+  double sum = 0;
+  int64_t count = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const ImageTextBatch b =
+        image_text_batch(s.config, s.model->config(), image_text_validation_sample(s.config, i),
+                         s.config.train.batch_size);
+    const kernels::LossSum l = s.model->forward_loss(s.arena, b.view());
+    sum += l.sum;
+    count += l.count;
   }
-  return r;
+  return result_of(sum, count);
 }
 
 std::vector<int32_t> prompt_ids(const Session& s, const std::string& prompt) {

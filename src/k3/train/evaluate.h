@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <span>
 
+#include "k3/data/dataset.h"
 #include "k3/model/sampling.h"
 #include "k3/train/session.h"
 
@@ -18,6 +19,9 @@ struct EvalResult {
 
 // batches <= 0 evaluates the whole split.
 EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t batches);
+// The run's own validation: the dataset's split, or for the image-text corpus its validation
+// batches (train/image_text_data.h).
+EvalResult evaluate_run(Session& s, const data::TokenDataset& dataset, int64_t batches);
 
 // The token ids a sample continues: PROMPT encoded, or the tokenizer's eos when it is empty.
 std::vector<int32_t> prompt_ids(const Session& s, const std::string& prompt);

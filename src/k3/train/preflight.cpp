@@ -14,6 +14,7 @@
 #include "k3/dist/runtime.h"
 #include "k3/model/layer_factory.h"
 #include "k3/parallel/optim_adapters.h"
+#include "k3/train/image_text_data.h"
 #include "k3/train/session.h"
 
 namespace k3::train {
@@ -50,6 +51,7 @@ double muon_workspace_bytes(const std::vector<optim::Assignment>& plan) {
 // end-of-document token per file and split.
 int64_t expected_tokens(const DataSection& d) {
   if (d.source == "builtin") return d.builtin_tokens;
+  if (d.source == kImageTextSource) return 0;  // drawn batch by batch
   std::error_code ec;
   int64_t tokens = 2;
   auto add = [&](const fs::path& p) {
@@ -106,6 +108,7 @@ void check_memory(const RunMemory& m, const MemoryLimit& limit, const RunConfig&
 
 // The batcher serves windows of seq_len + 1 tokens; one batch takes batch_size of them.
 void check_splits(const data::TokenDataset& ds, const RunConfig& c) {
+  if (image_text_source(c)) return;  // the corpus never runs out
   const int64_t T = c.data.seq_len, B = c.train.batch_size, window = T + 1;
   const int64_t train_tokens = static_cast<int64_t>(ds.train.size());
   const int64_t windows =
@@ -272,6 +275,7 @@ void check_documents(const RunConfig& config, const model::ModelConfig& mc) {
 PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc) {
   PreflightResult r;
   check_parallel(config.parallel, config.train, config.data.seq_len, dist::Runtime::world_size());
+  check_image_text(config, mc);
   check_documents(config, mc);
   check_pipeline(config, mc);
   model::check_tensor_parallel(mc, static_cast<int>(config.parallel.tp));

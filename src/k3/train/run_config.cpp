@@ -140,11 +140,15 @@ std::string find_input(const std::string& path, const SearchDirs& dirs) {
 }
 
 // An existing file or directory, or KEYWORD (which is not a path).
-Rule<std::string> input_path(std::string keyword = "") {
-  return {[](const std::string& v) { return !v.empty(); },
-          keyword.empty() ? "an existing path" : "\"" + keyword + "\" or an existing path",
-          [keyword](const std::string& v, const SearchDirs& dirs) {
-            return !keyword.empty() && v == keyword ? v : find_input(v, dirs);
+// An existing path, or one of `keywords` (taken as they are).
+Rule<std::string> input_path(std::vector<std::string> keywords = {}) {
+  std::string names;
+  for (const std::string& k : keywords) names += "\"" + k + "\" or ";
+  return {[](const std::string& v) { return !v.empty(); }, names + "an existing path",
+          [keywords](const std::string& v, const SearchDirs& dirs) {
+            return std::find(keywords.begin(), keywords.end(), v) != keywords.end()
+                       ? v
+                       : find_input(v, dirs);
           }};
 }
 
@@ -199,8 +203,9 @@ const std::vector<Field>& fields() {
   static const std::vector<Field> table = {
     field("model.config", &R::model, &M::config, input_path(), "HF-style model config (JSON)"),
     field("model.seed", &R::model, &M::seed, at_least<I>(0), "initialization seed"),
-    field("data.source", &R::data, &D::source, input_path("builtin"),
-          "builtin, a .txt file or a directory"),
+    field("data.source", &R::data, &D::source, input_path({"builtin", "image_text"}),
+          "builtin, image_text (the image-text corpus, for a model with a vision tower), a .txt "
+          "file or a directory"),
     field("data.builtin_tokens", &R::data, &D::builtin_tokens, above<I>(0), "built-in corpus size"),
     field("data.val_fraction", &R::data, &D::val_fraction, within('(', 0, 1, ')'),
           "share held out for validation"),

@@ -10,6 +10,7 @@
 #include "k3/base/checksum.h"
 #include "k3/base/error.h"
 #include "k3/base/log.h"
+#include "k3/train/image_text_data.h"
 #include "k3/train/loss_plot.h"
 
 namespace k3::train {
@@ -115,6 +116,9 @@ nlohmann::json data_fingerprint(const data::TokenDataset& ds) {
 }
 
 data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokenizer& tokenizer) {
+  // Drawn batch by batch as the run goes (image_text_data.h): no token streams.
+  if (image_text_source(config))
+    return {"image-text corpus (seed " + std::to_string(config.data.seed) + ")", {}, {}, 0, 0};
   data::DatasetSpec spec;
   spec.source = config.data.source == "builtin" ? "corpus" : config.data.source;
   spec.seed = static_cast<uint64_t>(config.data.seed);

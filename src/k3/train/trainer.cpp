@@ -5,6 +5,7 @@
 #include <array>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "k3/base/checksum.h"
@@ -28,6 +29,7 @@
 #include "k3/train/evaluate.h"
 #include "k3/train/expert_load.h"
 #include "k3/train/history.h"
+#include "k3/train/image_text_data.h"
 #include "k3/train/loss_plot.h"
 #include "k3/train/metrics.h"
 #include "k3/train/preflight.h"
@@ -135,8 +137,11 @@ class Run {
         schedule_(config.train.lr_schedule()),
         dataset_(std::move(dataset)),
         data_fingerprint_(data_fingerprint(dataset_)),
-        batcher_(dataset_.train, config.train.batch_size, config.data.seq_len,
-                 static_cast<uint64_t>(config.data.seed)),
+        batcher_(image_text_source(config)
+                     ? std::nullopt
+                     : std::make_optional<data::Batcher>(dataset_.train, config.train.batch_size,
+                                                         config.data.seq_len,
+                                                         static_cast<uint64_t>(config.data.seed))),
         run_dir_(config.run.dir),
         progress_(opt.quiet || !lead_ ? nullptr : std::make_unique<ProgressDisplay>()) {
     if (from) {
@@ -188,7 +193,8 @@ class Run {
   optim::Schedule schedule_;
   data::TokenDataset dataset_;
   nlohmann::json data_fingerprint_;  // of the data the run started with, kept in checkpoints
-  data::Batcher batcher_;
+  std::optional<data::Batcher> batcher_;  // text data; the image-text corpus counts samples
+  int64_t samples_served_ = 0;             // of the image-text corpus
   optim::StepGuard guard_;
   std::string run_dir_;
   std::unique_ptr<ProgressDisplay> progress_;  // null when quiet
@@ -198,7 +204,11 @@ class Run {
   bool timeline_drawn_ = false;
   double peak_gflops_ = 0, last_grad_norm_ = NAN, last_val_loss_ = NAN;
   std::string last_checkpoint_;
+  data::DataCursor cursor() const {
+    return batcher_ ? batcher_->cursor() : data::DataCursor{0, samples_served_};
+  }
   std::vector<data::Batch> micro_;
+  std::vector<ImageTextBatch> micro_images_;  // under the image-text corpus
   std::vector<std::vector<int64_t>> micro_docs_;  // their documents, under data.documents
   std::vector<std::pair<std::string, dist::Counters>> counted_;  // per group, at the last record
 };
@@ -214,7 +224,10 @@ void Run::resume(ResumePoint& from) {
   dp_.optimizer().set_steps_taken(from.state.optimizer_steps);
   step_ = checkpoint_step_ = from.state.step;
   guard_.set_skipped(from.state.skipped_steps);
-  batcher_.seek(from.state.cursor);
+  if (batcher_)
+    batcher_->seek(from.state.cursor);
+  else
+    samples_served_ = from.state.cursor.position;
   last_checkpoint_ = dir;
   from.found.checkpoint = {};  // everything is in the model and optimizer now: close the files
   if (!lead_) return;
@@ -261,12 +274,21 @@ double Run::train_step() {
   const RunConfig& c = s_->config;
   // This rank's share of every micro-batch of the global batch.
   const int64_t rows = dp_.rows(c.train.batch_size);
-  micro_.resize(static_cast<size_t>(c.train.grad_accum));
-  micro_docs_.resize(micro_.size());
   std::vector<model::TokenBatch> views;
+  if (!batcher_) {
+    micro_images_.clear();
+    for (int64_t m = 0; m < c.train.grad_accum; ++m) {
+      micro_images_.push_back(image_text_batch(
+          c, s_->model->config(), samples_served_ + dp_.first_row(c.train.batch_size), rows));
+      samples_served_ += c.train.batch_size;
+      views.push_back(micro_images_.back().view());
+    }
+  }
+  micro_.resize(batcher_ ? static_cast<size_t>(c.train.grad_accum) : 0);
+  micro_docs_.resize(micro_.size());
   for (size_t m = 0; m < micro_.size(); ++m) {
     data::Batch& b = micro_[m];
-    batcher_.next(b, dp_.first_row(c.train.batch_size), rows);
+    batcher_->next(b, dp_.first_row(c.train.batch_size), rows);
     if (c.data.documents) micro_docs_[m] = data::document_starts(b, s_->tokenizer->eos_id());
     views.push_back({b.inputs.data(), b.targets.data(), b.rows, b.seq_len, micro_docs_[m]});
   }
@@ -370,7 +392,7 @@ void Run::balance_experts(nlohmann::json& record) {
 }
 
 void Run::evaluate_now(nlohmann::json& record) {
-  EvalResult e = evaluate(*s_, dataset_.validation, s_->config.eval.batches);
+  EvalResult e = evaluate_run(*s_, dataset_, s_->config.eval.batches);
   last_val_loss_ = e.loss;
   record["val_loss"] = e.loss;
   record["val_perplexity"] = e.perplexity;
@@ -386,7 +408,7 @@ std::string Run::checkpoint_now() {
                              {"optimizer", dp_.optimizer().summary()},
                              {"optimizer_steps", dp_.optimizer().steps_taken()},
                              {"skipped_steps", guard_.skipped()},
-                             {"data_cursor", batcher_.cursor().to_string()},
+                             {"data_cursor", cursor().to_string()},
                              {"seed", s_->config.model.seed},
                              {"rng", "philox4x32-10; stateless, keyed by (seed, stream, index)"},
                              {"layout", layout_json()},
