@@ -20,6 +20,7 @@
 #include "k3/base/timer.h"
 #include "k3/data/image_text.h"
 #include "k3/parallel/pipeline/timeline_chart.h"
+#include "k3/train/image_text_data.h"
 #include "trainee.h"
 
 namespace {
@@ -73,18 +74,15 @@ int main(int argc, char** argv) {
     const dist::Comm world = dist::Comm::world();
     const dist::ProcessGrid grid(dist::ParallelDims{.pp = world.size()}, world);
 
-    data::ImageTextFormat f;
-    f.image_size = vision.vt_image_size;
-    f.image_tokens = vision.image_tokens();
-    f.placeholder = vision.media_placeholder_token_id;
+    const data::ImageTextFormat f = train::image_text_format(vision);
     if (world.rank() == 0)
-      std::printf("k3-micro-vision over pp %d, 1F1B, micro-batches of %lld x %lld tokens (one "
-                  "%lldx%lld image a row, %lld image tokens), median of %d steps\n"
-                  "%3s %-28s %10s %9s\n",
-                  world.size(), static_cast<long long>(rows), static_cast<long long>(seq),
-                  static_cast<long long>(f.image_size), static_cast<long long>(f.image_size),
-                  static_cast<long long>(f.image_tokens), steps, "m", "vision tower", "step (s)",
-                  "bubble");
+      std::printf(
+          "k3-micro-vision over pp %d, 1F1B, micro-batches of %lld x %lld tokens (one "
+          "%lldx%lld image a row, %lld image tokens), median of %d steps\n"
+          "%3s %-28s %10s %9s\n",
+          world.size(), static_cast<long long>(rows), static_cast<long long>(seq),
+          static_cast<long long>(f.image_size), static_cast<long long>(f.image_size),
+          static_cast<long long>(f.image_tokens), steps, "m", "vision tower", "step (s)", "bubble");
     for (int micro : {2, 4, 8}) {
       std::vector<data::ImageTextRows> pictures;
       std::vector<model::TokenBatch> with_images;
@@ -104,11 +102,10 @@ int main(int argc, char** argv) {
         pl::Fillers fillers;
         std::vector<int64_t> layers = {};  // per stage; empty: even
       };
-      std::vector<Case> cases = {
-          {"in the bubbles (fillers)", &vision, pl::Fillers::in_bubbles},
-          {"before the pipeline", &vision, pl::Fillers::before},
-          {"in the first stage's forward", &vision, pl::Fillers::none},
-          {"none (text only)", &text, pl::Fillers::none}};
+      std::vector<Case> cases = {{"in the bubbles (fillers)", &vision, pl::Fillers::in_bubbles},
+                                 {"before the pipeline", &vision, pl::Fillers::before},
+                                 {"in the first stage's forward", &vision, pl::Fillers::none},
+                                 {"none (text only)", &text, pl::Fillers::none}};
       // The tower makes rank 0's stage the longest: one layer fewer there balances the pipeline.
       if (world.size() == 2)
         cases.push_back({"fillers, layers 3 + 5", &vision, pl::Fillers::in_bubbles, {3, 5}});

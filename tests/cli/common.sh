@@ -105,6 +105,17 @@ kill_and_resume_matches() {
 # The loss RUN recorded at STEP.
 loss_at() { grep "\"step\":$2[,}]" "$1/metrics.jsonl" | grep -o '"loss":[^,}]*' | cut -d: -f2; }
 
+# Fails unless runs A and B recorded the same loss (within 1e-6 relative) at every STEP.
+losses_match() {  # A B STEP...
+  local a=$1 b=$2 step x y
+  shift 2
+  for step in "$@"; do
+    x=$(loss_at "$a" "$step") y=$(loss_at "$b" "$step")
+    awk -v a="$x" -v b="$y" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != "" && d <= 1e-6 * a) }' ||
+      fail "step $step loss: $(basename "$a") $x, $(basename "$b") $y"
+  done
+}
+
 # Resumes a copy of RUN (a 6-step run with a checkpoint at step 3) as NAME on NP ranks with
 # SETTINGS, and expects its step 6 loss within 1e-4 of RUN's.
 resume_matches() {  # RUN NAME NP SETTINGS...

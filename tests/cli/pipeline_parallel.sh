@@ -11,11 +11,7 @@ RUN=("${TINY[@]}" --set train.threads=1 --set train.grad_accum=2 --set train.ste
 
 "$K3LAB" train "${RUN[@]}" --set run.dir="$WORK/one" > /dev/null
 "${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]}" --set parallel.pp=2 --set run.dir="$WORK/pp2" > /dev/null
-for step in 3 6; do
-  a=$(loss_at "$WORK/one" $step) b=$(loss_at "$WORK/pp2" $step)
-  awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(b != "" && d <= 1e-6 * a) }' ||
-    fail "step $step loss: one process $a, pp2 $b"
-done
+losses_match "$WORK/one" "$WORK/pp2" 3 6
 # ZB-H1 splits each backward and runs the same arithmetic: the same losses to the last digit.
 "${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]}" --set parallel.pp=2 --set parallel.pp_schedule=zb \
   --set run.dir="$WORK/zb" > /dev/null

@@ -37,9 +37,11 @@ TEST(ImageText, CaptionsDescribeThePixels) {
     int shapes = 0;
     while ((at = s.caption.find(" A ", at)) != std::string::npos) {
       const size_t end = s.caption.find('.', at);
-      const std::string phrase = s.caption.substr(at + 3, end - at - 3);  // "red circle is at the top left"
+      const std::string phrase =
+          s.caption.substr(at + 3, end - at - 3);  // "red circle is at the top left"
       const std::string colour = phrase.substr(0, phrase.find(' '));
-      const std::string shape = phrase.substr(colour.size() + 1, phrase.find(" is") - colour.size() - 1);
+      const std::string shape =
+          phrase.substr(colour.size() + 1, phrase.find(" is") - colour.size() - 1);
       const int q = places.at(phrase.substr(phrase.find("the ") + 4));
       named.insert(q);
       ++shapes;
@@ -48,7 +50,10 @@ TEST(ImageText, CaptionsDescribeThePixels) {
         EXPECT_EQ(pixel(s, c, y0 + kS / 4, x0 + kS / 4), rgb.at(colour)[c]) << s.caption;
       std::vector<float> mask;
       for (int64_t y = 0; y < kS / 2; ++y)
-        for (int64_t x = 0; x < kS / 2; ++x) mask.push_back(pixel(s, 0, y0 + y, x0 + x) + pixel(s, 1, y0 + y, x0 + x) + pixel(s, 2, y0 + y, x0 + x) > 0);
+        for (int64_t x = 0; x < kS / 2; ++x)
+          mask.push_back(pixel(s, 0, y0 + y, x0 + x) + pixel(s, 1, y0 + y, x0 + x) +
+                             pixel(s, 2, y0 + y, x0 + x) >
+                         0);
       looks[shape].insert(mask);
       at = end;
     }
@@ -56,7 +61,8 @@ TEST(ImageText, CaptionsDescribeThePixels) {
     ASSERT_GE(shapes, 1);
     ASSERT_LE(shapes, 3);
     EXPECT_TRUE(s.caption.starts_with(counts[shapes - 1])) << s.caption;
-    EXPECT_EQ(named.size(), static_cast<size_t>(shapes)) << "two shapes share a quadrant: " << s.caption;
+    EXPECT_EQ(named.size(), static_cast<size_t>(shapes))
+        << "two shapes share a quadrant: " << s.caption;
     for (int q = 0; q < 4; ++q) {
       if (named.count(q)) continue;
       for (int c = 0; c < 3; ++c)
@@ -82,8 +88,9 @@ TEST(ImageText, SamplesDependOnlyOnSeedAndIndex) {
   EXPECT_EQ(a.pixels, b.pixels);
   EXPECT_NE(image_text_sample(4, 41, kS).pixels, a.pixels);
   const ImageTextRows rows = image_text_rows(3, 40, 3, 64, {});
-  EXPECT_EQ(std::vector<float>(rows.images.begin() + 3 * kS * kS, rows.images.begin() + 6 * kS * kS),
-            a.pixels);
+  EXPECT_EQ(
+      std::vector<float>(rows.images.begin() + 3 * kS * kS, rows.images.begin() + 6 * kS * kS),
+      a.pixels);
 }
 
 TEST(ImageText, RowsPlaceholdersCaptionEosPadding) {

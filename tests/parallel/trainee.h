@@ -20,6 +20,7 @@
 #include "k3/optim/param_groups.h"
 #include "k3/parallel/optim_adapters.h"
 #include "k3/parallel/zero/data_parallel.h"
+#include "k3/train/image_text_data.h"
 
 namespace k3::parallel::testing {
 
@@ -74,16 +75,9 @@ struct ImageTextBatch {
   std::vector<data::ImageTextRows> micro_batches;
   ImageTextBatch(const model::ModelConfig& c, int step, int64_t seq, int64_t n_rows, int micro)
       : T(seq), rows(n_rows) {
-    data::ImageTextFormat f;
-    f.image_size = c.vt_image_size;
-    f.image_tokens = c.image_tokens();
-    f.placeholder = c.media_placeholder_token_id;
-    f.eos = c.eos_token_id;
-    f.pad = c.pad_token_id;
-    f.ignore_index = c.ignore_index;
     for (int m = 0; m < micro; ++m)
-      micro_batches.push_back(
-          data::image_text_rows(17, (step * micro + m) * rows, rows, T, f));
+      micro_batches.push_back(data::image_text_rows(17, (step * micro + m) * rows, rows, T,
+                                                    train::image_text_format(c)));
   }
   // Rows [first, first + n) of every micro-batch, with their images.
   std::vector<model::TokenBatch> share(int64_t first, int64_t n) const {

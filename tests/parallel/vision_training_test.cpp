@@ -37,8 +37,8 @@ TEST(VisionTraining, CaptionsAreReadFromTheImages) {
   const kernels::LossSum seen = t.model.forward_loss(t.arena, own),
                          swapped = t.model.forward_loss(t.arena, other);
   const double a = seen.sum / seen.count, b = swapped.sum / swapped.count;
-  std::printf("caption loss after %d steps: %.4f with its own image, %.4f with another's\n",
-              steps, a, b);
+  std::printf("caption loss after %d steps: %.4f with its own image, %.4f with another's\n", steps,
+              a, b);
   EXPECT_LT(a, b - 0.05);
 }
 

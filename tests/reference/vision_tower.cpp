@@ -3,11 +3,12 @@
 //   images [n, 3, S, S] and dout [n · tokens_per_image, hidden], the gradient of the output.
 // Writes WORK/weights.safetensors (K3 names) and WORK/outputs.safetensors: out, and grad.<name>
 // of every parameter.
+#include "k3/model/vision/vision_tower.h"
+
 #include <cmath>
 #include <string>
 
 #include "driver.h"
-#include "k3/model/vision/vision_tower.h"
 
 namespace {
 

@@ -70,8 +70,11 @@ ImageTextRows image_text_rows(uint64_t seed, int64_t first_sample, int64_t rows,
                               const ImageTextFormat& f) {
   K3_CHECK(T > f.image_tokens, "image-text rows of ", T, " tokens cannot hold an image's ",
            f.image_tokens, " placeholders and a caption");
-  ImageTextRows out{rows, T, std::vector<int32_t>(static_cast<size_t>(rows * T), f.pad),
-                    std::vector<int32_t>(static_cast<size_t>(rows * T), f.ignore_index), {}};
+  ImageTextRows out{rows,
+                    T,
+                    std::vector<int32_t>(static_cast<size_t>(rows * T), f.pad),
+                    std::vector<int32_t>(static_cast<size_t>(rows * T), f.ignore_index),
+                    {}};
   const int64_t pixels = 3 * f.image_size * f.image_size;
   out.images.resize(static_cast<size_t>(rows * pixels));
   for (int64_t r = 0; r < rows; ++r) {

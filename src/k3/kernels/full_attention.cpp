@@ -11,8 +11,8 @@ namespace {
 
 void check(const char* kernel, const AttentionShape& s) {
   K3_CHECK(!s.causal && s.dr == 0, kernel, ": attends both ways without a shared key part");
-  K3_CHECK(s.B >= 0 && s.T >= 1 && s.H >= 1 && s.dqk >= 1 && s.dv >= 1, kernel, ": bad shape B=",
-           s.B, " T=", s.T, " H=", s.H, " dqk=", s.dqk, " dv=", s.dv);
+  K3_CHECK(s.B >= 0 && s.T >= 1 && s.H >= 1 && s.dqk >= 1 && s.dv >= 1, kernel,
+           ": bad shape B=", s.B, " T=", s.T, " H=", s.H, " dqk=", s.dqk, " dv=", s.dv);
 }
 
 // One head's [T, d] slice of a [B, T, H, d] tensor: rows H·d apart.
@@ -26,8 +26,8 @@ GemmArgs head_operand(GemmArgs g, bool a, const float* base, int64_t b, int64_t 
 
 }  // namespace
 
-void full_attention_forward(const AttentionShape& s, const float* q, const float* k,
-                            const float* v, float* out, float* p) {
+void full_attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                            float* out, float* p) {
   check("full_attention_forward", s);
   const int64_t T = s.T;
   const float scale = s.effective_scale();
@@ -65,8 +65,14 @@ void full_attention_backward(const AttentionShape& s, const float* q, const floa
       const float* ph = p + (b * s.H + h) * T * T;
       const int64_t at_v = (b * T * s.H + h) * s.dv, at_k = (b * T * s.H + h) * s.dqk;
       // dv = pᵀ dout
-      GemmArgs g{.trans_a = true, .M = T, .N = s.dv, .K = T, .A = ph, .lda = T,
-                 .C = dv + at_v, .ldc = s.H * s.dv};
+      GemmArgs g{.trans_a = true,
+                 .M = T,
+                 .N = s.dv,
+                 .K = T,
+                 .A = ph,
+                 .lda = T,
+                 .C = dv + at_v,
+                 .ldc = s.H * s.dv};
       gemm(head_operand(g, false, dout, b, h, s, s.dv));
       // dp = dout vᵀ, then ds = scale · p ∘ (dp − Σ_u p dp) row by row
       GemmArgs d{.trans_b = true, .M = T, .N = T, .K = s.dv, .C = ds, .ldc = T};
@@ -79,10 +85,16 @@ void full_attention_backward(const AttentionShape& s, const float* q, const floa
         for (int64_t u = 0; u < T; ++u) row[u] = scale * pr[u] * (row[u] - mean);
       }
       // dq = ds k, dk = dsᵀ q
-      GemmArgs gq{.M = T, .N = s.dqk, .K = T, .A = ds, .lda = T, .C = dq + at_k,
-                  .ldc = s.H * s.dqk};
+      GemmArgs gq{
+          .M = T, .N = s.dqk, .K = T, .A = ds, .lda = T, .C = dq + at_k, .ldc = s.H * s.dqk};
       gemm(head_operand(gq, false, k, b, h, s, s.dqk));
-      GemmArgs gk{.trans_a = true, .M = T, .N = s.dqk, .K = T, .A = ds, .lda = T, .C = dk + at_k,
+      GemmArgs gk{.trans_a = true,
+                  .M = T,
+                  .N = s.dqk,
+                  .K = T,
+                  .A = ds,
+                  .lda = T,
+                  .C = dk + at_k,
                   .ldc = s.H * s.dqk};
       gemm(head_operand(gk, false, q, b, h, s, s.dqk));
     }

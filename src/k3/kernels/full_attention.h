@@ -11,8 +11,8 @@
 
 namespace k3::kernels {
 
-void full_attention_forward(const AttentionShape& s, const float* q, const float* k,
-                            const float* v, float* out, float* p);
+void full_attention_forward(const AttentionShape& s, const float* q, const float* k, const float* v,
+                            float* out, float* p);
 
 // Writes dq, dk, dv (not accumulated). `scratch` holds full_attention_scratch(s) floats (the
 // gradient of one head's scores).

@@ -6,8 +6,8 @@ namespace k3::model {
 
 void DeferredWeightGrads::defer(const float* dy, const float* x, int64_t rows, int64_t out,
                                 int64_t in, float* dw) {
-  Product p{operands_.size(), operands_.size() + static_cast<size_t>(rows * out), rows, out, in,
-            dw};
+  Product p{
+      operands_.size(), operands_.size() + static_cast<size_t>(rows * out), rows, out, in, dw};
   operands_.insert(operands_.end(), dy, dy + rows * out);
   operands_.insert(operands_.end(), x, x + rows * in);
   products_.push_back(p);

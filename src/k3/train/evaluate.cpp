@@ -49,8 +49,8 @@ EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t bat
 
 EvalResult evaluate_run(Session& s, const data::TokenDataset& dataset, int64_t batches) {
   if (!image_text_source(s.config)) return evaluate(s, dataset.validation, batches);
-  const int64_t n = batches > 0 ? std::min(batches, kImageTextValidationBatches)
-                                : kImageTextValidationBatches;
+  const int64_t n =
+      batches > 0 ? std::min(batches, kImageTextValidationBatches) : kImageTextValidationBatches;
   double sum = 0;
   int64_t count = 0;
   for (int64_t i = 0; i < n; ++i) {

@@ -5,8 +5,8 @@
 #include <array>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "k3/base/checksum.h"
 #include "k3/base/dir_lock.h"
@@ -192,9 +192,9 @@ class Run {
   parallel::DataParallel dp_;  // before the data: a bad optimizer rule is reported first
   optim::Schedule schedule_;
   data::TokenDataset dataset_;
-  nlohmann::json data_fingerprint_;  // of the data the run started with, kept in checkpoints
+  nlohmann::json data_fingerprint_;       // of the data the run started with, kept in checkpoints
   std::optional<data::Batcher> batcher_;  // text data; the image-text corpus counts samples
-  int64_t samples_served_ = 0;             // of the image-text corpus
+  int64_t samples_served_ = 0;            // of the image-text corpus
   optim::StepGuard guard_;
   std::string run_dir_;
   std::unique_ptr<ProgressDisplay> progress_;  // null when quiet
@@ -208,7 +208,7 @@ class Run {
     return batcher_ ? batcher_->cursor() : data::DataCursor{0, samples_served_};
   }
   std::vector<data::Batch> micro_;
-  std::vector<ImageTextBatch> micro_images_;  // under the image-text corpus
+  std::vector<ImageTextBatch> micro_images_;      // under the image-text corpus
   std::vector<std::vector<int64_t>> micro_docs_;  // their documents, under data.documents
   std::vector<std::pair<std::string, dist::Counters>> counted_;  // per group, at the last record
 };

@@ -38,8 +38,8 @@ void split_qkv(float* qkv, float* q, float* k, float* v, int64_t rows, int64_t Q
 
 // Each image's patches attend to each other, both ways.
 kernels::AttentionShape attention_shape(int64_t n, int64_t tokens, int64_t heads, int64_t qkv) {
-  kernels::AttentionShape a{.B = n, .T = tokens, .H = heads, .dqk = qkv / heads, .dr = 0,
-                            .dv = qkv / heads};
+  kernels::AttentionShape a{
+      .B = n, .T = tokens, .H = heads, .dqk = qkv / heads, .dr = 0, .dv = qkv / heads};
   a.causal = false;
   return a;
 }
@@ -59,21 +59,20 @@ VisionTower::VisionTower(ParamRegistry& reg, const ModelConfig& c)
   const int64_t D = dim_, I = c.vt_intermediate_size;
   patch_w_ = reg.add("vision_tower.patch_embed.proj.weight", {D, 3, patch_, patch_},
                      ParamInit::normal(std));
-  pos_w_ = reg.add("vision_tower.patch_embed.pos_emb.weight", {grid_, grid_, D},
-                   ParamInit::normal(std));
+  pos_w_ =
+      reg.add("vision_tower.patch_embed.pos_emb.weight", {grid_, grid_, D}, ParamInit::normal(std));
   for (int64_t b = 0; b < c.vt_num_hidden_layers; ++b) {
     const std::string p = "vision_tower.encoder.blocks." + std::to_string(b);
-    blocks_.push_back({p, RMSNorm(reg, p + ".norm0", D, eps), RMSNorm(reg, p + ".norm1", D, eps),
-                       Linear(reg, p + ".wqkv", D, 3 * qkv_, std),
-                       Linear(reg, p + ".wo", qkv_, D, out_std),
-                       Linear(reg, p + ".mlp.fc0", D, I, std),
-                       Linear(reg, p + ".mlp.fc1", I, D, out_std)});
+    blocks_.push_back(
+        {p, RMSNorm(reg, p + ".norm0", D, eps), RMSNorm(reg, p + ".norm1", D, eps),
+         Linear(reg, p + ".wqkv", D, 3 * qkv_, std), Linear(reg, p + ".wo", qkv_, D, out_std),
+         Linear(reg, p + ".mlp.fc0", D, I, std), Linear(reg, p + ".mlp.fc1", I, D, out_std)});
   }
   final_norm_ = RMSNorm(reg, "vision_tower.encoder.final_layernorm", D, eps);
   proj0_ = Linear(reg, "mm_projector.proj.0", 4 * D, 4 * D, std);
   proj2_ = Linear(reg, "mm_projector.proj.2", 4 * D, hidden_, std);
-  post_norm_ = RMSNorm(reg, "mm_projector.post_norm", hidden_,
-                       static_cast<float>(c.vt_projector_ln_eps));
+  post_norm_ =
+      RMSNorm(reg, "mm_projector.post_norm", hidden_, static_cast<float>(c.vt_projector_ln_eps));
   params_end_ = reg.size();
 }
 
@@ -117,10 +116,14 @@ void VisionTower::block_forward(const Step& s, const Block& b, const float* x, i
     b.fc1.forward(s, g, R, y);
   }
   kernels::add_inplace(y, mid, R * D);
-  for (auto [what, ptr, floats] :
-       {std::tuple{".a", a, R * D}, {".q", q, R * Q}, {".k", k, R * Q}, {".v", v, R * Q},
-        {".o", o, R * Q}, {".p", p, n * heads_ * shape.T * shape.T}, {".c", c, R * D},
-        {".f", f, R * I}})
+  for (auto [what, ptr, floats] : {std::tuple{".a", a, R * D},
+                                   {".q", q, R * Q},
+                                   {".k", k, R * Q},
+                                   {".v", v, R * Q},
+                                   {".o", o, R * Q},
+                                   {".p", p, n * heads_ * shape.T * shape.T},
+                                   {".c", c, R * D},
+                                   {".f", f, R * I}})
     s.save(b.name + what, ptr, floats);
 }
 

@@ -16,8 +16,8 @@ ModelStages::ModelStages(model::Model& model, activation::ActivationManager& act
       rank_(model.grid().pp().rank()),
       region_of_(micro_batches.size() * static_cast<size_t>(model.pipeline().vp), -1),
       image_tokens_(micro_batches.size(), nullptr) {
-  K3_CHECK(deferred.size() == static_cast<size_t>(regions.count()), "pipeline: ",
-           deferred.size(), " deferred weight-gradient queues for ", regions.count(), " regions");
+  K3_CHECK(deferred.size() == static_cast<size_t>(regions.count()), "pipeline: ", deferred.size(),
+           " deferred weight-gradient queues for ", regions.count(), " regions");
   for (int r = regions.count() - 1; r >= 0; --r) free_regions_.push_back(r);
 }
 
