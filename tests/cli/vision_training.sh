@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # k3lab train on the built-in image-text corpus (data.source = "image_text") with the multimodal
-# k3-nano-vision: the caption loss falls, a run resumed from its checkpoint ends bit-identical to
-# one never stopped, a pp2 run (the vision tower as filler nodes on rank 0) ends at the
-# one-process losses, k3lab eval scores the validation captions, and a model without a vision
-# tower is refused naming data.source.
+# k3-nano-vision: the caption loss falls, a run resumed from its checkpoint ends at the losses of
+# one never stopped, pp2 runs (the vision tower as filler nodes on rank 0, in its bubbles or all
+# before the pipeline) end at the one-process losses, k3lab eval scores the validation captions,
+# and a model without a vision tower is refused naming data.source.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
 MPI=(mpirun --allow-run-as-root --oversubscribe -q)
@@ -20,6 +20,14 @@ grep -q "\"source\": \"image-text corpus (seed 1234)\"" "$WORK/one/checkpoints/s
 losses_match "$WORK/one" "$WORK/pp2" 3 6
 grep -q 'encoder fillers on rank 0 in the bubbles' "$WORK/pp2/pipeline_timeline.svg" || fail "no filler nodes in the pp2 timeline"
 echo "ok: pp2 with the tower as filler ends at the one-process losses ($(loss_at "$WORK/pp2" 6))"
+# parallel.pp_fillers = before runs every filler ahead of the pipeline: the same losses, logged.
+"${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]:1}" --set parallel.pp=2 --set parallel.pp_fillers=before \
+  --set run.dir="$WORK/before" 2>&1 | tr '\r' '\n' | grep -q 'schedule 1f1b, vision tower before the pipeline' ||
+  fail "the filler placement is not logged"
+losses_match "$WORK/one" "$WORK/before" 3 6
+grep -q 'encoder fillers on rank 0 before the pipeline' "$WORK/before/pipeline_timeline.svg" ||
+  fail "the timeline does not show the fillers before the pipeline"
+echo "ok: pp_fillers = before gives the same losses"
 resume_matches "$WORK/one" resumed 1
 
 # The caption loss falls over a longer run.

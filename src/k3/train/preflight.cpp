@@ -243,6 +243,7 @@ void check_pipeline(const RunConfig& config, const model::ModelConfig& mc) {
   shape.vp = split.vp;
   shape.microbatches = static_cast<int>(config.train.grad_accum);
   shape.group = static_cast<int>(p.pp_group);
+  shape.fillers = mc.has_vision() ? pipeline_fillers(p) : parallel::pipeline::Fillers::none;
   try {
     parallel::pipeline::make_schedule(shape);
   } catch (const Error& e) {

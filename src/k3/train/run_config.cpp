@@ -282,6 +282,10 @@ const std::vector<Field>& fields() {
     field("parallel.pp_schedule", &R::parallel, &P::pp_schedule,
           one_of({"auto", "gpipe", "1f1b", "interleaved", "zb"}),
           "pipeline: auto is interleaved when vp > 1, else 1f1b; zb splits each backward (ZB-H1)"),
+    field("parallel.pp_fillers", &R::parallel, &P::pp_fillers,
+          one_of({"bubbles", "before", "none"}),
+          "pipeline, a model with a vision tower: its forward as filler nodes in rank 0's "
+          "bubbles, all before the pipeline, or inside the first stage's forward"),
     field("parallel.pp_group", &R::parallel, &P::pp_group, at_least<I>(0),
           "pipeline, interleaved: micro-batches per group through each chunk; 0: pp"),
   };

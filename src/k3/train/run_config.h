@@ -100,6 +100,7 @@ struct ParallelSection {
   std::string pp_layers;                  // pipeline: layers per virtual stage, "3,5"; empty: even
   std::string pp_schedule = "auto";       // "auto" (interleaved when vp > 1, else 1f1b), gpipe, ...
   int64_t pp_group = 0;                   // interleaved: micro-batches per group; 0: pp
+  std::string pp_fillers = "bubbles";     // a vision tower's forward: bubbles, before or none
   bool operator==(const ParallelSection&) const = default;
 };
 

@@ -52,6 +52,13 @@ model::PipelineSplit pipeline_split(const ParallelSection& p, int64_t layers) {
   }
 }
 
+parallel::pipeline::Fillers pipeline_fillers(const ParallelSection& p) {
+  using parallel::pipeline::Fillers;
+  return p.pp_fillers == "before" ? Fillers::before
+         : p.pp_fillers == "none" ? Fillers::none
+                                  : Fillers::in_bubbles;
+}
+
 parallel::pipeline::ScheduleKind pipeline_schedule(const ParallelSection& p) {
   if (p.pp_schedule == "auto")
     return p.vp > 1 ? parallel::pipeline::ScheduleKind::interleaved

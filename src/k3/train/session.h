@@ -48,6 +48,8 @@ void check_model_for_run(const model::ModelConfig& model, const RunConfig& confi
 model::PipelineSplit pipeline_split(const ParallelSection& p, int64_t layers);
 // parallel.pp_schedule, with "auto" resolved.
 parallel::pipeline::ScheduleKind pipeline_schedule(const ParallelSection& p);
+// Where a vision tower's forward runs under pp (parallel.pp_fillers).
+parallel::pipeline::Fillers pipeline_fillers(const ParallelSection& p);
 
 std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& model,
                                       const dist::ProcessGrid& grid = dist::single_process());

@@ -63,7 +63,8 @@ parallel::DataParallel make_data_parallel(model::Model& model, const RunConfig& 
           .bucket_floats = static_cast<size_t>(p.bucket_mib * 1024 * 1024 / sizeof(float)),
           .overlap = p.overlap != 0,
           .schedule = pipeline_schedule(p),
-          .group = static_cast<int>(p.pp_group)});
+          .group = static_cast<int>(p.pp_group),
+          .fillers = pipeline_fillers(p)});
 }
 
 // Every rank must train the same run: a job launched with different arguments or files on
@@ -159,7 +160,11 @@ class Run {
     peak_gflops_ = fma_peak_gflops();
     if (grid.pp().size() > 1)
       say("pipeline: " + s_->model->pipeline().describe() + ", schedule " +
-          parallel::pipeline::schedule_kind_name(pipeline_schedule(config.parallel)));
+          parallel::pipeline::schedule_kind_name(pipeline_schedule(config.parallel)) +
+          (s_->model->has_vision() ? std::string(", vision tower ") +
+                                         parallel::pipeline::fillers_name(
+                                             pipeline_fillers(config.parallel))
+                                   : std::string()));
   }
 
   TrainSummary run();
