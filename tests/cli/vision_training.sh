@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # k3lab train on the built-in image-text corpus (data.source = "image_text") with the multimodal
 # k3-nano-vision: the caption loss falls, a run resumed from its checkpoint ends at the losses of
-# one never stopped, pp2 runs (the vision tower as filler nodes on rank 0, in its bubbles or all
-# before the pipeline) end at the one-process losses, k3lab eval scores the validation captions,
+# one never stopped, dp2 and pp2 runs (the vision tower as filler nodes on rank 0, in its bubbles
+# or all before the pipeline) end at the one-process losses, k3lab eval scores the validation captions,
 # and a model without a vision tower is refused naming data.source.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
@@ -28,6 +28,10 @@ losses_match "$WORK/one" "$WORK/before" 3 6
 grep -q 'encoder fillers on rank 0 before the pipeline' "$WORK/before/pipeline_timeline.svg" ||
   fail "the timeline does not show the fillers before the pipeline"
 echo "ok: pp_fillers = before gives the same losses"
+# Under dp2 each rank draws its rows of the same samples.
+"${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]}" --set parallel.dp=2 --set run.dir="$WORK/dp2" > /dev/null
+losses_match "$WORK/one" "$WORK/dp2" 3 6
+echo "ok: dp2 ends at the one-process losses"
 resume_matches "$WORK/one" resumed 1
 
 # The caption loss falls over a longer run.
