@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # k3lab train under pipeline parallelism: a pp2 run (dense-tiny, one layer a stage, 2 micro-batches
 # a step) ends at the one-process run's losses (ZB-H1 at 1F1B's exactly), logs its split, draws its
-# measured timeline beside the planned one, and its checkpoints are global: it resumes in one process, and a one-process
+# measured timeline beside the planned one; pp2 × ep2 of k3-nano ends at the one-process losses too;
+# and its checkpoints are global: it resumes in one process, and a one-process
 # run resumes under pp2. Bad pipeline settings are refused before any work, naming the field.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
@@ -34,6 +35,17 @@ echo "ok: the split is logged"
 resume_matches "$WORK/pp2" pp2_in_one_process 1 --set parallel.pp=1
 resume_matches "$WORK/one" one_under_pp2 2 --set parallel.pp=2
 "$K3LAB" eval --checkpoint "$WORK/pp2" --batches 2 > /dev/null
+
+# With expert parallelism: k3-nano (LatentMoE) under pp2 × ep2 ends at the one-process losses, and
+# the checkpoints resume across the two layouts.
+NANO=(--set model.config=configs/k3-nano.json --set data.seq_len=16)
+"$K3LAB" train "${RUN[@]}" "${NANO[@]}" --set run.dir="$WORK/nano" > /dev/null
+"${MPI[@]}" -np 4 "$K3LAB" train "${RUN[@]}" "${NANO[@]}" --set parallel.pp=2 --set parallel.ep=2 \
+  --set run.dir="$WORK/pp2_ep2" > /dev/null
+losses_match "$WORK/nano" "$WORK/pp2_ep2" 3 6
+echo "ok: pp2 × ep2 ends at the one-process losses ($(loss_at "$WORK/pp2_ep2" 6))"
+resume_matches "$WORK/pp2_ep2" pp2_ep2_in_one_process 1 --set parallel.pp=1 --set parallel.ep=1
+resume_matches "$WORK/nano" nano_under_pp2_ep2 4 --set parallel.pp=2 --set parallel.ep=2
 
 # Refusals, before any work, naming the field.
 for bad in "parallel.pp_layers --set parallel.pp_layers=1,x" "parallel.pp_layers --set parallel.pp_layers=2,1" \

@@ -1,8 +1,10 @@
 // Pipeline parallelism of the whole model (k3-nano: 8 layers, Attention Residuals blocks of 3, so
-// stage boundaries fall inside blocks and the payload carries bank snapshots), alone and with data
-// and tensor parallelism, against the single-process run of the same global batch: pp2 (1F1B and
-// GPipe, even and uneven splits) under mpirun -np 2; pp4, pp2 × vp2 (interleaved), pp2 × dp2 and
-// pp2 × tp2 under -np 4. Four micro-batches a step.
+// stage boundaries fall inside blocks and the payload carries bank snapshots), alone and with data,
+// tensor and expert parallelism, against the single-process run of the same global batch: pp2
+// (1F1B, GPipe and ZB-H1, even and uneven splits) under mpirun -np 2; pp4 (1F1B and ZB-H1),
+// pp2 × vp2 (interleaved), pp2 × dp2, pp2 × tp2 and pp2 × ep2 under -np 4. Four micro-batches a
+// step. ZB-H1 is also compared with 1F1B bit for bit, and the multimodal model (k3-nano-vision)
+// with its vision tower as filler nodes with one process.
 //
 // Tolerances as in the other parallel tests: loss 1e-6 relative, gradient norm 1e-5, every
 // gradient 1e-4 of its tensor's largest entry; three steps from the one-process state, losses
@@ -32,6 +34,7 @@ struct Layout {
   ScheduleKind schedule;
   Setup setup;
   std::vector<int64_t> layers = {};  // per virtual stage; empty: even
+  int ep = 1;
 };
 
 std::string name(const ::testing::TestParamInfo<Layout>& p) {
@@ -40,6 +43,7 @@ std::string name(const ::testing::TestParamInfo<Layout>& p) {
   if (l.vp > 1) s += "_vp" + std::to_string(l.vp);
   if (l.dp > 1) s += "_dp" + std::to_string(l.dp);
   if (l.tp > 1) s += "_tp" + std::to_string(l.tp);
+  if (l.ep > 1) s += "_ep" + std::to_string(l.ep);
   s += std::string("_") + pipeline::schedule_kind_name(l.schedule);
   for (int64_t n : l.layers) s += "_" + std::to_string(n);
   return s + "_" + l.setup.optimizer + "_zero" + std::to_string(l.setup.zero);
@@ -49,10 +53,10 @@ class PipelineParallelMatchesOneProcess : public ::testing::TestWithParam<Layout
  protected:
   void SetUp() override {
     const Layout& l = GetParam();
-    if (world.size() != l.pp * l.dp * l.tp)
-      GTEST_SKIP() << "runs on " << l.pp * l.dp * l.tp << " ranks";
+    if (world.size() != l.pp * l.dp * l.tp * l.ep)
+      GTEST_SKIP() << "runs on " << l.pp * l.dp * l.tp * l.ep << " ranks";
     grid = std::make_unique<dist::ProcessGrid>(
-        dist::ParallelDims{.tp = l.tp, .dp = l.dp, .pp = l.pp}, world);
+        dist::ParallelDims{.tp = l.tp, .ep = l.ep, .dp = l.dp, .pp = l.pp}, world);
     ref = std::make_unique<Trainee>(dist::single_process(), l.setup);
     testing::Setup s = l.setup;
     s.schedule = l.schedule;
@@ -90,8 +94,9 @@ TEST_P(PipelineParallelMatchesOneProcess, EvaluationLoss) {
   const kernels::LossSum want = ref->model.forward_loss(ref->arena, batch);
   const kernels::LossSum got = run->model.forward_loss(run->arena, batch);
   EXPECT_EQ(got.count, want.count);
-  // The same arithmetic stage after stage; tensor parallelism sums partial products in its order.
-  EXPECT_NEAR(got.sum, want.sum, GetParam().tp > 1 ? 1e-6 * want.sum : 0.0);
+  // The same arithmetic stage after stage; tensor parallelism sums partial products in its order,
+  // and expert parallelism runs each expert's rows in products of other shapes.
+  EXPECT_NEAR(got.sum, want.sum, GetParam().tp > 1 || GetParam().ep > 1 ? 1e-6 * want.sum : 0.0);
 }
 
 std::vector<Layout> layouts() {
@@ -109,6 +114,8 @@ std::vector<Layout> layouts() {
       {2, 1, 2, 1, ScheduleKind::one_f_one_b, adamw2},
       {2, 1, 2, 1, ScheduleKind::one_f_one_b, muon1},
       {2, 1, 1, 2, ScheduleKind::one_f_one_b, muon1},
+      {2, 1, 1, 1, ScheduleKind::one_f_one_b, muon1, {}, 2},
+      {2, 1, 1, 1, ScheduleKind::zero_bubble, adamw2, {}, 2},
   };
 }
 

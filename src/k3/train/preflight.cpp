@@ -207,10 +207,9 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
                "·", p.tp, "·", p.pp, "·", p.ep, "·", p.cp, " = ", product, " but the job has ",
                world_size, " process", world_size == 1 ? "" : "es",
                world_size == 1 ? " (start it with mpirun -np N, or set parallel.dp=1)" : "");
-  K3_CHECK_CTX(p.pp == 1 || (p.cp == 1 && p.ep == 1), (ErrorContext{"", "parallel.pp", -1}),
+  K3_CHECK_CTX(p.pp == 1 || p.cp == 1, (ErrorContext{"", "parallel.pp", -1}),
                "parallel.pp = ", p.pp,
-               " composes with dp and tp in this version, not with cp or ep (cp = ", p.cp,
-               ", ep = ", p.ep, ")");
+               " composes with dp, tp and ep in this version, not with cp (cp = ", p.cp, ")");
   K3_CHECK_CTX(p.pp > 1 || p.vp == 1, (ErrorContext{"", "parallel.vp", -1}),
                "virtual stages (parallel.vp = ", p.vp,
                ") need pipeline parallelism (parallel.pp > 1)");
