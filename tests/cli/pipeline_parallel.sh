@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # k3lab train under pipeline parallelism: a pp2 run (dense-tiny, one layer a stage, 2 micro-batches
 # a step) ends at the one-process run's losses (ZB-H1 at 1F1B's exactly), logs its split, draws its
-# measured timeline beside the planned one; pp2 × ep2 of k3-nano ends at the one-process losses too;
-# and its checkpoints are global: it resumes in one process, and a one-process
+# measured timeline beside the planned one; pp2 × ep2 and pp2 × cp2 of k3-nano end at the
+# one-process losses too; and its checkpoints are global: it resumes in one process, and a one-process
 # run resumes under pp2. Bad pipeline settings are refused before any work, naming the field.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
@@ -47,13 +47,19 @@ echo "ok: pp2 × ep2 ends at the one-process losses ($(loss_at "$WORK/pp2_ep2" 6
 resume_matches "$WORK/pp2_ep2" pp2_ep2_in_one_process 1 --set parallel.pp=1 --set parallel.ep=1
 resume_matches "$WORK/nano" nano_under_pp2_ep2 4 --set parallel.pp=2 --set parallel.ep=2
 
+# With context parallelism: each stage's cp ranks run their chunks of every sequence.
+"${MPI[@]}" -np 4 "$K3LAB" train "${RUN[@]}" "${NANO[@]}" --set parallel.pp=2 --set parallel.cp=2 \
+  --set run.dir="$WORK/pp2_cp2" > /dev/null
+losses_match "$WORK/nano" "$WORK/pp2_cp2" 3 6
+echo "ok: pp2 × cp2 ends at the one-process losses ($(loss_at "$WORK/pp2_cp2" 6))"
+
 # Refusals, before any work, naming the field.
 for bad in "parallel.pp_layers --set parallel.pp_layers=1,x" "parallel.pp_layers --set parallel.pp_layers=2,1" \
            "sample.every --set sample.every=2" "parallel.pp_schedule --set parallel.pp_schedule=interleaved" \
-           "parallel.pp --set parallel.cp=2 --set parallel.dp=1"; do
+           "parallel.cp --set parallel.cp=2 --set parallel.dp=1"; do
   read -r field settings <<< "$bad"
   np=2
-  [[ $settings == *cp=2* ]] && np=4
+  [[ $settings == *cp=2* ]] && np=4  # dense-tiny's plain gated attention has no cp algorithm
   # shellcheck disable=SC2086
   line=$(first_error_line "${MPI[@]}" -np $np "$K3LAB" train "${RUN[@]}" --set parallel.pp=2 $settings --set run.dir="$WORK/bad")
   [[ $line == *"$field"* ]] || fail "expected an error naming $field, got: $line"

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "k3/model/context/zigzag.h"
 #include "parallel/trainee.h"
 
 namespace k3::parallel {
@@ -34,7 +35,7 @@ struct Layout {
   ScheduleKind schedule;
   Setup setup;
   std::vector<int64_t> layers = {};  // per virtual stage; empty: even
-  int ep = 1;
+  int ep = 1, cp = 1;
 };
 
 std::string name(const ::testing::TestParamInfo<Layout>& p) {
@@ -44,6 +45,7 @@ std::string name(const ::testing::TestParamInfo<Layout>& p) {
   if (l.dp > 1) s += "_dp" + std::to_string(l.dp);
   if (l.tp > 1) s += "_tp" + std::to_string(l.tp);
   if (l.ep > 1) s += "_ep" + std::to_string(l.ep);
+  if (l.cp > 1) s += "_cp" + std::to_string(l.cp);
   s += std::string("_") + pipeline::schedule_kind_name(l.schedule);
   for (int64_t n : l.layers) s += "_" + std::to_string(n);
   return s + "_" + l.setup.optimizer + "_zero" + std::to_string(l.setup.zero);
@@ -53,10 +55,10 @@ class PipelineParallelMatchesOneProcess : public ::testing::TestWithParam<Layout
  protected:
   void SetUp() override {
     const Layout& l = GetParam();
-    if (world.size() != l.pp * l.dp * l.tp * l.ep)
-      GTEST_SKIP() << "runs on " << l.pp * l.dp * l.tp * l.ep << " ranks";
+    if (world.size() != l.pp * l.dp * l.tp * l.ep * l.cp)
+      GTEST_SKIP() << "runs on " << l.pp * l.dp * l.tp * l.ep * l.cp << " ranks";
     grid = std::make_unique<dist::ProcessGrid>(
-        dist::ParallelDims{.tp = l.tp, .ep = l.ep, .dp = l.dp, .pp = l.pp}, world);
+        dist::ParallelDims{.tp = l.tp, .cp = l.cp, .ep = l.ep, .dp = l.dp, .pp = l.pp}, world);
     ref = std::make_unique<Trainee>(dist::single_process(), l.setup);
     testing::Setup s = l.setup;
     s.schedule = l.schedule;
@@ -92,11 +94,19 @@ TEST_P(PipelineParallelMatchesOneProcess, EvaluationLoss) {
   const GlobalBatch b(ref->model.config(), 5, testing::kT, kRows);
   const model::TokenBatch batch = b.share(0, kRows)[0];
   const kernels::LossSum want = ref->model.forward_loss(ref->arena, batch);
-  const kernels::LossSum got = run->model.forward_loss(run->arena, batch);
+  // Under context parallelism each cp rank scores its chunks of every row; the sums add up.
+  const dist::Comm& cp = grid->cp();
+  std::vector<int32_t> mine;
+  kernels::LossSum got = run->model.forward_loss(
+      run->arena, model::context_share(batch, cp.size(), cp.rank(), mine));
+  cp.all_reduce(&got.sum, 1);
+  cp.all_reduce(&got.count, 1);
   EXPECT_EQ(got.count, want.count);
   // The same arithmetic stage after stage; tensor parallelism sums partial products in its order,
-  // and expert parallelism runs each expert's rows in products of other shapes.
-  EXPECT_NEAR(got.sum, want.sum, GetParam().tp > 1 || GetParam().ep > 1 ? 1e-6 * want.sum : 0.0);
+  // expert parallelism runs each expert's rows in products of other shapes, and context
+  // parallelism attends in chunks.
+  const Layout& l = GetParam();
+  EXPECT_NEAR(got.sum, want.sum, l.tp > 1 || l.ep > 1 || l.cp > 1 ? 1e-6 * want.sum : 0.0);
 }
 
 std::vector<Layout> layouts() {
@@ -116,6 +126,7 @@ std::vector<Layout> layouts() {
       {2, 1, 1, 2, ScheduleKind::one_f_one_b, muon1},
       {2, 1, 1, 1, ScheduleKind::one_f_one_b, muon1, {}, 2},
       {2, 1, 1, 1, ScheduleKind::zero_bubble, adamw2, {}, 2},
+      {2, 1, 1, 1, ScheduleKind::one_f_one_b, muon1, {}, 1, 2},
   };
 }
 

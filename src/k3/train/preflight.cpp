@@ -207,9 +207,6 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
                "·", p.tp, "·", p.pp, "·", p.ep, "·", p.cp, " = ", product, " but the job has ",
                world_size, " process", world_size == 1 ? "" : "es",
                world_size == 1 ? " (start it with mpirun -np N, or set parallel.dp=1)" : "");
-  K3_CHECK_CTX(p.pp == 1 || p.cp == 1, (ErrorContext{"", "parallel.pp", -1}),
-               "parallel.pp = ", p.pp,
-               " composes with dp, tp and ep in this version, not with cp (cp = ", p.cp, ")");
   K3_CHECK_CTX(p.pp > 1 || p.vp == 1, (ErrorContext{"", "parallel.vp", -1}),
                "virtual stages (parallel.vp = ", p.vp,
                ") need pipeline parallelism (parallel.pp > 1)");
@@ -272,10 +269,22 @@ void check_documents(const RunConfig& config, const model::ModelConfig& mc) {
                rows);
 }
 
+// Context parallelism: KDA runs KCP and gated MLA ring attention; the plain gated attention has
+// no context-parallel algorithm.
+void check_context(const RunConfig& config, const model::ModelConfig& mc) {
+  if (config.parallel.cp == 1) return;
+  for (int64_t l = 0; l < mc.num_hidden_layers; ++l)
+    K3_CHECK_CTX(model::mixer_kind(mc, l) != model::MixerKind::GatedAttention,
+                 (ErrorContext{"", "parallel.cp", -1}),
+                 "context parallelism runs KDA (KCP) and gated MLA (ring attention) layers only; "
+                 "layer ", l + 1, " of this model is the plain gated attention");
+}
+
 PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc) {
   PreflightResult r;
   check_parallel(config.parallel, config.train, config.data.seq_len, dist::Runtime::world_size());
   check_image_text(config, mc);
+  check_context(config, mc);
   check_documents(config, mc);
   check_pipeline(config, mc);
   model::check_tensor_parallel(mc, static_cast<int>(config.parallel.tp));

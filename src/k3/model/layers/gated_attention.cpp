@@ -28,6 +28,9 @@ GatedAttention::GatedAttention(ParamRegistry& reg, const std::string& prefix, co
 
 void GatedAttention::forward(const Step& s, const float* x, int64_t B, int64_t T,
                              float* out) const {
+  // Each cp rank would attend within its own chunks only: refused rather than wrong.
+  K3_CHECK(s.grid.cp().size() == 1, "the plain gated attention has no context-parallel algorithm "
+           "(cp = ", s.grid.cp().size(), "): KDA and gated MLA layers have");
   const TpRegion region(s, B * T, hidden_);
   const int64_t n = B * T, p = heads_ * head_dim_;
   float *q = s.alloc(n * p), *k = s.alloc(n * p), *v = s.alloc(n * p), *g = s.alloc(n * p);
