@@ -84,16 +84,11 @@ int main(int argc, char** argv) {
           static_cast<long long>(f.image_size), static_cast<long long>(f.image_size),
           static_cast<long long>(f.image_tokens), steps, "m", "vision tower", "step (s)", "bubble");
     for (int micro : {2, 4, 8}) {
-      std::vector<data::ImageTextRows> pictures;
+      std::vector<train::ImageTextBatch> pictures;
       std::vector<model::TokenBatch> with_images;
       for (int m = 0; m < micro; ++m)
-        pictures.push_back(data::image_text_rows(3, m * rows, rows, seq, f));
-      for (const data::ImageTextRows& r : pictures) {
-        model::TokenBatch b{r.tokens.data(), r.targets.data(), rows, seq};
-        b.images = r.images.data();
-        b.num_images = rows;
-        with_images.push_back(b);
-      }
+        pictures.push_back({data::image_text_rows(3, m * rows, rows, seq, f)});
+      for (const train::ImageTextBatch& p : pictures) with_images.push_back(p.view());
       const bench::Batch words(micro, rows, seq, text.vocab_size);
       const std::vector<model::TokenBatch> text_batches = words.share(0, rows);
       struct Case {

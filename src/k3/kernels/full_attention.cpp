@@ -15,14 +15,40 @@ void check(const char* kernel, const AttentionShape& s) {
            ": bad shape B=", s.B, " T=", s.T, " H=", s.H, " dqk=", s.dqk, " dv=", s.dv);
 }
 
-// One head's [T, d] slice of a [B, T, H, d] tensor: rows H·d apart.
-GemmArgs head_operand(GemmArgs g, bool a, const float* base, int64_t b, int64_t h,
-                      const AttentionShape& s, int64_t d) {
-  const float* at = base + (b * s.T * s.H + h) * d;
-  (a ? g.A : g.B) = at;
-  (a ? g.lda : g.ldb) = s.H * d;
-  return g;
-}
+// The GEMMs of one (sequence b, head h): a head's [T, d] slice of a [B, T, H, d] tensor has its
+// rows H·d apart; the scores and probabilities are plain [T, T] matrices.
+struct Head {
+  const AttentionShape& s;
+  int64_t b, h;
+  int64_t at(int64_t d) const { return (b * s.T * s.H + h) * d; }
+  // out [T, T] = alpha · x yᵀ, x and y heads of width d.
+  void scores(float alpha, const float* x, const float* y, int64_t d, float* out) const {
+    gemm({.trans_b = true,
+          .M = s.T,
+          .N = s.T,
+          .K = d,
+          .alpha = alpha,
+          .A = x + at(d),
+          .lda = s.H * d,
+          .B = y + at(d),
+          .ldb = s.H * d,
+          .C = out,
+          .ldc = s.T});
+  }
+  // c = op(m) x, m [T, T] (transposed when `trans`), x and c heads of width d.
+  void times(bool trans, const float* m, const float* x, int64_t d, float* c) const {
+    gemm({.trans_a = trans,
+          .M = s.T,
+          .N = d,
+          .K = s.T,
+          .A = m,
+          .lda = s.T,
+          .B = x + at(d),
+          .ldb = s.H * d,
+          .C = c + at(d),
+          .ldc = s.H * d});
+  }
+};
 
 }  // namespace
 
@@ -30,13 +56,12 @@ void full_attention_forward(const AttentionShape& s, const float* q, const float
                             float* out, float* p) {
   check("full_attention_forward", s);
   const int64_t T = s.T;
-  const float scale = s.effective_scale();
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
+      const Head head{s, b, h};
       float* ph = p + (b * s.H + h) * T * T;
-      // scores = scale · q kᵀ, then each row softmaxed in place
-      GemmArgs g{.trans_b = true, .M = T, .N = T, .K = s.dqk, .alpha = scale, .C = ph, .ldc = T};
-      gemm(head_operand(head_operand(g, true, q, b, h, s, s.dqk), false, k, b, h, s, s.dqk));
+      // scores = scale · q kᵀ, then each row softmaxed in place; out = p v
+      head.scores(s.effective_scale(), q, k, s.dqk, ph);
       for (int64_t t = 0; t < T; ++t) {
         float* row = ph + t * T;
         const float mx = *std::max_element(row, row + T);
@@ -44,10 +69,7 @@ void full_attention_forward(const AttentionShape& s, const float* q, const float
         for (int64_t u = 0; u < T; ++u) sum += row[u] = std::exp(row[u] - mx);
         for (int64_t u = 0; u < T; ++u) row[u] /= sum;
       }
-      // out = p v
-      GemmArgs o{.M = T, .N = s.dv, .K = T, .A = ph, .lda = T, .ldc = s.H * s.dv};
-      o.C = out + (b * T * s.H + h) * s.dv;
-      gemm(head_operand(o, false, v, b, h, s, s.dv));
+      head.times(false, ph, v, s.dv, out);
     }
 }
 
@@ -62,21 +84,11 @@ void full_attention_backward(const AttentionShape& s, const float* q, const floa
   float* ds = scratch;
   for (int64_t b = 0; b < s.B; ++b)
     for (int64_t h = 0; h < s.H; ++h) {
+      const Head head{s, b, h};
       const float* ph = p + (b * s.H + h) * T * T;
-      const int64_t at_v = (b * T * s.H + h) * s.dv, at_k = (b * T * s.H + h) * s.dqk;
-      // dv = pᵀ dout
-      GemmArgs g{.trans_a = true,
-                 .M = T,
-                 .N = s.dv,
-                 .K = T,
-                 .A = ph,
-                 .lda = T,
-                 .C = dv + at_v,
-                 .ldc = s.H * s.dv};
-      gemm(head_operand(g, false, dout, b, h, s, s.dv));
+      head.times(true, ph, dout, s.dv, dv);  // dv = pᵀ dout
       // dp = dout vᵀ, then ds = scale · p ∘ (dp − Σ_u p dp) row by row
-      GemmArgs d{.trans_b = true, .M = T, .N = T, .K = s.dv, .C = ds, .ldc = T};
-      gemm(head_operand(head_operand(d, true, dout, b, h, s, s.dv), false, v, b, h, s, s.dv));
+      head.scores(1.f, dout, v, s.dv, ds);
       for (int64_t t = 0; t < T; ++t) {
         const float* pr = ph + t * T;
         float* row = ds + t * T;
@@ -84,19 +96,8 @@ void full_attention_backward(const AttentionShape& s, const float* q, const floa
         for (int64_t u = 0; u < T; ++u) mean += pr[u] * row[u];
         for (int64_t u = 0; u < T; ++u) row[u] = scale * pr[u] * (row[u] - mean);
       }
-      // dq = ds k, dk = dsᵀ q
-      GemmArgs gq{
-          .M = T, .N = s.dqk, .K = T, .A = ds, .lda = T, .C = dq + at_k, .ldc = s.H * s.dqk};
-      gemm(head_operand(gq, false, k, b, h, s, s.dqk));
-      GemmArgs gk{.trans_a = true,
-                  .M = T,
-                  .N = s.dqk,
-                  .K = T,
-                  .A = ds,
-                  .lda = T,
-                  .C = dk + at_k,
-                  .ldc = s.H * s.dqk};
-      gemm(head_operand(gk, false, q, b, h, s, s.dqk));
+      head.times(false, ds, k, s.dqk, dq);  // dq = ds k
+      head.times(true, ds, q, s.dqk, dk);   // dk = dsᵀ q
     }
 }
 

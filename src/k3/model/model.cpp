@@ -211,26 +211,25 @@ std::vector<int64_t> Model::placeholders(const TokenBatch& b) const {
   return at;
 }
 
-const float* Model::encode_images(const MicroBatch& mb, const TokenBatch& b) {
-  K3_CHECK(vision_, "encode_images: this model has no vision tower");
-  const Step s = step(mb, true);
+const float* Model::tower_tokens(const Step& s, const TokenBatch& b) const {
   float* tokens = s.alloc(b.num_images * vision_->tokens_per_image() * config_.hidden_size);
   vision_->forward(s, b.images, b.num_images, tokens);
   return tokens;
 }
 
-void Model::place_images(const Step& s, const TokenBatch& b, const float* image_tokens,
+const float* Model::encode_images(const MicroBatch& mb, const TokenBatch& b) {
+  K3_CHECK(vision_, "encode_images: this model has no vision tower");
+  return tower_tokens(step(mb, true), b);
+}
+
+void Model::place_images(const Step& s, const TokenBatch& b, const float* ahead,
                          float* x) const {
   const std::vector<int64_t> at = placeholders(b);
   if (at.empty()) return;
   const int64_t d = config_.hidden_size;
-  if (!image_tokens) {
-    float* computed = s.alloc(static_cast<int64_t>(at.size()) * d);
-    vision_->forward(s, b.images, b.num_images, computed);
-    image_tokens = computed;
-  }
+  const float* tokens = ahead ? ahead : tower_tokens(s, b);
   for (size_t j = 0; j < at.size(); ++j)
-    std::memcpy(x + at[j] * d, image_tokens + static_cast<int64_t>(j) * d,
+    std::memcpy(x + at[j] * d, tokens + static_cast<int64_t>(j) * d,
                 static_cast<size_t>(d) * sizeof(float));
 }
 

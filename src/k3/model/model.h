@@ -195,9 +195,11 @@ class Model {
   // else writes the payload `out` and returns null.
   float* forward_layers(const Step& s, const Stage& stage, const TokenBatch& b, const float* in,
                         float* out, const float* image_tokens = nullptr) const;
-  // The placeholder positions of b (checked against its images), and the image tokens put there.
+  // The placeholder positions of b (checked against its images), and the image tokens put there:
+  // those computed `ahead` (a filler), or the tower's now.
   std::vector<int64_t> placeholders(const TokenBatch& b) const;
-  void place_images(const Step& s, const TokenBatch& b, const float* image_tokens, float* x) const;
+  const float* tower_tokens(const Step& s, const TokenBatch& b) const;  // the tower's forward
+  void place_images(const Step& s, const TokenBatch& b, const float* ahead, float* x) const;
   // The images' share of the backward: their rows of dx go to the tower (and are zeroed there).
   void images_backward(const Step& s, const TokenBatch& b, float* dx) const;
   // The fused LM head + cross-entropy; dh and the lm_head gradient only when dh is not null.

@@ -280,7 +280,16 @@ double Run::train_step() {
   // This rank's share of every micro-batch of the global batch.
   const int64_t rows = dp_.rows(c.train.batch_size);
   std::vector<model::TokenBatch> views;
-  if (!batcher_) {
+  if (batcher_) {
+    micro_.resize(static_cast<size_t>(c.train.grad_accum));
+    micro_docs_.resize(micro_.size());
+    for (size_t m = 0; m < micro_.size(); ++m) {
+      data::Batch& b = micro_[m];
+      batcher_->next(b, dp_.first_row(c.train.batch_size), rows);
+      if (c.data.documents) micro_docs_[m] = data::document_starts(b, s_->tokenizer->eos_id());
+      views.push_back({b.inputs.data(), b.targets.data(), b.rows, b.seq_len, micro_docs_[m]});
+    }
+  } else {
     micro_images_.clear();
     for (int64_t m = 0; m < c.train.grad_accum; ++m) {
       micro_images_.push_back(image_text_batch(
@@ -288,14 +297,6 @@ double Run::train_step() {
       samples_served_ += c.train.batch_size;
       views.push_back(micro_images_.back().view());
     }
-  }
-  micro_.resize(batcher_ ? static_cast<size_t>(c.train.grad_accum) : 0);
-  micro_docs_.resize(micro_.size());
-  for (size_t m = 0; m < micro_.size(); ++m) {
-    data::Batch& b = micro_[m];
-    batcher_->next(b, dp_.first_row(c.train.batch_size), rows);
-    if (c.data.documents) micro_docs_[m] = data::document_starts(b, s_->tokenizer->eos_id());
-    views.push_back({b.inputs.data(), b.targets.data(), b.rows, b.seq_len, micro_docs_[m]});
   }
   parallel::StepTotals t;
   {
