@@ -1,4 +1,5 @@
-// The activation estimate against the step arena's measured peak over one forward_backward.
+// The activation estimate against the measured peak over one forward_backward: the step arena's
+// and the activation manager's pool's.
 #include "k3/model/memory_estimate.h"
 
 #include <gtest/gtest.h>
@@ -26,14 +27,17 @@ size_t measured_peak(const ModelConfig& c, int64_t B, int64_t T) {
   const auto targets =
       testing::random_tokens(static_cast<size_t>(B * T), static_cast<int32_t>(c.vocab_size), 2);
   m.forward_backward(arena, acts, {tokens.data(), targets.data(), B, T}, 1.0f);
-  return arena.peak();
+  // The arena holds the stream and scratch; the manager's pool what is kept for the backward.
+  return arena.peak() + acts.stats().stored_peak;
 }
 
-// The estimate is an upper bound, and a close one: within 5% of the peak.
+// The estimate is an upper bound, and a close one: within 5% of the peak. (The measure adds the
+// arena's peak and the pool's, which can come at different moments of the step, so it may pass
+// the true peak the estimate bounds by a little: 2% is allowed.)
 void expect_close_bound(const ModelConfig& c, int64_t B, int64_t T, const std::string& what) {
   const double peak = static_cast<double>(measured_peak(c, B, T)),
                estimate = activation_bytes(c, B, T);
-  EXPECT_GE(estimate, peak) << what;
+  EXPECT_GE(estimate, 0.98 * peak) << what;
   EXPECT_LE(estimate, 1.05 * peak) << what;
 }
 

@@ -102,7 +102,10 @@ void add_train(CLI::App& app) {
     }
     if (dist::Runtime::world_rank() == 0) {  // one summary for the job, from the lead
       print_summary(r);
-      if (a->profile && !r.finished_before) print_profile();
+      if (a->profile && !r.finished_before) {
+        print_profile();
+        std::printf("%s", r.activation_report.c_str());
+      }
     }
     std::fflush(stdout);
     if (r.stop_signal) throw CLI::RuntimeError(train::kStoppedExitStatus);

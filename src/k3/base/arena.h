@@ -37,7 +37,13 @@ class Arena {
   void reset() { used_ = 0; }
 
   size_t used() const { return used_; }
-  size_t peak() const { return peak_; }
+  size_t peak() const { return peak_; }  // the most used since construction or reset_peak()
+  void reset_peak() { peak_ = used_; }
+  // Where p lies in the arena: an offset from its start, or -1 outside it.
+  int64_t offset_of(const void* p) const {
+    const char* c = static_cast<const char*>(p);
+    return c >= base_ && c < base_ + capacity_ ? c - base_ : -1;
+  }
 
  private:
   void release();

@@ -1,7 +1,11 @@
 #include "k3/base/format.h"
 
+#include <cmath>
 #include <cstdarg>
+#include <cstdint>
 #include <cstdio>
+#include <exception>
+#include <string>
 
 namespace k3 {
 
@@ -27,6 +31,25 @@ std::string format_bytes(double bytes) {
   }
   return u == 0 ? strprintf("%.0f B", bytes)
                 : strprintf(bytes < 100 ? "%.2f %s" : "%.1f %s", bytes, units[u]);
+}
+
+std::optional<double> parse_bytes(std::string_view text) {
+  const std::string t(text);
+  size_t used = 0;
+  double v = 0;
+  try {
+    v = std::stod(t, &used);
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  std::string unit = t.substr(used);
+  unit.erase(0, unit.find_first_not_of(' '));
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double scale = unit.empty() ? 1 : 0;
+  for (int i = 0; i < 5; ++i)
+    if (unit == units[i]) scale = static_cast<double>(uint64_t{1} << (10 * i));
+  if (scale == 0 || !(v > 0) || !std::isfinite(v)) return std::nullopt;
+  return v * scale;
 }
 
 }  // namespace k3

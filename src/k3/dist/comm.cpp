@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "k3/base/error.h"
+#include "k3/dist/comm_handle.h"
 #include "k3/dist/runtime.h"
 
 namespace k3::dist {
@@ -130,14 +131,6 @@ void wait_all(std::span<Request> requests) {
 }
 
 // ---- groups ----
-
-struct Comm::Handle {
-  MPI_Comm comm = MPI_COMM_NULL;
-  bool owned = false;
-  ~Handle() {
-    if (owned && Runtime::active()) MPI_Comm_free(&comm);
-  }
-};
 
 Comm::Comm() = default;
 

@@ -152,6 +152,7 @@ class Comm {
   void barrier() const;
 
  private:
+  friend class Window;
   struct Handle;  // the MPI communicator, when the group has more than one rank
   Comm(std::string name, std::shared_ptr<Handle> h);
 

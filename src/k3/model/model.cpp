@@ -141,14 +141,41 @@ std::vector<const float*> Model::Stream::with(const float* last) const {
 }
 
 // x.P is the running state: the residual stream, or with Attention Residuals the partial sum of
-// the current block, whose snapshots at block starts form the bank (math §2). P_in, mid and P_out
-// are read back only by the Attention Residuals' backward. The sums are written over the summand
-// that nothing saved (the mixer's or the feed-forward's output).
+// the current block, whose snapshots at block starts form the bank (math §2). P_in and mid, the
+// stream entering each half, are saved for the Attention Residuals' backward and for re-running a
+// half; allocated before its segment, they are referenced, never copied. The sums are written
+// over the summand that nothing saved (the mixer's or the feed-forward's output).
 void Model::run_layer(const Step& s, const Layer& L, Stream& x, int64_t tokens,
                       const MixerCall& mix) const {
   const int64_t d = config_.hidden_size, n = model::local_rows(s, tokens);
+  const bool whole = s.acts.granularity() == activation::Granularity::Layer;
+  float* F = s.alloc(n * d);
+  float* mid = whole ? nullptr : s.alloc(n * d);
+  {
+    activation::SegmentScope layer = segment(s, L, kMixerHalf, whole);
+    if (whole) mid = s.alloc(n * d);
+    mixer_half(s, L, x, tokens, mix, mid);
+    if (L.starts_block) x.bank.push_back(x.P);
+    ffn_half(s, L, x, tokens, mid, F);
+  }
+  x.P = F;
+}
+
+activation::SegmentScope Model::segment(const Step& s, const Layer& L, int half,
+                                        bool active) const {
+  return {s.acts, s.arena, s.micro_batch,
+          {2 * L.index + half, mixer_kind_name(mixer_kind(config_, L.index)), L.index,
+           key(L, "")},
+          active && s.training};
+}
+
+void Model::mixer_half(const Step& s, const Layer& L, const Stream& x, int64_t tokens,
+                       const MixerCall& mix, float* mid) const {
+  const int64_t d = config_.hidden_size, n = model::local_rows(s, tokens);
+  const bool half = s.acts.granularity() == activation::Granularity::Sublayer;
+  activation::SegmentScope segment_scope = segment(s, L, kMixerHalf, half);
   float* P = x.P;
-  if (attn_res()) s.save(key(L, "P_in"), P, n * d);
+  s.save(key(L, "P_in"), P, n * d);
   float* a_in = s.alloc(n * d);
   if (attn_res() && !x.bank.empty()) {
     float* agg = s.alloc(n * d);
@@ -157,15 +184,19 @@ void Model::run_layer(const Step& s, const Layer& L, Stream& x, int64_t tokens,
   } else {
     L.input_norm.forward(s, P, n, a_in);
   }
-  if (L.starts_block) x.bank.push_back(P);
-  float* A = s.alloc(n * d);
   {
     ProfileScope time(mixer_kind_name(mixer_kind(config_, L.index)));
-    mix(a_in, A);
+    mix(a_in, mid);
   }
-  if (!L.starts_block) kernels::add(P, A, A, n * d);
-  float* mid = A;
-  if (attn_res()) s.save(key(L, "mid"), mid, n * d);
+  if (!L.starts_block) kernels::add(P, mid, mid, n * d);
+  if (attn_res() || half) s.save(key(L, "mid"), mid, n * d);
+}
+
+void Model::ffn_half(const Step& s, const Layer& L, const Stream& x, int64_t tokens,
+                     const float* mid, float* F) const {
+  const int64_t d = config_.hidden_size, n = model::local_rows(s, tokens);
+  const bool half = s.acts.granularity() == activation::Granularity::Sublayer;
+  activation::SegmentScope segment_scope = segment(s, L, kFfnHalf, half);
   float* m_in = s.alloc(n * d);
   if (attn_res()) {
     float* agg = s.alloc(n * d);
@@ -174,13 +205,20 @@ void Model::run_layer(const Step& s, const Layer& L, Stream& x, int64_t tokens,
   } else {
     L.post_norm.forward(s, mid, n, m_in);
   }
-  float* F = s.alloc(n * d);
   {
     ProfileScope time(ffn_bucket(L.index));
     L.ffn->forward(s, m_in, tokens, F);
   }
   kernels::add(mid, F, F, n * d);
-  x.P = F;
+}
+
+Model::MixerCall Model::mixer_forward(const Step& s, const Layer& L, const TokenBatch& b) const {
+  return [&s, &L, &b](const float* a_in, float* A) {
+    if (b.doc_starts.empty())
+      L.mixer->forward(s, a_in, b.B, b.T, A);
+    else  // the rows end to end, one row of packed documents
+      L.mixer->forward(s, a_in, b.B * b.T, b.doc_starts, A);
+  };
 }
 
 float* Model::head_input(const Step& s, const Stream& x, int64_t n) const {
@@ -265,12 +303,7 @@ float* Model::forward_layers(const Step& s, const Stage& st, const TokenBatch& b
   }
   for (int64_t l = st.first; l < st.end; ++l) {
     const Layer& L = layers_[static_cast<size_t>(l)];
-    run_layer(s, L, x, n, [&](const float* a_in, float* A) {
-      if (b.doc_starts.empty())
-        L.mixer->forward(s, a_in, b.B, b.T, A);
-      else  // the rows end to end, one row of packed documents
-        L.mixer->forward(s, a_in, b.B * b.T, b.doc_starts, A);
-    });
+    run_layer(s, L, x, n, mixer_forward(s, L, b));
   }
   if (st.head) return head_input(s, x, rows);
   for (size_t j = 0; j < x.bank.size(); ++j)
@@ -363,6 +396,29 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     const Layer& L = layers_[static_cast<size_t>(l)];
     const size_t nb_after = static_cast<size_t>(banks_before(L.index + 1));
     const size_t nb_before = nb_after - (L.starts_block ? 1 : 0);
+    // The layer's saved tensors come back (re-running what was recomputed): the whole layer's,
+    // or its feed-forward half's, then its mixer half's.
+    const bool whole = s.acts.granularity() == activation::Granularity::Layer;
+    auto stream_at = [&](size_t banks, const float* P) {
+      return Stream{const_cast<float*>(P), {bank.begin(), bank.begin() + static_cast<int64_t>(banks)}};
+    };
+    auto rerun_mixer = [&] {
+      ArenaScope rerun(mb.arena);
+      Stream x = stream_at(nb_before, s.load(key(L, "P_in")));
+      if (whole)
+        run_layer(s, L, x, b.B * b.T, mixer_forward(s, L, b));
+      else
+        mixer_half(s, L, x, b.B * b.T, mixer_forward(s, L, b), s.alloc(size));
+    };
+    if (whole) {
+      s.acts.restore(mb.id, 2 * L.index + kMixerHalf, rerun_mixer);
+    } else {
+      s.acts.restore(mb.id, 2 * L.index + kFfnHalf, [&] {
+        ArenaScope rerun(mb.arena);
+        ffn_half(s, L, stream_at(nb_after, nullptr), b.B * b.T, s.load(key(L, "mid")),
+                 s.alloc(size));
+      });
+    }
     // P_out = mid + ffn(post_norm(mix(bank, mid)))
     {
       ProfileScope time(ffn_bucket(L.index));
@@ -378,6 +434,10 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
                          grads_of(nb_after, dmid));
     } else {
       L.post_norm.backward(s, tmp, n, dmid, true);
+    }
+    if (!whole) {
+      s.acts.finish(mb.id, 2 * L.index + kFfnHalf);
+      s.acts.restore(mb.id, 2 * L.index + kMixerHalf, rerun_mixer);
     }
     // mid = A (a block start) or P_in + A
     {
@@ -396,6 +456,7 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     } else {
       L.input_norm.backward(s, da_in, n, dP_in, true);
     }
+    s.acts.finish(mb.id, 2 * L.index + kMixerHalf);
     dP = dP_in;
     final_now(L.params_first, L.params_end);
   }

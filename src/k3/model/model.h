@@ -188,7 +188,18 @@ class Model {
   using MixerCall = std::function<void(const float* a_in, float* out)>;
 
   // One decoder layer on n tokens, advancing x; `mix` runs the layer's mixer (forward or decode).
+  // Under the activation manager each layer is a segment, or each half of one (its granularity):
+  // the layer's forward, and any re-run of it before its backward, is this code.
   void run_layer(const Step& s, const Layer& L, Stream& x, int64_t n, const MixerCall& mix) const;
+  static constexpr int kMixerHalf = 0, kFfnHalf = 1;  // segment 2·layer + half
+  activation::SegmentScope segment(const Step& s, const Layer& L, int half, bool active) const;
+  // The stream x.P (with the bank before the layer's snapshot) -> mid.
+  void mixer_half(const Step& s, const Layer& L, const Stream& x, int64_t tokens,
+                  const MixerCall& mix, float* mid) const;
+  // mid (with the bank after it) -> the layer's output F.
+  void ffn_half(const Step& s, const Layer& L, const Stream& x, int64_t tokens, const float* mid,
+                float* F) const;
+  MixerCall mixer_forward(const Step& s, const Layer& L, const TokenBatch& b) const;
   // Output mixing and the final norm: the LM head's input [n, hidden].
   float* head_input(const Step& s, const Stream& x, int64_t n) const;
   // The training or evaluation forward of a stage's layers: returns the head input with the head,

@@ -36,9 +36,17 @@ struct Step {
 
   float* alloc(int64_t n) const { return arena.allocate_array<float>(static_cast<size_t>(n)); }
   // The manager never writes through a saved view (load() is read-only by contract).
+  // A saved tensor's contents must be final when it is saved (the manager may copy it now).
   void save(const std::string& name, const float* p, int64_t n) const {
-    if (training) acts.save(micro_batch, name, Tensor::view(const_cast<float*>(p), {n}));
+    if (training) acts.save(micro_batch, name, p, n);
   }
+  // Integers held as floats, or copies of parameters: never stored lossily.
+  void save_exact(const std::string& name, const float* p, int64_t n) const {
+    if (training) acts.save(micro_batch, name, p, n, true);
+  }
+  // Statistics of the forward (expert loads, dispatch counts) are recorded once per training
+  // forward, not again when the activation manager re-runs it.
+  bool records_statistics() const { return training && !acts.recomputing(); }
   float* load(const std::string& name) const { return acts.load(micro_batch, name).f32(); }
   // dW += dyᵀ x, or queued while the weight gradients are deferred.
   void weight_grad(const float* dy, const float* x, int64_t rows, int64_t out, int64_t in,

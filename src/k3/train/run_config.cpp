@@ -13,6 +13,7 @@
 #include "k3/base/format.h"
 #include "k3/base/fs.h"
 #include "k3/base/strings.h"
+#include "k3/activation/policy.h"
 
 namespace k3::train {
 namespace {
@@ -121,6 +122,23 @@ Rule<std::string> one_of(std::vector<std::string> options) {
           expected};
 }
 
+Rule<std::string> policy_rules() {
+  return {[](const std::string& v) {
+            try {
+              activation::PolicyRules::parse(v, "activation.rules");
+              return true;
+            } catch (const Error&) {
+              return false;
+            }
+          },
+          "rules \"pattern=policy, ...\" (policies keep, recompute, fp8, offload)"};
+}
+
+Rule<std::string> byte_size_or_empty() {
+  return {[](const std::string& v) { return v.empty() || parse_bytes(v).has_value(); },
+          "empty, or a size such as \"2GiB\" or \"512MiB\""};
+}
+
 Rule<std::string> any_text() {
   return {[](const std::string&) { return true; }, "a string"};
 }
@@ -198,6 +216,7 @@ const std::vector<Field>& fields() {
   using S = SampleSection;
   using N = RunSection;
   using P = ParallelSection;
+  using A = ActivationSection;
   using I = int64_t;
   // clang-format off
   static const std::vector<Field> table = {
@@ -288,6 +307,21 @@ const std::vector<Field>& fields() {
           "bubbles, all before the pipeline, or inside the first stage's forward"),
     field("parallel.pp_group", &R::parallel, &P::pp_group, at_least<I>(0),
           "pipeline, interleaved: micro-batches per group through each chunk; 0: pp"),
+    field("activation.policy", &R::activation, &A::policy,
+          one_of({"keep", "recompute", "fp8", "offload"}),
+          "how a saved activation is held unless a rule says otherwise"),
+    field("activation.rules", &R::activation, &A::rules, policy_rules(),
+          "per-class policies tried first: \"pattern=policy, ...\" on \"KIND.LAYER.ROLE\" "
+          "(\"mla.*.self_attn.*=recompute\")"),
+    field("activation.granularity", &R::activation, &A::granularity,
+          one_of({"sublayer", "layer"}),
+          "what a recompute re-runs: each half of a layer (mixer, feed-forward) or the layer"),
+    field("activation.budget", &R::activation, &A::budget, byte_size_or_empty(),
+          "activation memory per rank the policies are chosen to fit (\"2GiB\"); empty: off"),
+    field("activation.offload_to", &R::activation, &A::offload_to, one_of({"host", "peer"}),
+          "where offloaded tensors go: host memory, or a peer rank's (under MPI)"),
+    field("activation.peer_mib", &R::activation, &A::peer_mib, above(0.0),
+          "offload to a peer: the memory each rank lends its peer (MiB)"),
   };
   // clang-format on
   return table;

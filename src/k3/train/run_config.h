@@ -104,6 +104,18 @@ struct ParallelSection {
   bool operator==(const ParallelSection&) const = default;
 };
 
+// How saved activations are held (docs/activations.md): a default policy, rules that override it
+// per tensor class, or a memory budget the policies are chosen to fit.
+struct ActivationSection {
+  std::string policy = "keep";           // keep, recompute, fp8 or offload
+  std::string rules;                     // "pattern=policy, ..." on "KIND.LAYER.ROLE"
+  std::string granularity = "sublayer";  // what a recompute re-runs: layer or sublayer
+  std::string budget;                    // "2GiB": chosen to fit; empty: the policy and rules
+  std::string offload_to = "host";       // host, or peer (another rank's memory, under MPI)
+  double peer_mib = 1024;                // offload_to = peer: the memory each rank lends its peer
+  bool operator==(const ActivationSection&) const = default;
+};
+
 struct RunConfig {
   ModelSection model;
   DataSection data;
@@ -113,6 +125,7 @@ struct RunConfig {
   SampleSection sample;
   RunSection run;
   ParallelSection parallel;
+  ActivationSection activation;
   bool operator==(const RunConfig&) const = default;
 };
 

@@ -31,6 +31,7 @@
 #include "k3/train/history.h"
 #include "k3/train/image_text_data.h"
 #include "k3/train/loss_plot.h"
+#include "k3/train/activations.h"
 #include "k3/train/metrics.h"
 #include "k3/train/preflight.h"
 #include "k3/train/progress.h"
@@ -135,6 +136,7 @@ class Run {
         lead_group_(in_lead_group(grid)),
         s_(check_samples_fit(open_session(config, model, grid))),
         dp_(make_data_parallel(*s_->model, config, grid)),
+        activations_(config.activation, s_->acts, grid),
         schedule_(config.train.lr_schedule()),
         dataset_(std::move(dataset)),
         data_fingerprint_(data_fingerprint(dataset_)),
@@ -195,6 +197,7 @@ class Run {
   bool lead_group_;  // the lead's tp × cp × ep ranks: they evaluate and sample together
   std::unique_ptr<Session> s_;
   parallel::DataParallel dp_;  // before the data: a bad optimizer rule is reported first
+  ActivationRun activations_;
   optim::Schedule schedule_;
   data::TokenDataset dataset_;
   nlohmann::json data_fingerprint_;       // of the data the run started with, kept in checkpoints
@@ -301,7 +304,13 @@ double Run::train_step() {
   parallel::StepTotals t;
   {
     ProfileScope time(kStepBucket);
+    if (activations_.needs_profile()) {  // budget mode: measure once, then plan
+      activations_.begin_profile();
+      say(activations_.plan(dp_.forward_backward(s_->arena, s_->acts, views).arena_peak));
+    }
+    activations_.begin_step();
     t = dp_.forward_backward(s_->arena, s_->acts, views);
+    activations_.end_step(t.arena_peak);
   }
   // The second step this process runs (the first warms up), or the last.
   if (++steps_run_ == 2 || step_ + 1 == c.train.steps) draw_timeline();
@@ -476,6 +485,7 @@ TrainSummary Run::run() {
                           {"step_seconds", secs},
                           {"peak_memory_mib", peak_rss_mib()},
                           {"skipped_steps", guard_.skipped()}};
+    activations_.record(rec);
     balance_experts(rec);
     count_communication(rec);
     record_peak_memory(rec);
@@ -505,6 +515,7 @@ TrainSummary Run::run() {
   out.steps = step_;
   out.validation_loss = last_val_loss_;
   out.last_checkpoint = last_checkpoint_;
+  out.activation_report = activations_.report();
   // Decoding needs every layer on one rank: no sample under pipeline parallelism.
   if (lead_group_ && !out.stop_signal && grid_.pp().size() == 1) out.sample = sample_now();
   if (!lead_) return out;

@@ -47,6 +47,7 @@ struct TrainSummary {
   double validation_loss = NAN;  // at the end of the run
   double loss_floor = NAN;
   std::string sample;  // text generated at the end, when [sample] asks for it
+  std::string activation_report;  // what the activation manager held, and how (--profile)
 };
 
 // A new run in config.run.dir, which must hold no checkpoint.

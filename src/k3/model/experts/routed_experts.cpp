@@ -307,9 +307,9 @@ void RoutedExperts::forward(const Step& s, const float* ids, int64_t tokens, con
   s.save(prefix_ + ".expert_in", zc, rows * L);
   s.save(prefix_ + ".gate", g, rows * F);
   s.save(prefix_ + ".up", u, rows * F);
-  s.save(prefix_ + ".replica_weights", rw, replicas * weight_floats());
-  s.save(prefix_ + ".loads", saved_loads, nloads);
-  if (!s.training) return;
+  s.save_exact(prefix_ + ".replica_weights", rw, replicas * weight_floats());
+  s.save_exact(prefix_ + ".loads", saved_loads, nloads);
+  if (!s.records_statistics()) return;
   totals_.computed_rows += rows;
   totals_.home_rows += x.home_rows;
   totals_.replicas += replicas;

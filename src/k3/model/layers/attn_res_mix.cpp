@@ -21,7 +21,7 @@ void AttnResMix::forward(const Step& s, std::span<const float* const> rows, int6
   kernels::attn_res_forward(
       {rows.data(), n, N, dim_, s.params.value(norm_).f32(), s.params.value(proj_).f32(), eps_},
       out, alpha);
-  s.save(prefix_ + ".alpha", alpha, N * n);
+  s.save_exact(prefix_ + ".alpha", alpha, N * n);  // mixing weights: small, never lossy
 }
 
 void AttnResMix::backward(const Step& s, std::span<const float* const> rows, int64_t N,

@@ -58,9 +58,9 @@ void GatedAttention::forward(const Step& s, const float* x, int64_t B, int64_t T
                                  {".v", v, n * p},
                                  {".g", g, n * p},
                                  {".o", o, n * p},
-                                 {".lse", lse, B * heads_ * T},
                                  {".y", y, n * p}})
     s.save(prefix_ + name, ptr, size);
+  s.save_exact(prefix_ + ".lse", lse, B * heads_ * T);  // a per-row statistic
 }
 
 void GatedAttention::backward(const Step& s, const float* dout, int64_t B, int64_t T,

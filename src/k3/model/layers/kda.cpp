@@ -256,21 +256,24 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
                                  {".q", q, n * P},
                                  {".k", k, n * P},
                                  {".v", v, n * P},
-                                 {".rq", rq, n * H},
-                                 {".rk", rk, n * H},
                                  {".fa", fa, n * D},
                                  {".f", f, n * P},
                                  {".g", g, n * P},
-                                 {".beta", beta, n * H},
                                  {".o", o, n * P},
-                                 {".chunk_saved", chunk_saved, records},
                                  {".gate", gate, n * P},
-                                 {".rstd", rstd, n * H},
                                  {".y", y, n * P},
-                                 {".halo", halo, halo ? 3 * 2 * B * W : 0},
+                                 {".halo", halo, halo ? 3 * 2 * B * W : 0}})
+    s.save(prefix_ + name, ptr, size);
+  // Per-head statistics and the chunks' recurrent states: small, or compounding through the
+  // recurrence, so never stored lossily.
+  for (auto [name, ptr, size] : {std::tuple{".beta", beta, n * H},
+                                 {".rq", rq, n * H},
+                                 {".rk", rk, n * H},
+                                 {".rstd", rstd, n * H},
+                                 {".chunk_saved", chunk_saved, records},
                                  {".kcp_pairs", pairs, pair_floats},
                                  {".kcp_incoming", incoming, state_floats}})
-    s.save(prefix_ + name, ptr, size);
+    s.save_exact(prefix_ + name, ptr, size);
 }
 
 // This rank's heads give partial gradients of what they share (x, f_a's output, o_norm); the

@@ -106,7 +106,7 @@ void LatentMoE::forward(const Step& s, const float* x, int64_t tokens, float* ou
     int32_t* ids = s.arena.allocate_array<int32_t>(static_cast<size_t>(pairs));
     float* alpha = s.alloc(rows);
     route(s, xa, rows, scores, ids, weights, alpha);
-    if (s.training) balancer_.observe(scores, alpha, ids, rows);
+    if (s.records_statistics()) balancer_.observe(scores, alpha, ids, rows);
     // Ids are saved as (exact) floats: every saved activation is a float tensor.
     for (int64_t p = 0; p < pairs; ++p) ids_saved[p] = static_cast<float>(ids[p]);
     latent_down_.forward(s, xa, rows, z);
@@ -126,7 +126,7 @@ void LatentMoE::forward(const Step& s, const float* x, int64_t tokens, float* ou
   }
   s.save(prefix_ + ".x", x, region.rows() * hidden_);
   s.save(prefix_ + ".scores", scores, rows * E);
-  s.save(prefix_ + ".ids", ids_saved, pairs);
+  s.save_exact(prefix_ + ".ids", ids_saved, pairs);
   s.save(prefix_ + ".weights", weights, pairs);
   s.save(prefix_ + ".z", z, rows * L);
   s.save(prefix_ + ".expert_out", y, pairs * L);

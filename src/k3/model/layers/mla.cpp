@@ -196,9 +196,9 @@ void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
                                  {".v", v, ring ? 0 : n * p},
                                  {".g", g, n * p},
                                  {".o", o, n * p},
-                                 {".lse", lse, B * heads_ * T},
                                  {".y", y, n * p}})
     s.save(prefix_ + name, ptr, size);
+  s.save_exact(prefix_ + ".lse", lse, B * heads_ * T);  // a per-row statistic
 }
 
 // This rank's heads give partial gradients of everything they share (the latents, k_r, x); the

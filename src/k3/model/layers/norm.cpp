@@ -17,7 +17,7 @@ void RMSNorm::forward(const Step& s, const float* x, int64_t rows, float* y, flo
   if (!rstd) rstd = s.alloc(rows);
   kernels::rmsnorm_forward(x, s.params.value(w_).f32(), y, rstd, rows, dim_, eps_);
   s.save(name_ + ".x", x, rows * dim_);
-  s.save(name_ + ".rstd", rstd, rows);
+  s.save_exact(name_ + ".rstd", rstd, rows);  // a per-row statistic: never stored lossily
 }
 
 void RMSNorm::backward(const Step& s, const float* dy, int64_t rows, float* dx,

@@ -78,14 +78,19 @@ StepTotals DataParallel::forward_backward(Arena& arena, activation::ActivationMa
   const float grad_scale = t.tokens > 0 ? 1.0f / static_cast<float>(t.tokens) : 0.0f;
   double loss_sum = 0;
   if (pp_.size() > 1) {
+    if (regions_)
+      for (int r = 0; r < regions_->count(); ++r) (*regions_)[r].reset_peak();
     loss_sum = run_pipeline(acts, micro_batches, grad_scale);
+    for (int r = 0; r < regions_->count(); ++r) t.arena_peak += (*regions_)[r].peak();
   } else {
+    arena.reset_peak();
     for (size_t i = 0; i < micro_batches.size(); ++i) {
       // The last micro-batch's backward starts the reduction of each bucket as it completes.
       const model::GradsFinal hook = i + 1 == micro_batches.size() ? sync_.begin() : nullptr;
       loss_sum += model_.forward_backward(arena, acts, micro_batches[i], grad_scale, hook).sum;
     }
     if (micro_batches.empty()) sync_.begin();
+    t.arena_peak = arena.peak();
   }
   sync_.finish();
   data_.all_reduce(&loss_sum, 1);

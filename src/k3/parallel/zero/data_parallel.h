@@ -43,6 +43,9 @@ struct StepTotals {
   double loss = 0;     // mean over the global batch's counted tokens (NaN when none)
   int64_t tokens = 0;  // counted tokens of the global batch
   double grad_norm = 0;
+  // The step arena's peak (under pp, the sum of the micro-batch regions' peaks): activations and
+  // scratch outside the activation manager's own memory.
+  size_t arena_peak = 0;
 };
 
 class DataParallel {
