@@ -127,8 +127,11 @@ void ActivationManager::save(int micro_batch, std::string_view name, const float
   r.policy = policy;
   ClassStats& cs = stats_.classes[class_over_layers(seg.info, role)];
   cs.tensors += 1;
+  if (r.reference) {
+    cs.referenced += f32_bytes(n);
+    return;
+  }
   cs.bytes[static_cast<size_t>(policy)] += f32_bytes(n);
-  if (r.reference) return;
   switch (policy) {
     case Policy::Keep: {
       Timer t;

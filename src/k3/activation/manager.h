@@ -69,6 +69,7 @@ struct SegmentProfile {
 struct ClassStats {
   int64_t tensors = 0;
   size_t bytes[4] = {0, 0, 0, 0};  // f32 bytes saved, by the policy that held them (Policy order)
+  size_t referenced = 0;  // f32 bytes of memory that outlived its segment: referenced, not held
 };
 struct ManagerStats {
   std::map<std::string, ClassStats> classes;

@@ -153,6 +153,7 @@ void ActivationRun::end_step(size_t arena_peak) {
     activation::ClassStats& sum = run_stats_.classes[name];
     sum.tensors += c.tensors;
     for (int p = 0; p < 4; ++p) sum.bytes[p] += c.bytes[p];
+    sum.referenced += c.referenced;
   }
   run_stats_.recompute_seconds += step_stats_.recompute_seconds;
   run_stats_.fp8_seconds += step_stats_.fp8_seconds;
@@ -182,8 +183,9 @@ std::string ActivationRun::report() const {
   const double per = 1.0 / static_cast<double>(steps_);
   std::string out = strprintf(
       "\nactivations (MiB a step, by the policy that held them; \"saved\" is what the policy "
-      "spared the step's memory):\n  %-34s %8s %9s %9s %9s %9s %9s\n",
-      "class", "tensors", "keep", "fp8", "offload", "recompute", "saved");
+      "spared the step's memory; \"referenced\" is memory that outlives its layer, held by the "
+      "step arena):\n  %-44s %7s %10s %9s %9s %9s %9s %9s\n",
+      "class", "tensors", "referenced", "keep", "fp8", "offload", "recompute", "saved");
   double total_saved = 0;
   for (const auto& [name, c] : run_stats_.classes) {
     auto mib = [&](activation::Policy p) {
@@ -192,12 +194,13 @@ std::string ActivationRun::report() const {
     const double saved = mib(activation::Policy::Offload) + mib(activation::Policy::Recompute) +
                          mib(activation::Policy::Fp8) * (1 - 1.03125 / 4);  // fp8: a byte + a scale per 128
     total_saved += saved;
-    out += strprintf("  %-34s %8.0f %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(),
-                     static_cast<double>(c.tensors) * per, mib(activation::Policy::Keep),
+    out += strprintf("  %-44s %7.0f %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(),
+                     static_cast<double>(c.tensors) * per,
+                     static_cast<double>(c.referenced) * per / kMiB, mib(activation::Policy::Keep),
                      mib(activation::Policy::Fp8), mib(activation::Policy::Offload),
                      mib(activation::Policy::Recompute), saved);
   }
-  out += strprintf("  %-34s %8s %9s %9s %9s %9s %9.2f\n", "total", "", "", "", "", "",
+  out += strprintf("  %-44s %7s %10s %9s %9s %9s %9s %9.2f\n", "total", "", "", "", "", "", "",
                    total_saved);
   out += strprintf(
       "  time over the run: recompute %.3f s, fp8 encode/decode %.3f s, offload waits %.3f s, "

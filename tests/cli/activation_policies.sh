@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# k3lab train with the activation manager's policies: recompute (either granularity), offload
+# (host, and a peer rank's memory under mpirun) and per-class rules end at keep's losses to the
+# last digit; a 200-step k3-micro run storing activations in fp8 ends within 2% of keep's loss;
+# budget mode stays within its budget at every step, logs its plan, predicts its peak, prints its
+# table under --profile, and refuses a budget too small in one line naming the least that works;
+# bad settings are refused naming the field.
+source "$(dirname "$0")/common.sh"
+MPI=(mpirun --allow-run-as-root --oversubscribe -q)
+NANO=("${TINY[@]}" --set model.config=configs/k3-nano.json --set train.steps=6
+      --set checkpoint.every=0 --set train.threads=1)
+field() { grep "\"step\":$2[,}]" "$1/metrics.jsonl" | grep -o "\"$3\":[^,}]*" | cut -d: -f2; }
+same_losses() {  # A B: the same loss at every step, to the last digit
+  [ "$(grep -o '"loss":[^,}]*' "$1/metrics.jsonl")" = "$(grep -o '"loss":[^,}]*' "$2/metrics.jsonl")" ] ||
+    fail "$(basename "$2")'s losses differ from $(basename "$1")'s"
+}
+
+"$K3LAB" train "${NANO[@]}" --set run.dir="$WORK/keep" > /dev/null
+for setting in "policy=recompute" "policy=recompute activation.granularity=layer" "policy=offload" \
+               "rules=*.*.block_sparse_moe.*=recompute,mla.*.self_attn.*=offload"; do
+  name=$(tr -c 'a-z0-9\n' '_' <<< "$setting")
+  sets=()
+  for s in $setting; do [[ $s == activation.* ]] && sets+=(--set "$s") || sets+=(--set "activation.$s"); done
+  "$K3LAB" train "${NANO[@]}" "${sets[@]}" --set run.dir="$WORK/$name" > /dev/null
+  same_losses "$WORK/keep" "$WORK/$name"
+  keep_peak=$(field "$WORK/keep" 6 activation.peak_bytes) peak=$(field "$WORK/$name" 6 activation.peak_bytes)
+  [ "$peak" -lt "$keep_peak" ] || fail "$setting: peak $peak bytes, not below keep's $keep_peak"
+  echo "ok: $setting ends at keep's losses, peak $peak bytes against keep's $keep_peak"
+done
+[ "$(field "$WORK/policy_recompute" 6 activation.predicted_peak_bytes)" -gt 0 ] ||
+  fail "no predicted peak in metrics.jsonl"
+
+# Offload to the peer rank's memory, under dp2: the dp2 keep run's losses.
+"${MPI[@]}" -np 2 "$K3LAB" train "${NANO[@]}" --set parallel.dp=2 --set run.dir="$WORK/dp2" > /dev/null
+"${MPI[@]}" -np 2 "$K3LAB" train "${NANO[@]}" --set parallel.dp=2 --set activation.policy=offload \
+  --set activation.offload_to=peer --set run.dir="$WORK/dp2_peer" > /dev/null
+same_losses "$WORK/dp2" "$WORK/dp2_peer"
+[ "$(field "$WORK/dp2_peer" 6 activation.offloaded_peak_bytes)" -gt 0 ] || fail "nothing went to the peer"
+echo "ok: dp2 with tensors offloaded to the peer rank ends at dp2's losses"
+
+# Budget mode: between the least (everything recomputed) and keep's peak.
+least=$(field "$WORK/policy_recompute" 6 activation.peak_bytes)
+for budget in $(( (least + keep_peak) / 2 )) $(( least + (keep_peak - least) / 5 )); do
+  out=$("$K3LAB" train "${NANO[@]:1}" --set activation.budget="$budget" --profile \
+        --set run.dir="$WORK/budget_$budget" 2>&1 | tr '\r' '\n')
+  grep -q "activation budget .*recomputed and .*offloaded; predicted peak" <<< "$out" || fail "no plan logged: $out"
+  grep -q "^activations (MiB a step" <<< "$out" || fail "--profile printed no activation table"
+  grep -q "kda.self_attn.q " <<< "$out" || fail "the activation table has no kda.self_attn.q row"
+  same_losses "$WORK/keep" "$WORK/budget_$budget"
+  for s in 1 2 3 4 5 6; do
+    p=$(field "$WORK/budget_$budget" $s activation.peak_bytes)
+    [ "$p" -le "$budget" ] || fail "budget $budget: step $s peaked at $p bytes"
+  done
+  echo "ok: budget $budget bytes met at every step (last peak $p, predicted $(field "$WORK/budget_$budget" 6 activation.predicted_peak_bytes))"
+done
+expect_error "activation.budget .* is below the least this run can use: .* \\(${least} bytes" \
+  "$K3LAB" train "${NANO[@]}" --set activation.budget=$((least - 1)) --set run.dir="$WORK/too_small"
+
+# fp8 storage over 200 steps of k3-micro: within 2% of keep's final loss.
+MICRO=("${TINY[@]}" --set model.config=configs/k3-micro.json --set data.seq_len=64
+       --set train.steps=200 --set checkpoint.every=0)
+"$K3LAB" train "${MICRO[@]}" --set run.dir="$WORK/micro_keep" > /dev/null
+"$K3LAB" train "${MICRO[@]}" --set activation.policy=fp8 --set run.dir="$WORK/micro_fp8" > /dev/null
+a=$(field "$WORK/micro_keep" 200 loss) b=$(field "$WORK/micro_fp8" 200 loss)
+awk -v a="$a" -v b="$b" 'BEGIN { d = (b - a) / a; if (d < 0) d = -d; exit !(d < 0.02) }' ||
+  fail "fp8 after 200 steps: loss $b against keep's $a"
+k=$(field "$WORK/micro_keep" 200 activation.stored_peak_bytes) f=$(field "$WORK/micro_fp8" 200 activation.stored_peak_bytes)
+[ "$f" -lt "$k" ] || fail "fp8 held $f bytes, keep $k"
+echo "ok: fp8 after 200 steps: loss $b against keep's $a; pool peak $f bytes against $k"
+
+expect_error "activation.rules" "$K3LAB" train "${NANO[@]}" --set activation.rules=mla.q --set run.dir="$WORK/bad1"
+expect_error "activation.budget" "$K3LAB" train "${NANO[@]}" --set activation.budget=lots --set run.dir="$WORK/bad2"
+expect_error "activation.offload_to" "$K3LAB" train "${NANO[@]}" --set activation.offload_to=peer \
+  --set activation.policy=offload --set run.dir="$WORK/bad3"
+echo "ok: bad activation settings are refused naming the field"
