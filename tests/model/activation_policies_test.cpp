@@ -37,6 +37,7 @@ struct Outcome {
   std::vector<double> losses;
   std::vector<float> grads;             // after the last step's backward
   std::vector<float> balancer;          // Quantile Balancing ranges after end_global_batch
+  std::vector<int64_t> routed;          // tokens routed and each expert's load, every MoE layer
   size_t arena_peak = 0;                // of the last step
   activation::ManagerStats stats;       // of the last step
   std::vector<activation::SegmentProfile> profile;
@@ -65,7 +66,10 @@ Outcome run(const ModelConfig& c, const Policies& setup, int steps = 1) {
         model.forward_backward(arena, acts, {tokens.data(), targets.data(), B, T}, 1.f / 64).sum);
     out.arena_peak = arena.peak();
     out.stats = acts.stats();
-    model.end_global_batch();
+    for (const auto& [layer, st] : model.end_global_batch()) {
+      out.routed.push_back(st.tokens);
+      out.routed.insert(out.routed.end(), st.load.begin(), st.load.end());
+    }
   }
   const ParamRegistry& p = model.params();
   out.grads.assign(p.grads(), p.grads() + p.flat_size());
@@ -93,7 +97,8 @@ void expect_bit_identical(const Outcome& got, const Outcome& want, const std::st
   EXPECT_EQ(std::memcmp(got.balancer.data(), want.balancer.data(),
                         got.balancer.size() * sizeof(float)),
             0)
-      << what << ": the expert statistics were recorded again by a recompute";
+      << what;
+  EXPECT_EQ(got.routed, want.routed) << what << ": the expert statistics were recorded again by a recompute";
 }
 
 TEST(ActivationPolicies, RecomputeAndOffloadMatchKeepBitForBit) {

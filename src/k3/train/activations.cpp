@@ -16,23 +16,6 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
-// Memory copy bandwidth, measured on 64 MiB (after the pages are touched): the cost model of
-// offloading.
-double measure_copy_bandwidth() {
-  const size_t bytes = size_t{64} << 20;
-  char* a = static_cast<char*>(map_buffer(bytes));
-  char* b = static_cast<char*>(map_buffer(bytes));
-  double best = 0;
-  for (int i = 0; i < 3; ++i) {
-    Timer t;
-    std::memcpy(b, a, bytes);
-    best = std::max(best, static_cast<double>(bytes) / t.seconds());
-  }
-  unmap_buffer(a, bytes);
-  unmap_buffer(b, bytes);
-  return best;
-}
-
 // Every rank that runs a segment must choose the same policies for it (a recompute re-runs its
 // collectives), so the plan is made from figures averaged over the ranks holding each segment.
 std::vector<activation::SegmentProfile> agreed(std::vector<activation::SegmentProfile> segs,
@@ -76,6 +59,21 @@ size_t max_over(const dist::Comm& world, size_t v) {
 }
 
 }  // namespace
+
+double measure_copy_bandwidth() {
+  const size_t bytes = size_t{64} << 20;
+  char* a = static_cast<char*>(map_buffer(bytes));
+  char* b = static_cast<char*>(map_buffer(bytes));
+  double best = 0;
+  for (int i = 0; i < 3; ++i) {
+    Timer t;
+    std::memcpy(b, a, bytes);
+    best = std::max(best, static_cast<double>(bytes) / t.seconds());
+  }
+  unmap_buffer(a, bytes);
+  unmap_buffer(b, bytes);
+  return best;
+}
 
 activation::PolicyRules activation_rules(const ActivationSection& a) {
   const std::optional<activation::Policy> p = activation::parse_policy(a.policy);

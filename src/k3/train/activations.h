@@ -18,6 +18,9 @@ namespace k3::train {
 // The rules of the section (policy as the default; an error names the field).
 activation::PolicyRules activation_rules(const ActivationSection& a);
 activation::Granularity activation_granularity(const ActivationSection& a);
+// Memory copy bandwidth (bytes a second), the best of three copies of 64 MiB whose pages are
+// touched: the cost model of offloading.
+double measure_copy_bandwidth();
 
 class ActivationRun {
  public:
