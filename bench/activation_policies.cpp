@@ -14,7 +14,11 @@
 // sequences, where every case's memory at once would not fit) each case runs all its steps and
 // frees its memory before the next.
 //
-//   bench_activation_policies [--seq 4096] [--steps 2] [--threads 0] [--in-turn 1]
+// "held after forward" is what the forward leaves for the backward: the arena in use (the stream,
+// the head's gradient) plus the manager's pool.
+//
+//   bench_activation_policies [--seq 4096] [--batch 1] [--steps 2] [--threads 0] [--in-turn 1]
+//                             [--config configs/k3-small.json]
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -43,8 +47,8 @@ struct Case {
   std::unique_ptr<activation::ActivationManager> acts =
       std::make_unique<activation::ActivationManager>();
   std::vector<double> seconds;
-  size_t peak = 0, arena = 0, offloaded = 0;
-  double recompute = 0;
+  size_t peak = 0, arena = 0, offloaded = 0, held = 0;
+  double recompute = 0, waits = 0, fp8 = 0, copies = 0;
   std::vector<activation::SegmentProfile> profile;
 };
 
@@ -53,35 +57,48 @@ double mib(size_t b) { return static_cast<double>(b) / (1 << 20); }
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto flags = bench::parse_flags(argc, argv, {"--seq", "--steps", "--threads", "--in-turn"});
+  const auto flags = bench::parse_flags(
+      argc, argv, {"--seq", "--batch", "--steps", "--threads", "--in-turn", "--config"});
   auto flag = [&](const char* f, int64_t d) {
     return flags.count(f) ? std::stoll(flags.at(f)) : d;
   };
-  const int64_t T = flag("--seq", 4096), steps = flag("--steps", 2);
+  const int64_t T = flag("--seq", 4096), B = flag("--batch", 1), steps = flag("--steps", 2);
+  const std::string path = flags.count("--config")
+                               ? flags.at("--config")
+                               : std::string(K3_BENCH_DIR) + "/../configs/k3-small.json";
   const bool in_turn = flag("--in-turn", 1) != 0;
   if (flag("--threads", 0) > 0) set_num_threads(static_cast<int>(flag("--threads", 0)));
-  model::ModelConfig c = model::load_model_config(std::string(K3_BENCH_DIR) + "/../configs/k3-small.json");
+  model::ModelConfig c = model::load_model_config(path);
   c.max_position_embeddings = std::max<int64_t>(c.max_position_embeddings, T);
   model::Model m(c);
   m.initialize(1);
   Arena arena(size_t{48} << 30, false);
-  std::vector<int32_t> tokens(static_cast<size_t>(T)), targets(static_cast<size_t>(T));
-  for (int64_t i = 0; i < T; ++i) {
-    tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919) % 256);
-    targets[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % 256);
+  std::vector<int32_t> tokens(static_cast<size_t>(B * T)), targets(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    tokens[i] = static_cast<int32_t>((i * 7919) % 256);
+    targets[i] = static_cast<int32_t>((i * 7919 + 13) % 256);
   }
-  const model::TokenBatch batch{tokens.data(), targets.data(), 1, T};
+  const model::TokenBatch batch{tokens.data(), targets.data(), B, T};
   auto step = [&](Case& k, bool timed) {
     m.params().zero_grads();
     k.acts->reset_stats();
     arena.reset_peak();
     Timer t;
-    m.forward_backward(arena, *k.acts, batch, 1.f / static_cast<float>(T));
+    {
+      ArenaScope scope(arena);
+      const model::MicroBatch mb{0, arena, *k.acts};
+      m.forward_stage(mb, m.whole(), batch, 1.f / static_cast<float>(B * T), nullptr, nullptr);
+      k.held = arena.used() + k.acts->stored_bytes();  // what the forward leaves for the backward
+      m.backward_stage(mb, m.whole(), batch, nullptr, nullptr);
+    }
     if (timed) k.seconds.push_back(t.seconds());
     k.arena = arena.peak();
     k.peak = arena.peak() + k.acts->stats().stored_peak;
     k.offloaded = k.acts->stats().offloaded_peak;
     k.recompute = k.acts->stats().recompute_seconds;
+    k.waits = k.acts->stats().offload_seconds;
+    k.fp8 = k.acts->stats().fp8_seconds;
+    k.copies = k.acts->stats().keep_seconds;
     k.profile = k.acts->profile();
   };
   std::vector<Case> cases;
@@ -94,7 +111,9 @@ int main(int argc, char** argv) {
   add("recompute", {Policy::Recompute, {}});
   add("recompute, layer", {Policy::Recompute, {}}, Granularity::Layer);
   add("selective (feed-forwards)",
-      {Policy::Keep, PolicyRules::parse("*.*.block_sparse_moe.*=recompute,*.*.mlp.*=recompute",
+      {Policy::Keep, PolicyRules::parse("*.*.block_sparse_moe.*=recompute,*.*.mlp.*=recompute,"
+                                        "*.*.post_attention_layernorm.*=recompute,"
+                                        "*.*.mlp_res.*=recompute",
                                         "rules")});
   add("fp8", {Policy::Fp8, {}});
   add("offload", {Policy::Offload, {}});
@@ -121,11 +140,11 @@ int main(int argc, char** argv) {
       cases[i].acts.reset();  // its pool and host buffers go
     }
   }
-  std::printf("k3-small, one sequence of %lld tokens, %d threads; %lld timed steps a case (median)%s\n",
-              static_cast<long long>(T), num_threads(), static_cast<long long>(steps),
-              in_turn ? ", the cases in turn" : ", one case after another");
-  std::printf("| policy | peak activation MiB | vs keep | to host MiB | step s | vs keep | recompute s |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("%s, %lld x %lld tokens, %d threads; %lld timed steps a case (median)%s\n",
+              path.c_str(), static_cast<long long>(B), static_cast<long long>(T), num_threads(),
+              static_cast<long long>(steps), in_turn ? ", the cases in turn" : ", one case after another");
+  std::printf("| policy | peak activation MiB | vs keep | held after forward MiB | to host MiB | step s | vs keep | recompute s | offload waits s | fp8 s | keep copies s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
@@ -133,9 +152,10 @@ int main(int argc, char** argv) {
   const double keep_s = median(cases[0].seconds);
   for (const Case& k : cases) {
     const double s = median(k.seconds);
-    std::printf("| %s | %.1f | %.2f | %.1f | %.3f | %.2f | %.3f |\n", k.name.c_str(), mib(k.peak),
-                static_cast<double>(k.peak) / static_cast<double>(keep), mib(k.offloaded), s,
-                s / keep_s, k.recompute);
+    std::printf("| %s | %.1f | %.2f | %.1f | %.1f | %.3f | %.2f | %.3f | %.3f | %.3f | %.3f |\n",
+                k.name.c_str(), mib(k.peak), static_cast<double>(k.peak) / static_cast<double>(keep),
+                mib(k.held), mib(k.offloaded), s, s / keep_s, k.recompute, k.waits, k.fp8,
+                k.copies);
   }
   return 0;
 }

@@ -4,7 +4,7 @@ set -euo pipefail
 build=${1:-build/release}
 cd "$(dirname "$0")/.."
 for b in "$build"/bench/bench_*; do
-  case $(basename "$b") in bench_distributed | bench_tensor_parallel | bench_expert_parallel | bench_pipeline_parallel | bench_vision_filler) continue ;; esac  # under mpirun, below
+  case $(basename "$b") in bench_distributed | bench_tensor_parallel | bench_expert_parallel | bench_pipeline_parallel | bench_vision_filler | bench_activation_policies) continue ;; esac  # below
   echo "== $(basename "$b")"
   "$b"
 done
@@ -22,3 +22,5 @@ echo "== pipeline_parallel"
 bash bench/pipeline_parallel.sh "$build"
 echo "== vision_filler"
 bash bench/vision_filler.sh "$build"
+echo "== activation_policies"
+bash bench/activation_policies.sh "$build"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # k3lab train with the activation manager's policies: recompute (either granularity), offload
 # (host, and a peer rank's memory under mpirun) and per-class rules end at keep's losses to the
-# last digit; a 200-step k3-micro run storing activations in fp8 ends within 2% of keep's loss;
+# last digit, in one process and under tp, ep, cp and pp; a 200-step k3-micro run storing activations in fp8 ends within 2% of keep's loss;
 # budget mode stays within its budget at every step, logs its plan, predicts its peak, prints its
 # table under --profile, and refuses a budget too small in one line naming the least that works;
 # bad settings are refused naming the field.
@@ -37,6 +37,20 @@ done
 same_losses "$WORK/dp2" "$WORK/dp2_peer"
 [ "$(field "$WORK/dp2_peer" 6 activation.offloaded_peak_bytes)" -gt 0 ] || fail "nothing went to the peer"
 echo "ok: dp2 with tensors offloaded to the peer rank ends at dp2's losses"
+
+# Under tp, ep (MoonEP), cp and pp a recompute re-runs the layers' collectives on every rank of
+# their groups (and offload and fp8 are per rank): each layout ends at its keep run's losses.
+for layout in "tp=2:recompute" "ep=2:recompute" "cp=2:recompute" "pp=2:offload" "tp=2:offload"; do
+  dim=${layout%%:*} policy=${layout#*:}
+  extra=(--set "parallel.$dim")
+  [ "$dim" = ep=2 ] && extra+=(--set parallel.moe_dispatch=moonep)
+  [ "$dim" = pp=2 ] && extra+=(--set train.grad_accum=2)
+  [ -d "$WORK/$dim" ] || "${MPI[@]}" -np 2 "$K3LAB" train "${NANO[@]}" "${extra[@]}" --set run.dir="$WORK/$dim" > /dev/null
+  "${MPI[@]}" -np 2 "$K3LAB" train "${NANO[@]}" "${extra[@]}" --set activation.policy="$policy" \
+    --set run.dir="$WORK/${dim}_$policy" > /dev/null
+  same_losses "$WORK/$dim" "$WORK/${dim}_$policy"
+  echo "ok: $dim with $policy ends at its keep run's losses"
+done
 
 # Budget mode: between the least (everything recomputed) and keep's peak.
 least=$(field "$WORK/policy_recompute" 6 activation.peak_bytes)
