@@ -9,16 +9,13 @@ Run it with OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive and OPENBLAS_CORETYPE unse
 script does.
 """
 import argparse
-import pathlib
 import statistics
-import sys
 import time
 
 import torch
 import torch.utils.checkpoint
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "tests" / "reference"))
-from k3ref import Config, K3Dense  # noqa: E402
+from train_vs_torch import dense_model_and_batch  # this folder: the same model and batch
 
 
 def main():
@@ -30,12 +27,7 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    config = Config.load(args.config)
-    model = K3Dense(config)
-    model.init_normal(seed=1)
-    gen = torch.Generator().manual_seed(2)
-    data = torch.randint(0, config.vocab_size, (args.batch, args.seq + 1), generator=gen)
-    tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    model, tokens, targets = dense_model_and_batch(args.config, args.batch, args.seq)
     decoder = model.model
 
     def step(checkpoint):

@@ -31,6 +31,17 @@ def blas_in_use():
     return f"{path} (OpenBLAS kernel {lib.openblas_get_corename().decode()})"
 
 
+def dense_model_and_batch(config_path, batch, seq):
+    """The k3ref dense model of a config (normal init, seed 1) and a random batch of B x T tokens
+    with their next-token targets (seed 2): what both PyTorch benches train on."""
+    config = Config.load(config_path)
+    model = K3Dense(config)
+    model.init_normal(seed=1)
+    gen = torch.Generator().manual_seed(2)
+    data = torch.randint(0, config.vocab_size, (batch, seq + 1), generator=gen)
+    return model, data[:, :-1].contiguous(), data[:, 1:].contiguous()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
@@ -44,12 +55,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
-    config = Config.load(args.config)
-    model = K3Dense(config)
-    model.init_normal(seed=1)
-    gen = torch.Generator().manual_seed(2)
-    data = torch.randint(0, config.vocab_size, (args.batch, args.seq + 1), generator=gen)
-    tokens, targets = data[:, :-1].contiguous(), data[:, 1:].contiguous()
+    model, tokens, targets = dense_model_and_batch(args.config, args.batch, args.seq)
     # The fastest AdamW torch 1.13 has on CPU: the single-tensor loop (foreach=False, its default).
     # `fused` does not exist there (AdamW gained it later, for CUDA), and foreach=True measured
     # slower on this host: one step over L6 d384's parameters 0.37 s against 0.11 s, over L12
