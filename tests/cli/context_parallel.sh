@@ -33,11 +33,11 @@ out=$("${MPI[@]}" -np 2 "$K3LAB" train --dry-run "${NANO[@]}" --set parallel.cp=
 grep -Eq "^  activations .* one micro-batch of 4 x 8 tokens" <<< "$out" || fail "cp2 estimate: $out"
 echo "ok: the memory estimate under cp2"
 
-# Packed documents (data.documents = 1: a token sees only its own document, which starts after an
+# Packed documents (data.documents = true: a token sees only its own document, which starts after an
 # end-of-text token): under cp2 the run trains as in one process (step 4 loss within 1e-4), and
 # not as without documents (the windows hold document ends). A rank's micro-batch of more than one
 # sequence is refused in one line.
-DOCS=("${NANO[@]}" --set data.documents=1 --set train.batch_size=1 --set data.seq_len=64 --set train.steps=4)
+DOCS=("${NANO[@]}" --set data.documents=true --set train.batch_size=1 --set data.seq_len=64 --set train.steps=4)
 "$K3LAB" train "${DOCS[@]}" --set run.dir="$WORK/docs_one" > /dev/null
 "${MPI[@]}" -np 2 "$K3LAB" train "${DOCS[@]}" --set parallel.cp=2 --set run.dir="$WORK/docs_cp2" > /dev/null
 "$K3LAB" train "${DOCS[@]}" --set data.documents=0 --set run.dir="$WORK/no_docs" > /dev/null

@@ -93,6 +93,29 @@ TEST(RunConfig, Overrides) {
   EXPECT_EQ(c.run.dir, "123");
 }
 
+// On/off switches are TOML booleans, in a file and in --set; 0 and 1 (as older run directories
+// wrote them) still read; anything else is refused naming the field.
+TEST(RunConfig, SwitchesAreBooleans) {
+  RunConfig c = parse_run_config("[parallel]\nsequence_parallel = true\noverlap = false\n"
+                                 "[data]\ndocuments = 1");
+  EXPECT_TRUE(c.parallel.sequence_parallel);
+  EXPECT_FALSE(c.parallel.overlap);
+  EXPECT_TRUE(c.data.documents);
+  apply_override(c, "parallel.sequence_parallel=false");
+  apply_override(c, "parallel.overlap = true");
+  apply_override(c, "data.documents=0");
+  EXPECT_FALSE(c.parallel.sequence_parallel);
+  EXPECT_TRUE(c.parallel.overlap);
+  EXPECT_FALSE(c.data.documents);
+  EXPECT_NE(to_toml(c).find("sequence_parallel = false"), std::string::npos) << to_toml(c);
+  expect_parse_error("[parallel]\noverlap = 2", "parallel.overlap",
+                     "expected true or false, found integer 2");
+  expect_parse_error("[data]\ndocuments = \"yes\"", "data.documents",
+                     "expected true or false, found string");
+  expect_error([&] { apply_override(c, "parallel.sequence_parallel=on"); }, "",
+               "parallel.sequence_parallel", "expected true or false, found string 'on'");
+}
+
 TEST(RunConfig, ErrorsNameTheField) {
   expect_parse_error("[trian]\nsteps = 1", "trian",
                      "unknown section; expected one of: model, data");

@@ -30,6 +30,8 @@ std::string shortest(T v) {
 
 std::string format_value(int64_t v) { return std::to_string(v); }
 
+std::string format_value(bool v) { return v ? "true" : "false"; }
+
 std::string format_value(double v) {
   std::string s = shortest(v);
   if (s.find_first_of(".en") == std::string::npos) s += ".0";  // TOML needs 1.0, not 1
@@ -66,7 +68,12 @@ std::string describe(const toml::node& node) {
 
 template <typename T>
 T from_node(const toml::node& node) {
-  if constexpr (std::is_same_v<T, int64_t>) {
+  if constexpr (std::is_same_v<T, bool>) {  // true / false; 0 / 1 as older configs wrote them
+    if (node.is_boolean()) return node.as_boolean()->get();
+    K3_CHECK(node.is_integer() && (node.as_integer()->get() == 0 || node.as_integer()->get() == 1),
+             "expected true or false, found ", describe(node));
+    return node.as_integer()->get() == 1;
+  } else if constexpr (std::is_same_v<T, int64_t>) {
     K3_CHECK(node.is_integer(), "expected an integer, found ", describe(node));
     return node.as_integer()->get();
   } else if constexpr (std::is_same_v<T, double>) {
@@ -111,6 +118,10 @@ Rule<double> within(char open, double lo, double hi, char close) {
             return (open == '[' ? v >= lo : v > lo) && (close == ']' ? v <= hi : v < hi);
           },
           std::string("a value in ") + open + shortest(lo) + ", " + shortest(hi) + close};
+}
+
+Rule<bool> on_off() {
+  return {[](const bool&) { return true; }, "true or false"};
 }
 
 Rule<std::string> one_of(std::vector<std::string> options) {
@@ -173,6 +184,7 @@ Rule<std::string> input_path(std::vector<std::string> keywords = {}) {
 // The TOML type a field is read from, as the reference names it.
 template <typename T>
 const char* type_name() {
+  if constexpr (std::is_same_v<T, bool>) return "boolean";
   if constexpr (std::is_same_v<T, int64_t>) return "integer";
   if constexpr (std::is_same_v<T, double>) return "number";
   return "string";
@@ -230,8 +242,8 @@ const std::vector<Field>& fields() {
           "share held out for validation"),
     field("data.seq_len", &R::data, &D::seq_len, above<I>(0), "tokens per sequence"),
     field("data.seed", &R::data, &D::seed, at_least<I>(0), "data order and built-in corpus seed"),
-    field("data.documents", &R::data, &D::documents, within_int(0, 1),
-          "1: each token sees only its own document (which starts after an end-of-text token)"),
+    field("data.documents", &R::data, &D::documents, on_off(),
+          "each token sees only its own document (which starts after an end-of-text token)"),
     field("train.steps", &R::train, &T::steps, above<I>(0), "optimizer steps"),
     field("train.batch_size", &R::train, &T::batch_size, above<I>(0), "sequences per micro-batch"),
     field("train.grad_accum", &R::train, &T::grad_accum, above<I>(0), "micro-batches per step"),
@@ -285,10 +297,10 @@ const std::vector<Field>& fields() {
           "0: replicated optimizer; 1: optimizer states sharded over dp; 2: gradients too"),
     field("parallel.bucket_mib", &R::parallel, &P::bucket_mib, above(0.0),
           "gradient-reduction bucket size (MiB)"),
-    field("parallel.overlap", &R::parallel, &P::overlap, within_int(0, 1),
-          "1: reduce gradient buckets during the backward; 0: after it"),
-    field("parallel.sequence_parallel", &R::parallel, &P::sequence_parallel, within_int(0, 1),
-          "1: split the residual stream's tokens over tp between the layers' regions"),
+    field("parallel.overlap", &R::parallel, &P::overlap, on_off(),
+          "reduce gradient buckets during the backward (false: after it)"),
+    field("parallel.sequence_parallel", &R::parallel, &P::sequence_parallel, on_off(),
+          "split the residual stream's tokens over tp between the layers' regions"),
     field("parallel.moe_dispatch", &R::parallel, &P::moe_dispatch, one_of({"alltoall", "moonep"}),
           "under ep: alltoall sends each row to its expert's home rank; moonep balances every "
           "rank at exactly S·K rows with replicas"),

@@ -26,7 +26,7 @@ struct DataSection {
   double val_fraction = 0.05;
   int64_t seq_len = 256;
   int64_t seed = 1234;    // data order and the built-in corpus; apart from model.seed
-  int64_t documents = 0;  // 1: attention and KDA restart at each document (packed documents)
+  bool documents = false;  // attention and KDA restart at each document (packed documents)
   bool operator==(const DataSection&) const = default;
 };
 
@@ -92,8 +92,8 @@ struct ParallelSection {
   int64_t dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
   int64_t zero = 0;               // 0: replicated optimizer; 1: states sharded; 2: gradients too
   double bucket_mib = 4;          // gradient-reduction bucket size
-  int64_t overlap = 1;            // 1: reduce buckets during the backward; 0: after it
-  int64_t sequence_parallel = 0;  // 1: the residual stream's tokens split over tp
+  bool overlap = true;             // reduce buckets during the backward (false: after it)
+  bool sequence_parallel = false;  // the residual stream's tokens split over tp
   std::string moe_dispatch = "alltoall";  // under ep: "alltoall" (baseline) or "moonep"
   int64_t moonep_slots = 2;               // MoonEP: replica slots per rank
   int64_t vp = 1;                         // pipeline: virtual stages (model chunks) per pp rank

@@ -62,7 +62,7 @@ parallel::DataParallel make_data_parallel(model::Model& model, const RunConfig& 
       parallel::DataParallelOptions{
           .zero = static_cast<int>(p.zero),
           .bucket_floats = static_cast<size_t>(p.bucket_mib * 1024 * 1024 / sizeof(float)),
-          .overlap = p.overlap != 0,
+          .overlap = p.overlap,
           .schedule = pipeline_schedule(p),
           .group = static_cast<int>(p.pp_group),
           .fillers = pipeline_fillers(p)});
@@ -91,7 +91,7 @@ dist::ParallelDims dims_of(const ParallelSection& p) {
           .ep = static_cast<int>(p.ep),
           .dp = static_cast<int>(p.dp),
           .pp = static_cast<int>(p.pp),
-          .sequence_parallel = p.sequence_parallel != 0,
+          .sequence_parallel = p.sequence_parallel,
           .moonep = p.moe_dispatch == "moonep",
           .moonep_slots = static_cast<int>(p.moonep_slots)};
 }
