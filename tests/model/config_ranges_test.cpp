@@ -81,7 +81,9 @@ TEST(ModelConfigRanges, HugeSizesAreRefusedBeforeAnythingIsBuilt) {
   expect_refused(with("moe_intermediate_size", int64_t{1} << 30), "moe_intermediate_size");
   // Each size within its bound, their product not: 4096 experts in each of 93 layers.
   expect_refused(with("num_experts", 4096), "num_experts");
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 1.0);
+  // Refused before anything is sized: the refusals take milliseconds, where allocating any of
+  // these models would take minutes or fail. The bound only separates the two, on any machine.
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10.0);
 }
 
 }  // namespace
