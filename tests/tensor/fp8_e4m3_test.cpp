@@ -1,10 +1,13 @@
 // FP8 E4M3 against its definition: the codes' values, rounding to the nearest code (ties to the
-// even code) found by searching all of them, saturation, and the block codec's error bound.
+// even code) found by searching all of them, saturation, and the block codec's error bound; the
+// vectorized block codec against the scalar one.
 #include "k3/tensor/fp8_e4m3.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -90,6 +93,36 @@ TEST(Fp8E4M3, BlocksKeepThreeMantissaBitsOfTheirRange) {
       EXPECT_LE(std::fabs(y[i] - x[i]), std::fabs(x[i]) / 16 + step) << i;
   }
   EXPECT_EQ(y[300], 0.f);
+}
+
+// The vectorized codec writes the scalar codec's bytes and decodes to its values, bit for bit, on
+// blocks of every kind: ordinary values over many magnitudes, values that round to subnormals and
+// to zero, ties, saturation, infinities and NaNs, all-zero blocks, and lengths that end inside a
+// block and inside a vector.
+TEST(Fp8E4M3, VectorizedCodecEqualsTheScalarOne) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> exponent(-30, 30), unit(0, 1);
+  for (int64_t n : {1, 15, 16, 17, 127, 128, 129, 1000, 4096, 70001}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const float u = unit(rng);
+      float v = std::exp2(exponent(rng)) * (u < 0.5f ? -1.f : 1.f);
+      if (u < 0.01f) v = 0;
+      else if (u < 0.012f) v = std::numeric_limits<float>::quiet_NaN();
+      else if (u < 0.014f) v = u < 0.013f ? INFINITY : -INFINITY;
+      else if (u < 0.02f) v = static_cast<float>(value_of(static_cast<int>(u * 1e4) % 0x7E));
+      x[static_cast<size_t>(i)] = v;
+    }
+    for (int64_t i = 256; i < std::min<int64_t>(n, 384); ++i) x[static_cast<size_t>(i)] = 0;
+    std::vector<char> fast(fp8_block_bytes(n)), slow(fp8_block_bytes(n));
+    fp8_block_encode(x.data(), n, fast.data());
+    ref::fp8_block_encode(x.data(), n, slow.data());
+    ASSERT_EQ(std::memcmp(fast.data(), slow.data(), fast.size()), 0) << "n=" << n;
+    std::vector<float> y(static_cast<size_t>(n)), z(static_cast<size_t>(n));
+    fp8_block_decode(fast.data(), n, y.data());
+    ref::fp8_block_decode(slow.data(), n, z.data());
+    ASSERT_EQ(std::memcmp(y.data(), z.data(), y.size() * sizeof(float)), 0) << "n=" << n;
+  }
 }
 
 }  // namespace

@@ -5,6 +5,10 @@
 #include <bit>
 #include <cmath>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace k3 {
 namespace {
 
@@ -48,31 +52,116 @@ size_t fp8_block_bytes(int64_t n) {
   return static_cast<size_t>(blocks_of(n)) * sizeof(float) + static_cast<size_t>(n);
 }
 
-void fp8_block_encode(const float* x, int64_t n, void* out) {
-  const int64_t blocks = blocks_of(n);
+namespace {
+
+// The block layout: blocks_of(n) float scales, then one code per value.
+struct BlockView {
+  float* scales;
+  uint8_t* codes;
+};
+BlockView block_view(void* out, int64_t n) {
   auto* scales = static_cast<float*>(out);
-  auto* codes = reinterpret_cast<uint8_t*>(scales + blocks);
+  return {scales, reinterpret_cast<uint8_t*>(scales + blocks_of(n))};
+}
+
+// A block's scale: its largest magnitude over 448 (NaNs ignored, as std::fmax does); 1 for zeros.
+float block_scale(float amax) { return amax > 0 ? amax / kFp8Max : 1.f; }
+
+#if defined(__AVX512F__)
+constexpr int64_t kLanes = 16;
+
+__m512i splat(int32_t v) { return _mm512_set1_epi32(v); }
+
+// float_to_e4m3 on 16 lanes: the same integer steps, each case blended in by its mask.
+__m128i e4m3_codes(__m512 f) {
+  const __m512i x = _mm512_castps_si512(f), a = _mm512_and_si512(x, splat(0x7fffffff));
+  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(x, 24), splat(0x80));
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 20), splat(1));
+  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, splat(0x7ffff)), odd), 20);
+  __m512i code = _mm512_min_epu32(_mm512_sub_epi32(r, splat((127 - 7) << 3)), splat(0x7E));
+  // below 2^-6: the subnormals, |f| · 512 rounded to nearest even (the default rounding mode)
+  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(512.f)));
+  code = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, splat(0x3c800000)), code, q);
+  code = _mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(a, splat(0x43e00000)), code, splat(0x7E));
+  code = _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(a, splat(0x7f800000)), code, splat(0x7F));
+  return _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign));
+}
+#endif
+
+void encode_block(const float* x, int64_t len, float* scale, uint8_t* codes) {
+  int64_t i = 0;
+  float amax = 0;
+#if defined(__AVX512F__)
+  __m512 vmax = _mm512_setzero_ps();
+  for (; i + kLanes <= len; i += kLanes)  // a NaN lane keeps the running maximum, as fmax
+    vmax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), vmax);
+  amax = _mm512_reduce_max_ps(vmax);
+#endif
+  for (int64_t j = i; j < len; ++j) amax = std::fmax(amax, std::fabs(x[j]));
+  *scale = block_scale(amax);
+  const float inv = 1.f / *scale;
+  i = 0;
+#if defined(__AVX512F__)
+  const __m512 vinv = _mm512_set1_ps(inv);
+  for (; i + kLanes <= len; i += kLanes)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
+                     e4m3_codes(_mm512_mul_ps(_mm512_loadu_ps(x + i), vinv)));
+#endif
+  for (; i < len; ++i) codes[i] = float_to_e4m3(x[i] * inv);
+}
+
+void decode_block(const uint8_t* codes, int64_t len, float scale, float* x) {
+  const float* values = e4m3_values().data();
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 vscale = _mm512_set1_ps(scale);
+  for (; i + kLanes <= len; i += kLanes) {
+    const __m512i idx =
+        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_i32gather_ps(idx, values, 4), vscale));
+  }
+#endif
+  for (; i < len; ++i) x[i] = values[codes[i]] * scale;
+}
+
+}  // namespace
+
+void fp8_block_encode(const float* x, int64_t n, void* out) {
+  const BlockView v = block_view(out, n);
 #pragma omp parallel for schedule(static) if (n > (int64_t{1} << 16))
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t lo = b * kFp8Block, hi = std::min(n, lo + kFp8Block);
-    float amax = 0;
-    for (int64_t i = lo; i < hi; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-    const float scale = amax > 0 ? amax / kFp8Max : 1.f, inv = 1.f / scale;
-    scales[b] = scale;
-    for (int64_t i = lo; i < hi; ++i) codes[i] = float_to_e4m3(x[i] * inv);
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    const int64_t lo = b * kFp8Block;
+    encode_block(x + lo, std::min(kFp8Block, n - lo), v.scales + b, v.codes + lo);
   }
 }
 
 void fp8_block_decode(const void* in, int64_t n, float* x) {
-  const int64_t blocks = blocks_of(n);
-  const auto* scales = static_cast<const float*>(in);
-  const auto* codes = reinterpret_cast<const uint8_t*>(scales + blocks);
-  const std::array<float, 256>& values = e4m3_values();
+  const BlockView v = block_view(const_cast<void*>(in), n);
 #pragma omp parallel for schedule(static) if (n > (int64_t{1} << 16))
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t lo = b * kFp8Block, hi = std::min(n, lo + kFp8Block);
-    for (int64_t i = lo; i < hi; ++i) x[i] = values[codes[i]] * scales[b];
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    const int64_t lo = b * kFp8Block;
+    decode_block(v.codes + lo, std::min(kFp8Block, n - lo), v.scales[b], x + lo);
   }
 }
 
+namespace ref {
+
+void fp8_block_encode(const float* x, int64_t n, void* out) {
+  const BlockView v = block_view(out, n);
+  for (int64_t b = 0; b < blocks_of(n); ++b) {
+    const int64_t lo = b * kFp8Block, hi = std::min(n, lo + kFp8Block);
+    float amax = 0;
+    for (int64_t i = lo; i < hi; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+    v.scales[b] = block_scale(amax);
+    const float inv = 1.f / v.scales[b];
+    for (int64_t i = lo; i < hi; ++i) v.codes[i] = float_to_e4m3(x[i] * inv);
+  }
+}
+
+void fp8_block_decode(const void* in, int64_t n, float* x) {
+  const BlockView v = block_view(const_cast<void*>(in), n);
+  for (int64_t i = 0; i < n; ++i) x[i] = e4m3_to_float(v.codes[i]) * v.scales[i / kFp8Block];
+}
+
+}  // namespace ref
 }  // namespace k3

@@ -17,8 +17,16 @@ float e4m3_to_float(uint8_t code);
 
 // Bytes that n values take in block form: one float scale per block, then one code per value.
 size_t fp8_block_bytes(int64_t n);
-// Writes fp8_block_bytes(n) bytes to `out` (4-byte aligned).
+// Writes fp8_block_bytes(n) bytes to `out` (4-byte aligned). Vectorized (AVX-512 where the
+// build targets it); the same bytes and values as the scalar codec below.
 void fp8_block_encode(const float* x, int64_t n, void* out);
 void fp8_block_decode(const void* in, int64_t n, float* x);
+
+namespace ref {
+// The block codec value by value, through float_to_e4m3 / e4m3_to_float: the reference of the
+// vectorized one.
+void fp8_block_encode(const float* x, int64_t n, void* out);
+void fp8_block_decode(const void* in, int64_t n, float* x);
+}  // namespace ref
 
 }  // namespace k3
