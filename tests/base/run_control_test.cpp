@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <string>
@@ -58,6 +59,20 @@ TEST(StopSignals, FirstSignalIsRecordedAndAnOwnerStartsFresh) {
   EXPECT_EQ(fresh.requested(), 0);
   kill(getpid(), SIGTERM);
   EXPECT_EQ(wait_for_request(fresh), SIGTERM);
+}
+
+TEST(StopNote, RunsOnTheWatcherWhenARequestIsRecorded) {
+  std::atomic<int> notes{0};
+  StopSignals stop;
+  {
+    StopNote note([&] { notes.fetch_add(1); });
+    kill(getpid(), SIGUSR1);
+    for (int i = 0; i < 5000 && notes.load() == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(notes.load(), 1);
+    EXPECT_THROW(StopNote twice([] {}), Error);
+  }
+  StopNote after([] {});  // the first one is gone
 }
 
 }  // namespace

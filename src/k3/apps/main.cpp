@@ -1,6 +1,7 @@
 // k3lab: train and inspect Kimi-K3-style models.
 #include <cstdio>
 #include <exception>
+#include <ostream>
 
 #include "k3/apps/commands.h"
 #include "k3/base/error.h"
@@ -35,10 +36,13 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // Every rank parses the same command line: the first says what is wrong with it (or --help).
+    std::ostream discard(nullptr);
+    if (k3::dist::Runtime::world_rank() == 0) return app.exit(e);
+    return app.exit(e, discard, discard);
   } catch (const std::exception& e) {
-    // One line naming the rank; in a multi-rank job it ends every rank, never leaving one
-    // waiting in a collective.
+    // One line, once; in a multi-rank job it ends every rank, never leaving one waiting in a
+    // collective.
     k3::dist::fail(e.what());
   }
   return 0;

@@ -10,6 +10,8 @@
 // before exec.
 #pragma once
 
+#include <functional>
+
 namespace k3 {
 
 // Blocks the stop signals in the calling thread and starts the watcher. Without a StopSignals
@@ -26,6 +28,17 @@ class StopSignals {
 
   // The first stop signal received (e.g. SIGTERM), or 0.
   int requested() const;
+};
+
+// While alive, the watcher runs NOTE as soon as a StopSignals records a request: for what
+// cannot wait for the main thread's next poll, which a rank blocked for good in a collective never
+// reaches. NOTE runs on the watcher thread. One at a time.
+class StopNote {
+ public:
+  explicit StopNote(std::function<void()> note);
+  ~StopNote();
+  StopNote(const StopNote&) = delete;
+  StopNote& operator=(const StopNote&) = delete;
 };
 
 // "SIGTERM" for SIGTERM, ...

@@ -1,13 +1,16 @@
 // MPI start-up and shutdown. Under a launcher (mpirun, srun) the process joins the job's world;
 // a plain `k3lab train` is a world of one that never touches MPI, so it needs no launcher.
 //
-// Failure never hangs: a rank that hits an error calls fail(), which prints one line naming the
-// rank and the error and aborts the whole job (MPI_Abort), so every other rank ends within
-// seconds instead of waiting in a collective. A rank killed outright (SIGKILL) is detected by the
-// launcher, which ends the job the same way.
+// Failure never hangs and is said once: a rank that hits an error calls fail(). When every rank
+// fails (a refused config or layout, found alike by all), rank 0 alone prints the error and all
+// ranks exit with the status; otherwise the lowest failing rank prints it and aborts the whole job
+// (MPI_Abort), so no rank waits forever in a collective. A rank killed outright (SIGKILL) is
+// detected by the launcher, which stops the others (SIGTERM, then SIGKILL); ended_ranks_here()
+// lets a survivor tell that case from a stop request.
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace k3::dist {
 
@@ -31,9 +34,17 @@ class Runtime {
   bool owns_ = false;
 };
 
-// Prints "k3lab: rank R of N: error: MESSAGE" to stderr and ends the job: MPI_Abort under a
-// launcher with more than one rank, exit(status) otherwise. Never returns.
+// Ends the job over an error: one line "k3lab: rank R of N: error: MESSAGE" on stderr from the
+// lowest failing rank ("k3lab: error: MESSAGE" in a world of one), then exit(status) when every
+// rank fails within a couple of seconds, MPI_Abort otherwise. Never returns.
 [[noreturn]] void fail(const std::string& message, int status = 1);
+
+// World ranks on this machine whose process has ended (reaped by the launcher), in order. Makes
+// no MPI call, so any thread may ask.
+std::vector<int> ended_ranks_here();
+
+// True when every lower world rank on this machine has ended: this rank speaks for the machine.
+bool first_live_rank_here();
 
 // "[rank R] " under a multi-rank job, "" otherwise: the tag every rank's diagnostics carry.
 std::string rank_tag();

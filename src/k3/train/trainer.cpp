@@ -33,6 +33,7 @@
 #include "k3/train/loss_plot.h"
 #include "k3/train/activations.h"
 #include "k3/train/metrics.h"
+#include "k3/train/peer_loss.h"
 #include "k3/train/preflight.h"
 #include "k3/train/progress.h"
 #include "k3/train/resume.h"
@@ -219,6 +220,7 @@ class Run {
   std::vector<ImageTextBatch> micro_images_;      // under the image-text corpus
   std::vector<std::vector<int64_t>> micro_docs_;  // their documents, under data.documents
   std::vector<std::pair<std::string, dist::Counters>> counted_;  // per group, at the last record
+  PeerLossNote peer_loss_{run_dir_};  // after run_dir_
 };
 
 void Run::resume(ResumePoint& from) {
