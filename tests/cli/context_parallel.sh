@@ -30,7 +30,7 @@ echo "ok: refusals"
 
 # The pre-flight estimate is per rank: a rank holds seq_len / cp tokens of each row.
 out=$("${MPI[@]}" -np 2 "$K3LAB" train --dry-run "${NANO[@]}" --set parallel.cp=2 --set run.dir="$WORK/dry")
-grep -Eq "^  activations .* one micro-batch of 4 x 8 tokens" <<< "$out" || fail "cp2 estimate: $out"
+grep -Eq "^  activations .* 1 micro-batch of 4 x 8 tokens" <<< "$out" || fail "cp2 estimate: $out"
 echo "ok: the memory estimate under cp2"
 
 # Packed documents (data.documents = true: a token sees only its own document, which starts after an

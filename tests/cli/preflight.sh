@@ -37,7 +37,7 @@ out=$("$K3LAB" train "${TINY[@]}" --set model.config=configs/k3-micro.json --dry
 for part in parameters gradients "optimizer state" activations "expert balancing" data total available; do
   grep -Eq "^  $part +[0-9.]+ (B|KiB|MiB|GiB)" <<< "$out" || fail "--dry-run prints no '$part' line: $out"
 done
-grep -q "one micro-batch of 4 x 32 tokens" <<< "$out" || fail "--dry-run does not say the batch shape: $out"
+grep -q "1 micro-batch of 4 x 32 tokens in flight" <<< "$out" || fail "--dry-run does not say the batch shape: $out"
 [ ! -e "$WORK/dry" ] || fail "--dry-run wrote the run directory"
 refused_early 30 "$WORK/dry" "data.val_fraction" \
   "$K3LAB" train "${TINY[@]}" "${SHORT_VAL[@]}" --set eval.every=1 --dry-run --set run.dir="$WORK/dry"
@@ -78,7 +78,7 @@ refused_early 10 "$WORK/huge" "field num_hidden_layers" \
 
 # model inspect: training memory per part, for the batch shape asked for.
 out=$("$K3LAB" model inspect configs/k3-micro.json --batch-size 3 --seq-len 64)
-grep -Eq "^  activations +[0-9.]+ MiB +one micro-batch of 3 x 64 tokens" <<< "$out" ||
+grep -Eq "^  activations +[0-9.]+ MiB +1 micro-batch of 3 x 64 tokens" <<< "$out" ||
   fail "model inspect prints no activations line for 3 x 64: $out"
 
 # More threads than cores: capped with a warning, and the run trains.

@@ -62,7 +62,7 @@ TEST(MemoryEstimate, ActivationsBoundTheStepArenaPeakOfEveryLayerKind) {
 
 TEST(MemoryEstimate, ParametersAndGradientsAreTheFlatBuffers) {
   const Model described(config("k3-micro.json"), /*allocate=*/false);
-  const ModelMemory m = model_memory(described, 1, 1);
+  const ModelMemory m = model_memory(described, {});
   EXPECT_EQ(m.parameters, described.params().total_numel());
   EXPECT_EQ(m.parameter_bytes, static_cast<double>(described.params().flat_size()) * 4);
   EXPECT_EQ(m.gradient_bytes, m.parameter_bytes);

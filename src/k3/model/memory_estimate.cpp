@@ -5,23 +5,24 @@
 
 #include "k3/base/arena.h"
 #include "k3/kernels/kda/delta_rule.h"
+#include "k3/model/context/kcp.h"
 
 namespace k3::model {
 namespace {
 
-// Floats of one layer part: what its forward allocates (all of it stays in the arena until the
-// step ends) and the scratch its backward allocates on top (freed when that backward returns).
+// Floats of one layer part: what its forward saves for the backward (`exact` of it never stored
+// lossily) and the scratch its backward allocates on top (freed when that backward returns).
 struct PartFloats {
-  double forward = 0, backward = 0;
+  double forward = 0, exact = 0, backward = 0;
 };
 
-PartFloats mixer_floats(const ModelConfig& c, MixerKind kind, double B, double T) {
+PartFloats mixer_floats(const ModelConfig& c, MixerKind kind, double B, double T, int cp) {
   const double n = B * T;
   switch (kind) {
     case MixerKind::GatedAttention: {
       const double H = static_cast<double>(c.num_attention_heads),
                    p = H * static_cast<double>(c.head_dim);
-      return {6 * n * p + n * H, 6 * n * p};
+      return {6 * n * p + n * H, n * H, 6 * n * p};
     }
     case MixerKind::GatedMLA: {
       const double H = static_cast<double>(c.num_attention_heads),
@@ -30,85 +31,199 @@ PartFloats mixer_floats(const ModelConfig& c, MixerKind kind, double B, double T
                    dn = static_cast<double>(c.qk_nope_head_dim),
                    dr = static_cast<double>(c.qk_rope_head_dim),
                    dv = static_cast<double>(c.v_head_dim), p = H * dv;
-      return {n * (2 * rq + H * (dn + dr) + 2 * rkv + dr + H * dn + 4 * p + H + 2),
-              n * (4 * p + H * (dn + dr) + H * dn + 2 * dr + 2 * rq + H * (dn + dv) + 3 * rkv)};
+      PartFloats f{n * (2 * rq + H * (dn + dr) + 2 * rkv + dr + H * dn + 4 * p + H + 2),
+                   n * (H + 2),
+                   n * (4 * p + H * (dn + dr) + H * dn + 2 * dr + 2 * rq + H * (dn + dv) + 3 * rkv)};
+      if (cp > 1) {  // ring attention saves the compressed cache instead of the expanded keys and
+                     // values; its backward holds a block and its gradient, and the next of each
+        f.forward += n * (rkv + dr) - n * (H * dn + p);
+        f.backward += 4 * n * (rkv + dr);
+      }
+      return f;
     }
     case MixerKind::KDA: {
-      const double H = static_cast<double>(c.kda_num_heads),
-                   D = static_cast<double>(c.kda_head_dim), P = H * D,
-                   chunk = static_cast<double>(kernels::kda::kChunk);
-      const double chunks = B * std::ceil(T / chunk);
-      const double records = chunks * H * (D * D + 2 * chunk * D + 3 * chunk * chunk);
-      return {11 * n * P + 4 * n * H + n * D + records, 9 * n * P + n * H + n * D};
+      const int64_t H = c.kda_num_heads, D = c.kda_head_dim;
+      const double P = static_cast<double>(H * D), Hd = static_cast<double>(H);
+      double records = 0;
+      if (cp > 1) {  // KCP: two spans a rank, each with its chunk records, the gathered pairs,
+                     // the incoming states and the convolutions' halos
+        const KcpLayout layout{cp, 0, 2};
+        const kernels::kda::DeltaRuleShape span{static_cast<int64_t>(B),
+                                                static_cast<int64_t>(T) / 2, H, D, D, {}};
+        records = static_cast<double>(kcp_records_floats(layout, span) +
+                                      kcp_pair_floats(span) * layout.spans() +
+                                      2 * kcp_state_floats(span));
+        records += 6 * B * static_cast<double>(c.kda_short_conv_kernel_size - 1) * P;
+      } else {
+        records = static_cast<double>(kernels::kda::chunk_saved_floats(
+            {static_cast<int64_t>(B), static_cast<int64_t>(T), H, D, D, {}}));
+      }
+      const double d = static_cast<double>(D);
+      return {11 * n * P + 4 * n * Hd + n * d + records, 4 * n * Hd + records,
+              9 * n * P + n * Hd + n * d};
     }
   }
   return {};
 }
 
-PartFloats ffn_floats(const ModelConfig& c, FfnKind kind, double n) {
+PartFloats ffn_floats(const ModelConfig& c, FfnKind kind, double n, const ActivationLayout& l) {
   if (kind == FfnKind::LatentMoE) {
     const LatentMoE::ArenaUse u = LatentMoE::arena_use(c, static_cast<int64_t>(n));
-    return {u.kept, u.scratch};
+    const double E = static_cast<double>(c.num_experts),
+                 pairs = n * static_cast<double>(c.num_experts_per_token),
+                 F = static_cast<double>(c.moe_intermediate_size),
+                 L = static_cast<double>(c.routed_expert_hidden_size);
+    PartFloats f{u.kept, n * E + 2 * pairs + n, u.scratch};  // scores, routing, the norm's rstd
+    if (l.ep > 1 && l.moonep) {  // S·K rows, and the replicas' weights and the group's loads
+      const double held = static_cast<double>(l.replica_slots) * 3 * F * L + l.ep * E;
+      f.forward += held;
+      f.exact += held;
+    } else if (l.ep > 1) {  // at most every rank's rows on this rank's experts
+      f.forward += (l.ep - 1) * pairs * (2 * F + L);
+    }
+    return f;
   }
   const double W = static_cast<double>(c.intermediate_size);
-  return {3 * n * W, 3 * n * W};
+  return {3 * n * W, 0, 3 * n * W};
+}
+
+// One micro-batch on one pipeline chunk, in floats: the stream between segments (held by the
+// arena), each segment's saved tensors, and the scratch of the backward beside them.
+struct ChunkFloats {
+  double referenced = 0, work = 0;
+  std::vector<PartFloats> segments;  // forward: saved, exact: of it never lossy
+  double alignment = 0;              // bytes
+  double saved() const {
+    double s = 0;
+    for (const PartFloats& p : segments) s += p.forward;
+    return s;
+  }
+  double largest() const {
+    double m = 0;
+    for (const PartFloats& p : segments) m = std::max(m, p.forward);
+    return m;
+  }
+};
+
+ChunkFloats chunk_floats(const ModelConfig& c, const ActivationLayout& l, int64_t first,
+                         int64_t end) {
+  const double B = static_cast<double>(l.rows), T = static_cast<double>(l.tokens), n = B * T;
+  const double d = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
+  const bool attn_res = c.attn_res_block_size > 0;
+  const double blocks = attn_res ? static_cast<double>((c.num_hidden_layers +
+                                                        c.attn_res_block_size - 1) /
+                                                       c.attn_res_block_size)
+                                 : 0;
+  ChunkFloats f;
+  if (first == 0) f.referenced += n * d;
+  double widest_backward = n * d;  // a norm's accumulating backward
+  if (attn_res) widest_backward = std::max(widest_backward, n * (blocks + 1));
+  for (int64_t layer = first; layer < end; ++layer) {
+    // Each half saves its norm's input and rstd (with Attention Residuals also the mixed input
+    // and its softmax weights) beside its part's tensors; its output is the stream.
+    const double bank = static_cast<double>(layer / std::max<int64_t>(1, c.attn_res_block_size)) + 1;
+    const PartFloats mixing{n * d + n + (attn_res ? n * d + n * (bank + 1) : 0),
+                            n + (attn_res ? n * (bank + 1) : 0), 0};
+    PartFloats halves[2] = {mixer_floats(c, mixer_kind(c, layer), B, T, l.cp),
+                            ffn_floats(c, ffn_kind(c, layer), n, l)};
+    for (PartFloats& h : halves) {
+      h.forward += mixing.forward;
+      h.exact += mixing.exact;
+      widest_backward = std::max(widest_backward, h.backward);
+    }
+    if (l.granularity == activation::Granularity::Sublayer) {
+      f.segments.insert(f.segments.end(), {halves[0], halves[1]});
+      f.referenced += 2 * n * d;
+    } else {  // the stream between the halves is the layer's own
+      f.segments.push_back(
+          {halves[0].forward + halves[1].forward + n * d, halves[0].exact + halves[1].exact, 0});
+      f.referenced += n * d;
+    }
+  }
+  const double backward_stack = (blocks + 3) * n * d;
+  f.work = backward_stack + widest_backward;
+  if (end == c.num_hidden_layers) {  // final norm, output mix, the head's gradient
+    f.referenced += n * d + n + (attn_res ? n * d + n * (blocks + 1) : 0);
+    const double logits = static_cast<double>(LmHead::chunk_rows(c.vocab_size)) * V, dh = n * d;
+    f.work = dh + std::max(logits, f.work);
+  }
+  f.alignment = 64.0 * Arena::kAlign * static_cast<double>(end - first + 1);
+  return f;
+}
+
+// The bytes of `in_flight` micro-batches on chunk f under one policy: kept tensors stay with
+// their micro-batch; a segment's restored tensors (decoded, fetched or re-run) are one at a time.
+double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight) {
+  double stored = 0, restored = 0;
+  switch (policy) {
+    case activation::Policy::Keep:
+      stored = f.saved();
+      break;
+    case activation::Policy::Fp8:  // a byte and a float scale per 128 values
+      for (const PartFloats& p : f.segments)
+        stored += p.exact + (p.forward - p.exact) * (1.0 + 4.0 / 128) / sizeof(float);
+      restored = f.largest();
+      break;
+    case activation::Policy::Recompute:  // the segment restored, and its re-run's scratch
+    case activation::Policy::Offload:    // the segment restored, and the next fetched ahead
+      restored = 2 * f.largest();
+      break;
+  }
+  return (in_flight * (f.referenced + f.work + stored) + restored) * sizeof(float) +
+         in_flight * f.alignment;
 }
 
 }  // namespace
 
 // The step arena is a bump allocator that forward_backward rewinds only when it returns (and each
-// layer's backward, and the LM head's loss, to where they began), so its peak is
-//   everything forward allocates  +  dh, the head's gradient kept for the backward
+// layer's backward, and the LM head's loss, to where they began), and the activation manager's
+// pool holds what segments saved. Per micro-batch in flight the arena holds the stream between
+// segments, and the pool the saved tensors kept (keep, fp8); the scratch of one backward rides
+// on top:
+//   dh, the head's gradient kept for the backward (last stage)
 //   + the larger of the head's logits chunk and, in the backward, backward_stack's buffers (dP,
 //     tmp, da_in; one gradient per Attention Residuals block) and the largest scratch of any one
 //     layer's backward.
-// In floats, with n = B·T tokens and d = hidden_size, forward allocates the embedding nd, the final
-// norm's output nd and rstd n, and per layer:
-//   residual stream: a_in, A, m_in, F = 4nd and the two norms' rstd 2n; with Attention Residuals
-//     also the two mixed inputs 2nd and their softmax weights n·(blocks so far + 1) per mix;
+// In floats, with n = B·T tokens and d = hidden_size, the stream is the embedding nd (first
+// stage), the final norm's output nd and rstd n (last stage), and per layer the halves' outputs
+// 2nd (one nd at layer granularity, the other saved by the layer); each half saves its norm's
+// input nd and rstd n (with Attention Residuals also the mixed input nd and its softmax weights
+// n·(blocks so far + 1)) and its part's tensors:
 //   gated attention (p = H·head_dim): q k v g o y = 6np, lse nH; backward 6np;
 //   gated MLA (p = H·d_v): 2n·r_q + nH(d_n + d_r) + n(2r_kv + d_r) + nH·d_n + 4np + nH + 2n;
-//     backward 4np + nH(d_n + d_r) + nH·d_n + 2n·d_r + 2n·r_q + nH(d_n + d_v) + 3n·r_kv;
-//   KDA (P = H·D): 11nP + 4nH + nD + the chunk records B·⌈T/64⌉·H·(D² + 2·64·D + 3·64²);
+//     backward 4np + nH(d_n + d_r) + nH·d_n + 2n·d_r + 2n·r_q + nH(d_n + d_v) + 3n·r_kv; under
+//     ring attention the cache n(r_kv + d_r) instead of k_n and v, and 4 blocks in its backward;
+//   KDA (P = H·D): 11nP + 4nH + nD + its chunk records (kda::chunk_saved_floats; under KCP the
+//     two spans' records, the pairs of all spans, the incoming states and the halos);
 //     backward 9nP + nH + nD;
 //   dense GLU of width W: 3nW; backward 3nW;
-//   LatentMoE: LatentMoE::arena_use.
-// A backward of a norm that accumulates takes nd of scratch. Each allocation rounds up to 64
-// bytes: 64 allocations per layer are counted for that.
-double activation_bytes(const ModelConfig& c, int64_t B_in, int64_t T_in) {
-  const double B = static_cast<double>(B_in), T = static_cast<double>(T_in), n = B * T;
-  const double d = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
-  const bool attn_res = c.attn_res_block_size > 0;
-  const int64_t layers = c.num_hidden_layers;
-  const double blocks =
-      attn_res ? static_cast<double>((layers + c.attn_res_block_size - 1) / c.attn_res_block_size)
-               : 0;
-
-  double forward = n * d + n * d + n;                 // embedding; final norm's output and rstd
-  if (attn_res) forward += n * d + n * (blocks + 1);  // the output mix and its weights
-  double widest_backward = n * d;                     // a norm's accumulating backward
-  if (attn_res) widest_backward = std::max(widest_backward, n * (blocks + 1));
-  for (int64_t l = 0; l < layers; ++l) {
-    forward += 4 * n * d + 2 * n;
-    if (attn_res) {
-      const double bank =
-          static_cast<double>(l / c.attn_res_block_size) + 1;  // after layer l's push
-      forward += 2 * n * d + 2 * n * (bank + 1);
-    }
-    for (PartFloats part :
-         {mixer_floats(c, mixer_kind(c, l), B, T), ffn_floats(c, ffn_kind(c, l), n)}) {
-      forward += part.forward;
-      widest_backward = std::max(widest_backward, part.backward);
-    }
+//   LatentMoE: LatentMoE::arena_use (its rows are S·K under MoonEP, plus the replica slots'
+//     weights; under plain ep every rank's rows at most).
+// Policies: keep holds every segment's tensors, fp8 the non-exact ones at 1.03 bytes a value and
+// one segment decoded; recompute and offload hold two segments' worth (the one restored and its
+// re-run, or the next one fetched ahead). A budget holds what it allows, between recompute's and
+// keep's. Each allocation rounds up to 64 bytes: 64 allocations per layer are counted for that.
+double activation_bytes(const ModelConfig& c, const ActivationLayout& l) {
+  std::vector<std::pair<int64_t, int64_t>> chunks = l.chunks;
+  if (chunks.empty()) chunks.push_back({0, c.num_hidden_layers});
+  double keep = 0, held = 0, least = 0;
+  for (auto [first, end] : chunks) {
+    const ChunkFloats f = chunk_floats(c, l, first, end);
+    keep = std::max(keep, held_bytes(f, activation::Policy::Keep, l.in_flight));
+    held = std::max(held, held_bytes(f, l.policy, l.in_flight));
+    least = std::max(least, held_bytes(f, activation::Policy::Recompute, l.in_flight));
   }
-  const double logits = static_cast<double>(LmHead::chunk_rows(c.vocab_size)) * V, dh = n * d;
-  const double backward_stack = (blocks + 3) * n * d;
-  const double alignment = 64.0 * Arena::kAlign * static_cast<double>(layers + 1);
-  return (forward + dh + std::max(logits, backward_stack + widest_backward)) * sizeof(float) +
-         alignment;
+  return l.budget > 0 ? std::min(keep, std::max(l.budget, least)) : held;
 }
 
-ModelMemory model_memory(const Model& model, int64_t B, int64_t T) {
+double activation_bytes(const ModelConfig& c, int64_t B, int64_t T) {
+  ActivationLayout l;
+  l.rows = B;
+  l.tokens = T;
+  return activation_bytes(c, l);
+}
+
+ModelMemory model_memory(const Model& model, const ActivationLayout& layout) {
   const ParamRegistry& p = model.params();
   const ModelConfig& c = model.config();
   const double flat_bytes = static_cast<double>(p.flat_size()) * sizeof(float);
@@ -118,7 +233,7 @@ ModelMemory model_memory(const Model& model, int64_t B, int64_t T) {
   // Per MoE layer: a histogram of kBins per expert, the loads [E] and the token count (int64).
   const double histogram =
       (static_cast<double>(c.num_experts) * (QuantileBalancer::kBins + 1) + 1) * sizeof(int64_t);
-  return {p.total_numel(), flat_bytes, flat_bytes, activation_bytes(c, B, T),
+  return {p.total_numel(), flat_bytes, flat_bytes, activation_bytes(c, layout),
           moe_layers * histogram};
 }
 

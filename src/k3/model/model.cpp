@@ -17,8 +17,8 @@ int params_place_pp(const GroupPlaces& places) {
 }
 }  // namespace
 
-Model::Model(ModelConfig c, const GroupPlaces& places)
-    : Model(std::move(c), false, dist::single_process(), places, {}) {}
+Model::Model(ModelConfig c, const GroupPlaces& places, PipelineSplit split)
+    : Model(std::move(c), false, dist::single_process(), places, std::move(split)) {}
 
 Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, PipelineSplit split)
     : Model(std::move(c), allocate, grid, places_of(grid), std::move(split)) {}

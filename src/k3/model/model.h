@@ -88,8 +88,9 @@ class Model {
   explicit Model(ModelConfig config, bool allocate = true,
                  const dist::ProcessGrid& grid = dist::single_process(), PipelineSplit split = {});
   // Describes, without allocating, the parameters one rank holds at `places` (e.g. rank 0 of a
-  // tp group of 4), without starting those processes: the memory a layout needs per rank.
-  Model(ModelConfig config, const GroupPlaces& places);
+  // tp group of 4, or pp rank 1 of `split`), without starting those processes: the memory a
+  // layout needs per rank.
+  Model(ModelConfig config, const GroupPlaces& places, PipelineSplit split = {});
   void initialize(uint64_t seed) { params_.initialize(seed); }
 
   const ModelConfig& config() const { return config_; }

@@ -14,6 +14,8 @@
 #include "k3/dist/runtime.h"
 #include "k3/model/layer_factory.h"
 #include "k3/parallel/optim_adapters.h"
+#include "k3/parallel/pipeline/simulate.h"
+#include "k3/train/activations.h"
 #include "k3/train/image_text_data.h"
 #include "k3/train/session.h"
 
@@ -127,6 +129,12 @@ void check_splits(const data::TokenDataset& ds, const RunConfig& c) {
       " windows per batch): raise data.val_fraction, lower data.seq_len, or set eval.every = 0");
 }
 
+int64_t layers_held(const model::ActivationLayout& l) {
+  int64_t n = 0;
+  for (auto [first, end] : l.chunks) n += end - first;
+  return n;
+}
+
 }  // namespace
 
 double RunMemory::total() const {
@@ -143,17 +151,80 @@ std::vector<optim::Assignment> optimizer_plan(const std::vector<optim::ParamSlot
   return optim::assign_param_groups(slots, parallel::head_sizes(mc), rules);
 }
 
+parallel::pipeline::ScheduleShape schedule_shape(const RunConfig& config,
+                                                 const model::ModelConfig& mc) {
+  const ParallelSection& p = config.parallel;
+  const model::PipelineSplit split = pipeline_split(p, mc.num_hidden_layers);
+  parallel::pipeline::ScheduleShape shape;
+  shape.kind = pipeline_schedule(p);
+  shape.pp = split.pp;
+  shape.vp = split.vp;
+  shape.microbatches = static_cast<int>(config.train.grad_accum);
+  shape.group = static_cast<int>(p.pp_group);
+  shape.fillers = mc.has_vision() ? pipeline_fillers(p) : parallel::pipeline::Fillers::none;
+  return shape;
+}
+
+model::ActivationLayout activation_layout(const RunConfig& config, const model::ModelConfig& mc,
+                                          int pp_rank) {
+  const ParallelSection& p = config.parallel;
+  model::ActivationLayout l;
+  l.rows = std::max<int64_t>(1, config.train.batch_size / (p.dp * p.ep));
+  l.tokens = config.data.seq_len / p.cp;
+  l.cp = static_cast<int>(p.cp);
+  l.ep = static_cast<int>(p.ep);
+  l.moonep = p.moe_dispatch == "moonep";
+  l.replica_slots = p.moonep_slots;
+  l.chunks = {{0, mc.num_hidden_layers}};
+  if (p.pp > 1) {
+    l.chunks.clear();
+    const model::PipelineSplit split = pipeline_split(p, mc.num_hidden_layers);
+    for (int chunk = 0; chunk < split.vp; ++chunk) {
+      const int stage = split.pp * chunk + pp_rank;
+      const int64_t first = split.first_layer(stage);
+      l.chunks.push_back({first, first + split.layers[static_cast<size_t>(stage)]});
+    }
+    l.in_flight = parallel::pipeline::simulate(
+                      parallel::pipeline::make_schedule(schedule_shape(config, mc)))
+                      .peak_in_flight(pp_rank);
+  }
+  // Rules may hold some tensors longer than the default policy: the estimate takes the most
+  // holding of them all (keep, then fp8, then offload and recompute).
+  const activation::PolicyRules rules = activation_rules(config.activation);
+  auto rank = [](activation::Policy q) {
+    return q == activation::Policy::Keep ? 3 : q == activation::Policy::Fp8 ? 2
+                                            : q == activation::Policy::Offload ? 1 : 0;
+  };
+  l.policy = rules.fallback();
+  for (const activation::PolicyRule& r : rules.rules())
+    if (rank(r.policy) > rank(l.policy)) l.policy = r.policy;
+  l.granularity = activation_granularity(config.activation);
+  if (!config.activation.budget.empty())
+    l.budget = parse_bytes(config.activation.budget).value_or(0);
+  return l;
+}
+
 RunMemory estimate_run_memory(const model::Model& described, const RunConfig& config,
                               int64_t data_tokens) {
   RunMemory m;
   // Per rank: its share of the batch (and under context parallelism of each sequence's tokens),
-  // and with ZeRO its share of the optimizer states. Under cp the estimate is that of the shorter
-  // sequence: KCP's pairs and halos, and the ring's blocks in flight, are left out (measured on
-  // k3-micro-long at 64K tokens over cp4: 2259 MiB a rank, against 2110 MiB estimated).
+  // its pipeline stages with the micro-batches the schedule holds there, the activation policy,
+  // and with ZeRO its share of the optimizer states.
   const int64_t dp = config.parallel.dp;
-  m.rows = std::max<int64_t>(1, config.train.batch_size / dp);
-  m.tokens = config.data.seq_len / config.parallel.cp;
-  m.model = model::model_memory(described, m.rows, m.tokens);
+  m.pp_rank = described.params().place("pp").rank;
+  m.layout = activation_layout(config, described.config(), m.pp_rank);
+  m.model = model::model_memory(described, m.layout);
+  const ParallelSection& p = config.parallel;
+  m.layout_text = strprintf("dp %lld, tp %lld, pp %lld (rank %d), ep %lld%s, cp %lld; activation "
+                            "policy %s (%s)%s",
+                            static_cast<long long>(dp), static_cast<long long>(p.tp),
+                            static_cast<long long>(p.pp), m.pp_rank, static_cast<long long>(p.ep),
+                            p.ep > 1 ? (" " + p.moe_dispatch).c_str() : "",
+                            static_cast<long long>(p.cp),
+                            activation::policy_name(m.layout.policy),
+                            config.activation.granularity.c_str(),
+                            m.layout.budget > 0 ? (", budget " + config.activation.budget).c_str()
+                                                : "");
   const std::vector<optim::Assignment> plan = optimizer_plan(
       parallel::param_set(described.params()).slots, described.config(), config.train);
   for (const optim::Assignment& a : plan) {
@@ -193,11 +264,15 @@ std::string describe(const RunMemory& m) {
          line("optimizer scratch", m.optimizer_workspace,
               "Muon's packed blocks and Newton-Schulz work") +
          line("activations", m.model.activation_bytes,
-              strprintf("one micro-batch of %lld x %lld tokens, at most",
-                        static_cast<long long>(m.rows), static_cast<long long>(m.tokens))) +
+              strprintf("%d micro-batch%s of %lld x %lld tokens in flight, %lld layers, at most",
+                        m.layout.in_flight, m.layout.in_flight == 1 ? "" : "es",
+                        static_cast<long long>(m.layout.rows),
+                        static_cast<long long>(m.layout.tokens),
+                        static_cast<long long>(layers_held(m.layout)))) +
          line("expert balancing", m.model.balancing_bytes,
               "Quantile Balancing histograms of the MoE layers") +
-         line("data", m.data, "token streams, int32") + line("total", m.total(), "");
+         line("data", m.data, "token streams, int32") + line("total", m.total(), "") +
+         "  layout: " + m.layout_text + "\n";
 }
 
 void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t seq_len,
@@ -232,16 +307,8 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
 void check_pipeline(const RunConfig& config, const model::ModelConfig& mc) {
   const ParallelSection& p = config.parallel;
   if (p.pp == 1) return;
-  const model::PipelineSplit split = pipeline_split(p, mc.num_hidden_layers);
-  parallel::pipeline::ScheduleShape shape;
-  shape.kind = pipeline_schedule(p);
-  shape.pp = split.pp;
-  shape.vp = split.vp;
-  shape.microbatches = static_cast<int>(config.train.grad_accum);
-  shape.group = static_cast<int>(p.pp_group);
-  shape.fillers = mc.has_vision() ? pipeline_fillers(p) : parallel::pipeline::Fillers::none;
   try {
-    parallel::pipeline::make_schedule(shape);
+    parallel::pipeline::make_schedule(schedule_shape(config, mc));
   } catch (const Error& e) {
     throw Error(e.message() + " (parallel.pp_schedule " + p.pp_schedule + ", train.grad_accum " +
                     std::to_string(config.train.grad_accum) + ")",
@@ -292,11 +359,18 @@ PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc)
     r.threads = user_thread_count(config.train.threads, "train.threads");
   const std::unique_ptr<data::Tokenizer> tokenizer = run_tokenizer();
   check_model_for_run(mc, config, *tokenizer);
-  // Rank 0's shard of the parameters (the others' are the same size); activations as in one
-  // process, an upper bound.
-  const model::Model described(mc, {{"tp", {static_cast<int>(config.parallel.tp), 0}},
-                                    {"ep", {static_cast<int>(config.parallel.ep), 0}}});
-  r.memory = estimate_run_memory(described, config, expected_tokens(config.data));
+  // Each pipeline rank's stages (within one, the tp and ep ranks' shards are the same size); the
+  // rank needing the most is checked.
+  const ParallelSection& p = config.parallel;
+  for (int pp_rank = 0; pp_rank < p.pp; ++pp_rank) {
+    const model::Model described(mc,
+                                 {{"tp", {static_cast<int>(p.tp), 0}},
+                                  {"ep", {static_cast<int>(p.ep), 0}},
+                                  {"pp", {static_cast<int>(p.pp), pp_rank}}},
+                                 pipeline_split(p, mc.num_hidden_layers));
+    RunMemory m = estimate_run_memory(described, config, expected_tokens(config.data));
+    if (pp_rank == 0 || m.total() > r.memory.total()) r.memory = std::move(m);
+  }
   r.limit = memory_limit(config.run.memory_limit_gib);
   check_memory(r.memory, r.limit, config);
   r.dataset = load_run_dataset(config, *tokenizer);

@@ -24,7 +24,9 @@ struct RunMemory {
   double optimizer_workspace = 0;  // Muon's packed blocks and Newton-Schulz scratch
   double data = 0;                 // the dataset's token streams (int32)
   int64_t adamw_values = 0, muon_values = 0, frozen_values = 0;
-  int64_t rows = 0, tokens = 0;  // this rank's micro-batch: rows, and tokens of each row
+  model::ActivationLayout layout;  // the rank the estimate is for
+  int pp_rank = 0;
+  std::string layout_text;  // the run's grid and policy, for describe()
   double total() const;
 };
 
@@ -34,7 +36,15 @@ std::vector<optim::Assignment> optimizer_plan(const std::vector<optim::ParamSlot
                                               const model::ModelConfig& mc,
                                               const TrainSection& train);
 
-// `model` may be constructed without allocation. data_tokens: both splits together.
+// The place of pipeline rank PP_RANK in the run's layout, for the activation estimate: its
+// micro-batch (batch_size / (dp·ep) rows of seq_len / cp tokens), its pipeline chunks and the
+// micro-batch chunks the schedule holds in flight there (Timeline::peak_in_flight), its cp and ep
+// groups, and the activation policy (with rules, the one holding the most; a budget).
+model::ActivationLayout activation_layout(const RunConfig& config, const model::ModelConfig& mc,
+                                          int pp_rank);
+
+// One rank's memory: `described` is that rank's registry (tp, ep and pp places), constructed
+// without allocation. data_tokens: both splits together.
 RunMemory estimate_run_memory(const model::Model& described, const RunConfig& config,
                               int64_t data_tokens);
 
@@ -50,7 +60,7 @@ MemoryLimit memory_limit(double limit_gib);
 std::string describe(const RunMemory& m);
 
 struct PreflightResult {
-  RunMemory memory;
+  RunMemory memory;  // of the rank needing the most (the pipeline ranks differ)
   MemoryLimit limit;
   data::TokenDataset dataset;  // loaded and checked: the run trains on it
   int threads = 0;             // train.threads capped to the cores (with a warning); 0: unset

@@ -160,6 +160,8 @@ class Run {
       }
     }
     if (lead_) metrics_ = std::make_unique<MetricsWriter>(run_dir_, from ? step_ : -1);
+    estimated_activation_bytes_ = k3::model::activation_bytes(
+        model, activation_layout(config, model, grid.pp().rank()));
     peak_gflops_ = fma_peak_gflops();
     if (grid.pp().size() > 1)
       say("pipeline: " + s_->model->pipeline().describe() + ", schedule " +
@@ -212,6 +214,7 @@ class Run {
   int64_t steps_run_ = 0;  // by this process
   bool timeline_drawn_ = false;
   double peak_gflops_ = 0, last_grad_norm_ = NAN, last_val_loss_ = NAN;
+  double estimated_activation_bytes_ = 0;  // the pre-flight estimate for this rank
   std::string last_checkpoint_;
   data::DataCursor cursor() const {
     return batcher_ ? batcher_->cursor() : data::DataCursor{0, samples_served_};
@@ -346,15 +349,25 @@ void Run::count_communication(nlohmann::json& record) {
   if (grid_.dp().size() > 1) record["comm.dp.wait_seconds"] = dp_.sync().wait_seconds();
 }
 
-// Every rank's peak resident memory so far (MiB, in world rank order), after the step's counters
-// were read: its one small all-gather is counted in the next step's.
+// Every rank's peak resident memory so far (MiB, in world rank order), and its activations'
+// measured peak beside their estimate, after the step's counters were read: its one small
+// all-gather is counted in the next step's.
 void Run::record_peak_memory(nlohmann::json& record) const {
   const dist::Comm& world = grid_.world();
   if (world.size() == 1) return;
-  std::vector<double> peaks(static_cast<size_t>(world.size()));
-  peaks[static_cast<size_t>(world.rank())] = peak_rss_mib();
-  world.all_gather(peaks.data(), std::vector<int64_t>(peaks.size(), 1));
-  record["peak_memory_mib.ranks"] = peaks;
+  const auto ranks = static_cast<size_t>(world.size()), me = static_cast<size_t>(world.rank());
+  std::vector<double> all(3 * ranks);
+  all[3 * me] = peak_rss_mib();
+  all[3 * me + 1] = record["activation.peak_bytes"].get<double>();
+  all[3 * me + 2] = estimated_activation_bytes_;
+  world.all_gather(all.data(), std::vector<int64_t>(ranks, 3));
+  const char* names[] = {"peak_memory_mib.ranks", "activation.peak_bytes.ranks",
+                         "memory.estimated_activation_bytes.ranks"};
+  for (size_t k = 0; k < 3; ++k) {
+    std::vector<double> by_rank(ranks);
+    for (size_t r = 0; r < ranks; ++r) by_rank[r] = all[3 * r + k];
+    record[names[k]] = by_rank;
+  }
 }
 
 int Run::agreed_stop() const {
@@ -488,6 +501,7 @@ TrainSummary Run::run() {
                           {"peak_memory_mib", peak_rss_mib()},
                           {"skipped_steps", guard_.skipped()}};
     activations_.record(rec);
+    rec["memory.estimated_activation_bytes"] = estimated_activation_bytes_;
     balance_experts(rec);
     count_communication(rec);
     record_peak_memory(rec);
