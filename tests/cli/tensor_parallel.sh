@@ -21,16 +21,20 @@ echo "ok: a tp2 run, one writer"
 # The same layout twice (here with ZeRO-1 and sequence parallelism) writes the same checkpoint.
 for run in a b; do
   "${MPI[@]}" -np 2 "$K3LAB" train "${NANO[@]}" --set parallel.tp=2 --set parallel.zero=1 \
-    --set parallel.sequence_parallel=1 --set train.steps=3 --set run.dir="$WORK/twice_$run" > /dev/null
+    --set parallel.sequence_parallel=true --set train.steps=3 --set run.dir="$WORK/twice_$run" > /dev/null
 done
 same_checkpoint "$WORK/twice_a/checkpoints/step_00000003" "$WORK/twice_b/checkpoints/step_00000003"
 echo "ok: deterministic under tp2"
 
 # The checkpoint in global coordinates: the same validation loss in one process and under tp2.
+# The two sum in different orders, so the printed 4 decimals may differ
+# by one unit in the last digit when the loss lies near a rounding boundary: no more is allowed.
 one=$("$K3LAB" eval --checkpoint "$WORK/tp2" --batches 2)
 two=$("${MPI[@]}" -np 2 "$K3LAB" eval --checkpoint "$WORK/tp2" --batches 2)
-[ "$one" = "$two" ] || fail "eval: one process '$one', tp2 '$two'"
-echo "ok: $one (one process and tp2 alike)"
+awk -v a="$(awk '{ print $3 }' <<< "$one")" -v b="$(awk '{ print $3 }' <<< "$two")" \
+  'BEGIN { d = a - b; if (d < 0) d = -d; exit !(a > 0 && d <= 1.5e-4) }' ||
+  fail "eval: one process '$one', tp2 '$two'"
+echo "ok: $one (tp2: $two)"
 
 # Resumed from step 3 under other layouts, each run's step 6 loss is the tp2 run's to 1e-4
 # (fp32 rounding, which three steps of k3-nano's routing can amplify: measured within 5e-7; a
@@ -53,7 +57,7 @@ line=$(first_error_line "${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}
 grep -Eq "rank [01] of 2: error: .*odd_vocab.json.*vocab_size.*259 vocabulary rows do not split evenly over the tensor-parallel group of size 2" <<< "$line" || fail "vocab: $line"
 line=$(first_error_line "${MPI[@]}" -np 3 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.tp=3 --set run.dir="$WORK/bad")
 grep -Eq "rank [012] of 3: error: .*num_attention_heads.*4 heads do not split evenly over the tensor-parallel group of size 3" <<< "$line" || fail "heads: $line"
-line=$(first_error_line "${MPI[@]}" -np 2 "$K3LAB" train "${NANO[@]}" --set parallel.tp=2 --set parallel.sequence_parallel=1 \
+line=$(first_error_line "${MPI[@]}" -np 2 "$K3LAB" train "${NANO[@]}" --set parallel.tp=2 --set parallel.sequence_parallel=true \
   --set train.batch_size=1 --set data.seq_len=15 --set run.dir="$WORK/bad")
 grep -Eq "rank [01] of 2: error: .*data.seq_len.*15 tokens.*over tp = 2" <<< "$line" || fail "sequence split: $line"
 line=$(first_error_line "${MPI[@]}" -np 4 "$K3LAB" sample --checkpoint "$WORK/tp2" --tp 3)
