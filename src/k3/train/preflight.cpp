@@ -307,8 +307,10 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
 void check_pipeline(const RunConfig& config, const model::ModelConfig& mc) {
   const ParallelSection& p = config.parallel;
   if (p.pp == 1) return;
+  // The split first: its errors name parallel.pp_layers, the schedule's parallel.pp_schedule.
+  const parallel::pipeline::ScheduleShape shape = schedule_shape(config, mc);
   try {
-    parallel::pipeline::make_schedule(schedule_shape(config, mc));
+    parallel::pipeline::make_schedule(shape);
   } catch (const Error& e) {
     throw Error(e.message() + " (parallel.pp_schedule " + p.pp_schedule + ", train.grad_accum " +
                     std::to_string(config.train.grad_accum) + ")",
