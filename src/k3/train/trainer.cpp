@@ -28,6 +28,7 @@
 #include "k3/parallel/zero/data_parallel.h"
 #include "k3/train/evaluate.h"
 #include "k3/train/expert_load.h"
+#include "k3/train/expert_load_gather.h"
 #include "k3/train/history.h"
 #include "k3/train/image_text_data.h"
 #include "k3/train/loss_plot.h"
@@ -386,12 +387,13 @@ int Run::agreed_stop() const {
 void Run::balance_experts(nlohmann::json& record) {
   // The routing counts of every data-parallel rank's tokens, summed: every rank moves its
   // router bias identically.
-  const std::map<int64_t, model::ExpertLoadStats> stats =
-      s_->model->end_global_batch(dp_.count_reducer());
-  std::map<int64_t, model::DispatchStats> dispatch;
-  if (grid_.ep().size() > 1) dispatch = s_->model->take_dispatch_stats();
-  if (stats.empty() || !lead_) return;
-  for (const auto& [layer, d] : dispatch) {
+  ExpertLoadRecord mine{step_, s_->model->end_global_batch(dp_.count_reducer()), {}};
+  if (grid_.ep().size() > 1) mine.dispatch = s_->model->take_dispatch_stats();
+  if (s_->model->config().num_experts == 0) return;
+  // Each pp rank balanced its own stages' layers: the lead records them all.
+  const ExpertLoadRecord all = gather_expert_load(grid_.pp(), std::move(mine));
+  if (!lead_ || all.layers.empty()) return;
+  for (const auto& [layer, d] : all.dispatch) {
     const std::string l = std::to_string(layer);
     const auto spread = [](const std::vector<int64_t>& rows) {
       double sum = 0;
@@ -409,7 +411,7 @@ void Run::balance_experts(nlohmann::json& record) {
     record["moe.bytes." + l] = d.bytes;
   }
   double worst = 0;
-  for (auto& [layer, st] : stats) {
+  for (const auto& [layer, st] : all.layers) {
     const std::string l = std::to_string(layer);
     record["moe.maxvio." + l] = st.maxvio;
     record["moe.min_load." + l] = st.min_load;
@@ -418,7 +420,7 @@ void Run::balance_experts(nlohmann::json& record) {
     worst = std::max(worst, st.maxvio);
   }
   record["moe.maxvio"] = worst;
-  append_expert_load(run_dir_, step_, stats, dispatch);
+  append_expert_load(run_dir_, step_, all.layers, all.dispatch);
 }
 
 void Run::evaluate_now(nlohmann::json& record) {
