@@ -318,9 +318,10 @@ void check_pipeline(const RunConfig& config, const model::ModelConfig& mc) {
   }
   const int64_t every = config.sample.every, checkpoints = config.checkpoint.every;
   K3_CHECK_CTX(every == 0 || (checkpoints > 0 && every % checkpoints == 0),
-               (ErrorContext{"", "sample.every", -1}), "under pipeline parallelism a sample decodes "
-               "the checkpoint of its step in one process, so sample.every (", every,
-               ") must be a multiple of checkpoint.every (", checkpoints,
+               (ErrorContext{"", "sample.every", -1}),
+               "under pipeline parallelism a sample decodes the checkpoint of its step in one "
+               "process, so sample.every (",
+               every, ") must be a multiple of checkpoint.every (", checkpoints,
                "; 0: off); or set it to 0 for the end-of-run sample alone");
 }
 
