@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
 # k3lab train under pipeline parallelism: a pp2 run (dense-tiny, one layer a stage, 2 micro-batches
 # a step) ends at the one-process run's losses (ZB-H1 at 1F1B's exactly), logs its split, draws its
-# measured timeline beside the planned one; pp2 × ep2 and pp2 × cp2 of k3-nano end at the
-# one-process losses too; and its checkpoints are global: it resumes in one process, and a one-process
-# run resumes under pp2. Bad pipeline settings are refused before any work, naming the field.
+# measured timeline beside the planned one, and ends with the one-process run's sample (decoded from
+# its final checkpoint); pp2 × ep2 and pp2 × cp2 of k3-nano end at the one-process losses too, and
+# record every stage's expert load; and its checkpoints are global: it resumes in one process, and a
+# one-process run resumes under pp2. Bad pipeline settings are refused before any work, naming the
+# field.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
 MPI=(mpirun --allow-run-as-root --oversubscribe -q)
 RUN=("${TINY[@]}" --set train.threads=1 --set train.grad_accum=2 --set train.steps=6
-     --set checkpoint.every=3 --set eval.every=3 --set sample.every=0)
+     --set checkpoint.every=3 --set eval.every=3 --set sample.every=0
+     --set sample.temperature=0 --set sample.max_tokens=12)
+# The line after "sample:" in a run's printed summary.
+sample_in() { sed -n '/^sample:$/{n;p;}' "$1"; }
 
-"$K3LAB" train "${RUN[@]}" --set run.dir="$WORK/one" > /dev/null
-"${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]}" --set parallel.pp=2 --set run.dir="$WORK/pp2" > /dev/null
+"$K3LAB" train "${RUN[@]}" --set run.dir="$WORK/one" > "$WORK/one.out"
+"${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]}" --set parallel.pp=2 --set run.dir="$WORK/pp2" > "$WORK/pp2.out"
 losses_match "$WORK/one" "$WORK/pp2" 3 6
 # ZB-H1 splits each backward and runs the same arithmetic: the same losses to the last digit.
 "${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]}" --set parallel.pp=2 --set parallel.pp_schedule=zb \
@@ -26,11 +31,25 @@ grep -q '>measured<' "$WORK/pp2/pipeline_timeline.svg" && grep -q '>planned<' "$
   fail "no planned and measured timeline in pipeline_timeline.svg"
 echo "ok: pp2 (1f1b and zb) ends at the one-process losses ($(loss_at "$WORK/pp2" 6)), split recorded, timeline drawn"
 
-# The split and the schedule are logged at the start.
-"${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]:1}" --set parallel.pp=2 --set train.steps=1 \
-  --set run.dir="$WORK/logged" 2>&1 | tr '\r' '\n' | grep -q 'pipeline: 2 stages over pp 2: layers \[0, 1) \[1, 2), schedule 1f1b' ||
+# The end-of-run sample: the lead decodes the final checkpoint in one process. With the same
+# weights, greedy decoding writes the one-process run's sample, and so does k3lab sample in one
+# process on the pp2 run's checkpoint.
+want=$(sample_in "$WORK/one.out")
+[ -n "$want" ] || fail "the one-process run printed no sample"
+[ "$(sample_in "$WORK/pp2.out")" = "$want" ] || fail "pp2 sample '$(sample_in "$WORK/pp2.out")', one process '$want'"
+[ "$("$K3LAB" sample --checkpoint "$WORK/pp2" --temperature 0 --max-tokens 12)" = "$want" ] ||
+  fail "k3lab sample on the pp2 checkpoint differs from the one-process run's sample"
+echo "ok: pp2 ends with the one-process run's sample ($want), and its checkpoint samples in one process"
+
+# The split and the schedule are logged at the start; a sample at a checkpoint step decodes that
+# checkpoint.
+"${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]:1}" --set parallel.pp=2 --set train.steps=2 \
+  --set checkpoint.every=1 --set sample.every=1 --set run.dir="$WORK/logged" 2>&1 | tr '\r' '\n' > "$WORK/logged.out"
+grep -q 'pipeline: 2 stages over pp 2: layers \[0, 1) \[1, 2), schedule 1f1b' "$WORK/logged.out" ||
   fail "the pipeline split is not logged"
-echo "ok: the split is logged"
+step1=$("$K3LAB" sample --checkpoint "$WORK/logged/checkpoints/step_00000001" --temperature 0 --max-tokens 12)
+grep -aqF "sample: $step1" "$WORK/logged.out" || fail "no sample of step 1 ('$step1') in: $(cat "$WORK/logged.out")"
+echo "ok: the split is logged; sample.every samples each checkpoint"
 
 resume_matches "$WORK/pp2" pp2_in_one_process 1 --set parallel.pp=1
 resume_matches "$WORK/one" one_under_pp2 2 --set parallel.pp=2
@@ -44,6 +63,29 @@ NANO=(--set model.config=configs/k3-nano.json --set data.seq_len=16)
   --set run.dir="$WORK/pp2_ep2" > /dev/null
 losses_match "$WORK/nano" "$WORK/pp2_ep2" 3 6
 echo "ok: pp2 × ep2 ends at the one-process losses ($(loss_at "$WORK/pp2_ep2" 6))"
+
+# Each pp rank balances its own stages' MoE layers, and the lead records them all. pp2 routes bit
+# for bit as one process does: the same expert_load.jsonl, the same moe.* metrics, the same report.
+"${MPI[@]}" -np 2 "$K3LAB" train "${RUN[@]}" "${NANO[@]}" --set parallel.pp=2 --set run.dir="$WORK/nano_pp2" > /dev/null
+cmp "$WORK/nano/expert_load.jsonl" "$WORK/nano_pp2/expert_load.jsonl" ||
+  fail "pp2's expert_load.jsonl differs from one process's: $(head -c 300 "$WORK/nano_pp2/expert_load.jsonl")"
+moe_metrics() { grep -o '"moe\.[^,}]*' "$1/metrics.jsonl"; }
+[ "$(moe_metrics "$WORK/nano")" = "$(moe_metrics "$WORK/nano_pp2")" ] || fail "pp2's moe.* metrics differ from one process's"
+[ "$("$K3LAB" report "$WORK/nano" | grep -v svg)" = "$("$K3LAB" report "$WORK/nano_pp2" | grep -v svg)" ] ||
+  fail "k3lab report of pp2 differs from one process's"
+# Under pp2 × ep2 every layer holds the same tokens, and its dispatch over the ep ranks.
+/usr/bin/python3 - "$WORK/nano/expert_load.jsonl" "$WORK/pp2_ep2/expert_load.jsonl" <<'PY'
+import json, sys
+one, ep = ([json.loads(line) for line in open(path)] for path in sys.argv[1:])
+assert [r["step"] for r in one] == [r["step"] for r in ep], "the steps differ"
+for a, b in zip(one, ep):
+    assert a["layers"].keys() == b["layers"].keys(), f"step {a['step']}: layers {sorted(b['layers'])}, one process {sorted(a['layers'])}"
+    for layer, la in a["layers"].items():
+        lb = b["layers"][layer]
+        assert (la["tokens"], sum(la["load"])) == (lb["tokens"], sum(lb["load"])), f"step {a['step']} layer {layer}: tokens differ"
+        assert len(lb["ranks"]["rows"]) == 2, f"step {a['step']} layer {layer}: no dispatch over 2 ep ranks"
+PY
+echo "ok: expert_load.jsonl under pp2 holds every MoE layer, as one process ($(grep -c . "$WORK/nano_pp2/expert_load.jsonl") records of $(head -1 "$WORK/nano_pp2/expert_load.jsonl" | grep -o '"[0-9]*":{"tokens"' | wc -l) layers)"
 resume_matches "$WORK/pp2_ep2" pp2_ep2_in_one_process 1 --set parallel.pp=1 --set parallel.ep=1
 resume_matches "$WORK/nano" nano_under_pp2_ep2 4 --set parallel.pp=2 --set parallel.ep=2
 

@@ -302,21 +302,27 @@ void check_parallel(const ParallelSection& p, const TrainSection& train, int64_t
 }
 
 // Under pipeline parallelism: the layers split into pp·vp stages, the schedule takes the step's
-// micro-batches (train.grad_accum), and no sample is asked for (decoding needs every layer on one
-// rank).
+// micro-batches (train.grad_accum), and samples fall on checkpoint steps (decoding needs every
+// layer on one rank, so the lead decodes the checkpoint).
 void check_pipeline(const RunConfig& config, const model::ModelConfig& mc) {
   const ParallelSection& p = config.parallel;
   if (p.pp == 1) return;
+  // The split first: its errors name parallel.pp_layers, the schedule's parallel.pp_schedule.
+  const parallel::pipeline::ScheduleShape shape = schedule_shape(config, mc);
   try {
-    parallel::pipeline::make_schedule(schedule_shape(config, mc));
+    parallel::pipeline::make_schedule(shape);
   } catch (const Error& e) {
     throw Error(e.message() + " (parallel.pp_schedule " + p.pp_schedule + ", train.grad_accum " +
                     std::to_string(config.train.grad_accum) + ")",
                 ErrorContext{"", "parallel.pp_schedule", -1});
   }
-  K3_CHECK_CTX(config.sample.every == 0, (ErrorContext{"", "sample.every", -1}),
-               "samples under pipeline parallelism are not available (decoding needs every layer "
-               "on one rank): set sample.every = 0");
+  const int64_t every = config.sample.every, checkpoints = config.checkpoint.every;
+  K3_CHECK_CTX(every == 0 || (checkpoints > 0 && every % checkpoints == 0),
+               (ErrorContext{"", "sample.every", -1}),
+               "under pipeline parallelism a sample decodes the checkpoint of its step in one "
+               "process, so sample.every (",
+               every, ") must be a multiple of checkpoint.every (", checkpoints,
+               "; 0: off); or set it to 0 for the end-of-run sample alone");
 }
 
 // data.documents: every sequence mixer must take packed documents (KDA and gated MLA do), and

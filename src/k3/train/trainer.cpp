@@ -28,6 +28,7 @@
 #include "k3/parallel/zero/data_parallel.h"
 #include "k3/train/evaluate.h"
 #include "k3/train/expert_load.h"
+#include "k3/train/expert_load_gather.h"
 #include "k3/train/history.h"
 #include "k3/train/image_text_data.h"
 #include "k3/train/loss_plot.h"
@@ -100,7 +101,8 @@ dist::ParallelDims dims_of(const ParallelSection& p) {
 // The ranks that hold the lead's model replica (its tp, cp, ep and pp groups): evaluation and
 // sampling run on them alone, since a tensor-, context-, expert- or pipeline-parallel forward
 // needs every rank of its groups (the ep ranks then all run the same tokens; the cp ranks split
-// each sequence, or, decoding, all run it whole; the pp ranks run their stages in turn).
+// each sequence, or, decoding, all run it whole; the pp ranks run their stages in turn, but
+// decode only on the lead: sample_now).
 bool in_lead_group(const dist::ProcessGrid& grid) { return grid.coord().dp == 0; }
 
 nlohmann::json changes_json(const std::vector<FieldChange>& changes) {
@@ -135,6 +137,7 @@ class Run {
         grid_(grid),
         lead_(grid.world().rank() == 0),
         lead_group_(in_lead_group(grid)),
+        samples_(grid.pp().size() == 1 ? lead_group_ : lead_),
         s_(check_samples_fit(open_session(config, model, grid))),
         dp_(make_data_parallel(*s_->model, config, grid)),
         activations_(config.activation, s_->acts, grid),
@@ -197,7 +200,8 @@ class Run {
   const StopSignals& stop_;
   const dist::ProcessGrid& grid_;
   bool lead_;
-  bool lead_group_;  // the lead's tp × cp × ep ranks: they evaluate and sample together
+  bool lead_group_;  // the lead's tp × cp × ep × pp ranks: they evaluate together
+  bool samples_;     // the lead group, or under pipeline parallelism the lead alone (sample_now)
   std::unique_ptr<Session> s_;
   parallel::DataParallel dp_;  // before the data: a bad optimizer rule is reported first
   ActivationRun activations_;
@@ -386,12 +390,13 @@ int Run::agreed_stop() const {
 void Run::balance_experts(nlohmann::json& record) {
   // The routing counts of every data-parallel rank's tokens, summed: every rank moves its
   // router bias identically.
-  const std::map<int64_t, model::ExpertLoadStats> stats =
-      s_->model->end_global_batch(dp_.count_reducer());
-  std::map<int64_t, model::DispatchStats> dispatch;
-  if (grid_.ep().size() > 1) dispatch = s_->model->take_dispatch_stats();
-  if (stats.empty() || !lead_) return;
-  for (const auto& [layer, d] : dispatch) {
+  ExpertLoadRecord mine{step_, s_->model->end_global_batch(dp_.count_reducer()), {}};
+  if (grid_.ep().size() > 1) mine.dispatch = s_->model->take_dispatch_stats();
+  if (s_->model->config().num_experts == 0) return;
+  // Each pp rank balanced its own stages' layers: the lead records them all.
+  const ExpertLoadRecord all = gather_expert_load(grid_.pp(), std::move(mine));
+  if (!lead_ || all.layers.empty()) return;
+  for (const auto& [layer, d] : all.dispatch) {
     const std::string l = std::to_string(layer);
     const auto spread = [](const std::vector<int64_t>& rows) {
       double sum = 0;
@@ -409,7 +414,7 @@ void Run::balance_experts(nlohmann::json& record) {
     record["moe.bytes." + l] = d.bytes;
   }
   double worst = 0;
-  for (auto& [layer, st] : stats) {
+  for (const auto& [layer, st] : all.layers) {
     const std::string l = std::to_string(layer);
     record["moe.maxvio." + l] = st.maxvio;
     record["moe.min_load." + l] = st.min_load;
@@ -418,7 +423,7 @@ void Run::balance_experts(nlohmann::json& record) {
     worst = std::max(worst, st.maxvio);
   }
   record["moe.maxvio"] = worst;
-  append_expert_load(run_dir_, step_, stats, dispatch);
+  append_expert_load(run_dir_, step_, all.layers, all.dispatch);
 }
 
 void Run::evaluate_now(nlohmann::json& record) {
@@ -471,9 +476,12 @@ void Run::stop_early(TrainSummary& out, int signal) {
 
 std::string Run::sample_now() const {
   const SampleSection& c = s_->config.sample;
-  return sample_text(*s_, c.prompt, c.max_tokens,
-                     {c.temperature, c.top_k, c.top_p, static_cast<uint64_t>(step_)})
-      .text;
+  const model::SamplingParams p{c.temperature, c.top_k, c.top_p, static_cast<uint64_t>(step_)};
+  if (grid_.pp().size() == 1) return sample_text(*s_, c.prompt, c.max_tokens, p).text;
+  // Decoding needs every layer on one rank: under pipeline parallelism the lead decodes the
+  // checkpoint of this step (global, so it loads whole) in a session of its own.
+  K3_CHECK(checkpoint_step_ == step_, "no checkpoint of step ", step_, " to sample");
+  return sample_text(*open_checkpoint_session(last_checkpoint_), c.prompt, c.max_tokens, p).text;
 }
 
 TrainSummary Run::run() {
@@ -505,8 +513,8 @@ TrainSummary Run::run() {
     balance_experts(rec);
     count_communication(rec);
     record_peak_memory(rec);
-    // Evaluation and samples are the lead group's, metrics and plots the lead's; the other ranks
-    // go on to the next step's first collective and wait there.
+    // Evaluation and samples are the lead group's (samples, under pp, the lead's), metrics and
+    // plots the lead's; the other ranks go on to the next step's first collective and wait there.
     const bool evaluate =
         lead_group_ && c.eval.every > 0 && (step_ % c.eval.every == 0 || step_ == c.train.steps);
     if (evaluate) evaluate_now(rec);
@@ -518,10 +526,10 @@ TrainSummary Run::run() {
                          elapsed / static_cast<double>(step_ - first_step) *
                              static_cast<double>(c.train.steps - step_)});
     }
-    if (lead_group_ && c.sample.every > 0 && step_ % c.sample.every == 0 && step_ != c.train.steps)
-      say("sample: " + sample_now());
     if ((c.checkpoint.every > 0 && step_ % c.checkpoint.every == 0) || step_ == c.train.steps)
       checkpoint_now();
+    if (samples_ && c.sample.every > 0 && step_ % c.sample.every == 0 && step_ != c.train.steps)
+      say("sample: " + sample_now());
     if (const int signal = agreed_stop(); signal && step_ < c.train.steps) {
       stop_early(out, signal);
       break;
@@ -532,8 +540,7 @@ TrainSummary Run::run() {
   out.validation_loss = last_val_loss_;
   out.last_checkpoint = last_checkpoint_;
   out.activation_report = activations_.report();
-  // Decoding needs every layer on one rank: no sample under pipeline parallelism.
-  if (lead_group_ && !out.stop_signal && grid_.pp().size() == 1) out.sample = sample_now();
+  if (samples_ && !out.stop_signal) out.sample = sample_now();
   if (!lead_) return out;
   out.loss_plot = write_loss_plot(run_dir_, c);
   if (out.stop_signal) return out;
