@@ -90,7 +90,10 @@ PartFloats ffn_floats(const ModelConfig& c, FfnKind kind, double n, const Activa
 // One micro-batch on one pipeline chunk, in floats: the stream between segments (held by the
 // arena), each segment's saved tensors, and the scratch of the backward beside them.
 struct ChunkFloats {
-  double referenced = 0, work = 0;
+  double referenced = 0;
+  double stack = 0;   // held through every layer's backward
+  double widest = 0;  // the widest layer backward's scratch, on top of `stack`
+  double head = 0;    // the head's loss (last stage), instead of a layer's backward
   std::vector<PartFloats> segments;  // forward: saved, exact: of it never lossy
   double alignment = 0;              // bytes
   double saved() const {
@@ -102,6 +105,21 @@ struct ChunkFloats {
     double m = 0;
     for (const PartFloats& p : segments) m = std::max(m, p.forward);
     return m;
+  }
+  // Two segments next to each other: the one restored and the next one fetched ahead.
+  double largest_pair() const {
+    double m = largest();
+    for (size_t i = 1; i < segments.size(); ++i)
+      m = std::max(m, segments[i - 1].forward + segments[i].forward);
+    return m;
+  }
+  // What the arena holds beyond the stream at its peak: a segment's forward (its tensors are
+  // made in the arena before they are stored, and rewound at its end), or the backward's
+  // scratch; under recompute a segment re-runs on top of the backward's stack.
+  double peak_scratch(activation::Policy policy) const {
+    const double layer = policy == activation::Policy::Recompute ? std::max(widest, largest())
+                                                                 : widest;
+    return std::max({largest(), head, stack + layer});
   }
 };
 
@@ -140,19 +158,22 @@ ChunkFloats chunk_floats(const ModelConfig& c, const ActivationLayout& l, int64_
       f.referenced += n * d;
     }
   }
-  const double backward_stack = (blocks + 3) * n * d;
-  f.work = backward_stack + widest_backward;
+  f.stack = (blocks + 3) * n * d;
+  f.widest = widest_backward;
   if (end == c.num_hidden_layers) {  // final norm, output mix, the head's gradient
     f.referenced += n * d + n + (attn_res ? n * d + n * (blocks + 1) : 0);
     const double logits = static_cast<double>(LmHead::chunk_rows(c.vocab_size)) * V, dh = n * d;
-    f.work = dh + std::max(logits, f.work);
+    f.stack += dh;
+    f.head = dh + logits;
   }
   f.alignment = 64.0 * Arena::kAlign * static_cast<double>(end - first + 1);
   return f;
 }
 
-// The bytes of `in_flight` micro-batches on chunk f under one policy: kept tensors stay with
-// their micro-batch; a segment's restored tensors (decoded, fetched or re-run) are one at a time.
+// The bytes of `in_flight` micro-batches on chunk f under one policy. Each micro-batch has its
+// own arena (a pipeline region), whose peak is its stream and its largest scratch; kept tensors
+// stay with their micro-batch in the pool, where a segment's restored tensors (decoded, fetched or
+// re-run) are one at a time.
 double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight) {
   double stored = 0, restored = 0;
   switch (policy) {
@@ -164,26 +185,30 @@ double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight
         stored += p.exact + (p.forward - p.exact) * (1.0 + 4.0 / 128) / sizeof(float);
       restored = f.largest();
       break;
-    case activation::Policy::Recompute:  // the segment restored, and its re-run's scratch
-    case activation::Policy::Offload:    // the segment restored, and the next fetched ahead
-      restored = 2 * f.largest();
+    case activation::Policy::Recompute:
+      restored = f.largest();
+      break;
+    case activation::Policy::Offload:
+      restored = f.largest_pair();
       break;
   }
-  return (in_flight * (f.referenced + f.work + stored) + restored) * sizeof(float) +
+  return (in_flight * (f.referenced + f.peak_scratch(policy) + stored) + restored) *
+             sizeof(float) +
          in_flight * f.alignment;
 }
 
 }  // namespace
 
 // The step arena is a bump allocator that forward_backward rewinds only when it returns (and each
-// layer's backward, and the LM head's loss, to where they began), and the activation manager's
-// pool holds what segments saved. Per micro-batch in flight the arena holds the stream between
-// segments, and the pool the saved tensors kept (keep, fp8); the scratch of one backward rides
-// on top:
-//   dh, the head's gradient kept for the backward (last stage)
-//   + the larger of the head's logits chunk and, in the backward, backward_stack's buffers (dP,
-//     tmp, da_in; one gradient per Attention Residuals block) and the largest scratch of any one
-//     layer's backward.
+// segment's forward, each layer's backward, and the LM head's loss, to where they began), and the
+// activation manager's pool holds what segments saved. Per micro-batch in flight (each in its own
+// pipeline region) the arena holds the stream between segments, and the pool the saved tensors
+// kept (keep, fp8). On top of the stream the arena's peak is the largest of:
+//   a segment's forward, which makes its saved tensors in the arena before the pool stores them;
+//   dh, the head's gradient kept for the backward, and the head's logits chunk (last stage);
+//   in the backward, backward_stack's buffers (dP, tmp, da_in; one gradient per Attention
+//     Residuals block; dh on the last stage) and the largest scratch of any one layer's backward,
+//     or under recompute the segment re-run there, if larger.
 // In floats, with n = B·T tokens and d = hidden_size, the stream is the embedding nd (first
 // stage), the final norm's output nd and rstd n (last stage), and per layer the halves' outputs
 // 2nd (one nd at layer granularity, the other saved by the layer); each half saves its norm's
@@ -200,8 +225,8 @@ double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight
 //   LatentMoE: LatentMoE::arena_use (its rows are S·K under MoonEP, plus the replica slots'
 //     weights; under plain ep every rank's rows at most).
 // Policies: keep holds every segment's tensors, fp8 the non-exact ones at 1.03 bytes a value and
-// one segment decoded; recompute and offload hold two segments' worth (the one restored and its
-// re-run, or the next one fetched ahead). A budget holds what it allows, between recompute's and
+// one segment decoded; recompute one segment re-run, offload two neighbours (the one restored
+// and the next one fetched ahead). A budget holds what it allows, between recompute's and
 // keep's. Each allocation rounds up to 64 bytes: 64 allocations per layer are counted for that.
 double activation_bytes(const ModelConfig& c, const ActivationLayout& l) {
   std::vector<std::pair<int64_t, int64_t>> chunks = l.chunks;
