@@ -35,6 +35,8 @@ PY
 #              two micro-batches in flight on rank 0, each region peaking in a segment's forward)
 #   ep2 (MoonEP) 7171008 / 7108736 = 1.009, 7171008 / 7096512 = 1.010
 #   cp2        17618688 / 17485056 = 1.008 on both ranks
+#   tp2         7869952 /  7676928 = 1.025 on both ranks (heads and columns split)
+#   tp2, sequence parallel 6983168 / 6894592 = 1.013 (the stream's tokens split too)
 check keep 0.98 1.05 1
 check recompute 0.98 1.05 1 --set activation.policy=recompute
 check offload 0.98 1.10 1 --set activation.policy=offload
@@ -42,6 +44,8 @@ check fp8 0.98 1.20 1 --set activation.policy=fp8
 check pp2 0.98 1.05 2 --set parallel.pp=2 --set train.grad_accum=2
 check ep2 0.98 1.05 2 --set parallel.ep=2 --set parallel.moe_dispatch=moonep
 check cp2 0.98 1.05 2 --set parallel.cp=2
+check tp2 0.98 1.05 2 --set parallel.tp=2
+check tp2_sp 0.98 1.05 2 --set parallel.tp=2 --set parallel.sequence_parallel=true
 
 # The dry run says the layout it assumed, per rank, and a pipeline rank holds fewer parameters.
 one=$("$K3LAB" train "${NANO[@]}" --dry-run)

@@ -126,6 +126,9 @@ struct ChunkFloats {
 ChunkFloats chunk_floats(const ModelConfig& c, const ActivationLayout& l, int64_t first,
                          int64_t end) {
   const double B = static_cast<double>(l.rows), T = static_cast<double>(l.tokens), n = B * T;
+  // The residual stream's rows: under sequence parallelism this rank's share of the tokens (the
+  // parts gather them all).
+  const double ns = l.sequence_parallel ? n / l.tp : n;
   const double d = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const bool attn_res = c.attn_res_block_size > 0;
   const double blocks = attn_res ? static_cast<double>((c.num_hidden_layers +
@@ -133,15 +136,15 @@ ChunkFloats chunk_floats(const ModelConfig& c, const ActivationLayout& l, int64_
                                                        c.attn_res_block_size)
                                  : 0;
   ChunkFloats f;
-  if (first == 0) f.referenced += n * d;
-  double widest_backward = n * d;  // a norm's accumulating backward
-  if (attn_res) widest_backward = std::max(widest_backward, n * (blocks + 1));
+  if (first == 0) f.referenced += ns * d;
+  double widest_backward = ns * d;  // a norm's accumulating backward
+  if (attn_res) widest_backward = std::max(widest_backward, ns * (blocks + 1));
   for (int64_t layer = first; layer < end; ++layer) {
     // Each half saves its norm's input and rstd (with Attention Residuals also the mixed input
     // and its softmax weights) beside its part's tensors; its output is the stream.
     const double bank = static_cast<double>(layer / std::max<int64_t>(1, c.attn_res_block_size)) + 1;
-    const PartFloats mixing{n * d + n + (attn_res ? n * d + n * (bank + 1) : 0),
-                            n + (attn_res ? n * (bank + 1) : 0), 0};
+    const PartFloats mixing{ns * d + ns + (attn_res ? ns * d + ns * (bank + 1) : 0),
+                            ns + (attn_res ? ns * (bank + 1) : 0), 0};
     PartFloats halves[2] = {mixer_floats(c, mixer_kind(c, layer), B, T, l.cp),
                             ffn_floats(c, ffn_kind(c, layer), n, l)};
     for (PartFloats& h : halves) {
@@ -151,18 +154,18 @@ ChunkFloats chunk_floats(const ModelConfig& c, const ActivationLayout& l, int64_
     }
     if (l.granularity == activation::Granularity::Sublayer) {
       f.segments.insert(f.segments.end(), {halves[0], halves[1]});
-      f.referenced += 2 * n * d;
+      f.referenced += 2 * ns * d;
     } else {  // the stream between the halves is the layer's own
       f.segments.push_back(
-          {halves[0].forward + halves[1].forward + n * d, halves[0].exact + halves[1].exact, 0});
-      f.referenced += n * d;
+          {halves[0].forward + halves[1].forward + ns * d, halves[0].exact + halves[1].exact, 0});
+      f.referenced += ns * d;
     }
   }
-  f.stack = (blocks + 3) * n * d;
+  f.stack = (blocks + 3) * ns * d;
   f.widest = widest_backward;
   if (end == c.num_hidden_layers) {  // final norm, output mix, the head's gradient
-    f.referenced += n * d + n + (attn_res ? n * d + n * (blocks + 1) : 0);
-    const double logits = static_cast<double>(LmHead::chunk_rows(c.vocab_size)) * V, dh = n * d;
+    f.referenced += ns * d + ns + (attn_res ? ns * d + ns * (blocks + 1) : 0);
+    const double logits = static_cast<double>(LmHead::chunk_rows(c.vocab_size)) * V, dh = ns * d;
     f.stack += dh;
     f.head = dh + logits;
   }
@@ -197,6 +200,17 @@ double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight
          in_flight * f.alignment;
 }
 
+// One tp rank's share of the parts: its heads, its columns of the MLPs and experts, its rows of
+// the vocabulary.
+ModelConfig tp_shard(ModelConfig c, int tp) {
+  c.num_attention_heads /= tp;
+  c.kda_num_heads /= tp;
+  c.intermediate_size /= tp;
+  c.moe_intermediate_size /= tp;
+  c.vocab_size /= tp;
+  return c;
+}
+
 }  // namespace
 
 // The step arena is a bump allocator that forward_backward rewinds only when it returns (and each
@@ -209,7 +223,8 @@ double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight
 //   in the backward, backward_stack's buffers (dP, tmp, da_in; one gradient per Attention
 //     Residuals block; dh on the last stage) and the largest scratch of any one layer's backward,
 //     or under recompute the segment re-run there, if larger.
-// In floats, with n = B·T tokens and d = hidden_size, the stream is the embedding nd (first
+// In floats, with n = B·T tokens (the stream's n/tp under sequence parallelism; the parts take
+// all n) and d = hidden_size, and under tp each part's heads and columns a tp rank's, the stream is the embedding nd (first
 // stage), the final norm's output nd and rstd n (last stage), and per layer the halves' outputs
 // 2nd (one nd at layer granularity, the other saved by the layer); each half saves its norm's
 // input nd and rstd n (with Attention Residuals also the mixed input nd and its softmax weights
@@ -228,7 +243,8 @@ double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight
 // one segment decoded; recompute one segment re-run, offload two neighbours (the one restored
 // and the next one fetched ahead). A budget holds what it allows, between recompute's and
 // keep's. Each allocation rounds up to 64 bytes: 64 allocations per layer are counted for that.
-double activation_bytes(const ModelConfig& c, const ActivationLayout& l) {
+double activation_bytes(const ModelConfig& whole, const ActivationLayout& l) {
+  const ModelConfig c = tp_shard(whole, l.tp);
   std::vector<std::pair<int64_t, int64_t>> chunks = l.chunks;
   if (chunks.empty()) chunks.push_back({0, c.num_hidden_layers});
   double keep = 0, held = 0, least = 0;
