@@ -45,7 +45,8 @@ TEST(Preflight, OptimizerStateIsWhatTheOptimizerAllocates) {
 }
 
 // Under tensor parallelism the estimate is one rank's: its shards of the parameters, their
-// gradients and optimizer state; the activations stay the one-process figure, a bound.
+// gradients and optimizer state, and the activations of its heads and columns (the residual
+// stream whole on every rank, unless sequence parallelism splits its tokens too).
 TEST(Preflight, UnderTensorParallelismTheEstimateIsOneRanksShard) {
   const model::ModelConfig mc = model::load_model_config(micro_run("muon").model.config);
   const model::Model whole(mc, false), shard(mc, {{"tp", {2, 0}}});
@@ -56,11 +57,18 @@ TEST(Preflight, UnderTensorParallelismTheEstimateIsOneRanksShard) {
   EXPECT_EQ(two.model.parameter_bytes, static_cast<double>(shard.params().flat_size()) * 4);
   EXPECT_LT(two.model.parameter_bytes, 0.6 * one.model.parameter_bytes);
   EXPECT_LT(two.optimizer_state, 0.6 * one.optimizer_state);
-  EXPECT_EQ(two.model.activation_bytes, one.model.activation_bytes);
+  EXPECT_LT(two.model.activation_bytes, 0.75 * one.model.activation_bytes);
+  EXPECT_GT(two.model.activation_bytes, 0.5 * one.model.activation_bytes);
+  split.parallel.sequence_parallel = true;
+  const RunMemory sp = estimate_run_memory(shard, split, 0);
+  EXPECT_LT(sp.model.activation_bytes, two.model.activation_bytes);
   std::printf(
-      "k3-micro per rank under tp2: parameters %.0f%%, optimizer state %.0f%% of one process\n",
+      "k3-micro per rank under tp2: parameters %.0f%%, optimizer state %.0f%%, activations %.0f%% "
+      "(%.0f%% with sequence parallelism) of one process\n",
       100 * two.model.parameter_bytes / one.model.parameter_bytes,
-      100 * two.optimizer_state / one.optimizer_state);
+      100 * two.optimizer_state / one.optimizer_state,
+      100 * two.model.activation_bytes / one.model.activation_bytes,
+      100 * sp.model.activation_bytes / one.model.activation_bytes);
 }
 
 double resident_bytes() {

@@ -90,7 +90,10 @@ PartFloats ffn_floats(const ModelConfig& c, FfnKind kind, double n, const Activa
 // One micro-batch on one pipeline chunk, in floats: the stream between segments (held by the
 // arena), each segment's saved tensors, and the scratch of the backward beside them.
 struct ChunkFloats {
-  double referenced = 0, work = 0;
+  double referenced = 0;
+  double stack = 0;   // held through every layer's backward
+  double widest = 0;  // the widest layer backward's scratch, on top of `stack`
+  double head = 0;    // the head's loss (last stage), instead of a layer's backward
   std::vector<PartFloats> segments;  // forward: saved, exact: of it never lossy
   double alignment = 0;              // bytes
   double saved() const {
@@ -103,11 +106,29 @@ struct ChunkFloats {
     for (const PartFloats& p : segments) m = std::max(m, p.forward);
     return m;
   }
+  // Two segments next to each other: the one restored and the next one fetched ahead.
+  double largest_pair() const {
+    double m = largest();
+    for (size_t i = 1; i < segments.size(); ++i)
+      m = std::max(m, segments[i - 1].forward + segments[i].forward);
+    return m;
+  }
+  // What the arena holds beyond the stream at its peak: a segment's forward (its tensors are
+  // made in the arena before they are stored, and rewound at its end), or the backward's
+  // scratch; under recompute a segment re-runs on top of the backward's stack.
+  double peak_scratch(activation::Policy policy) const {
+    const double layer = policy == activation::Policy::Recompute ? std::max(widest, largest())
+                                                                 : widest;
+    return std::max({largest(), head, stack + layer});
+  }
 };
 
 ChunkFloats chunk_floats(const ModelConfig& c, const ActivationLayout& l, int64_t first,
                          int64_t end) {
   const double B = static_cast<double>(l.rows), T = static_cast<double>(l.tokens), n = B * T;
+  // The residual stream's rows: under sequence parallelism this rank's share of the tokens (the
+  // parts gather them all).
+  const double ns = l.sequence_parallel ? n / l.tp : n;
   const double d = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const bool attn_res = c.attn_res_block_size > 0;
   const double blocks = attn_res ? static_cast<double>((c.num_hidden_layers +
@@ -115,15 +136,15 @@ ChunkFloats chunk_floats(const ModelConfig& c, const ActivationLayout& l, int64_
                                                        c.attn_res_block_size)
                                  : 0;
   ChunkFloats f;
-  if (first == 0) f.referenced += n * d;
-  double widest_backward = n * d;  // a norm's accumulating backward
-  if (attn_res) widest_backward = std::max(widest_backward, n * (blocks + 1));
+  if (first == 0) f.referenced += ns * d;
+  double widest_backward = ns * d;  // a norm's accumulating backward
+  if (attn_res) widest_backward = std::max(widest_backward, ns * (blocks + 1));
   for (int64_t layer = first; layer < end; ++layer) {
     // Each half saves its norm's input and rstd (with Attention Residuals also the mixed input
     // and its softmax weights) beside its part's tensors; its output is the stream.
     const double bank = static_cast<double>(layer / std::max<int64_t>(1, c.attn_res_block_size)) + 1;
-    const PartFloats mixing{n * d + n + (attn_res ? n * d + n * (bank + 1) : 0),
-                            n + (attn_res ? n * (bank + 1) : 0), 0};
+    const PartFloats mixing{ns * d + ns + (attn_res ? ns * d + ns * (bank + 1) : 0),
+                            ns + (attn_res ? ns * (bank + 1) : 0), 0};
     PartFloats halves[2] = {mixer_floats(c, mixer_kind(c, layer), B, T, l.cp),
                             ffn_floats(c, ffn_kind(c, layer), n, l)};
     for (PartFloats& h : halves) {
@@ -133,26 +154,29 @@ ChunkFloats chunk_floats(const ModelConfig& c, const ActivationLayout& l, int64_
     }
     if (l.granularity == activation::Granularity::Sublayer) {
       f.segments.insert(f.segments.end(), {halves[0], halves[1]});
-      f.referenced += 2 * n * d;
+      f.referenced += 2 * ns * d;
     } else {  // the stream between the halves is the layer's own
       f.segments.push_back(
-          {halves[0].forward + halves[1].forward + n * d, halves[0].exact + halves[1].exact, 0});
-      f.referenced += n * d;
+          {halves[0].forward + halves[1].forward + ns * d, halves[0].exact + halves[1].exact, 0});
+      f.referenced += ns * d;
     }
   }
-  const double backward_stack = (blocks + 3) * n * d;
-  f.work = backward_stack + widest_backward;
+  f.stack = (blocks + 3) * ns * d;
+  f.widest = widest_backward;
   if (end == c.num_hidden_layers) {  // final norm, output mix, the head's gradient
-    f.referenced += n * d + n + (attn_res ? n * d + n * (blocks + 1) : 0);
-    const double logits = static_cast<double>(LmHead::chunk_rows(c.vocab_size)) * V, dh = n * d;
-    f.work = dh + std::max(logits, f.work);
+    f.referenced += ns * d + ns + (attn_res ? ns * d + ns * (blocks + 1) : 0);
+    const double logits = static_cast<double>(LmHead::chunk_rows(c.vocab_size)) * V, dh = ns * d;
+    f.stack += dh;
+    f.head = dh + logits;
   }
   f.alignment = 64.0 * Arena::kAlign * static_cast<double>(end - first + 1);
   return f;
 }
 
-// The bytes of `in_flight` micro-batches on chunk f under one policy: kept tensors stay with
-// their micro-batch; a segment's restored tensors (decoded, fetched or re-run) are one at a time.
+// The bytes of `in_flight` micro-batches on chunk f under one policy. Each micro-batch has its
+// own arena (a pipeline region), whose peak is its stream and its largest scratch; kept tensors
+// stay with their micro-batch in the pool, where a segment's restored tensors (decoded, fetched or
+// re-run) are one at a time.
 double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight) {
   double stored = 0, restored = 0;
   switch (policy) {
@@ -164,27 +188,43 @@ double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight
         stored += p.exact + (p.forward - p.exact) * (1.0 + 4.0 / 128) / sizeof(float);
       restored = f.largest();
       break;
-    case activation::Policy::Recompute:  // the segment restored, and its re-run's scratch
-    case activation::Policy::Offload:    // the segment restored, and the next fetched ahead
-      restored = 2 * f.largest();
+    case activation::Policy::Recompute:
+      restored = f.largest();
+      break;
+    case activation::Policy::Offload:
+      restored = f.largest_pair();
       break;
   }
-  return (in_flight * (f.referenced + f.work + stored) + restored) * sizeof(float) +
+  return (in_flight * (f.referenced + f.peak_scratch(policy) + stored) + restored) *
+             sizeof(float) +
          in_flight * f.alignment;
+}
+
+// One tp rank's share of the parts: its heads, its columns of the MLPs and experts, its rows of
+// the vocabulary.
+ModelConfig tp_shard(ModelConfig c, int tp) {
+  c.num_attention_heads /= tp;
+  c.kda_num_heads /= tp;
+  c.intermediate_size /= tp;
+  c.moe_intermediate_size /= tp;
+  c.vocab_size /= tp;
+  return c;
 }
 
 }  // namespace
 
 // The step arena is a bump allocator that forward_backward rewinds only when it returns (and each
-// layer's backward, and the LM head's loss, to where they began), and the activation manager's
-// pool holds what segments saved. Per micro-batch in flight the arena holds the stream between
-// segments, and the pool the saved tensors kept (keep, fp8); the scratch of one backward rides
-// on top:
-//   dh, the head's gradient kept for the backward (last stage)
-//   + the larger of the head's logits chunk and, in the backward, backward_stack's buffers (dP,
-//     tmp, da_in; one gradient per Attention Residuals block) and the largest scratch of any one
-//     layer's backward.
-// In floats, with n = B·T tokens and d = hidden_size, the stream is the embedding nd (first
+// segment's forward, each layer's backward, and the LM head's loss, to where they began), and the
+// activation manager's pool holds what segments saved. Per micro-batch in flight (each in its own
+// pipeline region) the arena holds the stream between segments, and the pool the saved tensors
+// kept (keep, fp8). On top of the stream the arena's peak is the largest of:
+//   a segment's forward, which makes its saved tensors in the arena before the pool stores them;
+//   dh, the head's gradient kept for the backward, and the head's logits chunk (last stage);
+//   in the backward, backward_stack's buffers (dP, tmp, da_in; one gradient per Attention
+//     Residuals block; dh on the last stage) and the largest scratch of any one layer's backward,
+//     or under recompute the segment re-run there, if larger.
+// In floats, with n = B·T tokens (the stream's n/tp under sequence parallelism; the parts take
+// all n) and d = hidden_size, and under tp each part's heads and columns a tp rank's, the stream is the embedding nd (first
 // stage), the final norm's output nd and rstd n (last stage), and per layer the halves' outputs
 // 2nd (one nd at layer granularity, the other saved by the layer); each half saves its norm's
 // input nd and rstd n (with Attention Residuals also the mixed input nd and its softmax weights
@@ -200,10 +240,11 @@ double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight
 //   LatentMoE: LatentMoE::arena_use (its rows are S·K under MoonEP, plus the replica slots'
 //     weights; under plain ep every rank's rows at most).
 // Policies: keep holds every segment's tensors, fp8 the non-exact ones at 1.03 bytes a value and
-// one segment decoded; recompute and offload hold two segments' worth (the one restored and its
-// re-run, or the next one fetched ahead). A budget holds what it allows, between recompute's and
+// one segment decoded; recompute one segment re-run, offload two neighbours (the one restored
+// and the next one fetched ahead). A budget holds what it allows, between recompute's and
 // keep's. Each allocation rounds up to 64 bytes: 64 allocations per layer are counted for that.
-double activation_bytes(const ModelConfig& c, const ActivationLayout& l) {
+double activation_bytes(const ModelConfig& whole, const ActivationLayout& l) {
+  const ModelConfig c = tp_shard(whole, l.tp);
   std::vector<std::pair<int64_t, int64_t>> chunks = l.chunks;
   if (chunks.empty()) chunks.push_back({0, c.num_hidden_layers});
   double keep = 0, held = 0, least = 0;

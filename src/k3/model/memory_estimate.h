@@ -30,6 +30,8 @@ struct ActivationLayout {
   std::vector<std::pair<int64_t, int64_t>> chunks;
   int in_flight = 1;  // micro-batch chunks it holds activations for at once (the pp schedule)
   int cp = 1;         // KCP's spans, pairs and halos; ring attention's blocks
+  int tp = 1;         // each rank holds its heads and columns of the parts
+  bool sequence_parallel = false;  // and its share of the residual stream's tokens
   int ep = 1;         // each rank computes its experts' rows of the whole ep group
   bool moonep = false;         // MoonEP: S·K rows a rank, whatever the routing
   int64_t replica_slots = 0;   // MoonEP: replicas of other ranks' experts a rank hosts

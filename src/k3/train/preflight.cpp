@@ -172,6 +172,8 @@ model::ActivationLayout activation_layout(const RunConfig& config, const model::
   l.rows = std::max<int64_t>(1, config.train.batch_size / (p.dp * p.ep));
   l.tokens = config.data.seq_len / p.cp;
   l.cp = static_cast<int>(p.cp);
+  l.tp = static_cast<int>(p.tp);
+  l.sequence_parallel = p.sequence_parallel && p.tp > 1;
   l.ep = static_cast<int>(p.ep);
   l.moonep = p.moe_dispatch == "moonep";
   l.replica_slots = p.moonep_slots;

@@ -38,8 +38,8 @@ std::vector<optim::Assignment> optimizer_plan(const std::vector<optim::ParamSlot
 
 // The place of pipeline rank PP_RANK in the run's layout, for the activation estimate: its
 // micro-batch (batch_size / (dp·ep) rows of seq_len / cp tokens), its pipeline chunks and the
-// micro-batch chunks the schedule holds in flight there (Timeline::peak_in_flight), its cp and ep
-// groups, and the activation policy (with rules, the one holding the most; a budget).
+// micro-batch chunks the schedule holds in flight there (Timeline::peak_in_flight), its tp, cp
+// and ep groups, and the activation policy (with rules, the one holding the most; a budget).
 model::ActivationLayout activation_layout(const RunConfig& config, const model::ModelConfig& mc,
                                           int pp_rank);
 
