@@ -89,7 +89,9 @@ TEST(ActivationManager, PoliciesHoldASegmentsTensorsAndBringThemBack) {
     Toy t;
     t.acts.configure(PolicyRules(p, {}));
     t.run(3);
-    EXPECT_EQ(t.arena.used(), 16u) << policy_name(p);  // only the stream outlives the segments
+    // Only the stream outlives the segments; under keep each segment stays where it ran, uncopied.
+    // (x: 300 floats in each of 3 segments, each at the arena's 64-byte alignment)
+    EXPECT_EQ(t.arena.used(), p == Policy::Keep ? 64 + 2 * 1216 + 1200u : 16u) << policy_name(p);
     if (p != Policy::Keep) {  // a kept tensor is there all along
       EXPECT_THROW(t.acts.load(0, "model.layers.2.mlp.x"), Error) << policy_name(p);
     }
@@ -119,13 +121,41 @@ TEST(ActivationManager, PoliciesHoldASegmentsTensorsAndBringThemBack) {
     EXPECT_EQ(s.classes.at("kda.mlp.ids").bytes[static_cast<size_t>(
                   p == Policy::Fp8 ? Policy::Keep : p)],
               3 * 7 * sizeof(float));
-    // The pool: keep holds 3 segments' copies (a page each at least); fp8 a quarter of that;
-    // offload and recompute only the segment being restored.
+    // The pool: keep holds nothing (the arena does); fp8 the codes of 3 segments; offload and
+    // recompute only the segment being restored.
     if (p == Policy::Offload) {
       EXPECT_GT(s.offloaded_peak, 0u);
     }
-    EXPECT_GT(s.stored_peak, 0u);
+    EXPECT_EQ(s.stored_peak > 0u, p != Policy::Keep) << policy_name(p);
+    if (p == Policy::Keep) EXPECT_EQ(s.keep_seconds, 0.0);  // nothing copied
   }
+}
+
+// A segment whose tensors are all kept is held in the arena and loads return the memory saved; a
+// segment with another policy beside keep copies its kept tensors into the pool and is rewound.
+TEST(ActivationManager, AllKeptSegmentsStayInTheArenaOthersAreCopiedOut) {
+  Toy t;
+  t.acts.configure(PolicyRules(Policy::Keep, PolicyRules::parse("kda.1.mlp.ids=recompute", "r")));
+  t.stream = t.arena.allocate_array<float>(4);
+  const size_t before = t.arena.used();
+  t.forward(0, 0);
+  const size_t held = t.arena.used() - before;
+  EXPECT_GT(held, 300 * sizeof(float));
+  const float* x0 = t.acts.load(0, "model.layers.0.mlp.x").f32();
+  EXPECT_EQ(t.arena.offset_of(x0), static_cast<int64_t>(Arena::kAlign));  // in place
+  EXPECT_EQ(t.acts.stored_bytes(), 0u);
+  t.forward(0, 1);
+  EXPECT_EQ(t.arena.used(), before + held);  // rewound: its x was copied out
+  EXPECT_EQ(t.arena.offset_of(t.acts.load(0, "model.layers.1.mlp.x").f32()), -1);
+  EXPECT_EQ(t.acts.stored_bytes(), BufferPool::pool_bytes(300 * sizeof(float)));
+  EXPECT_EQ(t.acts.profile()[0].arena_bytes, held);
+  for (int64_t id = 1; id >= 0; --id) {
+    t.acts.restore(0, id, [&] { t.forward(0, id); });
+    const float* x = t.acts.load(0, "model.layers." + std::to_string(id) + ".mlp.x").f32();
+    EXPECT_EQ(std::memcmp(x, t.input.data(), 300 * sizeof(float)), 0) << id;
+    t.acts.finish(0, id);
+  }
+  EXPECT_EQ(t.acts.stored_bytes(), 0u);
 }
 
 TEST(ActivationManager, Fp8StoresAQuarterOfTheBytes) {

@@ -4,13 +4,15 @@
 //   KcpMpi.*  under mpirun -np 2 and 4 (and trivially in one process): every rank's outputs and
 //             gradients against the chunked kernel over the whole sequence, each rank computing
 //             that reference itself, also on packed documents; the bytes per call the same at two
-//             sequence lengths.
+//             sequence lengths; the scratch taken from the arena given and given back, so that
+//             a second call faults in no memory.
 // Tolerances: 1e-4 of each tensor's largest entry (fp32; the fold adds the spans' states in
 // another order than the chunked pass carries them; measured below 1e-5). A pair applied in the
 // wrong order, or a missing transposed term, moves a value by its own size.
 #include "k3/model/context/kcp.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <vector>
@@ -29,6 +31,12 @@ using testing::Decay;
 using testing::max_rel_error;
 using testing::Problem;
 using testing::shape;
+
+// The scratch of the calls below (rewound by each).
+Arena& scratch() {
+  static Arena arena(size_t{256} << 20, false);
+  return arena;
+}
 
 // Pieces {first token, count} of every batch row, in order: a rank's tokens of each sequence.
 using Pieces = std::vector<std::pair<int64_t, int64_t>>;
@@ -81,7 +89,7 @@ TEST(Kcp, PairsComposeToTheSequentialRecurrence) {
     for (size_t r = 0; r + 1 < cuts.size(); ++r) {
       const Span sp(p, cuts[r], cuts[r + 1]);
       std::vector<float> pair(static_cast<size_t>(per));
-      kcp_span_pairs(sp.s, sp.in(), pair.data());
+      kcp_span_pairs(scratch(), sp.s, sp.in(), pair.data());
       pairs.insert(pairs.end(), pair.begin(), pair.end());
     }
     for (size_t r = 1; r < cuts.size(); ++r) {
@@ -89,7 +97,8 @@ TEST(Kcp, PairsComposeToTheSequentialRecurrence) {
       std::vector<float> out(static_cast<size_t>(prefix.s.B * prefix.s.T * p.s.H * p.s.V)),
           want(static_cast<size_t>(p.s.B * p.s.H * p.s.K * p.s.V)), got(want.size());
       kernels::kda::recurrent_forward(prefix.s, prefix.in(), out.data(), want.data());
-      kcp_fold(p.s, KcpLayout{3, 0, 1, {}}, pairs.data(), static_cast<int>(r), got.data());
+      kcp_fold(scratch(), p.s, KcpLayout{3, 0, 1, {}}, pairs.data(), static_cast<int>(r),
+               got.data());
       EXPECT_LT(max_rel_error(got.data(), want.data(), static_cast<int64_t>(want.size())), 1e-4)
           << "state after " << r << " spans";
     }
@@ -129,10 +138,10 @@ void check_against_one_process(Decay decay, int64_t T, int slots = 1,
   const int64_t n = mine.s.B * mine.s.T * slots * p.s.H;
   std::vector<float> o(static_cast<size_t>(n * p.s.V));
   Kept kept(mine.s, layout);
-  kcp_forward(cp, layout, mine.s, mine.in(), o.data(), kept.saved);
+  kcp_forward(scratch(), cp, layout, mine.s, mine.in(), o.data(), kept.saved);
   std::vector<float> gq(static_cast<size_t>(n * p.s.K)), gk(gq.size()), gg(gq.size()), gv(o.size()),
       gb(static_cast<size_t>(n));
-  kcp_backward(cp, layout, mine.s, mine.in(), kept.saved, mine.dout.data(),
+  kcp_backward(scratch(), cp, layout, mine.s, mine.in(), kept.saved, mine.dout.data(),
                {gq.data(), gk.data(), gv.data(), gg.data(), gb.data(), nullptr});
   const auto expect = [&](const std::vector<float>& got, const std::vector<float>& all,
                           int64_t width, const char* what) {
@@ -189,8 +198,8 @@ TEST(KcpMpi, BytesDoNotDependOnTheSequenceLength) {
         gv(o.size()), gb(static_cast<size_t>(n));
     const int64_t before = cp.counters().bytes();
     Kept kept(mine.s, layout);
-    kcp_forward(cp, layout, mine.s, mine.in(), o.data(), kept.saved);
-    kcp_backward(cp, layout, mine.s, mine.in(), kept.saved, mine.dout.data(),
+    kcp_forward(scratch(), cp, layout, mine.s, mine.in(), o.data(), kept.saved);
+    kcp_backward(scratch(), cp, layout, mine.s, mine.in(), kept.saved, mine.dout.data(),
                  {gq.data(), gk.data(), gv.data(), gg.data(), gb.data(), nullptr});
     moved.push_back(cp.counters().bytes() - before);
   }
@@ -198,6 +207,36 @@ TEST(KcpMpi, BytesDoNotDependOnTheSequenceLength) {
   EXPECT_EQ(moved[0], moved[1]);
   // A group of one counts no bytes (dist/comm.h).
   EXPECT_EQ(moved[0], cp.size() > 1 ? 4 * cp.size() * H * K * ((V + K) + V) : 0);
+}
+
+// Every buffer a call needs beside its inputs and outputs is scratch of the arena it is given, left
+// as it was: a second forward and backward faults in no memory (the first faulted the arena's).
+// Measured before the scratch came from the arena: 430 to 713 pages a call on 4 ranks. On one
+// thread: the kernels' per-thread tiles are faulted in by whichever thread first needs them.
+TEST(KcpMpi, ScratchComesFromTheArenaAndIsGivenBack) {
+  const testing::ScopedThreads one(1);
+  const dist::Comm cp = dist::Comm::world();
+  const KcpLayout layout{cp.size(), cp.rank(), 2, {}};
+  const Problem p(shape(2, 2048, 2, 32, 32), 5, Decay::Bounded);
+  Span mine(p, pieces_of(layout, p.s.T));
+  const int64_t n = mine.s.B * mine.s.T * 2 * p.s.H;
+  std::vector<float> o(static_cast<size_t>(n * p.s.V)), gq(static_cast<size_t>(n * p.s.K)),
+      gk(gq.size()), gg(gq.size()), gv(o.size()), gb(static_cast<size_t>(n));
+  Kept kept(mine.s, layout);
+  Arena arena(size_t{64} << 20, false);
+  std::vector<long> faults;
+  for (int call = 0; call < 2; ++call) {
+    rusage before{}, after{};
+    getrusage(RUSAGE_SELF, &before);
+    kcp_forward(arena, cp, layout, mine.s, mine.in(), o.data(), kept.saved);
+    kcp_backward(arena, cp, layout, mine.s, mine.in(), kept.saved, mine.dout.data(),
+                 {gq.data(), gk.data(), gv.data(), gg.data(), gb.data(), nullptr});
+    getrusage(RUSAGE_SELF, &after);
+    faults.push_back(after.ru_minflt - before.ru_minflt);
+    EXPECT_EQ(arena.used(), 0u);
+  }
+  EXPECT_GT(arena.peak(), o.size() * sizeof(float));  // at least a slot's inputs and output
+  EXPECT_LE(faults[1], 0) << "pages faulted in by the first call: " << faults[0];
 }
 
 }  // namespace

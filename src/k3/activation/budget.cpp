@@ -19,7 +19,25 @@ Policy effective(const TensorProfile& t, const PolicyRules& rules) {
   return p == Policy::Fp8 && t.exact ? Policy::Keep : p;
 }
 
+// Whether the segment stays in the arena, as ActivationManager::Segment::in_arena decides it.
+bool in_arena(const SegmentProfile& s, const PolicyRules& rules) {
+  int kept = 0;
+  for (const TensorProfile& t : s.tensors) {
+    if (t.reference) continue;
+    if (effective(t, rules) != Policy::Keep) return false;
+    kept += 1;
+  }
+  return kept > 0;
+}
+
 }  // namespace
+
+size_t held_in_arena(const std::vector<SegmentProfile>& segments, const PolicyRules& rules) {
+  size_t held = 0;
+  for (const SegmentProfile& s : segments)
+    if (in_arena(s, rules)) held += s.arena_bytes;
+  return held;
+}
 
 Prediction predict(const std::vector<SegmentProfile>& segments, const PolicyRules& rules,
                    const StepCosts& costs) {
@@ -27,6 +45,7 @@ Prediction predict(const std::vector<SegmentProfile>& segments, const PolicyRule
   const size_t n = segments.size();
   std::vector<size_t> stored(n, 0), restored(n, 0), offloaded(n, 0);
   for (size_t s = 0; s < n; ++s) {
+    if (in_arena(segments[s], rules)) continue;
     bool recompute = false;
     for (const TensorProfile& t : segments[s].tensors) {
       if (t.reference) continue;
@@ -61,9 +80,11 @@ Prediction predict(const std::vector<SegmentProfile>& segments, const PolicyRule
     peak = std::max(peak, upto + restored[s] + (s > 0 ? offloaded[s - 1] : 0));
     upto -= stored[s];
   }
+  const auto in_flight = static_cast<size_t>(std::max(costs.in_flight, 1));
   out.pool_peak = peak + others;
-  out.offloaded *= static_cast<size_t>(std::max(costs.in_flight, 1));
-  out.peak = costs.arena_peak + out.pool_peak;
+  out.offloaded *= in_flight;
+  out.arena_held = held_in_arena(segments, rules) * in_flight;
+  out.peak = costs.arena_peak + out.arena_held + out.pool_peak;
   return out;
 }
 

@@ -63,18 +63,21 @@ void ActivationManager::begin_segment(int micro_batch, const SegmentInfo& info,
   }
   K3_CHECK(segment_index(m, info.id) < 0, "activation segment ", info.id,
            " run twice in the forward of micro-batch ", micro_batch);
-  m.segments.push_back({info, {}, false, false, false});
+  m.segments.push_back({info, {}});
   m.open = static_cast<int>(m.segments.size()) - 1;
-  profile_[info.id] = {info, 0, {}};
+  profile_[info.id] = {info, 0, 0, {}};
 }
 
-void ActivationManager::end_segment(int micro_batch) {
+bool ActivationManager::end_segment(int micro_batch) {
   Micro& m = micro(micro_batch);
   K3_CHECK(m.open >= 0, "end_segment without a segment in micro-batch ", micro_batch);
   Segment& seg = m.segments[static_cast<size_t>(m.open)];
   m.open = -1;
-  if (recomputing_) return;
-  profile_[seg.info.id].forward_seconds = m.started.seconds();
+  if (recomputing_) return false;
+  SegmentProfile& prof = profile_[seg.info.id];
+  prof.forward_seconds = m.started.seconds();
+  prof.arena_bytes = m.arena->used() - static_cast<size_t>(m.mark);
+  if (seg.in_arena()) return true;
   // The arena is rewound after this: offloaded tensors must be out by then.
   if (seg.offload) {
     Timer waited;
@@ -84,7 +87,22 @@ void ActivationManager::end_segment(int micro_batch) {
     }
     stats_.offload_seconds += waited.seconds();
   }
+  copy_kept(m, seg);
   note_peaks();
+  return false;
+}
+
+void ActivationManager::copy_kept(Micro& m, const Segment& seg) {
+  if (seg.kept == 0) return;
+  Timer t;
+  for (const std::string& name : seg.names) {
+    Record& r = m.records.at(name);
+    if (r.policy != Policy::Keep || r.reference) continue;
+    r.stored = pool_.acquire(f32_bytes(r.floats));
+    std::memcpy(r.stored, r.view, f32_bytes(r.floats));
+    r.view = static_cast<const float*>(r.stored);
+  }
+  stats_.keep_seconds += t.seconds();
 }
 
 int ActivationManager::segment_index(const Micro& m, int64_t segment) const {
@@ -133,19 +151,16 @@ void ActivationManager::save(int micro_batch, std::string_view name, const float
   }
   cs.bytes[static_cast<size_t>(policy)] += f32_bytes(n);
   switch (policy) {
-    case Policy::Keep: {
-      Timer t;
-      r.stored = pool_.acquire(f32_bytes(n));
-      std::memcpy(r.stored, p, f32_bytes(n));
-      r.view = static_cast<const float*>(r.stored);
+    case Policy::Keep:  // in place until the segment ends (end_segment)
+      r.view = p;
       r.available = true;
-      stats_.keep_seconds += t.seconds();
+      seg.kept += 1;
       break;
-    }
     case Policy::Fp8: {
       Timer t;
       r.stored = pool_.acquire(fp8_block_bytes(n));
       fp8_block_encode(p, n, r.stored);
+      seg.fp8 = true;
       stats_.fp8_seconds += t.seconds();
       break;
     }
@@ -320,8 +335,8 @@ SegmentScope::~SegmentScope() noexcept(false) {
   if (!active_) return;
   if (std::uncaught_exceptions() > uncaught_)
     acts_.abandon_segment(micro_batch_);  // the forward failed: its error is the one to see
-  else
-    acts_.end_segment(micro_batch_);  // offloads still read the segment's memory until then
+  else if (acts_.end_segment(micro_batch_))  // offloads still read the segment's memory until then
+    return;                                   // held in the arena: its kept tensors lie there
   arena_.rewind(mark_);
 }
 

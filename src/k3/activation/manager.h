@@ -5,12 +5,15 @@
 // save a tensor only once its contents are final.
 //
 // The model cuts its forward into segments (a decoder layer, or each half of one) and runs each
-// inside a SegmentScope: the arena is rewound at the segment's end, except for the outputs
-// allocated before it. What a segment saves is handled by policy when it is saved:
+// inside a SegmentScope. What a segment saves is handled by policy:
 //   - memory that outlives the segment (allocated before it: the residual stream, a stage's
 //     input; or outside the arena) is referenced, at no cost, whatever the policy;
-//   - keep copies the tensor into the manager's pool, fp8 encodes it there, offload starts a
-//     transfer to the offload store (waited for when the segment ends), recompute stores nothing.
+//   - fp8 encodes the tensor into the manager's pool when saved, offload starts a transfer to the
+//     offload store (waited for when the segment ends), recompute stores nothing;
+//   - keep references the tensor where it lies. A segment whose tensors are all kept stays in the
+//     arena (it is not rewound: copying it out would cost more than it spares); in a segment with
+//     other policies the kept tensors are copied into the pool when it ends and the arena is
+//     rewound to where the segment began.
 // Before a segment's backward, restore() brings its tensors back: fp8 is decoded, offloaded
 // tensors are waited for (and the segment the backward reaches next starts coming back), and
 // recompute runs the segment's forward again (`rerun`, the model's own code), taking from it the
@@ -62,6 +65,7 @@ struct TensorProfile {
 struct SegmentProfile {
   SegmentInfo info;
   double forward_seconds = 0;  // the segment's forward, as the step ran it
+  size_t arena_bytes = 0;      // what it took of the arena: held there when all its tensors are kept
   std::vector<TensorProfile> tensors;
 };
 
@@ -76,7 +80,7 @@ struct ManagerStats {
   double recompute_seconds = 0;   // re-running forwards
   double fp8_seconds = 0;         // encoding and decoding
   double offload_seconds = 0;     // waiting for transfers
-  double keep_seconds = 0;        // copying kept tensors into the pool
+  double keep_seconds = 0;        // copying kept tensors into the pool (segments not all kept)
   size_t stored_peak = 0;         // the pool's peak: kept, fp8, and restored tensors
   size_t offloaded_peak = 0;      // the offload store's peak
   int in_flight_peak = 0;         // micro-batches holding tensors at once
@@ -98,7 +102,8 @@ class ActivationManager {
   // Forward. `arena` is the micro-batch's arena; memory it held before begin_segment outlives
   // the segment. Segments do not nest.
   void begin_segment(int micro_batch, const SegmentInfo& info, const Arena& arena);
-  void end_segment(int micro_batch);
+  // Whether the segment stays in the arena (all its tensors kept); if not, the caller rewinds it.
+  bool end_segment(int micro_batch);
   void abandon_segment(int micro_batch);  // a forward that threw: the segment is closed as is
   // Saves n floats at p under `name`; exact: integers or copies that fp8 must not round.
   void save(int micro_batch, std::string_view name, const float* p, int64_t n, bool exact = false);
@@ -141,7 +146,7 @@ class ActivationManager {
     int64_t floats = 0;
     const float* view = nullptr;  // what load() returns, once available
     bool available = false;       // referenced or kept, or restored
-    void* stored = nullptr;       // pool buffer: the kept copy or the fp8 codes
+    void* stored = nullptr;       // pool buffer: the kept copy (if any) or the fp8 codes
     OffloadStore::Handle handle = -1;
     float* restored = nullptr;    // pool buffer: decoded, fetched or recomputed floats
     bool fetching = false;        // offload: the transfer back has started
@@ -149,7 +154,10 @@ class ActivationManager {
   struct Segment {
     SegmentInfo info;
     std::vector<std::string> names;
-    bool recompute = false, offload = false, restored = false;
+    bool recompute = false, offload = false, fp8 = false, restored = false;
+    int kept = 0;  // tensors kept in the segment's own memory
+    // Nothing but kept tensors, held where they lie.
+    bool in_arena() const { return kept > 0 && !recompute && !offload && !fp8; }
   };
   struct Micro {
     std::unordered_map<std::string, Record> records;
@@ -164,6 +172,7 @@ class ActivationManager {
   const Record* find(int micro_batch, std::string_view name) const;
   int segment_index(const Micro& m, int64_t segment) const;
   void save_recomputed(Micro& m, std::string_view name, const float* p, int64_t n);
+  void copy_kept(Micro& m, const Segment& seg);  // into the pool, before the arena is rewound
   void fetch(Record& r);  // starts an offloaded tensor's transfer back
   void free_record(Record& r);
   OffloadStore& offload();
@@ -181,7 +190,8 @@ class ActivationManager {
 };
 
 // One segment of the forward, as a scope: opens it in the manager (when the step saves for a
-// backward), and at its end closes it and rewinds the arena to where it began.
+// backward), and at its end closes it and rewinds the arena to where it began, unless the manager
+// holds the segment there (all its tensors kept).
 class SegmentScope {
  public:
   SegmentScope(ActivationManager& acts, Arena& arena, int micro_batch, const SegmentInfo& info,

@@ -33,20 +33,22 @@ std::vector<activation::SegmentProfile> agreed(std::vector<activation::SegmentPr
     ids = std::max(ids, shape[2 * r]);
     width = std::max(width, shape[2 * r + 1]);
   }
-  const int64_t row = 2 + width;  // holders, seconds, floats of each tensor
+  const int64_t row = 3 + width;  // holders, seconds, arena bytes, floats of each tensor
   std::vector<double> sums(static_cast<size_t>(ids * row), 0.0);
   for (const auto& s : segs) {
     double* r = sums.data() + s.info.id * row;
     r[0] = 1;
     r[1] = s.forward_seconds;
-    for (size_t j = 0; j < s.tensors.size(); ++j) r[2 + j] = static_cast<double>(s.tensors[j].floats);
+    r[2] = static_cast<double>(s.arena_bytes);
+    for (size_t j = 0; j < s.tensors.size(); ++j) r[3 + j] = static_cast<double>(s.tensors[j].floats);
   }
   world.all_reduce(sums.data(), static_cast<int64_t>(sums.size()));
   for (auto& s : segs) {
     const double* r = sums.data() + s.info.id * row;
     s.forward_seconds = r[1] / r[0];
+    s.arena_bytes = static_cast<size_t>(std::ceil(r[2] / r[0]));
     for (size_t j = 0; j < s.tensors.size(); ++j)
-      s.tensors[j].floats = static_cast<int64_t>(std::ceil(r[2 + j] / r[0]));
+      s.tensors[j].floats = static_cast<int64_t>(std::ceil(r[3 + j] / r[0]));
   }
   return segs;
 }
@@ -161,7 +163,9 @@ void ActivationRun::end_step(size_t arena_peak) {
   run_stats_.offloaded_peak = std::max(run_stats_.offloaded_peak, step_stats_.offloaded_peak);
   if (budget_ == 0) {  // the next step is predicted from this one
     profile_ = acts_.profile();
-    profile_arena_peak_ = arena_peak;
+    const size_t held = activation::held_in_arena(profile_, acts_.rules()) *
+                        static_cast<size_t>(std::max(1, step_stats_.in_flight_peak));
+    profile_arena_peak_ = arena_peak - std::min(held, arena_peak);
   }
 }
 

@@ -18,11 +18,9 @@ std::vector<DocumentRun> document_runs(std::span<const int64_t> docs, int64_t fi
   return runs;
 }
 
-std::vector<float> run_lse(const float* lse, int64_t H, int64_t T, const DocumentRun& r) {
+void run_lse(const float* lse, int64_t H, int64_t T, const DocumentRun& r, float* part) {
   const int64_t n = r.end - r.begin;
-  std::vector<float> out(static_cast<size_t>(H * n));
-  for (int64_t h = 0; h < H; ++h) std::copy_n(lse + h * T + r.begin, n, out.begin() + h * n);
-  return out;
+  for (int64_t h = 0; h < H; ++h) std::copy_n(lse + h * T + r.begin, n, part + h * n);
 }
 
 void put_run_lse(float* lse, int64_t H, int64_t T, const DocumentRun& r, const float* part) {

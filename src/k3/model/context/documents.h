@@ -20,8 +20,8 @@ struct DocumentRun {
 std::vector<DocumentRun> document_runs(std::span<const int64_t> docs, int64_t first,
                                        int64_t length);
 
-// A run's rows of lse [H, T] as [H, n], and back.
-std::vector<float> run_lse(const float* lse, int64_t H, int64_t T, const DocumentRun& r);
+// A run's rows of lse [H, T] as [H, n] (into `part`), and back.
+void run_lse(const float* lse, int64_t H, int64_t T, const DocumentRun& r, float* part);
 void put_run_lse(float* lse, int64_t H, int64_t T, const DocumentRun& r, const float* part);
 
 }  // namespace k3::model

@@ -1,9 +1,9 @@
 #include "k3/model/context/halo.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "k3/base/profile.h"
+#include "k3/model/context/scratch.h"
 
 namespace k3::model {
 namespace {
@@ -36,46 +36,47 @@ void pass_to_previous(const dist::Comm& cp, const float* mine, float* from_next,
 namespace {
 
 // Slot j's windows of every group and row, [groups, B, W], out of or into [groups, 2B, W].
-std::vector<float> slot_of(const float* x, int64_t groups, int64_t B, int64_t W, int j) {
-  std::vector<float> out;
-  for (int64_t g = 0; g < groups; ++g)
-    for (int64_t b = 0; b < B; ++b) {
-      const float* at = x + ((g * B + b) * 2 + j) * W;
-      out.insert(out.end(), at, at + W);
-    }
-  return out;
-}
-void put_slot(float* x, const std::vector<float>& part, int64_t groups, int64_t B, int64_t W,
-              int j) {
+float* slot_of(Arena& scratch, const float* x, int64_t groups, int64_t B, int64_t W, int j) {
+  float* out = scratch_floats(scratch, groups * B * W);
   for (int64_t g = 0; g < groups; ++g)
     for (int64_t b = 0; b < B; ++b)
-      std::copy_n(part.begin() + (g * B + b) * W, W, x + ((g * B + b) * 2 + j) * W);
+      std::copy_n(x + ((g * B + b) * 2 + j) * W, W, out + (g * B + b) * W);
+  return out;
+}
+void put_slot(float* x, const float* part, int64_t groups, int64_t B, int64_t W, int j) {
+  for (int64_t g = 0; g < groups; ++g)
+    for (int64_t b = 0; b < B; ++b)
+      std::copy_n(part + (g * B + b) * W, W, x + ((g * B + b) * 2 + j) * W);
 }
 
 }  // namespace
 
-void zigzag_windows(const dist::Comm& cp, const float* tails, float* windows, int64_t groups,
-                    int64_t B, int64_t W) {
+void zigzag_windows(Arena& scratch, const dist::Comm& cp, const float* tails, float* windows,
+                    int64_t groups, int64_t B, int64_t W) {
+  ArenaScope scope(scratch);
   const int64_t n = groups * B * W;
-  const std::vector<float> t0 = slot_of(tails, groups, B, W, 0),
-                           t1 = slot_of(tails, groups, B, W, 1);
-  std::vector<float> w0(static_cast<size_t>(n)), w1(static_cast<size_t>(n));
-  pass_to_next(cp, t0.data(), w0.data(), n);
-  pass_to_previous(cp, t1.data(), w1.data(), n);
-  if (cp.rank() == cp.size() - 1) w1 = t0;  // span cp follows span cp − 1, both here
+  const float *t0 = slot_of(scratch, tails, groups, B, W, 0),
+              *t1 = slot_of(scratch, tails, groups, B, W, 1);
+  float *w0 = scratch_floats(scratch, n), *w1 = scratch_floats(scratch, n);
+  pass_to_next(cp, t0, w0, n);
+  pass_to_previous(cp, t1, w1, n);
+  // Span cp follows span cp − 1, both here.
+  if (cp.rank() == cp.size() - 1) std::copy_n(t0, n, w1);
   put_slot(windows, w0, groups, B, W, 0);
   put_slot(windows, w1, groups, B, W, 1);
 }
 
-void zigzag_windows_backward(const dist::Comm& cp, const float* dwindows, float* dtails,
-                             int64_t groups, int64_t B, int64_t W) {
+void zigzag_windows_backward(Arena& scratch, const dist::Comm& cp, const float* dwindows,
+                             float* dtails, int64_t groups, int64_t B, int64_t W) {
+  ArenaScope scope(scratch);
   const int64_t n = groups * B * W;
-  const std::vector<float> d0 = slot_of(dwindows, groups, B, W, 0),
-                           d1 = slot_of(dwindows, groups, B, W, 1);
-  std::vector<float> t0(static_cast<size_t>(n)), t1(static_cast<size_t>(n));
-  pass_to_previous(cp, d0.data(), t0.data(), n);
-  pass_to_next(cp, d1.data(), t1.data(), n);
-  if (cp.rank() == cp.size() - 1) t0 = d1;  // its slot 1 window was its own slot 0 tail
+  const float *d0 = slot_of(scratch, dwindows, groups, B, W, 0),
+              *d1 = slot_of(scratch, dwindows, groups, B, W, 1);
+  float *t0 = scratch_floats(scratch, n), *t1 = scratch_floats(scratch, n);
+  pass_to_previous(cp, d0, t0, n);
+  pass_to_next(cp, d1, t1, n);
+  // The last rank's slot 1 window was its own slot 0 tail.
+  if (cp.rank() == cp.size() - 1) std::copy_n(d1, n, t0);
   put_slot(dtails, t0, groups, B, W, 0);
   put_slot(dtails, t1, groups, B, W, 1);
 }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "k3/base/arena.h"
 #include "k3/dist/comm.h"
 
 namespace k3::model {
@@ -20,11 +21,11 @@ void pass_to_previous(const dist::Comm& cp, const float* mine, float* from_next,
 // kinds of window of W floats (one per convolution): tails [groups, 2B, W], each piece's last
 // inputs, give windows [groups, 2B, W], each piece's predecessor's tail (zeros for a sequence's
 // first piece): slot 0's from the previous rank, slot 1's from the next rank (the last rank's
-// from its own slot 0).
-void zigzag_windows(const dist::Comm& cp, const float* tails, float* windows, int64_t groups,
-                    int64_t B, int64_t W);
+// from its own slot 0). The pieces in transit are scratch of `scratch` (the step arena).
+void zigzag_windows(Arena& scratch, const dist::Comm& cp, const float* tails, float* windows,
+                    int64_t groups, int64_t B, int64_t W);
 // The transpose: each window's gradient goes back to the tail it came from.
-void zigzag_windows_backward(const dist::Comm& cp, const float* dwindows, float* dtails,
-                             int64_t groups, int64_t B, int64_t W);
+void zigzag_windows_backward(Arena& scratch, const dist::Comm& cp, const float* dwindows,
+                             float* dtails, int64_t groups, int64_t B, int64_t W);
 
 }  // namespace k3::model

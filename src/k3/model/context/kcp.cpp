@@ -5,6 +5,7 @@
 #include "k3/base/error.h"
 #include "k3/base/profile.h"
 #include "k3/model/context/documents.h"
+#include "k3/model/context/scratch.h"
 
 namespace k3::model {
 namespace {
@@ -18,19 +19,19 @@ using kernels::kda::DeltaRuleShape;
 // and none when the span begins a document.
 struct PairPass {
   DeltaRuleShape shape;
-  std::vector<float> values, initial;
   DeltaRuleInputs<float> in;
 
-  PairPass(const DeltaRuleShape& s, const DeltaRuleInputs<float>& base, bool fresh) : shape(s) {
+  PairPass(Arena& scratch, const DeltaRuleShape& s, const DeltaRuleInputs<float>& base, bool fresh)
+      : shape(s) {
     const int64_t K = s.K, V = s.V, W = V + K, rows = s.B * s.T * s.H;
     shape.V = W;
-    values.assign(static_cast<size_t>(rows * W), 0.f);
-    for (int64_t r = 0; r < rows; ++r) std::copy_n(base.v + r * V, V, values.begin() + r * W);
-    initial.assign(static_cast<size_t>(s.num_sequences() * s.H * K * W), 0.f);
+    float* values = scratch_filled(scratch, rows * W);
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(base.v + r * V, V, values + r * W);
+    float* initial = scratch_filled(scratch, s.num_sequences() * s.H * K * W);
     const int64_t continued = fresh ? 0 : s.doc_starts.empty() ? s.B : 1;
     for (int64_t bh = 0; bh < continued * s.H; ++bh)
-      for (int64_t i = 0; i < K; ++i) initial[static_cast<size_t>((bh * K + i) * W + V + i)] = 1.f;
-    in = {base.q, base.k, values.data(), base.g, base.beta, initial.data()};
+      for (int64_t i = 0; i < K; ++i) initial[(bh * K + i) * W + V + i] = 1.f;
+    in = {base.q, base.k, values, base.g, base.beta, initial};
   }
   // Where the span's pair lies among the final states: its last sequence's (every row's).
   int64_t pair_offset() const {
@@ -40,16 +41,12 @@ struct PairPass {
 
 // The states one slot's normal pass starts from: its incoming state for the sequence it continues
 // (zero when it begins a document), zero for the documents that start inside it.
-struct SlotStart {
-  std::vector<float> states;
-  const float* ptr;
-  SlotStart(const DeltaRuleShape& s, const float* incoming) : ptr(incoming) {
-    if (s.doc_starts.empty()) return;
-    states.assign(static_cast<size_t>(s.num_sequences() * kcp_state_floats(s)), 0.f);
-    std::copy_n(incoming, kcp_state_floats(s), states.begin());
-    ptr = states.data();
-  }
-};
+const float* slot_start(Arena& scratch, const DeltaRuleShape& s, const float* incoming) {
+  if (s.doc_starts.empty()) return incoming;
+  float* states = scratch_filled(scratch, s.num_sequences() * kcp_state_floats(s));
+  std::copy_n(incoming, kcp_state_floats(s), states);
+  return states;
+}
 
 // Slot j's shape and documents.
 struct SlotSpan {
@@ -68,13 +65,12 @@ void check(const KcpLayout& layout, const DeltaRuleShape& s) {
 }
 
 // For each (row, head): out = M X + add, with M the last K columns of `pair` ([K, V + K] rows),
-// X and add [K, V]. out may be X.
+// X and add [K, V]. out may be X; tmp holds K·V floats.
 void apply_m(const float* pair, const float* X, const float* add, float* out, int64_t K,
-             int64_t V) {
+             int64_t V, float* tmp) {
   const int64_t W = V + K;
-  std::vector<float> tmp(static_cast<size_t>(K * V));
   for (int64_t i = 0; i < K; ++i) {
-    float* row = tmp.data() + i * V;
+    float* row = tmp + i * V;
     for (int64_t c = 0; c < V; ++c) row[c] = add ? add[i * W + c] : 0.f;
     for (int64_t j = 0; j < K; ++j) {
       const float m = pair[i * W + V + j];
@@ -82,22 +78,22 @@ void apply_m(const float* pair, const float* X, const float* add, float* out, in
       for (int64_t c = 0; c < V; ++c) row[c] += m * x[c];
     }
   }
-  std::copy(tmp.begin(), tmp.end(), out);
+  std::copy_n(tmp, K * V, out);
 }
 
-// out = Mᵀ X + add (add [K, V] plain, may be out).
+// out = Mᵀ X + add (add [K, V] plain, may be out); tmp holds K·V floats.
 void apply_mt(const float* pair, const float* X, const float* add, float* out, int64_t K,
-              int64_t V) {
+              int64_t V, float* tmp) {
   const int64_t W = V + K;
-  std::vector<float> tmp(add, add + K * V);
+  std::copy_n(add, K * V, tmp);
   for (int64_t j = 0; j < K; ++j)
     for (int64_t i = 0; i < K; ++i) {
       const float m = pair[i * W + V + j];  // (Mᵀ)[j][i]
       const float* x = X + i * V;
-      float* row = tmp.data() + j * V;
+      float* row = tmp + j * V;
       for (int64_t c = 0; c < V; ++c) row[c] += m * x[c];
     }
-  std::copy(tmp.begin(), tmp.end(), out);
+  std::copy_n(tmp, K * V, out);
 }
 
 }  // namespace
@@ -130,13 +126,14 @@ int64_t kcp_records_floats(const KcpLayout& layout, const DeltaRuleShape& s) {
   return n;
 }
 
-void kcp_span_pairs(const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, float* pairs,
-                    bool fresh) {
-  const PairPass p(s, in, fresh);
-  std::vector<float> out(static_cast<size_t>(s.B * s.T * s.H * p.shape.V)),
-      last(static_cast<size_t>(s.num_sequences() * s.H * s.K * p.shape.V));
-  kernels::kda::chunk_forward(p.shape, p.in, out.data(), last.data(), nullptr);
-  std::copy_n(last.begin() + p.pair_offset(), kcp_pair_floats(s), pairs);
+void kcp_span_pairs(Arena& scratch, const DeltaRuleShape& s, const DeltaRuleInputs<float>& in,
+                    float* pairs, bool fresh) {
+  ArenaScope scope(scratch);
+  const PairPass p(scratch, s, in, fresh);
+  float* out = scratch_floats(scratch, s.B * s.T * s.H * p.shape.V);
+  float* last = scratch_floats(scratch, s.num_sequences() * s.H * s.K * p.shape.V);
+  kernels::kda::chunk_forward(p.shape, p.in, out, last, nullptr);
+  std::copy_n(last + p.pair_offset(), kcp_pair_floats(s), pairs);
 }
 
 int KcpLayout::gathered(int c) const {
@@ -147,14 +144,11 @@ int KcpLayout::gathered(int c) const {
 namespace {
 
 // Slot `slot` (of `slots`) of rows laid out [B, slots·T, width], as [B, T, width]; and back.
-std::vector<float> slot_rows(const float* x, int64_t B, int64_t T, int slots, int64_t width,
-                             int slot) {
-  std::vector<float> out;
-  out.reserve(static_cast<size_t>(B * T * width));
-  for (int64_t b = 0; b < B; ++b) {
-    const float* at = x + (b * slots + slot) * T * width;
-    out.insert(out.end(), at, at + T * width);
-  }
+float* slot_rows(Arena& scratch, const float* x, int64_t B, int64_t T, int slots, int64_t width,
+                 int slot) {
+  float* out = scratch_floats(scratch, B * T * width);
+  for (int64_t b = 0; b < B; ++b)
+    std::copy_n(x + (b * slots + slot) * T * width, T * width, out + b * T * width);
   return out;
 }
 void put_slot_rows(float* x, int64_t B, int64_t T, int slots, int64_t width, int slot,
@@ -168,118 +162,121 @@ void put_slot_rows(float* x, int64_t B, int64_t T, int slots, int64_t width, int
 
 // One slot's inputs, contiguous.
 struct SlotInputs {
-  std::vector<float> q, k, v, g, beta;
-  SlotInputs(const DeltaRuleShape& s, int slots, int slot, const DeltaRuleInputs<float>& in)
-      : q(slot_rows(in.q, s.B, s.T, slots, s.H * s.K, slot)),
-        k(slot_rows(in.k, s.B, s.T, slots, s.H * s.K, slot)),
-        v(slot_rows(in.v, s.B, s.T, slots, s.H * s.V, slot)),
-        g(slot_rows(in.g, s.B, s.T, slots, s.H * s.K, slot)),
-        beta(slot_rows(in.beta, s.B, s.T, slots, s.H, slot)) {}
-  DeltaRuleInputs<float> in(const float* initial) const {
-    return {q.data(), k.data(), v.data(), g.data(), beta.data(), initial};
-  }
+  const float *q, *k, *v, *g, *beta;
+  SlotInputs(Arena& scratch, const DeltaRuleShape& s, int slots, int slot,
+             const DeltaRuleInputs<float>& in)
+      : q(slot_rows(scratch, in.q, s.B, s.T, slots, s.H * s.K, slot)),
+        k(slot_rows(scratch, in.k, s.B, s.T, slots, s.H * s.K, slot)),
+        v(slot_rows(scratch, in.v, s.B, s.T, slots, s.H * s.V, slot)),
+        g(slot_rows(scratch, in.g, s.B, s.T, slots, s.H * s.K, slot)),
+        beta(slot_rows(scratch, in.beta, s.B, s.T, slots, s.H, slot)) {}
+  DeltaRuleInputs<float> in(const float* initial) const { return {q, k, v, g, beta, initial}; }
 };
 
 }  // namespace
 
-void kcp_fold(const DeltaRuleShape& s, const KcpLayout& layout, const float* pairs, int span,
-              float* state) {
+void kcp_fold(Arena& scratch, const DeltaRuleShape& s, const KcpLayout& layout, const float* pairs,
+              int span, float* state) {
+  ArenaScope scope(scratch);
   const int64_t K = s.K, V = s.V, heads = s.B * s.H, per = kcp_pair_floats(s);
+  float* tmp = scratch_floats(scratch, K * V);
   std::fill(state, state + kcp_state_floats(s), 0.f);
   for (int c = 0; c < span; ++c)
     for (int64_t bh = 0; bh < heads; ++bh) {
       const float* pair = pairs + layout.gathered(c) * per + bh * K * (V + K);
       float* S = state + bh * K * V;
-      apply_m(pair, S, pair, S, K, V);
+      apply_m(pair, S, pair, S, K, V, tmp);
     }
 }
 
-void kcp_forward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRuleShape& s,
-                 const DeltaRuleInputs<float>& in, float* out, const KcpSaved& saved) {
+void kcp_forward(Arena& scratch, const dist::Comm& cp, const KcpLayout& layout,
+                 const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, float* out,
+                 const KcpSaved& saved) {
   check(layout, s);
+  ArenaScope scope(scratch);
   const int slots = layout.slots;
   const int64_t per = kcp_pair_floats(s), state = kcp_state_floats(s);
   std::vector<SlotInputs> mine;
   std::vector<SlotSpan> spans;
   for (int j = 0; j < slots; ++j) {
-    mine.emplace_back(s, slots, j, in);
+    mine.emplace_back(scratch, s, slots, j, in);
     spans.emplace_back(layout, s, j);
-    kcp_span_pairs(spans[j].s, mine[j].in(nullptr), saved.pairs + (cp.rank() * slots + j) * per,
-                   spans[j].docs.fresh());
+    kcp_span_pairs(scratch, spans[j].s, mine[j].in(nullptr),
+                   saved.pairs + (cp.rank() * slots + j) * per, spans[j].docs.fresh());
   }
   {
     ProfileScope time("kda/kcp all-gathers");
     cp.all_gather(saved.pairs, std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * per));
   }
-  std::vector<float> o(static_cast<size_t>(s.B * s.T * s.H * s.V));
+  float* o = scratch_floats(scratch, s.B * s.T * s.H * s.V);
   float* records = saved.chunk_saved;
   for (int j = 0; j < slots; ++j) {
     float* incoming = saved.incoming + j * state;
-    kcp_fold(s, layout, saved.pairs, layout.span_of(j), incoming);
+    kcp_fold(scratch, s, layout, saved.pairs, layout.span_of(j), incoming);
     if (spans[j].docs.fresh()) std::fill(incoming, incoming + state, 0.f);
-    const SlotStart start(spans[j].s, incoming);
-    kernels::kda::chunk_forward(spans[j].s, mine[j].in(start.ptr), o.data(), nullptr, records);
+    const float* start = slot_start(scratch, spans[j].s, incoming);
+    kernels::kda::chunk_forward(spans[j].s, mine[j].in(start), o, nullptr, records);
     records += kernels::kda::chunk_saved_floats(spans[j].s);
-    put_slot_rows(out, s.B, s.T, slots, s.H * s.V, j, o.data(), false);
+    put_slot_rows(out, s.B, s.T, slots, s.H * s.V, j, o, false);
   }
 }
 
-void kcp_backward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRuleShape& s,
-                  const DeltaRuleInputs<float>& in, const KcpSaved& saved, const float* dout,
-                  const DeltaRuleGrads<float>& grads) {
+void kcp_backward(Arena& scratch, const dist::Comm& cp, const KcpLayout& layout,
+                  const DeltaRuleShape& s, const DeltaRuleInputs<float>& in, const KcpSaved& saved,
+                  const float* dout, const DeltaRuleGrads<float>& grads) {
   check(layout, s);
+  ArenaScope scope(scratch);
   const int slots = layout.slots, last = layout.spans() - 1;
   const int64_t K = s.K, V = s.V, W = V + K, heads = s.B * s.H, per = kcp_pair_floats(s),
                 state = kcp_state_floats(s), rows = s.B * s.T * s.H;
   // Each slot's normal pass, and the gradient of the state it started from.
-  std::vector<float> dstates(static_cast<size_t>(state * layout.spans()), 0.f);
+  float* dstates = scratch_filled(scratch, state * layout.spans());
   std::vector<SlotInputs> mine;
   std::vector<SlotSpan> spans;
-  std::vector<float> dq(static_cast<size_t>(rows * K)), dk(dq.size()), dg(dq.size()),
-      dv(static_cast<size_t>(rows * V)), dbeta(static_cast<size_t>(rows));
+  float *dq = scratch_floats(scratch, rows * K), *dk = scratch_floats(scratch, rows * K),
+        *dg = scratch_floats(scratch, rows * K), *dv = scratch_floats(scratch, rows * V),
+        *dbeta = scratch_floats(scratch, rows);
   const float* records = saved.chunk_saved;
   for (int j = 0; j < slots; ++j) {
-    mine.emplace_back(s, slots, j, in);
+    mine.emplace_back(scratch, s, slots, j, in);
     spans.emplace_back(layout, s, j);
     const DeltaRuleShape& sj = spans[j].s;
-    const std::vector<float> d = slot_rows(dout, s.B, s.T, slots, s.H * V, j);
+    const float* d = slot_rows(scratch, dout, s.B, s.T, slots, s.H * V, j);
     // The gradient of every sequence's starting state; the first's is the incoming state's. (The
     // backward reads the states from the records.)
-    std::vector<float> dstart(static_cast<size_t>(sj.num_sequences() * s.H * K * V));
-    kernels::kda::chunk_backward(
-        sj, mine[j].in(nullptr), records, d.data(), nullptr,
-        {dq.data(), dk.data(), dv.data(), dg.data(), dbeta.data(), dstart.data()});
+    float* dstart = scratch_floats(scratch, sj.num_sequences() * s.H * K * V);
+    kernels::kda::chunk_backward(sj, mine[j].in(nullptr), records, d, nullptr,
+                                 {dq, dk, dv, dg, dbeta, dstart});
     records += kernels::kda::chunk_saved_floats(sj);
     if (!spans[j].docs.fresh())  // a span that begins a document never read its incoming state
-      std::copy_n(dstart.begin(), state, dstates.begin() + (cp.rank() * slots + j) * state);
-    put_slot_rows(grads.dq, s.B, s.T, slots, s.H * K, j, dq.data(), false);
-    put_slot_rows(grads.dk, s.B, s.T, slots, s.H * K, j, dk.data(), false);
-    put_slot_rows(grads.dv, s.B, s.T, slots, s.H * V, j, dv.data(), false);
-    put_slot_rows(grads.dg, s.B, s.T, slots, s.H * K, j, dg.data(), false);
-    put_slot_rows(grads.dbeta, s.B, s.T, slots, s.H, j, dbeta.data(), false);
+      std::copy_n(dstart, state, dstates + (cp.rank() * slots + j) * state);
+    put_slot_rows(grads.dq, s.B, s.T, slots, s.H * K, j, dq, false);
+    put_slot_rows(grads.dk, s.B, s.T, slots, s.H * K, j, dk, false);
+    put_slot_rows(grads.dv, s.B, s.T, slots, s.H * V, j, dv, false);
+    put_slot_rows(grads.dg, s.B, s.T, slots, s.H * K, j, dg, false);
+    put_slot_rows(grads.dbeta, s.B, s.T, slots, s.H, j, dbeta, false);
   }
   {
     ProfileScope time("kda/kcp all-gathers");
-    cp.all_gather(dstates.data(),
-                  std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * state));
+    cp.all_gather(dstates, std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * state));
   }
 
   for (int j = 0; j < slots; ++j) {
     const int c = layout.span_of(j);
     if (c == last) continue;  // nothing after the last span reads its pair
+    ArenaScope span_scope(scratch);
     // The transposed fold: T = what every later span's state gradient sends back to this end.
-    std::vector<float> T(static_cast<size_t>(state), 0.f);
+    float *T = scratch_filled(scratch, state), *tmp = scratch_floats(scratch, K * V);
     for (int later = last; later > c; --later)
       for (int64_t bh = 0; bh < heads; ++bh)
-        apply_mt(saved.pairs + layout.gathered(later) * per + bh * K * W, T.data() + bh * K * V,
-                 dstates.data() + layout.gathered(later) * state + bh * K * V,
-                 T.data() + bh * K * V, K, V);
+        apply_mt(saved.pairs + layout.gathered(later) * per + bh * K * W, T + bh * K * V,
+                 dstates + layout.gathered(later) * state + bh * K * V, T + bh * K * V, K, V, tmp);
     // [dS̃ | dM] with dM = T S_inᵀ.
     const float* incoming = saved.incoming + j * state;
-    std::vector<float> dpair(static_cast<size_t>(per), 0.f);
+    float* dpair = scratch_filled(scratch, per);
     for (int64_t bh = 0; bh < heads; ++bh) {
-      const float *t = T.data() + bh * K * V, *sin = incoming + bh * K * V;
-      float* d = dpair.data() + bh * K * W;
+      const float *t = T + bh * K * V, *sin = incoming + bh * K * V;
+      float* d = dpair + bh * K * W;
       for (int64_t i = 0; i < K; ++i) {
         std::copy_n(t + i * V, V, d + i * W);
         for (int64_t k2 = 0; k2 < K; ++k2) {
@@ -291,22 +288,21 @@ void kcp_backward(const dist::Comm& cp, const KcpLayout& layout, const DeltaRule
     }
     // The pair pass again (recomputed rather than kept), then its backward: [dS̃ | dM] reaches
     // the span's last sequence.
-    const PairPass p(spans[j].s, mine[j].in(nullptr), spans[j].docs.fresh());
-    std::vector<float> out(static_cast<size_t>(rows * W)),
-        recs(static_cast<size_t>(kernels::kda::chunk_saved_floats(p.shape))),
-        dlast(static_cast<size_t>(p.shape.num_sequences() * s.H * K * W), 0.f);
-    std::copy(dpair.begin(), dpair.end(), dlast.begin() + p.pair_offset());
-    kernels::kda::chunk_forward(p.shape, p.in, out.data(), nullptr, recs.data());
-    std::fill(out.begin(), out.end(), 0.f);  // the pair pass's outputs feed nothing
-    std::vector<float> pdv(static_cast<size_t>(rows * W)), pdvv(static_cast<size_t>(rows * V));
-    kernels::kda::chunk_backward(
-        p.shape, p.in, recs.data(), out.data(), dlast.data(),
-        {dq.data(), dk.data(), pdv.data(), dg.data(), dbeta.data(), nullptr});
-    for (int64_t i = 0; i < rows; ++i) std::copy_n(pdv.begin() + i * W, V, pdvv.begin() + i * V);
-    put_slot_rows(grads.dk, s.B, s.T, slots, s.H * K, j, dk.data(), true);
-    put_slot_rows(grads.dv, s.B, s.T, slots, s.H * V, j, pdvv.data(), true);
-    put_slot_rows(grads.dg, s.B, s.T, slots, s.H * K, j, dg.data(), true);
-    put_slot_rows(grads.dbeta, s.B, s.T, slots, s.H, j, dbeta.data(), true);
+    const PairPass p(scratch, spans[j].s, mine[j].in(nullptr), spans[j].docs.fresh());
+    float* out = scratch_floats(scratch, rows * W);
+    float* recs = scratch_floats(scratch, kernels::kda::chunk_saved_floats(p.shape));
+    float* dlast = scratch_filled(scratch, p.shape.num_sequences() * s.H * K * W);
+    std::copy_n(dpair, per, dlast + p.pair_offset());
+    kernels::kda::chunk_forward(p.shape, p.in, out, nullptr, recs);
+    std::fill_n(out, rows * W, 0.f);  // the pair pass's outputs feed nothing
+    float *pdv = scratch_floats(scratch, rows * W), *pdvv = scratch_floats(scratch, rows * V);
+    kernels::kda::chunk_backward(p.shape, p.in, recs, out, dlast,
+                                 {dq, dk, pdv, dg, dbeta, nullptr});
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(pdv + i * W, V, pdvv + i * V);
+    put_slot_rows(grads.dk, s.B, s.T, slots, s.H * K, j, dk, true);
+    put_slot_rows(grads.dv, s.B, s.T, slots, s.H * V, j, pdvv, true);
+    put_slot_rows(grads.dg, s.B, s.T, slots, s.H * K, j, dg, true);
+    put_slot_rows(grads.dbeta, s.B, s.T, slots, s.H, j, dbeta, true);
   }
 }
 

@@ -28,6 +28,7 @@
 #include <span>
 #include <vector>
 
+#include "k3/base/arena.h"
 #include "k3/dist/comm.h"
 #include "k3/kernels/kda/delta_rule.h"
 
@@ -71,24 +72,26 @@ int64_t kcp_state_floats(const kernels::kda::DeltaRuleShape& s);  // [B, H, K, V
 // The normal pass's records of this rank's slots, one after the other.
 int64_t kcp_records_floats(const KcpLayout& layout, const kernels::kda::DeltaRuleShape& s);
 
+// Every function below takes its scratch from `scratch` (the step arena) and rewinds it.
+//
 // s: one span's shape (s.T tokens of each of s.B rows; doc_starts must be empty); in and out
 // hold this rank's slots·s.T tokens of each row (out [B, slots·T, H, V]). Fills `saved`.
-void kcp_forward(const dist::Comm& cp, const KcpLayout& layout,
+void kcp_forward(Arena& scratch, const dist::Comm& cp, const KcpLayout& layout,
                  const kernels::kda::DeltaRuleShape& s,
                  const kernels::kda::DeltaRuleInputs<float>& in, float* out, const KcpSaved& saved);
 // Gradients of this rank's inputs (all overwritten; dinitial_state is not used).
-void kcp_backward(const dist::Comm& cp, const KcpLayout& layout,
+void kcp_backward(Arena& scratch, const dist::Comm& cp, const KcpLayout& layout,
                   const kernels::kda::DeltaRuleShape& s,
                   const kernels::kda::DeltaRuleInputs<float>& in, const KcpSaved& saved,
                   const float* dout, const kernels::kda::DeltaRuleGrads<float>& grads);
 
 // The pair (M, S̃) of one span as [B, H, K, V + K] (S̃ then M along the last axis); s.doc_starts
 // are the span's own (SpanDocuments::starts), `fresh` when it begins a document.
-void kcp_span_pairs(const kernels::kda::DeltaRuleShape& s,
+void kcp_span_pairs(Arena& scratch, const kernels::kda::DeltaRuleShape& s,
                     const kernels::kda::DeltaRuleInputs<float>& in, float* pairs,
                     bool fresh = false);
 // The state entering span `span` from the gathered pairs of spans [0, span): [B, H, K, V].
-void kcp_fold(const kernels::kda::DeltaRuleShape& s, const KcpLayout& layout, const float* pairs,
-              int span, float* state);
+void kcp_fold(Arena& scratch, const kernels::kda::DeltaRuleShape& s, const KcpLayout& layout,
+              const float* pairs, int span, float* state);
 
 }  // namespace k3::model

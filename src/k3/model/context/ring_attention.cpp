@@ -3,64 +3,61 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
-#include <vector>
 
 #include "k3/base/error.h"
 #include "k3/base/profile.h"
 #include "k3/kernels/attention.h"
 #include "k3/kernels/attention_block.h"
 #include "k3/model/context/documents.h"
+#include "k3/model/context/scratch.h"
 
 namespace k3::model {
 namespace {
 
 constexpr int kLatentTag = 72, kGradientTag = 73;
-using Buf = std::vector<float>;
 
 // Chunk `slot` (0 or 1) of rows laid out [B, 2C, width], as [B, C, width]; and back (adding).
-Buf chunk_of(const float* x, const RingShape& s, int64_t width, int slot) {
-  Buf out;
-  out.reserve(static_cast<size_t>(s.B * s.C * width));
-  for (int64_t b = 0; b < s.B; ++b) {
-    const float* at = x + (b * 2 * s.C + slot * s.C) * width;
-    out.insert(out.end(), at, at + s.C * width);
-  }
+float* chunk_of(Arena& scratch, const float* x, const RingShape& s, int64_t width, int slot) {
+  float* out = scratch_floats(scratch, s.B * s.C * width);
+  for (int64_t b = 0; b < s.B; ++b)
+    std::copy_n(x + (b * 2 * s.C + slot * s.C) * width, s.C * width, out + b * s.C * width);
   return out;
 }
-void add_chunk(float* x, const RingShape& s, int64_t width, int slot, const Buf& part) {
+void add_chunk(float* x, const RingShape& s, int64_t width, int slot, const float* part) {
   for (int64_t b = 0; b < s.B; ++b) {
     float* at = x + (b * 2 * s.C + slot * s.C) * width;
-    const float* from = part.data() + b * s.C * width;
+    const float* from = part + b * s.C * width;
     for (int64_t i = 0; i < s.C * width; ++i) at[i] += from[i];
   }
 }
 // lse [B, H, 2C] and its chunk [B, H, C].
-Buf lse_chunk(const float* lse, const RingShape& s, int slot) {
-  Buf out;
+float* lse_chunk(Arena& scratch, const float* lse, const RingShape& s, int slot) {
+  float* out = scratch_floats(scratch, s.B * s.H * s.C);
   for (int64_t bh = 0; bh < s.B * s.H; ++bh)
-    out.insert(out.end(), lse + bh * 2 * s.C + slot * s.C, lse + bh * 2 * s.C + (slot + 1) * s.C);
+    std::copy_n(lse + bh * 2 * s.C + slot * s.C, s.C, out + bh * s.C);
   return out;
 }
 
 // The global chunk in slot `slot` of rank `rank`.
 int chunk_id(int rank, int slot, int ranks) { return slot == 0 ? rank : 2 * ranks - 1 - rank; }
 
-// One held block, expanded: per slot, k_n, k_r and v of its chunk.
+// One held block, expanded: per slot, k_n, k_r and v of its chunk (in `scratch`).
 struct Keys {
-  Buf k_n[2], k_r[2], v[2];
-  Keys(const RingShape& s, const float* latent, const ExpandKv& expand) {
+  const float *k_n[2], *k_r[2], *v[2];
+  Keys(Arena& scratch, const RingShape& s, const float* latent, const ExpandKv& expand) {
     const int64_t rows = s.rows();
-    Buf c(static_cast<size_t>(rows * s.r_kv)), kr(static_cast<size_t>(rows * s.d_r));
+    float *c = scratch_floats(scratch, rows * s.r_kv), *kr = scratch_floats(scratch, rows * s.d_r);
     for (int64_t i = 0; i < rows; ++i) {
-      std::copy_n(latent + i * s.latent(), s.r_kv, c.begin() + i * s.r_kv);
-      std::copy_n(latent + i * s.latent() + s.r_kv, s.d_r, kr.begin() + i * s.d_r);
+      std::copy_n(latent + i * s.latent(), s.r_kv, c + i * s.r_kv);
+      std::copy_n(latent + i * s.latent() + s.r_kv, s.d_r, kr + i * s.d_r);
     }
-    Buf kn(static_cast<size_t>(rows * s.H * s.d_n)), vv(static_cast<size_t>(rows * s.H * s.d_v));
-    expand(c.data(), rows, kn.data(), vv.data());
+    float* kn = scratch_floats(scratch, rows * s.H * s.d_n);
+    float* vv = scratch_floats(scratch, rows * s.H * s.d_v);
+    expand(c, rows, kn, vv);
     for (int slot = 0; slot < 2; ++slot) {
-      k_n[slot] = chunk_of(kn.data(), s, s.H * s.d_n, slot);
-      k_r[slot] = chunk_of(kr.data(), s, s.d_r, slot);
-      v[slot] = chunk_of(vv.data(), s, s.H * s.d_v, slot);
+      k_n[slot] = chunk_of(scratch, kn, s, s.H * s.d_n, slot);
+      k_r[slot] = chunk_of(scratch, kr, s, s.d_r, slot);
+      v[slot] = chunk_of(scratch, vv, s, s.H * s.d_v, slot);
     }
   }
 };
@@ -77,8 +74,8 @@ int64_t first_key(const DocumentRun& run, int qc, int kc, int64_t C) {
 
 // Query chunk qc against key chunk kc over packed documents, run by run, merged into acc and
 // acc_lse ([C, H, d_v] and [H, C]).
-void forward_runs(const RingShape& s, int qc, int kc, const float* q, const float* kn,
-                  const float* kr, const float* v, float* acc, float* acc_lse) {
+void forward_runs(Arena& scratch, const RingShape& s, int qc, int kc, const float* q,
+                  const float* kn, const float* kr, const float* v, float* acc, float* acc_lse) {
   const int64_t C = s.C, H = s.H, dq = s.d_n + s.d_r;
   for (const DocumentRun& run : document_runs(s.documents, qc * C, C)) {
     const int64_t n = run.end - run.begin, k0 = first_key(run, qc, kc, C);
@@ -86,22 +83,24 @@ void forward_runs(const RingShape& s, int qc, int kc, const float* q, const floa
     const kernels::AttentionShape cs{1, n, H, s.d_n, s.d_r, s.d_v, 0.f};
     const float *qr = q + run.begin * H * dq, *knr = kn + k0 * H * s.d_n, *krr = kr + k0 * s.d_r,
                 *vr = v + k0 * H * s.d_v;
-    Buf out(static_cast<size_t>(n * H * s.d_v)), lse(static_cast<size_t>(H * n));
+    ArenaScope scope(scratch);
+    float *out = scratch_floats(scratch, n * H * s.d_v), *lse = scratch_floats(scratch, H * n);
     if (kc == qc)
-      kernels::attention_forward(cs, qr, knr, krr, vr, out.data(), lse.data());
+      kernels::attention_forward(cs, qr, knr, krr, vr, out, lse);
     else
-      kernels::attention_block_forward(cs, n, C - k0, qr, knr, krr, vr, out.data(), lse.data());
-    Buf merged = run_lse(acc_lse, H, C, run);
-    kernels::attention_merge(1, n, H, s.d_v, acc + run.begin * H * s.d_v, merged.data(), out.data(),
-                             lse.data());
-    put_run_lse(acc_lse, H, C, run, merged.data());
+      kernels::attention_block_forward(cs, n, C - k0, qr, knr, krr, vr, out, lse);
+    float* merged = scratch_floats(scratch, H * n);
+    run_lse(acc_lse, H, C, run, merged);
+    kernels::attention_merge(1, n, H, s.d_v, acc + run.begin * H * s.d_v, merged, out, lse);
+    put_run_lse(acc_lse, H, C, run, merged);
   }
 }
 
 // Its backward: accumulates dq ([C, H, d_n + d_r]) and the key chunk's gk, gkr, gv.
-void backward_runs(const RingShape& s, int qc, int kc, const float* q, const float* kn,
-                   const float* kr, const float* v, const float* out, const float* lse,
-                   const float* dout, float* dq, float* gk, float* gkr, float* gv) {
+void backward_runs(Arena& scratch, const RingShape& s, int qc, int kc, const float* q,
+                   const float* kn, const float* kr, const float* v, const float* out,
+                   const float* lse, const float* dout, float* dq, float* gk, float* gkr,
+                   float* gv) {
   const int64_t C = s.C, H = s.H, dqd = s.d_n + s.d_r;
   for (const DocumentRun& run : document_runs(s.documents, qc * C, C)) {
     const int64_t n = run.end - run.begin, k0 = first_key(run, qc, kc, C);
@@ -109,20 +108,23 @@ void backward_runs(const RingShape& s, int qc, int kc, const float* q, const flo
     const kernels::AttentionShape cs{1, n, H, s.d_n, s.d_r, s.d_v, 0.f};
     const int64_t qo = run.begin * H * dqd, oo = run.begin * H * s.d_v;
     const int64_t ko = k0 * H * s.d_n, kro = k0 * s.d_r, vo = k0 * H * s.d_v;
-    const Buf l = run_lse(lse, H, C, run);
+    ArenaScope scope(scratch);
+    float* l = scratch_floats(scratch, H * n);
+    run_lse(lse, H, C, run, l);
     if (kc != qc) {
       kernels::attention_block_backward(cs, n, C - k0, q + qo, kn + ko, kr + kro, v + vo, out + oo,
-                                        l.data(), dout + oo, dq + qo, gk + ko, gkr + kro, gv + vo);
+                                        l, dout + oo, dq + qo, gk + ko, gkr + kro, gv + vo);
       continue;
     }
-    Buf tq(static_cast<size_t>(n * H * dqd)), tk(static_cast<size_t>(n * H * s.d_n)),
-        tkr(static_cast<size_t>(n * s.d_r)), tv(static_cast<size_t>(n * H * s.d_v));
-    kernels::attention_backward(cs, q + qo, kn + ko, kr + kro, v + vo, out + oo, l.data(),
-                                dout + oo, tq.data(), tk.data(), tkr.data(), tv.data());
-    for (size_t i = 0; i < tq.size(); ++i) dq[qo + i] += tq[i];
-    for (size_t i = 0; i < tk.size(); ++i) gk[ko + i] += tk[i];
-    for (size_t i = 0; i < tkr.size(); ++i) gkr[kro + i] += tkr[i];
-    for (size_t i = 0; i < tv.size(); ++i) gv[vo + i] += tv[i];
+    const int64_t nq = n * H * dqd, nk = n * H * s.d_n, nkr = n * s.d_r, nv = n * H * s.d_v;
+    float *tq = scratch_floats(scratch, nq), *tk = scratch_floats(scratch, nk),
+          *tkr = scratch_floats(scratch, nkr), *tv = scratch_floats(scratch, nv);
+    kernels::attention_backward(cs, q + qo, kn + ko, kr + kro, v + vo, out + oo, l, dout + oo, tq,
+                                tk, tkr, tv);
+    for (int64_t i = 0; i < nq; ++i) dq[qo + i] += tq[i];
+    for (int64_t i = 0; i < nk; ++i) gk[ko + i] += tk[i];
+    for (int64_t i = 0; i < nkr; ++i) gkr[kro + i] += tkr[i];
+    for (int64_t i = 0; i < nv; ++i) gv[vo + i] += tv[i];
   }
 }
 
@@ -143,44 +145,44 @@ struct RingStep {
 
 }  // namespace
 
-void ring_attention_forward(const dist::Comm& cp, const RingShape& s, const float* q,
-                            const float* latent, const ExpandKv& expand, float* out, float* lse) {
+void ring_attention_forward(Arena& scratch, const dist::Comm& cp, const RingShape& s,
+                            const float* q, const float* latent, const ExpandKv& expand, float* out,
+                            float* lse) {
   K3_CHECK(s.documents.empty() || s.B == 1, "ring attention: packed documents need one row");
+  ArenaScope scope(scratch);
   const int P = cp.size(), r = cp.rank();
   const int64_t dq = s.d_n + s.d_r, n = s.rows() * s.latent();
+  const int64_t n_acc = s.B * s.C * s.H * s.d_v, n_lse = s.B * s.H * s.C;
   const kernels::AttentionShape cs = chunk_shape(s);
-  Buf cur(latent, latent + n), next(static_cast<size_t>(n));
-  Buf qs[2], acc[2], acc_lse[2];
+  float *cur = scratch_floats(scratch, n), *next = scratch_floats(scratch, n);
+  std::copy_n(latent, n, cur);
+  float *qs[2], *acc[2], *acc_lse[2];
   for (int slot = 0; slot < 2; ++slot) {
-    qs[slot] = chunk_of(q, s, s.H * dq, slot);
-    acc[slot].assign(static_cast<size_t>(s.B * s.C * s.H * s.d_v), 0.f);
-    acc_lse[slot].assign(static_cast<size_t>(s.B * s.H * s.C),
-                         -std::numeric_limits<float>::infinity());
+    qs[slot] = chunk_of(scratch, q, s, s.H * dq, slot);
+    acc[slot] = scratch_filled(scratch, n_acc);
+    acc_lse[slot] = scratch_filled(scratch, n_lse, -std::numeric_limits<float>::infinity());
   }
-  Buf part(acc[0].size()), part_lse(acc_lse[0].size());
+  float *part = scratch_floats(scratch, n_acc), *part_lse = scratch_floats(scratch, n_lse);
   for (int t = 0; t < P; ++t) {
     const int src = (r - t + P) % P;
     std::optional<RingStep> step;
-    if (t + 1 < P) step.emplace(cp, cur.data(), next.data(), n, kLatentTag);
-    const Keys keys(s, cur.data(), expand);
+    if (t + 1 < P) step.emplace(cp, cur, next, n, kLatentTag);
+    ArenaScope block(scratch);
+    const Keys keys(scratch, s, cur, expand);
     for (int kslot = 0; kslot < 2; ++kslot)
       for (int qslot = 0; qslot < 2; ++qslot) {
         const int kc = chunk_id(src, kslot, P), qc = chunk_id(r, qslot, P);
         if (kc > qc) continue;
-        const float *kn = keys.k_n[kslot].data(), *kr = keys.k_r[kslot].data(),
-                    *v = keys.v[kslot].data();
+        const float *kn = keys.k_n[kslot], *kr = keys.k_r[kslot], *v = keys.v[kslot];
         if (!s.documents.empty()) {
-          forward_runs(s, qc, kc, qs[qslot].data(), kn, kr, v, acc[qslot].data(),
-                       acc_lse[qslot].data());
+          forward_runs(scratch, s, qc, kc, qs[qslot], kn, kr, v, acc[qslot], acc_lse[qslot]);
           continue;
         }
         if (kc == qc)
-          kernels::attention_forward(cs, qs[qslot].data(), kn, kr, v, part.data(), part_lse.data());
+          kernels::attention_forward(cs, qs[qslot], kn, kr, v, part, part_lse);
         else
-          kernels::attention_block_forward(cs, s.C, s.C, qs[qslot].data(), kn, kr, v, part.data(),
-                                           part_lse.data());
-        kernels::attention_merge(s.B, s.C, s.H, s.d_v, acc[qslot].data(), acc_lse[qslot].data(),
-                                 part.data(), part_lse.data());
+          kernels::attention_block_forward(cs, s.C, s.C, qs[qslot], kn, kr, v, part, part_lse);
+        kernels::attention_merge(s.B, s.C, s.H, s.d_v, acc[qslot], acc_lse[qslot], part, part_lse);
       }
     if (step) {
       step->wait();
@@ -191,94 +193,98 @@ void ring_attention_forward(const dist::Comm& cp, const RingShape& s, const floa
   for (int slot = 0; slot < 2; ++slot) {
     add_chunk(out, s, s.H * s.d_v, slot, acc[slot]);
     for (int64_t bh = 0; bh < s.B * s.H; ++bh)
-      std::copy_n(acc_lse[slot].begin() + bh * s.C, s.C, lse + bh * 2 * s.C + slot * s.C);
+      std::copy_n(acc_lse[slot] + bh * s.C, s.C, lse + bh * 2 * s.C + slot * s.C);
   }
 }
 
-void ring_attention_backward(const dist::Comm& cp, const RingShape& s, const float* q,
-                             const float* latent, const float* out, const float* lse,
-                             const float* dout, const ExpandKv& expand,
+void ring_attention_backward(Arena& scratch, const dist::Comm& cp, const RingShape& s,
+                             const float* q, const float* latent, const float* out,
+                             const float* lse, const float* dout, const ExpandKv& expand,
                              const ExpandKvBackward& expand_backward, float* dq, float* dlatent) {
   K3_CHECK(s.documents.empty() || s.B == 1, "ring attention: packed documents need one row");
+  ArenaScope scope(scratch);
   const int P = cp.size(), r = cp.rank();
   const int64_t dqd = s.d_n + s.d_r, rows = s.rows(), n_lat = rows * s.latent();
   const kernels::AttentionShape cs = chunk_shape(s);
-  Buf qs[2], os[2], ls[2], dos[2], dqs[2];
+  const int64_t nq = s.B * s.C * s.H * dqd, nk = s.B * s.C * s.H * s.d_n, nkr = s.B * s.C * s.d_r,
+                nv = s.B * s.C * s.H * s.d_v;
+  const float *qs[2], *os[2], *ls[2], *dos[2];
+  float* dqs[2];
   for (int slot = 0; slot < 2; ++slot) {
-    qs[slot] = chunk_of(q, s, s.H * dqd, slot);
-    os[slot] = chunk_of(out, s, s.H * s.d_v, slot);
-    ls[slot] = lse_chunk(lse, s, slot);
-    dos[slot] = chunk_of(dout, s, s.H * s.d_v, slot);
-    dqs[slot].assign(qs[slot].size(), 0.f);
+    qs[slot] = chunk_of(scratch, q, s, s.H * dqd, slot);
+    os[slot] = chunk_of(scratch, out, s, s.H * s.d_v, slot);
+    ls[slot] = lse_chunk(scratch, lse, s, slot);
+    dos[slot] = chunk_of(scratch, dout, s, s.H * s.d_v, slot);
+    dqs[slot] = scratch_filled(scratch, nq);
   }
   // Two rings. The latent blocks travel as in the forward, each sent on while this step computes.
   // Each block's gradient follows one step behind: the partial sum of the block computed at step
   // t leaves after it, and the next rank, which computes that block at step t + 1, waits for it
   // only once its own share is done. After cp hops every block's gradient is home.
-  Buf cur(latent, latent + n_lat), next(static_cast<size_t>(n_lat));
-  Buf grad_in(static_cast<size_t>(n_lat)), grad_out(static_cast<size_t>(n_lat));
+  float *cur = scratch_floats(scratch, n_lat), *next = scratch_floats(scratch, n_lat);
+  std::copy_n(latent, n_lat, cur);
+  float *grad_in = scratch_floats(scratch, n_lat), *grad_out = scratch_floats(scratch, n_lat);
   std::optional<RingStep> grad_step;
-  Buf tq(qs[0].size()), tk(static_cast<size_t>(s.B * s.C * s.H * s.d_n)),
-      tkr(static_cast<size_t>(s.B * s.C * s.d_r)), tv(static_cast<size_t>(s.B * s.C * s.H * s.d_v));
+  float *tq = scratch_floats(scratch, nq), *tk = scratch_floats(scratch, nk),
+        *tkr = scratch_floats(scratch, nkr), *tv = scratch_floats(scratch, nv);
   for (int t = 0; t < P; ++t) {
     const int src = (r - t + P) % P;
     std::optional<RingStep> latent_step;
-    if (t + 1 < P) latent_step.emplace(cp, cur.data(), next.data(), n_lat, kLatentTag);
-    const Keys keys(s, cur.data(), expand);
-    Buf dkn(static_cast<size_t>(rows * s.H * s.d_n), 0.f),
-        dv(static_cast<size_t>(rows * s.H * s.d_v), 0.f),
-        dkr(static_cast<size_t>(rows * s.d_r), 0.f);
+    if (t + 1 < P) latent_step.emplace(cp, cur, next, n_lat, kLatentTag);
+    ArenaScope block(scratch);
+    const Keys keys(scratch, s, cur, expand);
+    float* dkn = scratch_filled(scratch, rows * s.H * s.d_n);
+    float* dv = scratch_filled(scratch, rows * s.H * s.d_v);
+    float* dkr = scratch_filled(scratch, rows * s.d_r);
     for (int kslot = 0; kslot < 2; ++kslot) {
-      Buf gk(tk.size(), 0.f), gkr(tkr.size(), 0.f), gv(tv.size(), 0.f);
+      ArenaScope chunk(scratch);
+      float *gk = scratch_filled(scratch, nk), *gkr = scratch_filled(scratch, nkr),
+            *gv = scratch_filled(scratch, nv);
       for (int qslot = 0; qslot < 2; ++qslot) {
         const int kc = chunk_id(src, kslot, P), qc = chunk_id(r, qslot, P);
         if (kc > qc) continue;
-        const float *kn = keys.k_n[kslot].data(), *kr = keys.k_r[kslot].data(),
-                    *v = keys.v[kslot].data();
+        const float *kn = keys.k_n[kslot], *kr = keys.k_r[kslot], *v = keys.v[kslot];
         if (!s.documents.empty()) {
-          backward_runs(s, qc, kc, qs[qslot].data(), kn, kr, v, os[qslot].data(), ls[qslot].data(),
-                        dos[qslot].data(), dqs[qslot].data(), gk.data(), gkr.data(), gv.data());
+          backward_runs(scratch, s, qc, kc, qs[qslot], kn, kr, v, os[qslot], ls[qslot], dos[qslot],
+                        dqs[qslot], gk, gkr, gv);
           continue;
         }
         if (kc == qc) {  // the causal kernel writes its gradients: add them
-          kernels::attention_backward(cs, qs[qslot].data(), kn, kr, v, os[qslot].data(),
-                                      ls[qslot].data(), dos[qslot].data(), tq.data(), tk.data(),
-                                      tkr.data(), tv.data());
-          for (size_t i = 0; i < tq.size(); ++i) dqs[qslot][i] += tq[i];
-          for (size_t i = 0; i < tk.size(); ++i) gk[i] += tk[i];
-          for (size_t i = 0; i < tkr.size(); ++i) gkr[i] += tkr[i];
-          for (size_t i = 0; i < tv.size(); ++i) gv[i] += tv[i];
+          kernels::attention_backward(cs, qs[qslot], kn, kr, v, os[qslot], ls[qslot], dos[qslot],
+                                      tq, tk, tkr, tv);
+          for (int64_t i = 0; i < nq; ++i) dqs[qslot][i] += tq[i];
+          for (int64_t i = 0; i < nk; ++i) gk[i] += tk[i];
+          for (int64_t i = 0; i < nkr; ++i) gkr[i] += tkr[i];
+          for (int64_t i = 0; i < nv; ++i) gv[i] += tv[i];
         } else {
-          kernels::attention_block_backward(cs, s.C, s.C, qs[qslot].data(), kn, kr, v,
-                                            os[qslot].data(), ls[qslot].data(), dos[qslot].data(),
-                                            dqs[qslot].data(), gk.data(), gkr.data(), gv.data());
+          kernels::attention_block_backward(cs, s.C, s.C, qs[qslot], kn, kr, v, os[qslot],
+                                            ls[qslot], dos[qslot], dqs[qslot], gk, gkr, gv);
         }
       }
-      add_chunk(dkn.data(), s, s.H * s.d_n, kslot, gk);
-      add_chunk(dkr.data(), s, s.d_r, kslot, gkr);
-      add_chunk(dv.data(), s, s.H * s.d_v, kslot, gv);
+      add_chunk(dkn, s, s.H * s.d_n, kslot, gk);
+      add_chunk(dkr, s, s.d_r, kslot, gkr);
+      add_chunk(dv, s, s.H * s.d_v, kslot, gv);
     }
     // Into the block's latent gradient: c through kv_b_proj, k_r directly.
-    Buf c(static_cast<size_t>(rows * s.r_kv)), dc(c.size(), 0.f);
-    for (int64_t i = 0; i < rows; ++i)
-      std::copy_n(cur.begin() + i * s.latent(), s.r_kv, c.begin() + i * s.r_kv);
-    expand_backward(c.data(), dkn.data(), dv.data(), rows, dc.data());
+    float *c = scratch_floats(scratch, rows * s.r_kv), *dc = scratch_filled(scratch, rows * s.r_kv);
+    for (int64_t i = 0; i < rows; ++i) std::copy_n(cur + i * s.latent(), s.r_kv, c + i * s.r_kv);
+    expand_backward(c, dkn, dv, rows, dc);
     if (grad_step) grad_step->wait();  // this block's gradient from the ranks before
     for (int64_t i = 0; i < rows; ++i) {
-      float* g = grad_out.data() + i * s.latent();
-      const float* before = grad_in.data() + i * s.latent();
+      float* g = grad_out + i * s.latent();
+      const float* before = grad_in + i * s.latent();
       for (int64_t j = 0; j < s.r_kv; ++j) g[j] = (t > 0 ? before[j] : 0.f) + dc[i * s.r_kv + j];
       for (int64_t j = 0; j < s.d_r; ++j)
         g[s.r_kv + j] = (t > 0 ? before[s.r_kv + j] : 0.f) + dkr[i * s.d_r + j];
     }
-    grad_step.emplace(cp, grad_out.data(), grad_in.data(), n_lat, kGradientTag);
+    grad_step.emplace(cp, grad_out, grad_in, n_lat, kGradientTag);
     if (latent_step) {
       latent_step->wait();
       std::swap(cur, next);
     }
   }
   grad_step->wait();  // the last hop brings this rank's own block home
-  std::copy(grad_in.begin(), grad_in.end(), dlatent);
+  std::copy_n(grad_in, n_lat, dlatent);
   std::fill(dq, dq + rows * s.H * dqd, 0.f);
   for (int slot = 0; slot < 2; ++slot) add_chunk(dq, s, s.H * dqd, slot, dqs[slot]);
 }

@@ -24,6 +24,7 @@
 #include <functional>
 #include <span>
 
+#include "k3/base/arena.h"
 #include "k3/dist/comm.h"
 
 namespace k3::model {
@@ -43,14 +44,17 @@ using ExpandKv = std::function<void(const float* c, int64_t rows, float* k_n, fl
 using ExpandKvBackward = std::function<void(const float* c, const float* dk_n, const float* dv,
                                             int64_t rows, float* dc)>;
 
+// Both take their scratch (the blocks in flight, the expanded keys) from `scratch`, the step
+// arena, and rewind it; `expand` may allocate there too, within its own scope.
 // q [rows, H, d_n + d_r]; latent [rows, r_kv + d_r] (this rank's [c_kv_n | k_r]);
 // out [rows, H, d_v], lse [B, H, 2C].
-void ring_attention_forward(const dist::Comm& cp, const RingShape& s, const float* q,
-                            const float* latent, const ExpandKv& expand, float* out, float* lse);
+void ring_attention_forward(Arena& scratch, const dist::Comm& cp, const RingShape& s,
+                            const float* q, const float* latent, const ExpandKv& expand, float* out,
+                            float* lse);
 // dq [rows, H, d_n + d_r] and dlatent [rows, r_kv + d_r] are written.
-void ring_attention_backward(const dist::Comm& cp, const RingShape& s, const float* q,
-                             const float* latent, const float* out, const float* lse,
-                             const float* dout, const ExpandKv& expand,
+void ring_attention_backward(Arena& scratch, const dist::Comm& cp, const RingShape& s,
+                             const float* q, const float* latent, const float* out,
+                             const float* lse, const float* dout, const ExpandKv& expand,
                              const ExpandKvBackward& expand_backward, float* dq, float* dlatent);
 
 }  // namespace k3::model

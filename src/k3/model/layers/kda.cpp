@@ -63,10 +63,12 @@ void mask_halo(const std::vector<SpanDocuments>& pieces, int64_t taps, int64_t P
 }
 
 // The convolution windows one span's packed documents start from: the halo for the document it
-// continues, zeros for those that start inside it ([documents, taps, P]).
-std::vector<float> span_windows(const SpanDocuments& d, const float* halo, int64_t W) {
-  std::vector<float> w(static_cast<size_t>(static_cast<int64_t>(d.starts.size()) * W), 0.f);
-  std::copy_n(halo, W, w.begin());
+// continues, zeros for those that start inside it ([documents, taps, P]), in the step's arena.
+float* span_windows(const Step& s, const SpanDocuments& d, const float* halo, int64_t W) {
+  const int64_t n = static_cast<int64_t>(d.starts.size()) * W;
+  float* w = s.alloc(n);
+  std::fill_n(w, n, 0.f);
+  std::copy_n(halo, W, w);
   return w;
 }
 
@@ -186,7 +188,7 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
                               : vp) +
                         ((piece + 1) * C - (conv_kernel_ - 1)) * P,
                     W, tails + (c * 2 * B + piece) * W);
-    zigzag_windows(cp, tails, halo, 3, B, W);
+    zigzag_windows(s.arena, cp, tails, halo, 3, B, W);
     mask_halo(pieces, taps, P, halo);
   }
   // Each span is a sequence of its own to the kernels below, started from what came in.
@@ -206,10 +208,10 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
     if (!layout.documents.empty()) {  // each span its own packed sequence
       for (int j = 0; j < 2; ++j) {
         const SpanDocuments& d = pieces[static_cast<size_t>(j)];
-        const std::vector<float> windows = span_windows(d, c.window_in + j * W, W);
+        ArenaScope scratch(s.arena);
+        const float* windows = span_windows(s, d, c.window_in + j * W, W);
         kda::short_conv_forward({1, C, P, conv_kernel_, d.starts}, c.in + j * C * P,
-                                pr.value(c.weight).f32(), windows.data(), c.out + j * C * P,
-                                nullptr);
+                                pr.value(c.weight).f32(), windows, c.out + j * C * P, nullptr);
       }
       continue;
     }
@@ -236,7 +238,8 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   float* incoming = split ? s.alloc(state_floats) : nullptr;
   float* state = cache ? cache->state.f32() : nullptr;  // updated in place (delta_rule.h allows it)
   if (split)
-    kcp_forward(cp, layout, span, {q, k, v, g, beta, nullptr}, o, {pairs, incoming, chunk_saved});
+    kcp_forward(s.arena, cp, layout, span, {q, k, v, g, beta, nullptr}, o,
+                {pairs, incoming, chunk_saved});
   else
     kda::chunk_forward(ds, {q, k, v, g, beta, state}, o, state, chunk_saved);
 
@@ -307,7 +310,7 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   const std::vector<SpanDocuments> pieces =
       layout.documents.empty() ? std::vector<SpanDocuments>{} : slot_documents(layout, T / 2);
   if (split)
-    kcp_backward(cp, layout, kda::DeltaRuleShape{B, T / 2, H, D, D, {}},
+    kcp_backward(s.arena, cp, layout, kda::DeltaRuleShape{B, T / 2, H, D, D, {}},
                  {q, k, v, g, beta, nullptr},
                  {const_cast<float*>(load(".kcp_pairs")), const_cast<float*>(load(".kcp_incoming")),
                   const_cast<float*>(chunk_saved)},
@@ -346,13 +349,13 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
     if (!layout.documents.empty()) {  // each span its own packed sequence, as in forward
       for (int j = 0; j < 2; ++j) {
         const SpanDocuments& d = pieces[static_cast<size_t>(j)];
-        const std::vector<float> windows = span_windows(d, halo + (c * 2 + j) * W, W);
-        std::vector<float> dwindows(windows.size());
+        ArenaScope scratch(s.arena);
+        const float* windows = span_windows(s, d, halo + (c * 2 + j) * W, W);
+        float* dwindows = s.alloc(static_cast<int64_t>(d.starts.size()) * W);
         kda::short_conv_backward({1, C, P, conv_kernel_, d.starts}, in[c] + j * C * P,
-                                 pr.value(weight[c]).f32(), windows.data(),
-                                 dout_conv[c] + j * C * P, nullptr, dproj[c] + j * C * P,
-                                 pr.grad(weight[c]).f32(), dwindows.data());
-        std::copy_n(dwindows.begin(), W, dhalo + (c * 2 + j) * W);
+                                 pr.value(weight[c]).f32(), windows, dout_conv[c] + j * C * P,
+                                 nullptr, dproj[c] + j * C * P, pr.grad(weight[c]).f32(), dwindows);
+        std::copy_n(dwindows, W, dhalo + (c * 2 + j) * W);
       }
       continue;
     }
@@ -364,7 +367,7 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   if (split) {
     float* dtails = s.alloc(3 * 2 * B * W);
     mask_halo(pieces, taps, P, dhalo);
-    zigzag_windows_backward(cp, dhalo, dtails, 3, B, W);
+    zigzag_windows_backward(s.arena, cp, dhalo, dtails, 3, B, W);
     for (int c = 0; c < 3; ++c)
       for (int64_t piece = 0; piece < 2 * B; ++piece) {
         float* at = dproj[c] + ((piece + 1) * C - (conv_kernel_ - 1)) * P;

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <utility>
-#include <vector>
 
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
@@ -18,33 +17,37 @@ namespace k3::model {
 namespace {
 
 // One row of packed documents (s.B = 1): each document's queries attend causally to its own keys,
-// document by document.
-void attention_forward_documents(const kernels::AttentionShape& s, std::span<const int64_t> docs,
-                                 const float* q, const float* k, const float* kr, const float* v,
-                                 float* out, float* lse) {
+// document by document. A document's lse is scratch of the step's arena, at most [H, T].
+void attention_forward_documents(const Step& st, const kernels::AttentionShape& s,
+                                 std::span<const int64_t> docs, const float* q, const float* k,
+                                 const float* kr, const float* v, float* out, float* lse) {
   const int64_t H = s.H, dq = s.dqk + s.dr;
+  ArenaScope scratch(st.arena);
+  float* l = st.alloc(H * s.T);
   for (const DocumentRun& r : document_runs(docs, 0, s.T)) {
     kernels::AttentionShape d = s;
     d.T = r.end - r.begin;
-    std::vector<float> l(static_cast<size_t>(H * d.T));
     kernels::attention_forward(d, q + r.begin * H * dq, k + r.begin * H * s.dqk,
                                kr + r.begin * s.dr, v + r.begin * H * s.dv,
-                               out + r.begin * H * s.dv, l.data());
-    put_run_lse(lse, H, s.T, r, l.data());
+                               out + r.begin * H * s.dv, l);
+    put_run_lse(lse, H, s.T, r, l);
   }
 }
-void attention_backward_documents(const kernels::AttentionShape& s, std::span<const int64_t> docs,
-                                  const float* q, const float* k, const float* kr, const float* v,
-                                  const float* out, const float* lse, const float* dout, float* dq,
-                                  float* dk, float* dkr, float* dv) {
+void attention_backward_documents(const Step& st, const kernels::AttentionShape& s,
+                                  std::span<const int64_t> docs, const float* q, const float* k,
+                                  const float* kr, const float* v, const float* out,
+                                  const float* lse, const float* dout, float* dq, float* dk,
+                                  float* dkr, float* dv) {
   const int64_t H = s.H, dqd = s.dqk + s.dr;
+  ArenaScope scratch(st.arena);
+  float* l = st.alloc(H * s.T);
   for (const DocumentRun& r : document_runs(docs, 0, s.T)) {
     kernels::AttentionShape d = s;
     d.T = r.end - r.begin;
-    const std::vector<float> l = run_lse(lse, H, s.T, r);
+    run_lse(lse, H, s.T, r, l);
     const int64_t qo = r.begin * H * dqd, ko = r.begin * H * s.dqk, kro = r.begin * s.dr,
                   vo = r.begin * H * s.dv;
-    kernels::attention_backward(d, q + qo, k + ko, kr + kro, v + vo, out + vo, l.data(), dout + vo,
+    kernels::attention_backward(d, q + qo, k + ko, kr + kro, v + vo, out + vo, l, dout + vo,
                                 dq + qo, dk + ko, dkr + kro, dv + vo);
   }
 }
@@ -166,7 +169,8 @@ void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
     ArenaScope scratch(s.arena);
     float* latent = s.alloc(n * (r_kv_ + d_r_));
     join_columns(c_kv_n, k_r, n, r_kv_, d_r_, latent);
-    ring_attention_forward(cp, ring_shape(B, T, doc_starts), q, latent, expand_kv(s), o, lse);
+    ring_attention_forward(s.arena, cp, ring_shape(B, T, doc_starts), q, latent, expand_kv(s), o,
+                           lse);
   } else {
     {
       ArenaScope scratch(s.arena);
@@ -178,7 +182,7 @@ void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
     if (doc_starts.empty())
       kernels::attention_forward(shape, q, k_n, k_r, v, o, lse);
     else
-      attention_forward_documents(shape, doc_starts, q, k_n, k_r, v, o, lse);
+      attention_forward_documents(s, shape, doc_starts, q, k_n, k_r, v, o, lse);
   }
   kernels::sigmoid_gate_forward(o, g, y, n * p);
   {
@@ -223,8 +227,8 @@ void GatedMLA::run_backward(const Step& s, const float* dout, int64_t B, int64_t
   if (ring) {  // the ring gives the latents' gradient, kv_b_proj's included
     float *latent = s.alloc(n * (r_kv_ + d_r_)), *dlatent = s.alloc(n * (r_kv_ + d_r_));
     join_columns(c_kv_n, k_r, n, r_kv_, d_r_, latent);
-    ring_attention_backward(cp, ring_shape(B, T, doc_starts), q, latent, o, lse, d_o, expand_kv(s),
-                            expand_kv_backward(s), dq, dlatent);
+    ring_attention_backward(s.arena, cp, ring_shape(B, T, doc_starts), q, latent, o, lse, d_o,
+                            expand_kv(s), expand_kv_backward(s), dq, dlatent);
     split_columns(dlatent, n, r_kv_, d_r_, dc_kv_n, dk_r);
   } else {
     float *dk_n = s.alloc(n * heads_ * d_n_), *dv = s.alloc(n * p);
@@ -232,8 +236,8 @@ void GatedMLA::run_backward(const Step& s, const float* dout, int64_t B, int64_t
     if (doc_starts.empty())
       kernels::attention_backward(shape, q, k_n, k_r, v, o, lse, d_o, dq, dk_n, dk_r, dv);
     else
-      attention_backward_documents(shape, doc_starts, q, k_n, k_r, v, o, lse, d_o, dq, dk_n, dk_r,
-                                   dv);
+      attention_backward_documents(s, shape, doc_starts, q, k_n, k_r, v, o, lse, d_o, dq, dk_n,
+                                   dk_r, dv);
     // Back to the projection's interleaved layout.
     float* dkv = s.alloc(n * heads_ * (d_n_ + d_v_));
     join_columns(dk_n, dv, n * heads_, d_n_, d_v_, dkv);
