@@ -113,13 +113,15 @@ struct ChunkFloats {
       m = std::max(m, segments[i - 1].forward + segments[i].forward);
     return m;
   }
-  // What the arena holds beyond the stream at its peak: a segment's forward (its tensors are
-  // made in the arena before they are stored, and rewound at its end), or the backward's
-  // scratch; under recompute a segment re-runs on top of the backward's stack.
+  // What the arena holds beyond the stream and the kept segments at its peak: a segment's
+  // forward (its tensors are made in the arena; unless all are kept, they are stored elsewhere
+  // and rewound at its end), or the backward's scratch; under recompute a segment re-runs on top
+  // of the backward's stack.
   double peak_scratch(activation::Policy policy) const {
     const double layer = policy == activation::Policy::Recompute ? std::max(widest, largest())
                                                                  : widest;
-    return std::max({largest(), head, stack + layer});
+    const double forward = policy == activation::Policy::Keep ? 0 : largest();
+    return std::max({forward, head, stack + layer});
   }
 };
 
@@ -216,9 +218,12 @@ ModelConfig tp_shard(ModelConfig c, int tp) {
 // The step arena is a bump allocator that forward_backward rewinds only when it returns (and each
 // segment's forward, each layer's backward, and the LM head's loss, to where they began), and the
 // activation manager's pool holds what segments saved. Per micro-batch in flight (each in its own
-// pipeline region) the arena holds the stream between segments, and the pool the saved tensors
-// kept (keep, fp8). On top of the stream the arena's peak is the largest of:
-//   a segment's forward, which makes its saved tensors in the arena before the pool stores them;
+// pipeline region) the arena holds the stream between segments and the segments whose tensors are
+// all kept (keep: they stay where they were made), and the pool the saved tensors stored (fp8;
+// kept ones of segments under another policy too). On top of that the arena's peak is the
+// largest of:
+//   a segment's forward, which makes its saved tensors in the arena before they are stored
+//     (not under keep, where they stay);
 //   dh, the head's gradient kept for the backward, and the head's logits chunk (last stage);
 //   in the backward, backward_stack's buffers (dP, tmp, da_in; one gradient per Attention
 //     Residuals block; dh on the last stage) and the largest scratch of any one layer's backward,
