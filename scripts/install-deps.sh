@@ -14,6 +14,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # configs, safetensors headers, command line, run configs
   nlohmann-json3-dev libcli11-dev libtomlplusplus-dev
+  # the tokenizer's pre-tokenizer regex (Unicode classes, JIT)
+  libpcre2-dev
   # OpenMP runtime headers for g++ come with g++ (libgomp)
   # reference tests only
   python3-torch python3-numpy

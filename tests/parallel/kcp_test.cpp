@@ -20,6 +20,7 @@
 #include "common/kda_problem.h"
 #include "common/test_util.h"
 #include "common/tp_util.h"
+#include "parallel/large_allocations.h"
 
 namespace k3::model {
 namespace {
@@ -210,9 +211,13 @@ TEST(KcpMpi, BytesDoNotDependOnTheSequenceLength) {
 }
 
 // Every buffer a call needs beside its inputs and outputs is scratch of the arena it is given, left
-// as it was: a second forward and backward faults in no memory (the first faulted the arena's).
-// Measured before the scratch came from the arena: 430 to 713 pages a call on 4 ranks. On one
-// thread: the kernels' per-thread tiles are faulted in by whichever thread first needs them.
+// as it was: a second forward and backward asks the heap for no page (any rank count), and on one
+// rank faults in no memory (the first call faulted the arena's). Measured before the scratch came
+// from the arena: 430 to 713 pages a call on 4 ranks. Faults are counted for the calling thread
+// (RUSAGE_THREAD: the MPI runtime's threads fault pages of their own) and on one rank only: with
+// more, MPI's shared-memory transport maps its fragments in lazily (1 to 8 pages a call measured
+// on 4 ranks, more under load). On one thread: the kernels' per-thread tiles are faulted in by
+// whichever thread first needs them.
 TEST(KcpMpi, ScratchComesFromTheArenaAndIsGivenBack) {
   const testing::ScopedThreads one(1);
   const dist::Comm cp = dist::Comm::world();
@@ -225,18 +230,24 @@ TEST(KcpMpi, ScratchComesFromTheArenaAndIsGivenBack) {
   Kept kept(mine.s, layout);
   Arena arena(size_t{64} << 20, false);
   std::vector<long> faults;
+  std::vector<int64_t> heap_bytes;
   for (int call = 0; call < 2; ++call) {
     rusage before{}, after{};
-    getrusage(RUSAGE_SELF, &before);
+    getrusage(RUSAGE_THREAD, &before);
+    const testing::LargeAllocations large;
     kcp_forward(arena, cp, layout, mine.s, mine.in(), o.data(), kept.saved);
     kcp_backward(arena, cp, layout, mine.s, mine.in(), kept.saved, mine.dout.data(),
                  {gq.data(), gk.data(), gv.data(), gg.data(), gb.data(), nullptr});
-    getrusage(RUSAGE_SELF, &after);
+    heap_bytes.push_back(large.bytes());
+    getrusage(RUSAGE_THREAD, &after);
     faults.push_back(after.ru_minflt - before.ru_minflt);
     EXPECT_EQ(arena.used(), 0u);
   }
   EXPECT_GT(arena.peak(), o.size() * sizeof(float));  // at least a slot's inputs and output
-  EXPECT_LE(faults[1], 0) << "pages faulted in by the first call: " << faults[0];
+  EXPECT_EQ(heap_bytes[1], 0) << "heap bytes in pages or more, first call: " << heap_bytes[0];
+  if (cp.size() == 1) {
+    EXPECT_EQ(faults[1], 0) << "pages faulted in by the first call: " << faults[0];
+  }
 }
 
 }  // namespace
