@@ -1,5 +1,7 @@
 #include "k3/data/byte_tokenizer.h"
 
+#include "k3/base/checksum.h"
+
 namespace k3::data {
 
 std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
@@ -25,6 +27,12 @@ std::string ByteTokenizer::decode(std::span<const int32_t> ids) const {
     }
   }
   return text;
+}
+
+std::string ByteTokenizer::fingerprint() const {
+  Sha256 hash;
+  hash.update("k3lab byte tokenizer: 256 bytes, <|bos|>, <|eos|>, <|pad|>");
+  return hash.hex_digest();
 }
 
 }  // namespace k3::data

@@ -21,6 +21,7 @@ class ByteTokenizer final : public Tokenizer {
   int32_t bos_id() const override { return kBos; }
   int32_t eos_id() const override { return kEos; }
   int32_t pad_id() const override { return kPad; }
+  std::string fingerprint() const override;  // of the name: the byte tokenizer has no files
 };
 
 }  // namespace k3::data

@@ -25,6 +25,10 @@ class Tokenizer {
   virtual int32_t bos_id() const = 0;
   virtual int32_t eos_id() const = 0;  // ends every document in a token stream
   virtual int32_t pad_id() const = 0;
+
+  // Identifies what the ids mean (hex SHA-256 of the vocabulary, special tokens and pre-tokenizer):
+  // token shards carry it, and a run refuses shards made by another tokenizer.
+  virtual std::string fingerprint() const = 0;
 };
 
 // A tokenizer by name: "byte". Throws a k3::Error (field "tokenizer") for an unknown name.
