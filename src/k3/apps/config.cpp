@@ -24,6 +24,10 @@ paths (`model.config`, `data.source`) are looked up next to the TOML file, then 
 directory. `k3lab train` writes the resolved configuration, every key included, to
 `RUN_DIR/config.toml`, and a checkpoint keeps it in its manifest.
 
+Besides the sections below, `[[curriculum]]` tables make a context curriculum: phases of growing
+sequence length, each a share of the steps, with settings of its own for the data, the activation
+policy and the layout ([curriculum.md](curriculum.md)).
+
 `configs/tiny.toml` is a run of a few seconds; here it is trained for 20 steps at another peak
 learning rate, and the resolved configuration is shown:
 

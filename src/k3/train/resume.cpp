@@ -44,7 +44,8 @@ void refuse_unallowed(const std::vector<FieldChange>& changes,
 const std::vector<std::string>& resume_guarded_keys() {
   static const std::vector<std::string> keys = {
       "model.config", "model.seed", "data.source",      "data.builtin_tokens", "data.val_fraction",
-      "data.seq_len", "data.seed",  "train.batch_size", "train.grad_accum",    kDataKey};
+      "data.seq_len", "data.seed",  "train.batch_size", "train.grad_accum",    "curriculum",
+      kDataKey};
   return keys;
 }
 
@@ -68,6 +69,12 @@ TrainingState training_state(const json& manifest, const std::string& dir) {
                (ErrorContext{origin, "data", -1}),
                "expected the data's fingerprint {\"sha256\", \"train_tokens\", ...}");
   st.data = *data;
+  // Written by runs with a curriculum only: the phase the cursor and the data belong to.
+  if (auto phase = manifest.find("phase"); phase != manifest.end()) {
+    K3_CHECK_CTX(phase->is_number_integer() && phase->get<int64_t>() >= 0,
+                 (ErrorContext{origin, "phase", -1}), "expected a phase index >= 0");
+    st.phase = phase->get<int>();
+  }
   return st;
 }
 

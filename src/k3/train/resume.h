@@ -5,9 +5,9 @@
 // run was started from nor anything else but the run directory: `k3lab train --resume RUN_DIR`.
 // The user may still ask for changes (--config FILE, --set key=value). Those that make it another
 // run: the model, its seed, the data and how it is cut (source, size, split, sequence length),
-// the batch (batch_size, grad_accum); and data whose tokens changed since the run started. Each
-// is refused unless named with --allow-change (KEY, or "data" for changed tokens). Every change
-// made is recorded in RUN_DIR/history.jsonl.
+// the batch (batch_size, grad_accum), the curriculum; and data whose tokens changed since the
+// run started. Each is refused unless named with --allow-change (KEY, or "data" for changed
+// tokens). Every change made is recorded in RUN_DIR/history.jsonl.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +27,8 @@ struct TrainingState {
   int64_t optimizer_steps = 0;
   int64_t skipped_steps = 0;
   data::DataCursor cursor;
-  nlohmann::json data;  // data_fingerprint() of the data the run started with
+  nlohmann::json data;  // data_fingerprint() of the data the run (or its phase) started with
+  int phase = -1;       // under a curriculum, the phase of the cursor and the data; else -1
 };
 TrainingState training_state(const nlohmann::json& manifest, const std::string& dir);
 

@@ -14,6 +14,7 @@
 #include "k3/base/fs.h"
 #include "k3/base/strings.h"
 #include "k3/activation/policy.h"
+#include "k3/train/curriculum.h"
 
 namespace k3::train {
 namespace {
@@ -371,6 +372,88 @@ std::string at_line(const toml::node& node) {
   return line > 0 ? "line " + std::to_string(line) + ": " : "";
 }
 
+constexpr const char* kCurriculum = "curriculum";
+
+// The sections a curriculum phase may set keys of: its data, how activations are held, the layout.
+// Not data.seq_len (the phase's own seq_len) nor data.seed (the phase's order derives from it).
+bool phase_may_set(const std::string& key) {
+  const std::string section = section_of(key);
+  return (section == "data" || section == "activation" || section == "parallel") &&
+         key != "data.seq_len" && key != "data.seed";
+}
+
+// A phase's "section.key" settings: TOML's dotted keys (activation.policy = "recompute") arrive
+// as nested tables; each value is checked by its field and kept as its field formats it.
+void collect_settings(const toml::table& table, const std::string& prefix,
+                      CurriculumPhase& phase, const std::string& origin, const std::string& where) {
+  for (auto&& [name, value] : table) {
+    const std::string key = prefix + std::string(name.str());
+    if (const toml::table* inner = value.as_table()) {
+      collect_settings(*inner, key + ".", phase, origin, where);
+      continue;
+    }
+    const Field* f = find_field(key);
+    K3_CHECK_CTX(f && phase_may_set(key), (ErrorContext{origin, where + "." + key, -1}),
+                 at_line(value),
+                 f ? "a phase sets share, seq_len, and keys of [data] (not seq_len, seed), "
+                     "[activation] and [parallel]"
+                   : unknown_message(key));
+    RunConfig scratch;
+    try {
+      f->set(scratch, value);
+    } catch (const Error& e) {
+      throw Error(at_line(value) + e.message(), ErrorContext{origin, where + "." + key, -1});
+    }
+    phase.settings.emplace_back(key, f->format(scratch));
+  }
+}
+
+std::vector<CurriculumPhase> parse_curriculum(const toml::node& node, const std::string& origin) {
+  const toml::array* phases = node.as_array();
+  K3_CHECK_CTX(phases && !phases->empty() && phases->is_array_of_tables(),
+               (ErrorContext{origin, kCurriculum, -1}), at_line(node),
+               "expected one or more [[curriculum]] tables, found ", describe(node));
+  std::vector<CurriculumPhase> out;
+  for (const toml::node& item : *phases) {
+    const std::string where = std::string(kCurriculum) + "[" + std::to_string(out.size()) + "]";
+    CurriculumPhase phase;
+    toml::table rest = *item.as_table();
+    auto take = [&](const char* name, auto read) {
+      const toml::node* v = rest.get(name);
+      K3_CHECK_CTX(v, (ErrorContext{origin, where + "." + name, -1}), at_line(item),
+                   "missing: every phase has a share and a seq_len");
+      try {
+        read(*v);
+      } catch (const Error& e) {
+        throw Error(at_line(*v) + e.message(), ErrorContext{origin, where + "." + name, -1});
+      }
+      rest.erase(name);
+    };
+    take("share", [&](const toml::node& v) {
+      phase.share = from_node<double>(v);
+      K3_CHECK(phase.share > 0 && phase.share <= 1, "expected a value in (0, 1], got ",
+               format_value(phase.share));
+    });
+    take("seq_len", [&](const toml::node& v) {
+      phase.seq_len = from_node<int64_t>(v);
+      K3_CHECK(phase.seq_len > 0, "expected a value > 0, got ", phase.seq_len);
+    });
+    collect_settings(rest, "", phase, origin, where);
+    out.push_back(std::move(phase));
+  }
+  return out;
+}
+
+std::string curriculum_toml(const std::vector<CurriculumPhase>& phases) {
+  std::string out;
+  for (const CurriculumPhase& p : phases) {
+    out += "\n[[" + std::string(kCurriculum) + "]]\nshare = " + format_value(p.share) +
+           "\nseq_len = " + format_value(p.seq_len) + "\n";
+    for (const auto& [key, value] : p.settings) out += key + " = " + value + "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t TrainSection::warmup() const {
@@ -401,6 +484,10 @@ RunConfig parse_run_config(const std::string& toml_text, const std::string& orig
   RunConfig config;
   for (auto&& [section_key, section_node] : root) {
     const std::string section(section_key.str());
+    if (section == kCurriculum) {
+      config.curriculum = parse_curriculum(section_node, origin);
+      continue;
+    }
     K3_CHECK_CTX(!known_names(section).empty(), (ErrorContext{origin, section, -1}),
                  at_line(section_node), unknown_message(section));
     const toml::table* table = section_node.as_table();
@@ -471,6 +558,26 @@ RunConfig load_run_config(const std::string& toml_path, const std::vector<std::s
       throw Error(e.message(), ErrorContext{toml_path, f.key, -1});
     }
   }
+  if (!base || config.curriculum != base->curriculum)
+    for (size_t i = 0; i < config.curriculum.size(); ++i)
+      for (auto& [key, value] : config.curriculum[i].settings) {
+        const Field* f = find_field(key);
+        if (!f->resolve) continue;
+        RunConfig scratch;
+        apply_override(scratch, key + "=" + value);
+        try {
+          f->resolve(scratch, dirs);
+        } catch (const Error& e) {
+          throw Error(e.message(),
+                      ErrorContext{toml_path, "curriculum[" + std::to_string(i) + "]." + key, -1});
+        }
+        value = f->format(scratch);
+      }
+  try {
+    check_curriculum(config);
+  } catch (const Error& e) {
+    throw Error(e.message(), ErrorContext{toml_path, e.context().field, -1});
+  }
   return config;
 }
 
@@ -478,6 +585,8 @@ std::vector<FieldChange> changed_fields(const RunConfig& from, const RunConfig& 
   std::vector<FieldChange> changes;
   for (const Field& f : fields())
     if (f.format(from) != f.format(to)) changes.push_back({f.key, f.format(from), f.format(to)});
+  if (from.curriculum != to.curriculum)
+    changes.push_back({kCurriculum, curriculum_toml(from.curriculum), curriculum_toml(to.curriculum)});
   return changes;
 }
 
@@ -500,7 +609,7 @@ std::string to_toml(const RunConfig& config) {
     line.resize(std::max<size_t>(line.size() + 2, 40), ' ');
     out += line + "# " + f.doc + "\n";
   }
-  return out;
+  return out + curriculum_toml(config.curriculum);
 }
 
 }  // namespace k3::train

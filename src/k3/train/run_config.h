@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "k3/optim/schedule.h"
@@ -116,6 +117,17 @@ struct ActivationSection {
   bool operator==(const ActivationSection&) const = default;
 };
 
+// One phase of a context curriculum (docs/data.md, `[[curriculum]]` tables): a share of the run's
+// steps trained at its own sequence length, the tokens of a micro-batch kept (its batch is
+// train.batch_size x data.seq_len / seq_len sequences), with settings of its own for the data,
+// the activation policy and the layout ("section.key" -> value as TOML, applied like --set).
+struct CurriculumPhase {
+  double share = 0;
+  int64_t seq_len = 0;
+  std::vector<std::pair<std::string, std::string>> settings;
+  bool operator==(const CurriculumPhase&) const = default;
+};
+
 struct RunConfig {
   ModelSection model;
   DataSection data;
@@ -126,6 +138,7 @@ struct RunConfig {
   RunSection run;
   ParallelSection parallel;
   ActivationSection activation;
+  std::vector<CurriculumPhase> curriculum;  // empty: one phase, the sections above as they are
   bool operator==(const RunConfig&) const = default;
 };
 

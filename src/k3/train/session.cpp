@@ -69,7 +69,7 @@ parallel::pipeline::ScheduleKind pipeline_schedule(const ParallelSection& p) {
 std::unique_ptr<Session> open_session(const RunConfig& config, const model::ModelConfig& model,
                                       const dist::ProcessGrid& grid) {
   auto s = std::make_unique<Session>();
-  s->config = config;
+  s->config = s->run_config = config;
   s->tokenizer = run_tokenizer();
   check_model_for_run(model, config, *s->tokenizer);
   // The run's pipeline split, or, for a command on another layout than the run's (evaluating or
@@ -311,7 +311,7 @@ CheckpointContents make_checkpoint(const Session& s, std::vector<TensorSource> o
     ck.model.push_back(std::move(range));
   ck.optimizer = std::move(optimizer_state);
   ck.texts[kModelConfigFile] = model::model_config_to_json(s.model->config()).dump(2) + "\n";
-  ck.texts[kRunConfigFile] = to_toml(s.config);
+  ck.texts[kRunConfigFile] = to_toml(s.run_config);
   ck.manifest = std::move(manifest);
   return ck;
 }

@@ -26,7 +26,8 @@ constexpr size_t kStepArenaReserve = size_t{64} << 30;
 Arena step_arena();
 
 struct Session {
-  RunConfig config;
+  RunConfig config;      // what the session runs: under a curriculum, the current phase's
+  RunConfig run_config;  // the run as configured, its curriculum included: what checkpoints keep
   std::unique_ptr<data::Tokenizer> tokenizer;
   std::unique_ptr<model::Model> model;
   Arena arena;  // step memory: activations and scratch of one micro-batch

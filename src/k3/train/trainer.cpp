@@ -26,6 +26,7 @@
 #include "k3/parallel/optim_adapters.h"
 #include "k3/parallel/pipeline/timeline_chart.h"
 #include "k3/parallel/zero/data_parallel.h"
+#include "k3/train/curriculum.h"
 #include "k3/train/evaluate.h"
 #include "k3/train/expert_load.h"
 #include "k3/train/expert_load_gather.h"
@@ -127,11 +128,12 @@ std::unique_ptr<Session> check_samples_fit(std::unique_ptr<Session> s) {
 class Run {
  public:
   // A new run (FROM null) or one resumed from a checkpoint, on the data the pre-flight checks
-  // loaded. The caller holds the run directory.
+  // loaded. The caller holds the run directory. RUN_CONFIG is the run as configured; CONFIG what
+  // it trains with until END_STEP: under a curriculum, phase PHASE's (curriculum.h), else the same.
   // Every rank of the job builds one; the lead (world rank 0) alone prints and writes files.
-  Run(const RunConfig& config, const model::ModelConfig& model, const TrainOptions& opt,
-      const StopSignals& stop, data::TokenDataset dataset, ResumePoint* from,
-      const dist::ProcessGrid& grid)
+  Run(const RunConfig& run_config, int phase, const RunConfig& config,
+      const model::ModelConfig& model, const TrainOptions& opt, const StopSignals& stop,
+      data::TokenDataset dataset, ResumePoint* from, const dist::ProcessGrid& grid)
       : opt_(opt),
         stop_(stop),
         grid_(grid),
@@ -150,18 +152,22 @@ class Run {
                                                          config.data.seq_len,
                                                          static_cast<uint64_t>(config.data.seed))),
         run_dir_(config.run.dir),
-        progress_(opt.quiet || !lead_ ? nullptr : std::make_unique<ProgressDisplay>()) {
+        progress_(opt.quiet || !lead_ ? nullptr : std::make_unique<ProgressDisplay>()),
+        phase_(phase),
+        end_step_(phase < 0 ? config.train.steps : phase_ends(run_config)[phase]) {
+    s_->run_config = run_config;
     if (from) {
       resume(*from);
     } else {
       s_->model->initialize(static_cast<uint64_t>(config.model.seed));
       if (lead_) {
-        write_file_atomic(run_dir_ + "/config.toml", to_toml(config));
+        write_file_atomic(run_dir_ + "/config.toml", to_toml(run_config));
         write_file_atomic(run_dir_ + "/model.json",
                           model::model_config_to_json(model).dump(2) + "\n");
         append_history(run_dir_, {{"event", "start"}, {"step", 0}, {"layout", layout_json()}});
       }
     }
+    if (phase_ >= 0 && (!from || from->state.phase != phase_)) begin_phase();
     if (lead_) metrics_ = std::make_unique<MetricsWriter>(run_dir_, from ? step_ : -1);
     estimated_activation_bytes_ = k3::model::activation_bytes(
         model, activation_layout(config, model, grid.pp().rank()));
@@ -179,6 +185,7 @@ class Run {
 
  private:
   void resume(ResumePoint& from);
+  void begin_phase();  // says so, and records it in the history
   double train_step();  // one optimizer step; returns the mean loss (NaN when skipped)
   void count_communication(nlohmann::json& record);
   void record_peak_memory(nlohmann::json& record) const;
@@ -228,22 +235,27 @@ class Run {
   std::vector<std::vector<int64_t>> micro_docs_;  // their documents, under data.documents
   std::vector<std::pair<std::string, dist::Counters>> counted_;  // per group, at the last record
   PeerLossNote peer_loss_{run_dir_};  // after run_dir_
+  int phase_;         // of the curriculum, or -1
+  int64_t end_step_;  // where this Run stops: the phase's end, or train.steps
 };
 
 void Run::resume(ResumePoint& from) {
   const std::string& dir = from.found.dir;
   std::vector<FieldChange> changes = from.changes;
-  for (FieldChange& c :
-       check_data_unchanged(from.state.data, data_fingerprint_, from.allowed_changes, run_dir_))
-    changes.push_back(std::move(c));
+  // A new phase starts its own data (which may be another) from its beginning.
+  const bool same_data = from.state.phase == phase_;
+  if (same_data)
+    for (FieldChange& c :
+         check_data_unchanged(from.state.data, data_fingerprint_, from.allowed_changes, run_dir_))
+      changes.push_back(std::move(c));
   restore_weights(*s_->model, from.found.checkpoint, dir);
   dp_.optimizer().restore_state(optimizer_state_reader(from.found.checkpoint, dir));
   dp_.optimizer().set_steps_taken(from.state.optimizer_steps);
   step_ = checkpoint_step_ = from.state.step;
   guard_.set_skipped(from.state.skipped_steps);
-  if (batcher_)
+  if (same_data && batcher_)
     batcher_->seek(from.state.cursor);
-  else
+  else if (same_data)
     samples_served_ = from.state.cursor.position;
   last_checkpoint_ = dir;
   from.found.checkpoint = {};  // everything is in the model and optimizer now: close the files
@@ -259,6 +271,25 @@ void Run::resume(ResumePoint& from) {
                             {"changes", changes_json(changes)}});
   for (const FieldChange& c : changes) log_warn("resuming with ", c.key, " ", c.from, " -> ", c.to);
   say("resumed from " + dir + " at step " + std::to_string(step_));
+}
+
+void Run::begin_phase() {
+  const RunConfig& c = s_->config;
+  const std::string what =
+      strprintf("phase %d of %zu: steps %lld to %lld, seq_len %lld, batch %lld", phase_ + 1,
+                s_->run_config.curriculum.size(), static_cast<long long>(step_ + 1),
+                static_cast<long long>(end_step_), static_cast<long long>(c.data.seq_len),
+                static_cast<long long>(c.train.batch_size));
+  say(what + ", data " + dataset_.source);
+  if (!lead_) return;
+  append_history(run_dir_, {{"event", "phase"},
+                            {"phase", phase_},
+                            {"step", step_},
+                            {"seq_len", c.data.seq_len},
+                            {"batch_size", c.train.batch_size},
+                            {"data", data_fingerprint_},
+                            {"activation", c.activation.policy},
+                            {"layout", layout_json()}});
 }
 
 nlohmann::json Run::layout_json() const {
@@ -448,6 +479,7 @@ std::string Run::checkpoint_now() {
                              {"rng", "philox4x32-10; stateless, keyed by (seed, stream, index)"},
                              {"layout", layout_json()},
                              {"data", data_fingerprint_}};
+  if (phase_ >= 0) manifest["phase"] = phase_;
   // Every rank runs the save's fills, each gathering one tensor in global coordinates from the
   // ranks' shards; the lead alone writes.
   last_checkpoint_ = save_checkpoint(
@@ -493,7 +525,7 @@ TrainSummary Run::run() {
   out.loss_floor = s_->loss_floor;
   Timer since_start;
   int64_t first_step = step_;
-  while (step_ < c.train.steps) {
+  while (step_ < end_step_) {
     Timer t;
     double loss = train_step();
     ++step_;
@@ -508,6 +540,10 @@ TrainSummary Run::run() {
                           {"step_seconds", secs},
                           {"peak_memory_mib", peak_rss_mib()},
                           {"skipped_steps", guard_.skipped()}};
+    if (phase_ >= 0) {
+      rec["phase"] = phase_;
+      rec["seq_len"] = c.data.seq_len;
+    }
     activations_.record(rec);
     rec["memory.estimated_activation_bytes"] = estimated_activation_bytes_;
     balance_experts(rec);
@@ -516,7 +552,7 @@ TrainSummary Run::run() {
     // Evaluation and samples are the lead group's (samples, under pp, the lead's), metrics and
     // plots the lead's; the other ranks go on to the next step's first collective and wait there.
     const bool evaluate =
-        lead_group_ && c.eval.every > 0 && (step_ % c.eval.every == 0 || step_ == c.train.steps);
+        lead_group_ && c.eval.every > 0 && (step_ % c.eval.every == 0 || step_ == end_step_);
     if (evaluate) evaluate_now(rec);
     if (metrics_) metrics_->write(rec);
     if (evaluate && lead_) write_loss_plot(run_dir_, c);
@@ -526,11 +562,11 @@ TrainSummary Run::run() {
                          elapsed / static_cast<double>(step_ - first_step) *
                              static_cast<double>(c.train.steps - step_)});
     }
-    if ((c.checkpoint.every > 0 && step_ % c.checkpoint.every == 0) || step_ == c.train.steps)
+    if ((c.checkpoint.every > 0 && step_ % c.checkpoint.every == 0) || step_ == end_step_)
       checkpoint_now();
     if (samples_ && c.sample.every > 0 && step_ % c.sample.every == 0 && step_ != c.train.steps)
       say("sample: " + sample_now());
-    if (const int signal = agreed_stop(); signal && step_ < c.train.steps) {
+    if (const int signal = agreed_stop(); signal && step_ < end_step_) {
       stop_early(out, signal);
       break;
     }
@@ -540,12 +576,59 @@ TrainSummary Run::run() {
   out.validation_loss = last_val_loss_;
   out.last_checkpoint = last_checkpoint_;
   out.activation_report = activations_.report();
-  if (samples_ && !out.stop_signal) out.sample = sample_now();
+  const bool finished = step_ == c.train.steps;
+  if (samples_ && finished) out.sample = sample_now();
   if (!lead_) return out;
   out.loss_plot = write_loss_plot(run_dir_, c);
-  if (out.stop_signal) return out;
+  if (!finished) return out;
   append_history(run_dir_, {{"event", "finish"}, {"step", step_}});
   return out;
+}
+
+// The pre-flight checks of every phase from step FROM_STEP on, the same run on every rank: a phase
+// that cannot run is refused before any training. The data of the first is kept for it.
+PreflightResult preflight_phases(const dist::Comm& world, const RunConfig& run_config,
+                                 const model::ModelConfig& model, int64_t from_step) {
+  const int first = run_config.curriculum.empty() ? -1 : phase_at(run_config, from_step);
+  PreflightResult kept;
+  for (int p = static_cast<int>(run_config.curriculum.size()) - 1; p >= first; --p) {
+    const RunConfig config = phase_config(run_config, p);
+    try {
+      check_same_run(world, config, model);
+      PreflightResult checked = preflight(config, model);
+      if (p == first) kept = std::move(checked);
+    } catch (const Error& e) {
+      if (p < 0) throw;
+      throw Error("curriculum[" + std::to_string(p) + "]: " + e.message(), e.context());
+    }
+  }
+  return kept;
+}
+
+// Trains from FROM (null: a new run) to train.steps. Under a curriculum, one Run a phase: the
+// phase's last step is checkpointed and the next phase resumes from that checkpoint in a Run of
+// its own, so that its data, activation policy and layout may differ. CHECKED: the pre-flight
+// result of the first phase.
+TrainSummary train_phases(const RunConfig& run_config, const model::ModelConfig& model,
+                          const TrainOptions& options, const StopSignals& stop,
+                          PreflightResult checked, ResumePoint* from) {
+  const dist::Comm world = dist::Comm::world();
+  ResumePoint next;
+  for (;;) {
+    const int64_t step = from ? from->state.step : 0;
+    const int phase = run_config.curriculum.empty() ? -1 : phase_at(run_config, step);
+    const RunConfig config = phase_config(run_config, phase);
+    if (checked.threads > 0) set_num_threads(checked.threads);
+    const dist::ProcessGrid grid(dims_of(config.parallel), world);
+    Run run(run_config, phase, config, model, options, stop, std::move(checked.dataset), from,
+            grid);
+    TrainSummary out = run.run();
+    if (out.stop_signal || out.steps >= run_config.train.steps) return out;
+    world.barrier();  // the phase's last checkpoint is saved
+    next = plan_resume(run_config.run.dir, "", {}, {});
+    from = &next;
+    checked = preflight(phase_config(run_config, phase_at(run_config, out.steps)), model);
+  }
 }
 
 }  // namespace
@@ -564,16 +647,12 @@ TrainSummary train(const RunConfig& config, const TrainOptions& options) {
                "--resume ",
                dir, ", or choose another run.dir");
   const model::ModelConfig model = model::load_model_config(config.model.config);
-  check_same_run(world, config, model);
-  PreflightResult checked = preflight(config, model);
-  if (checked.threads > 0) set_num_threads(checked.threads);
-  const dist::ProcessGrid grid(dims_of(config.parallel), world);
+  PreflightResult checked = preflight_phases(world, config, model, 0);
   if (lead && !lock) {
     std::filesystem::create_directories(dir);
     lock = std::make_unique<DirLock>(dir, "k3lab train");
   }
-  Run run(config, model, options, stop, std::move(checked.dataset), nullptr, grid);
-  return run.run();
+  return train_phases(config, model, options, stop, std::move(checked), nullptr);
 }
 
 TrainSummary resume(const ResumeRequest& request, const TrainOptions& options) {
@@ -610,12 +689,8 @@ TrainSummary resume(const ResumeRequest& request, const TrainOptions& options) {
     done.last_checkpoint = from.found.dir;
     return done;
   }
-  check_same_run(world, from.config, from.model);
-  PreflightResult checked = preflight(from.config, from.model);
-  if (checked.threads > 0) set_num_threads(checked.threads);
-  const dist::ProcessGrid grid(dims_of(from.config.parallel), world);
-  Run run(from.config, from.model, options, stop, std::move(checked.dataset), &from, grid);
-  return run.run();
+  PreflightResult checked = preflight_phases(world, from.config, from.model, from.state.step);
+  return train_phases(from.config, from.model, options, stop, std::move(checked), &from);
 }
 
 }  // namespace k3::train
