@@ -101,3 +101,11 @@ sed -i 's/^seq_len = 32$/seq_len = 48/' "$WORK/bad.toml"
 expect_error "curriculum\[1\].seq_len.*does not divide" "$K3LAB" train --config "$WORK/bad.toml" \
   --set run.dir="$WORK/bad"
 echo "ok: refusals"
+
+# The scaled K3 default (512 -> 2K -> 8K): every phase pre-flighted by a dry run, the last one
+# under layer recompute.
+out=$("$K3LAB" train --dry-run --config configs/k3-micro-curriculum.toml)
+[ "$(grep -c '^phase [123] of 3' <<< "$out")" -eq 3 ] || fail "dry run phases: $out"
+grep -q "^phase 3 of 3: steps 571 to 600, 1 x 8192 tokens" <<< "$out" || fail "dry run: $out"
+grep -q "activation policy recompute (layer)" <<< "$out" || fail "dry run, last phase: $out"
+echo "ok: configs/k3-micro-curriculum.toml pre-flights its three phases"

@@ -16,6 +16,7 @@
 #include "k3/parallel/optim_adapters.h"
 #include "k3/parallel/pipeline/simulate.h"
 #include "k3/train/activations.h"
+#include "k3/train/curriculum.h"
 #include "k3/train/image_text_data.h"
 #include "k3/train/session.h"
 
@@ -388,17 +389,41 @@ PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc)
   return r;
 }
 
-std::string dry_run(const RunConfig& config) {
+namespace {
+
+std::string dry_run_phase(const RunConfig& config) {
   const PreflightResult r = preflight(config, model::load_model_config(config.model.config));
   const auto& d = r.dataset;
-  std::string out = "dry run: every check passed; nothing trained, nothing written\n";
-  out += strprintf("model:  %s\n", config.model.config.c_str());
+  std::string out = strprintf("model:  %s\n", config.model.config.c_str());
   out += strprintf("data:   %s: %zu training tokens, %zu validation tokens\n", d.source.c_str(),
                    d.train.size(), d.validation.size());
   out += strprintf("run:    %s (not created)\n", config.run.dir.c_str());
   out += "\nmemory estimate per rank (fp32 training):\n" + describe(r.memory);
   out += strprintf("  %-20s %12s  %s\n", "available", format_bytes(r.limit.bytes).c_str(),
                    r.limit.source.c_str());
+  return out;
+}
+
+}  // namespace
+
+std::string dry_run(const RunConfig& config) {
+  std::string out = "dry run: every check passed; nothing trained, nothing written\n";
+  if (config.curriculum.empty()) return out + dry_run_phase(config);
+  int64_t start = 0;
+  const std::vector<int64_t> ends = phase_ends(config);
+  for (size_t p = 0; p < ends.size(); ++p) {
+    const RunConfig phase = phase_config(config, static_cast<int>(p));
+    out += strprintf("\nphase %zu of %zu: steps %lld to %lld, %lld x %lld tokens a micro-batch\n",
+                     p + 1, ends.size(), static_cast<long long>(start + 1),
+                     static_cast<long long>(ends[p]), static_cast<long long>(phase.train.batch_size),
+                     static_cast<long long>(phase.data.seq_len));
+    try {
+      out += dry_run_phase(phase);
+    } catch (const Error& e) {
+      throw Error("curriculum[" + std::to_string(p) + "]: " + e.message(), e.context());
+    }
+    start = ends[p];
+  }
   return out;
 }
 
