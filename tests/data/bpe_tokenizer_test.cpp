@@ -93,6 +93,20 @@ TEST(BpeTokenizer, EncodesAHandWrittenRankFileAsWorkedOut) {
   EXPECT_EQ(tok.decode(tok.encode("abcd abc aaaaa cab")), "abcd abc aaaaa cab");
 }
 
+// Merged pieces are cached per thread: a repeated piece, and another table's ids for the same
+// piece on the same thread, come out as merged afresh.
+TEST(BpeTokenizer, CachedMergesAreThoseOfTheirOwnTable) {
+  const testing::TempDir a("bpe_cache_a"), b("bpe_cache_b");
+  const BpeTokenizer first(write_dir(a, byte_lines() + kMerges));
+  // "ab" and "bc" swap ranks. "bcab": the first merges bc (256), then ab (257); the second ab
+  // (256), then bc (257).
+  const BpeTokenizer second(write_dir(b, byte_lines() + "YWI= 256\nYmM= 257\nYWJj 258\nYWE= 259\n"));
+  EXPECT_EQ(first.encode("bcab bcab"), (Ids{256, 257, id_of(' '), 256, 257}));
+  EXPECT_EQ(second.encode("bcab"), (Ids{257, 256}));
+  EXPECT_EQ(first.encode("bcab"), (Ids{256, 257}));
+  EXPECT_EQ(second.encode("bcab bcab"), (Ids{257, 256, id_of(' '), 257, 256}));
+}
+
 TEST(BpeTokenizer, SpecialTokens) {
   const testing::TempDir dir("bpe_special");
   const BpeTokenizer tok(write_dir(dir, byte_lines() + kMerges));

@@ -52,6 +52,13 @@ TEST(TrainBpe, StopsAtTheVocabularySize) {
   const BpeFiles files = read_bpe_files(dir.path() + "/tok");
   EXPECT_EQ(std::vector<std::string>(files.tokens.begin() + 256, files.tokens.end()),
             (std::vector<std::string>{"aa", "ab", "aaab"}));
+  // The least pair count: at 5, only aa (8) is merged; at 1, " " + 262 (once) is merged too.
+  BpeTrainOptions options;
+  options.min_pair_count = 5;
+  EXPECT_EQ(train_bpe({input}, 300, dir.path() + "/min5", options).merges, 1);
+  options.min_pair_count = 1;
+  EXPECT_EQ(train_bpe({input}, 300, dir.path() + "/min1", options).merges, 8);
+  EXPECT_EQ(read_bpe_files(dir.path() + "/min1").tokens.back(), " aaabdaaabac");
   EXPECT_NE(testing::error_of([&] { train_bpe({input}, 258, dir.path() + "/small"); })
                 .find("field vocab-size: 258 is too small"),
             std::string::npos);

@@ -74,6 +74,7 @@ void add_tokenizer(CLI::App& app) {
   struct TrainArgs {
     std::vector<std::string> inputs;
     int32_t vocab_size = 32768;
+    int64_t min_pair_count = 2;
     std::string out;
   };
   auto t = std::make_shared<TrainArgs>();
@@ -83,18 +84,24 @@ void add_tokenizer(CLI::App& app) {
   train->add_option("--vocab-size", t->vocab_size,
                     "Ids in all: the 256 bytes, the merges, and [BOS], [EOS], [PAD]")
       ->capture_default_str();
+  train->add_option("--min-pair-count", t->min_pair_count,
+                    "Stop when the most frequent pair occurs fewer times")
+      ->capture_default_str();
   train->add_option("--out", t->out, "The directory to write (tiktoken.model, tokenizer_config.json)")
       ->required();
   train->callback([t] {
-    const data::BpeTrainSummary s = data::train_bpe(t->inputs, t->vocab_size, t->out);
+    data::BpeTrainOptions options;
+    options.min_pair_count = t->min_pair_count;
+    const data::BpeTrainSummary s = data::train_bpe(t->inputs, t->vocab_size, t->out, options);
     std::printf("trained on %lld bytes (%lld pieces, %lld distinct): %lld merges, %d ids in %.2f s, "
                 "written to %s\n",
                 static_cast<long long>(s.input_bytes), static_cast<long long>(s.pieces),
                 static_cast<long long>(s.distinct_pieces), static_cast<long long>(s.merges),
                 s.vocab_size, s.seconds, t->out.c_str());
     if (s.stopped_early) {
-      std::printf("stopped early at %d of the %d ids asked for: no pair of tokens occurs twice\n",
-                  s.vocab_size, t->vocab_size);
+      std::printf("stopped early at %d of the %d ids asked for: no pair of tokens occurs %lld "
+                  "times\n",
+                  s.vocab_size, t->vocab_size, static_cast<long long>(t->min_pair_count));
     }
   });
 

@@ -27,6 +27,12 @@ std::string fingerprint_of(const BpeFiles& files) {
   return hash.hex_digest();
 }
 
+// Per thread: encode is const and may run on several threads at once.
+RankTable::Scratch& thread_scratch() {
+  thread_local RankTable::Scratch scratch;
+  return scratch;
+}
+
 }  // namespace
 
 // A pattern that does not compile is the config's fault: name it.
@@ -73,14 +79,13 @@ void BpeTokenizer::encode_into(std::string_view text, std::vector<int32_t>& ids,
 std::vector<int32_t> BpeTokenizer::encode(std::string_view text) const {
   std::vector<int32_t> ids;
   ids.reserve(text.size() / 3 + 1);
-  RankTable::Scratch scratch;
-  encode_into(text, ids, scratch);
+  encode_into(text, ids, thread_scratch());
   return ids;
 }
 
 std::vector<int32_t> BpeTokenizer::encode_with_specials(std::string_view text) const {
   std::vector<int32_t> ids;
-  RankTable::Scratch scratch;
+  RankTable::Scratch& scratch = thread_scratch();
   size_t plain = 0;  // where the text not yet encoded starts
   for (size_t i = 0; i < text.size(); ++i) {
     const std::string* found = nullptr;  // the longest special token starting at i

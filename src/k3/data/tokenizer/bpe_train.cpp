@@ -55,7 +55,7 @@ void PieceCounts::add_file(const std::string& path) {
   bytes_ += static_cast<int64_t>(file.size());
 }
 
-LearnedTokens learn_bpe(const PieceCounts& counts, int32_t num_tokens) {
+LearnedTokens learn_bpe(const PieceCounts& counts, int32_t num_tokens, int64_t min_pair_count) {
   K3_CHECK(num_tokens >= 256, "learn_bpe: ", num_tokens, " tokens cannot hold the 256 bytes");
   LearnedTokens out;
   std::unordered_map<std::string, int32_t> token_ids;
@@ -90,7 +90,7 @@ LearnedTokens learn_bpe(const PieceCounts& counts, int32_t num_tokens) {
     // Entries whose count changed since they were queued are stale: the current count was
     // queued too.
     while (!queue.empty() && pair_count[queue.top().pair] != queue.top().count) queue.pop();
-    if (queue.empty() || queue.top().count < 2) {
+    if (queue.empty() || queue.top().count < min_pair_count) {
       out.stopped_early = true;
       break;
     }
@@ -139,17 +139,19 @@ LearnedTokens learn_bpe(const PieceCounts& counts, int32_t num_tokens) {
 }
 
 BpeTrainSummary train_bpe(const std::vector<std::string>& inputs, int32_t vocab_size,
-                          const std::string& out_dir, const std::string& pattern) {
+                          const std::string& out_dir, const BpeTrainOptions& options) {
   const Timer timer;
   const auto num_specials = static_cast<int32_t>(kTrainedSpecials.size());
   K3_CHECK_CTX(vocab_size >= 256 + num_specials, (ErrorContext{"", "vocab-size", -1}), vocab_size,
                " is too small: the 256 bytes and ", num_specials, " special tokens need ",
                256 + num_specials);
   K3_CHECK_CTX(!inputs.empty(), (ErrorContext{"", "input", -1}), "no input files");
-  const Pretokenizer pretokenizer(pattern);
+  K3_CHECK_CTX(options.min_pair_count >= 1, (ErrorContext{"", "min-pair-count", -1}),
+               options.min_pair_count, " is below 1");
+  const Pretokenizer pretokenizer(options.pattern);
   PieceCounts counts(pretokenizer);
   for (const std::string& path : inputs) counts.add_file(path);
-  LearnedTokens learned = learn_bpe(counts, vocab_size - num_specials);
+  LearnedTokens learned = learn_bpe(counts, vocab_size - num_specials, options.min_pair_count);
 
   BpeFiles files;
   files.tokens = std::move(learned.tokens);

@@ -1,6 +1,7 @@
 #include "k3/data/tokenizer/rank_table.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstring>
 #include <functional>
@@ -29,7 +30,13 @@ uint64_t hash_bytes(std::string_view bytes) {
   return h ^ (h >> 32);
 }
 
-RankTable::RankTable(const std::vector<std::string>& tokens) {
+namespace {
+std::atomic<uint64_t> next_serial{1};
+constexpr size_t kMaxCached = 1 << 16;  // pieces; the cache is emptied when full
+constexpr size_t kMaxCachedBytes = 64;  // longer pieces are rare: merged each time
+}  // namespace
+
+RankTable::RankTable(const std::vector<std::string>& tokens) : serial_(next_serial++) {
   offsets_.reserve(tokens.size() + 1);
   offsets_.push_back(0);
   for (const std::string& t : tokens) {
@@ -78,6 +85,33 @@ void RankTable::encode_piece(std::string_view piece, std::vector<int32_t>& ids,
     ids.push_back(whole);
     return;
   }
+  if (s.owner != serial_) {
+    s.cache.clear();
+    s.cached_ids.clear();
+    s.owner = serial_;
+  }
+  if (const auto it = s.cache.find(piece); it != s.cache.end()) {
+    const auto [offset, count] = it->second;
+    ids.insert(ids.end(), s.cached_ids.begin() + offset, s.cached_ids.begin() + offset + count);
+    return;
+  }
+  if (piece.size() > kMaxCachedBytes) {
+    merge(piece, ids, s);
+    return;
+  }
+  if (s.cache.size() == kMaxCached) {
+    s.cache.clear();
+    s.cached_ids.clear();
+  }
+  const size_t first = ids.size();
+  merge(piece, ids, s);
+  const auto offset = static_cast<uint32_t>(s.cached_ids.size());
+  s.cached_ids.insert(s.cached_ids.end(), ids.begin() + first, ids.end());
+  s.cache.emplace(piece, std::make_pair(offset, static_cast<uint32_t>(ids.size() - first)));
+}
+
+void RankTable::merge(std::string_view piece, std::vector<int32_t>& ids, Scratch& s) const {
+  const auto n = static_cast<uint32_t>(piece.size());
   // Parts are byte ranges: the part starting at i ends at next[i]. A min-heap of
   // (rank << 32 | start) keeps the pairs; an entry whose rank no longer matches pair_rank[start]
   // is stale (the part was absorbed, or its right neighbour changed) and is skipped.
