@@ -100,7 +100,7 @@ void add_tokenizer(CLI::App& app) {
                 s.vocab_size, s.seconds, t->out.c_str());
     if (s.stopped_early) {
       std::printf("stopped early at %d of the %d ids asked for: no pair of tokens occurs %lld "
-                  "times\n",
+                  "times or more\n",
                   s.vocab_size, t->vocab_size, static_cast<long long>(t->min_pair_count));
     }
   });
