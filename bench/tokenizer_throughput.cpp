@@ -1,5 +1,6 @@
-// Byte-level BPE throughput on one thread: training time, then encode (whole text and streamed in
-// 64 KiB chunks), the pre-tokenizer alone, and decode, in MB/s of text (docs/data.md).
+// Byte-level BPE throughput on one thread: training time, then encode (whole text, streamed in
+// 64 KiB chunks, and without the cache of merged pieces), the pre-tokenizer alone, and decode, in
+// MB/s of text (docs/data.md).
 //
 //   bench_tokenizer_throughput [--text PATH] [--vocab-size 32768] [--copies 16] [--reps 5]
 //                              [--tokenizer DIR]
@@ -107,6 +108,19 @@ int main(int argc, char** argv) {
                 stream.finish(ids);
               }).c_str());
   std::vector<size_t> ends;
+  std::printf("  encode, no cache     %s\n", rate(reps, bytes, [&] {
+                k3::data::RankTable::Scratch scratch;
+                scratch.cache_merges = false;
+                ends.clear();
+                ids.clear();
+                tok.pretokenizer().split(text, true, ends);
+                size_t begin = 0;
+                for (size_t end : ends) {
+                  tok.ranks().encode_piece(std::string_view(text).substr(begin, end - begin), ids,
+                                           scratch);
+                  begin = end;
+                }
+              }).c_str());
   std::printf("  pre-tokenizer alone  %s\n", rate(reps, bytes, [&] {
                 ends.clear();
                 tok.pretokenizer().split(text, true, ends);

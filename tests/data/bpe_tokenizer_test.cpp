@@ -40,7 +40,9 @@ const char* const kConfig = R"({
   },
   "bos_token": "[BOS]",
   "eos_token": {"content": "[EOS]"},
-  "pad_token": "[PAD]"
+  "pad_token": "[PAD]",
+  "model_max_length": 1000000000000000019884624838656,
+  "auto_map": {"AutoTokenizer": ["tokenization_kimi.TikTokenTokenizer", null]}
 })";
 
 std::string write_dir(const testing::TempDir& dir, const std::string& ranks,

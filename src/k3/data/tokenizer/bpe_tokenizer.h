@@ -41,11 +41,10 @@ class BpeTokenizer final : public Tokenizer {
   const Pretokenizer& pretokenizer() const { return pretokenizer_; }
   const RankTable& ranks() const { return ranks_; }
 
-  // Appends the ids of TEXT, whole (encode without the vector's allocation).
+ private:
   void encode_into(std::string_view text, std::vector<int32_t>& ids,
                    RankTable::Scratch& scratch) const;
 
- private:
   std::string name_;
   RankTable ranks_;
   Pretokenizer pretokenizer_;

@@ -95,7 +95,7 @@ void RankTable::encode_piece(std::string_view piece, std::vector<int32_t>& ids,
     ids.insert(ids.end(), s.cached_ids.begin() + offset, s.cached_ids.begin() + offset + count);
     return;
   }
-  if (piece.size() > kMaxCachedBytes) {
+  if (!s.cache_merges || piece.size() > kMaxCachedBytes) {
     merge(piece, ids, s);
     return;
   }

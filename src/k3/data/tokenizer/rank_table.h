@@ -32,7 +32,8 @@ class RankTable {
     std::vector<uint32_t> next, prev;
     std::vector<int32_t> id, pair_rank;
     std::vector<uint64_t> heap;
-    uint64_t owner = 0;  // the serial of the table the cache is of
+    bool cache_merges = true;  // false: merge every piece afresh (to measure what the cache buys)
+    uint64_t owner = 0;        // the serial of the table the cache is of
     struct Hash {
       using is_transparent = void;
       size_t operator()(std::string_view s) const { return hash_bytes(s); }
