@@ -45,8 +45,7 @@ std::string rate(int reps, double bytes, F&& run) {
 
 int main(int argc, char** argv) {
   const auto flags = k3::bench::parse_flags(
-      argc, argv,
-      {"--text", "--vocab-size", "--copies", "--reps", "--tokenizer"});
+      argc, argv, {"--text", "--vocab-size", "--copies", "--reps", "--tokenizer"});
   auto flag = [&](const std::string& name, const std::string& fallback) {
     return flags.count(name) ? flags.at(name) : fallback;
   };
@@ -98,17 +97,20 @@ int main(int argc, char** argv) {
               tok.vocab_size(), bytes / 1e6, copies, ids.size(), bytes / ids.size());
 
   std::printf("MB/s on one thread, median [min-max] of %d:\n", reps);
-  std::printf("  encode               %s\n", rate(reps, bytes, [&] { ids = tok.encode(text); }).c_str());
+  std::printf("  encode               %s\n",
+              rate(reps, bytes, [&] { ids = tok.encode(text); }).c_str());
   std::printf("  encode, streamed     %s\n", rate(reps, bytes, [&] {
-                k3::data::BpeStreamEncoder stream(tok);
-                ids.clear();
-                for (size_t at = 0; at < text.size(); at += 65536) {
-                  stream.feed(std::string_view(text).substr(at, 65536), ids);
-                }
-                stream.finish(ids);
-              }).c_str());
+                                               k3::data::BpeStreamEncoder stream(tok);
+                                               ids.clear();
+                                               for (size_t at = 0; at < text.size(); at += 65536) {
+                                                 stream.feed(
+                                                     std::string_view(text).substr(at, 65536), ids);
+                                               }
+                                               stream.finish(ids);
+                                             }).c_str());
   std::vector<size_t> ends;
-  std::printf("  encode, no cache     %s\n", rate(reps, bytes, [&] {
+  std::printf("  encode, no cache     %s\n",
+              rate(reps, bytes, [&] {
                 k3::data::RankTable::Scratch scratch;
                 scratch.cache_merges = false;
                 ends.clear();
@@ -122,9 +124,9 @@ int main(int argc, char** argv) {
                 }
               }).c_str());
   std::printf("  pre-tokenizer alone  %s\n", rate(reps, bytes, [&] {
-                ends.clear();
-                tok.pretokenizer().split(text, true, ends);
-              }).c_str());
+                                               ends.clear();
+                                               tok.pretokenizer().split(text, true, ends);
+                                             }).c_str());
   std::string decoded;
   std::printf("  decode               %s\n",
               rate(reps, bytes, [&] { decoded = tok.decode(ids); }).c_str());

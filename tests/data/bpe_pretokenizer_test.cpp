@@ -47,11 +47,11 @@ TEST(Utf8, ClassifiesEachStart) {
   EXPECT_EQ(utf8_char_at("\xED\xA0\x80", 0), 0);      // a surrogate
   EXPECT_EQ(utf8_char_at("\xF4\x90\x80\x80", 0), 0);  // above U+10FFFF
   EXPECT_EQ(utf8_char_at("\xF5\x80\x80\x80", 0), 0);
-  EXPECT_EQ(utf8_char_at("\x80", 0), 0);              // a stray continuation byte
-  EXPECT_EQ(utf8_char_at("\xE4\xB8x", 0), 0);         // cut off by a non-continuation
+  EXPECT_EQ(utf8_char_at("\x80", 0), 0);                    // a stray continuation byte
+  EXPECT_EQ(utf8_char_at("\xE4\xB8x", 0), 0);               // cut off by a non-continuation
   EXPECT_EQ(utf8_char_at("\xE4\xB8", 0), kUtf8Incomplete);  // cut off by the end
   EXPECT_EQ(utf8_char_at("\xF0\x9F", 0), kUtf8Incomplete);
-  EXPECT_EQ(utf8_char_at("\xED\xA0", 0), 0);          // a surrogate's start is never valid
+  EXPECT_EQ(utf8_char_at("\xED\xA0", 0), 0);  // a surrogate's start is never valid
   EXPECT_EQ(utf8_valid_run_end("abcdefghij\xC3\xA9k\xFFxy", 0), 13u);
   EXPECT_EQ(utf8_valid_run_end("abcdefghij\xC3\xA9k\xFFxy", 14), 16u);
 }
@@ -81,9 +81,9 @@ TEST(Pretokenizer, TranslationEqualsTheLookaheadForm) {
   // Upper, lower, title case, modifier letters, kana, hangul, Han (also a Han Lm and a Han
   // number), marks, digits of several scripts, punctuation (CJK too), spaces and newlines.
   const std::vector<std::string> alphabet = {
-      "A", "Z", "a", "z", "É", "é", "ǅ", "ʰ", "ー", "テ", "한", "中", "文", "々", "〇", "\u0301",
-      "\u0308", "1", "٣", "五", "Ⅻ", "'", "s", "t", "!", ".", "、", "。", "«", " ", "  ", "\n",
-      "\r", "\t", "\u3000", "😀"};
+      "A",  "Z",  "a",  "z",      "É",      "é", "ǅ",  "ʰ",  "ー", "テ", "한",     "中",
+      "文", "々", "〇", "\u0301", "\u0308", "1", "٣",  "五", "Ⅻ",  "'",  "s",      "t",
+      "!",  ".",  "、", "。",     "«",      " ", "  ", "\n", "\r", "\t", "\u3000", "😀"};
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 300; ++trial) {
     std::string text;
@@ -96,9 +96,12 @@ TEST(Pretokenizer, TranslationEqualsTheLookaheadForm) {
 TEST(Pretokenizer, InvalidUtf8BytesArePiecesOfTheirOwn) {
   const Pretokenizer kimi{std::string(kimi_pattern())};
   // The valid runs around an invalid byte are split as whole texts: "ab" ends at the byte.
-  EXPECT_EQ(pieces_of(kimi, "ab\xFF" "cd \xC0\xAF" "x\xE4\xB8"),
-            (std::vector<std::string>{"ab", "\xFF", "cd", " ", "\xC0", "\xAF", "x", "\xE4",
-                                      "\xB8"}));
+  EXPECT_EQ(
+      pieces_of(kimi,
+                "ab\xFF"
+                "cd \xC0\xAF"
+                "x\xE4\xB8"),
+      (std::vector<std::string>{"ab", "\xFF", "cd", " ", "\xC0", "\xAF", "x", "\xE4", "\xB8"}));
   // Without the end of the text, a cut-off character waits for the rest.
   std::vector<size_t> ends;
   EXPECT_EQ(kimi.split("ab \xE4\xB8", false, ends), 2u);
@@ -121,8 +124,9 @@ TEST(Pretokenizer, TextThePatternDoesNotMatchIsKept) {
 }
 
 TEST(Pretokenizer, RefusesPatternsItCannotUse) {
-  EXPECT_NE(testing::error_of([] { Pretokenizer p(R"([\p{L}&&[^\p{Han}]]+)"); })
-                .find("field pat_str: the pattern uses a class intersection"),
+  EXPECT_NE(testing::error_of([] {
+              Pretokenizer p(R"([\p{L}&&[^\p{Han}]]+)");
+            }).find("field pat_str: the pattern uses a class intersection"),
             std::string::npos);
   EXPECT_NE(testing::error_of([] { Pretokenizer p("(ab"); }).find("does not compile at offset 3"),
             std::string::npos);

@@ -1,5 +1,7 @@
 // BpeTokenizer: ids worked out by hand on a small rank file, round trips of any bytes, special
 // tokens, fingerprints, and malformed tokenizer files refused in one line.
+#include "k3/data/tokenizer/bpe_tokenizer.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
@@ -9,7 +11,6 @@
 #include "common/test_util.h"
 #include "k3/data/tokenizer.h"
 #include "k3/data/tokenizer/bpe_stream.h"
-#include "k3/data/tokenizer/bpe_tokenizer.h"
 #include "k3/data/tokenizer/bpe_train.h"
 
 namespace k3::data {
@@ -22,8 +23,8 @@ using Ids = std::vector<int32_t>;
 std::string byte_lines() {
   std::string lines;
   for (int b = 0; b < 256; ++b) {
-    lines += base64_encode(std::string(1, static_cast<char>(b))) + " " + std::to_string(255 - b) +
-             "\n";
+    lines +=
+        base64_encode(std::string(1, static_cast<char>(b))) + " " + std::to_string(255 - b) + "\n";
   }
   return lines;
 }
@@ -102,7 +103,8 @@ TEST(BpeTokenizer, CachedMergesAreThoseOfTheirOwnTable) {
   const BpeTokenizer first(write_dir(a, byte_lines() + kMerges));
   // "ab" and "bc" swap ranks. "bcab": the first merges bc (256), then ab (257); the second ab
   // (256), then bc (257).
-  const BpeTokenizer second(write_dir(b, byte_lines() + "YWI= 256\nYmM= 257\nYWJj 258\nYWE= 259\n"));
+  const BpeTokenizer second(
+      write_dir(b, byte_lines() + "YWI= 256\nYmM= 257\nYWJj 258\nYWE= 259\n"));
   EXPECT_EQ(first.encode("bcab bcab"), (Ids{256, 257, id_of(' '), 256, 257}));
   EXPECT_EQ(second.encode("bcab"), (Ids{257, 256}));
   EXPECT_EQ(first.encode("bcab"), (Ids{256, 257}));
@@ -232,11 +234,13 @@ TEST(BpeTokenizer, RefusesMalformedConfigs) {
       "261": {"content": "[EOS]"}, "262": {"content": "[PAD]"}})";
   says(error("{" + decoder + R"(, "eos_token": "[EOS]", "pad_token": "[PAD]"})"),
        "field bos_token: missing");
-  says(error("{" + decoder + R"(, "bos_token": "[X]", "eos_token": "[EOS]", "pad_token": "[PAD]"})"),
-       "field bos_token: '[X]' is not among the added_tokens_decoder tokens");
+  says(
+      error("{" + decoder + R"(, "bos_token": "[X]", "eos_token": "[EOS]", "pad_token": "[PAD]"})"),
+      "field bos_token: '[X]' is not among the added_tokens_decoder tokens");
   says(error(R"({"added_tokens_decoder": {"100": {"content": "[BOS]"}}})"),
        "field added_tokens_decoder: id 100 is not a special id");
-  says(error(R"({"added_tokens_decoder": {"26x": {"content": "[BOS]"}}})"), "key '26x' is not an id");
+  says(error(R"({"added_tokens_decoder": {"26x": {"content": "[BOS]"}}})"),
+       "key '26x' is not an id");
   says(error(R"({"added_tokens_decoder": {"260": {"content": "[A]"}, "261": {"content": "[A]"}}})"),
        "'[A]' is given to ids 260 and 261");
   says(error(R"({"added_tokens_decoder": {"260": {"content": 5}}})"),
@@ -250,10 +254,33 @@ TEST(BpeTokenizer, RefusesMalformedConfigs) {
 // byte could change (a whitespace run before a newline, a word, a cut-off character) wait.
 TEST(BpeStreamEncoder, RandomChunkingsEqualTheWholeText) {
   const BpeTokenizer tok = learned_tokenizer();
-  const std::vector<std::string> snippets = {
-      "The quick brown fox", " jumps", "  ", "\n", " \n \n", "\r\n", "\t", "12345", "don't",
-      "'ll", "中文", "、", "テキスト", "e\u0301", "👍🏽", "!!", "...", "\xFF", "\xE4\xB8", "\xC0",
-      "\x80", "NASA", "'S", " x", "a", "   ", "\n\n\n"};
+  const std::vector<std::string> snippets = {"The quick brown fox",
+                                             " jumps",
+                                             "  ",
+                                             "\n",
+                                             " \n \n",
+                                             "\r\n",
+                                             "\t",
+                                             "12345",
+                                             "don't",
+                                             "'ll",
+                                             "中文",
+                                             "、",
+                                             "テキスト",
+                                             "e\u0301",
+                                             "👍🏽",
+                                             "!!",
+                                             "...",
+                                             "\xFF",
+                                             "\xE4\xB8",
+                                             "\xC0",
+                                             "\x80",
+                                             "NASA",
+                                             "'S",
+                                             " x",
+                                             "a",
+                                             "   ",
+                                             "\n\n\n"};
   std::mt19937_64 rng(11);
   for (int trial = 0; trial < 300; ++trial) {
     std::string text;
@@ -263,7 +290,8 @@ TEST(BpeStreamEncoder, RandomChunkingsEqualTheWholeText) {
     BpeStreamEncoder stream(tok);
     Ids ids;
     for (size_t at = 0; at < text.size();) {
-      const size_t len = std::min<size_t>(text.size() - at, rng() % 3 == 0 ? rng() % 64 : rng() % 4);
+      const size_t len =
+          std::min<size_t>(text.size() - at, rng() % 3 == 0 ? rng() % 64 : rng() % 4);
       stream.feed(std::string_view(text).substr(at, len), ids);
       at += len;
     }

@@ -1,5 +1,7 @@
 // Training: the merge table of a tiny input worked out by hand, the stop at the vocabulary size or
 // when no pair occurs twice, and the written directory loading back.
+#include "k3/data/tokenizer/bpe_train.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -7,7 +9,6 @@
 
 #include "common/test_util.h"
 #include "k3/data/tokenizer/bpe_tokenizer.h"
-#include "k3/data/tokenizer/bpe_train.h"
 
 namespace k3::data {
 
@@ -31,9 +32,9 @@ TEST(TrainBpe, LearnsTheHandCheckedMergeTable) {
   const BpeFiles files = read_bpe_files(dir.path() + "/tok");
   ASSERT_EQ(files.tokens.size(), 263u);
   for (int b = 0; b < 256; ++b) EXPECT_EQ(files.tokens[b], std::string(1, static_cast<char>(b)));
-  EXPECT_EQ(std::vector<std::string>(files.tokens.begin() + 256, files.tokens.end()),
-            (std::vector<std::string>{"aa", "ab", "aaab", "ac", "daaab", "aaabdaaab",
-                                      "aaabdaaabac"}));
+  EXPECT_EQ(
+      std::vector<std::string>(files.tokens.begin() + 256, files.tokens.end()),
+      (std::vector<std::string>{"aa", "ab", "aaab", "ac", "daaab", "aaabdaaab", "aaabdaaabac"}));
   EXPECT_EQ(files.specials, (std::vector<std::string>{"[BOS]", "[EOS]", "[PAD]"}));
   EXPECT_EQ(files.bos_id, 263);
   EXPECT_EQ(files.eos_id, 264);
@@ -59,8 +60,9 @@ TEST(TrainBpe, StopsAtTheVocabularySize) {
   options.min_pair_count = 1;
   EXPECT_EQ(train_bpe({input}, 300, dir.path() + "/min1", options).merges, 8);
   EXPECT_EQ(read_bpe_files(dir.path() + "/min1").tokens.back(), " aaabdaaabac");
-  EXPECT_NE(testing::error_of([&] { train_bpe({input}, 258, dir.path() + "/small"); })
-                .find("field vocab-size: 258 is too small"),
+  EXPECT_NE(testing::error_of([&] {
+              train_bpe({input}, 258, dir.path() + "/small");
+            }).find("field vocab-size: 258 is too small"),
             std::string::npos);
 }
 

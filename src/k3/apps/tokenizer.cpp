@@ -56,7 +56,8 @@ void decode_stdin(const std::string& spec) {
   long long id = 0;
   int got = 0;
   while ((got = std::scanf("%lld", &id)) == 1) {
-    K3_CHECK(id >= INT32_MIN && id <= INT32_MAX, "tokenizer decode: id ", id, " on stdin is out of range");
+    K3_CHECK(id >= INT32_MIN && id <= INT32_MAX, "tokenizer decode: id ", id,
+             " on stdin is out of range");
     ids.push_back(static_cast<int32_t>(id));
   }
   K3_CHECK(got == EOF, "tokenizer decode: stdin holds something other than ids after ", ids.size(),
@@ -81,27 +82,36 @@ void add_tokenizer(CLI::App& app) {
   auto* train = cmd->add_subcommand(
       "train", "Train a byte-level BPE vocabulary and write it as a tokenizer directory");
   train->add_option("--input", t->inputs, "Text files to train on")->required()->expected(1, -1);
-  train->add_option("--vocab-size", t->vocab_size,
-                    "Ids in all: the 256 bytes, the merges, and [BOS], [EOS], [PAD]")
+  train
+      ->add_option("--vocab-size", t->vocab_size,
+                   "Ids in all: the 256 bytes, the merges, and [BOS], [EOS], [PAD]")
       ->capture_default_str();
-  train->add_option("--min-pair-count", t->min_pair_count,
-                    "Stop when the most frequent pair occurs fewer times")
+  train
+      ->add_option("--min-pair-count", t->min_pair_count,
+                   "Stop when the most frequent pair occurs fewer times")
       ->capture_default_str();
-  train->add_option("--out", t->out, "The directory to write (tiktoken.model, tokenizer_config.json)")
+  train
+      ->add_option("--out", t->out,
+                   "The directory to write (tiktoken.model, tokenizer_config.json)")
       ->required();
   train->callback([t] {
     data::BpeTrainOptions options;
     options.min_pair_count = t->min_pair_count;
     const data::BpeTrainSummary s = data::train_bpe(t->inputs, t->vocab_size, t->out, options);
-    std::printf("trained on %lld bytes (%lld pieces, %lld distinct): %lld merges, %d ids in %.2f s, "
-                "written to %s\n",
-                static_cast<long long>(s.input_bytes), static_cast<long long>(s.pieces),
-                static_cast<long long>(s.distinct_pieces), static_cast<long long>(s.merges),
-                s.vocab_size, s.seconds, t->out.c_str());
-    if (s.stopped_early) {
-      std::printf("stopped early at %d of the %d ids asked for: no pair of tokens occurs %lld "
-                  "times or more\n",
-                  s.vocab_size, t->vocab_size, static_cast<long long>(t->min_pair_count));
+    std::printf(
+        "trained on %lld bytes (%lld pieces, %lld distinct): %lld merges, %d ids in %.2f s, "
+        "written to %s\n",
+        static_cast<long long>(s.input_bytes), static_cast<long long>(s.pieces),
+        static_cast<long long>(s.distinct_pieces), static_cast<long long>(s.merges), s.vocab_size,
+        s.seconds, t->out.c_str());
+    if (s.stopped_early && t->min_pair_count <= 1) {
+      std::printf("stopped early at %d of the %d ids asked for: every piece is one token\n",
+                  s.vocab_size, t->vocab_size);
+    } else if (s.stopped_early) {
+      std::printf(
+          "stopped early at %d of the %d ids asked for: no pair of tokens occurs %lld "
+          "times or more\n",
+          s.vocab_size, t->vocab_size, static_cast<long long>(t->min_pair_count));
     }
   });
 

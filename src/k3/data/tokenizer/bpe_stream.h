@@ -66,9 +66,8 @@ class BpeStreamEncoder {
   }
   // Appends the ids of what is still pending; the text has ended.
   void finish(std::vector<int32_t>& ids) {
-    pieces_.finish([&](std::string_view piece) {
-      tokenizer_.ranks().encode_piece(piece, ids, scratch_);
-    });
+    pieces_.finish(
+        [&](std::string_view piece) { tokenizer_.ranks().encode_piece(piece, ids, scratch_); });
   }
 
  private:

@@ -18,9 +18,14 @@ namespace {
 
 constexpr std::string_view kKimiPcre2 =
     R"([\p{sc:Han}]+|)"
-    R"([^\r\n\p{L}\p{N}]?)" K3_KIMI_UPPER "*" K3_KIMI_LOWER "+" K3_CONTRACTIONS "|"
-    R"([^\r\n\p{L}\p{N}]?)" K3_KIMI_UPPER "+" K3_KIMI_LOWER "*" K3_CONTRACTIONS "|"
+    R"([^\r\n\p{L}\p{N}]?)" K3_KIMI_UPPER "*" K3_KIMI_LOWER "+" K3_CONTRACTIONS
+    "|"
+    R"([^\r\n\p{L}\p{N}]?)" K3_KIMI_UPPER "+" K3_KIMI_LOWER "*" K3_CONTRACTIONS
+    "|"
     R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+#undef K3_KIMI_UPPER
+#undef K3_KIMI_LOWER
+#undef K3_CONTRACTIONS
 
 constexpr std::string_view kKimiTiktoken =
     R"([\p{Han}]+|)"
@@ -58,10 +63,13 @@ Pretokenizer::Pretokenizer(std::string pattern)
                                reinterpret_cast<const char*>(message)),
                 ctx);
   }
-  code_ = code;
   uint32_t min_length = 0;
   pcre2_pattern_info(code, PCRE2_INFO_MINLENGTH, &min_length);
-  K3_CHECK_CTX(min_length > 0, ctx, "the pattern can match empty text");
+  if (min_length == 0) {
+    pcre2_code_free(code);
+    throw Error("the pattern can match empty text", ctx);
+  }
+  code_ = code;
   // Without JIT (an unsupported CPU) pcre2_match interprets the pattern: slower, same pieces.
   pcre2_jit_compile(code, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
 }
@@ -113,8 +121,8 @@ size_t Pretokenizer::split_run(std::string_view text, size_t p, size_t end, bool
     if (rc < 0) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof(message));
-      throw Error(detail::concat("pre-tokenizer: matching ", end - p, " bytes failed: ",
-                                 reinterpret_cast<const char*>(message)),
+      throw Error(detail::concat("pre-tokenizer: matching ", end - p,
+                                 " bytes failed: ", reinterpret_cast<const char*>(message)),
                   ErrorContext{"", "pat_str", -1});
     }
     K3_CHECK_CTX(ov[1] > ov[0], (ErrorContext{"", "pat_str", -1}),

@@ -74,8 +74,7 @@ int32_t RankTable::find(std::string_view bytes) const {
   }
 }
 
-void RankTable::encode_piece(std::string_view piece, std::vector<int32_t>& ids,
-                             Scratch& s) const {
+void RankTable::encode_piece(std::string_view piece, std::vector<int32_t>& ids, Scratch& s) const {
   const auto n = static_cast<uint32_t>(piece.size());
   if (n == 1) {
     ids.push_back(byte_rank_[static_cast<unsigned char>(piece[0])]);

@@ -114,8 +114,9 @@ void read_config(const std::string& dir, BpeFiles& files) {
   }
   K3_CHECK_CTX(config.is_object(), (ErrorContext{path, "", -1}), "expected a JSON object");
   const ErrorContext ctx{path, "added_tokens_decoder", -1};
-  K3_CHECK_CTX(config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object(),
-               ctx, "missing or not an object: the special tokens by id");
+  K3_CHECK_CTX(
+      config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object(), ctx,
+      "missing or not an object: the special tokens by id");
   const auto base = static_cast<int64_t>(files.tokens.size());
   std::map<int64_t, std::string> by_id;
   std::map<std::string, int32_t> ids;
@@ -124,8 +125,8 @@ void read_config(const std::string& dir, BpeFiles& files) {
     const auto [ptr, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
     K3_CHECK_CTX(ec == std::errc() && ptr == key.data() + key.size(), ctx, "key '", key,
                  "' is not an id");
-    K3_CHECK_CTX(id >= base && id < base + (1 << 20), ctx, "id ", id, " is not a special id: ",
-                 "the ", base, " base tokens have the ids 0..", base - 1,
+    K3_CHECK_CTX(id >= base && id < base + (1 << 20), ctx, "id ", id,
+                 " is not a special id: ", "the ", base, " base tokens have the ids 0..", base - 1,
                  " and special ids follow them");
     K3_CHECK_CTX(token.is_object() && token.contains("content") && token["content"].is_string() &&
                      !token["content"].get<std::string>().empty(),
@@ -214,8 +215,8 @@ void write_bpe_files(const std::string& dir, const BpeFiles& files) {
   const auto base = static_cast<int32_t>(files.tokens.size());
   for (size_t k = 0; k < files.specials.size(); ++k) {
     decoder[std::to_string(base + static_cast<int32_t>(k))] = {
-        {"content", files.specials[k]}, {"lstrip", false}, {"normalized", false},
-        {"rstrip", false}, {"single_word", false}, {"special", true}};
+        {"content", files.specials[k]}, {"lstrip", false}, {"normalized", false}, {"rstrip", false},
+        {"single_word", false},         {"special", true}};
   }
   auto content = [&](int32_t id) { return files.specials.at(static_cast<size_t>(id - base)); };
   nlohmann::ordered_json config = {{"added_tokens_decoder", decoder},
