@@ -31,7 +31,9 @@ class Tokenizer {
   virtual std::string fingerprint() const = 0;
 };
 
-// A tokenizer by name: "byte". Throws a k3::Error (field "tokenizer") for an unknown name.
+// A tokenizer by name: "byte", or a BPE tokenizer directory (tiktoken.model and
+// tokenizer_config.json, tokenizer/bpe_tokenizer.h). Throws a k3::Error (field "tokenizer") for
+// anything else, and one naming the file for a malformed directory.
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name);
 
 }  // namespace k3::data
