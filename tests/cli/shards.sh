@@ -2,8 +2,8 @@
 # Token shards end to end: `k3lab data prepare` on a small text and a .jsonl (weighted), the same
 # shards again from the same inputs, refusals in one line (an existing output, a malformed input
 # that leaves no directory behind, a truncated shard, shards of another tokenizer); training on
-# the shards in one process and under dp2 to the same losses, and a checkpoint resumed in one
-# process and under dp2 to the same next loss. Tiny Shakespeare, where present, is prepared too.
+# the shards in one process and under dp2 to the same losses, a checkpoint resumed in one
+# process and under dp2 to the same next loss, and refused on other shards under the same path. Tiny Shakespeare, where present, is prepared too.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
 MPI=(mpirun --allow-run-as-root --oversubscribe -q)
@@ -15,8 +15,9 @@ for i in $(seq 1 600); do
 done > "$WORK/text.txt"
 for i in $(seq 1 200); do printf '{"text": "Record %d: a short line of json text."}\n' "$i"; done > "$WORK/more.jsonl"
 
+WEIGHTS=(--weights 1 2)
 prepare() { "$K3LAB" data prepare --quiet --tokenizer byte --input "$WORK/text.txt" "$WORK/more.jsonl" \
-  --weights 1 2 --val-fraction 0.1 --shard-tokens 20000 "$@"; }
+  "${WEIGHTS[@]}" --val-fraction 0.1 --shard-tokens 20000 "$@"; }
 prepare --out "$WORK/shards" > "$WORK/prepare.out"
 cat "$WORK/prepare.out"
 grep -q "text.txt (weight 1): 540 + 60 documents" "$WORK/prepare.out" || fail "text.txt: not 540 + 60 documents"
@@ -57,6 +58,14 @@ expect_error "file $WORK/cut/train-00001.k3shard: truncated at byte 5000" \
   "$K3LAB" train "${SHARDS[@]}" --set data.path="$WORK/cut" --set run.dir="$WORK/cut_run"
 expect_error "field data.path: data.source = \"shards\" reads" \
   "$K3LAB" train "${TINY[@]}" --set data.source=shards --set run.dir="$WORK/nopath"
+
+# The data fingerprint (the manifest's SHA-256) notices other shards under the same path, here
+# as many tokens of another text.
+mv "$WORK/shards" "$WORK/shards_first"
+sed -i 's/mills/hills/' "$WORK/text.txt"
+prepare --out "$WORK/shards" > /dev/null
+cp -r "$WORK/one" "$WORK/changed" && rm -r "$WORK/changed/checkpoints/step_00000006"
+expect_error "the data changed since the run started" "$K3LAB" train --quiet --resume "$WORK/changed"
 
 SHAKESPEARE=$ROOT/../shared/data/tinyshakespeare.txt
 if [ -f "$SHAKESPEARE" ]; then
