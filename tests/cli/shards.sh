@@ -58,6 +58,12 @@ expect_error "file $WORK/cut/train-00001.k3shard: truncated at byte 5000" \
   "$K3LAB" train "${SHARDS[@]}" --set data.path="$WORK/cut" --set run.dir="$WORK/cut_run"
 expect_error "field data.path: data.source = \"shards\" reads" \
   "$K3LAB" train "${TINY[@]}" --set data.source=shards --set run.dir="$WORK/nopath"
+expect_error "field data.path: data.path is read only when data.source = \"shards\"" \
+  "$K3LAB" train "${TINY[@]}" --set data.path="$WORK/shards" --set run.dir="$WORK/builtin_path"
+"$K3LAB" data prepare --quiet --tokenizer byte --input "$WORK/text.txt" --val-fraction 0 --out "$WORK/no_val" > /dev/null
+[ -z "$(ls "$WORK"/no_val/validation-* 2>/dev/null)" ] || fail "--val-fraction 0 wrote validation shards"
+expect_error "field data.path: the shards' validation split of 0 tokens" \
+  "$K3LAB" train "${SHARDS[@]}" --set data.path="$WORK/no_val" --set eval.every=3 --set run.dir="$WORK/no_val_run"
 
 # The data fingerprint (the manifest's SHA-256) notices other shards under the same path, here
 # as many tokens of another text.

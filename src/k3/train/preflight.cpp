@@ -121,6 +121,12 @@ void check_splits(const data::TokenDataset& ds, const RunConfig& c) {
                ": use more data or a smaller train.batch_size or data.seq_len");
   if (c.eval.every == 0) return;
   const int64_t val_tokens = ds.validation_tokens().size();
+  // Shards carry their own split, made by `k3lab data prepare --val-fraction`.
+  K3_CHECK_CTX(!ds.shards || val_tokens >= window, (ErrorContext{"", "data.path", -1}),
+               "the shards' validation split of ", val_tokens,
+               " tokens cannot hold one evaluation window of data.seq_len + 1 = ", window,
+               " tokens: prepare them with a larger --val-fraction, lower data.seq_len, or set "
+               "eval.every = 0");
   K3_CHECK_CTX(
       val_tokens >= window, (ErrorContext{"", "data.val_fraction", -1}), "the validation split of ",
       val_tokens, " tokens (data.val_fraction = ", c.data.val_fraction,

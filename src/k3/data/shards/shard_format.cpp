@@ -74,9 +74,9 @@ ShardHeader decode_shard_header(std::string_view bytes, uint64_t file_size,
   K3_CHECK_CTX(is_hex(h.tokenizer_fingerprint), ctx, "no tokenizer fingerprint at byte ",
                kFingerprintAt, " (expected ", kFingerprintChars, " lowercase hex digits)");
   // Counts no file could hold, checked before they are multiplied.
-  K3_CHECK_CTX(h.tokens < kImplausible && h.documents <= h.tokens, ctx, "implausible counts: ",
-               h.tokens, " tokens (byte ", kTokensAt, ") and ", h.documents, " documents (byte ",
-               kDocumentsAt, ")");
+  K3_CHECK_CTX(h.tokens < kImplausible && h.documents <= h.tokens, ctx,
+               "implausible counts: ", h.tokens, " tokens (byte ", kTokensAt, ") and ", h.documents,
+               " documents (byte ", kDocumentsAt, ")");
   K3_CHECK_CTX(file_size >= h.file_size(), ctx, "truncated at byte ", file_size, ": ", h.tokens,
                " tokens and ", h.documents, " documents end at byte ", h.file_size());
   K3_CHECK_CTX(file_size == h.file_size(), ctx, "unexpected bytes from byte ", h.file_size(),
