@@ -7,7 +7,9 @@
 #include <cstdio>
 
 #include "k3/apps/commands.h"
+#include "k3/base/error.h"
 #include "k3/base/format.h"
+#include "k3/base/stop_signals.h"
 #include "k3/data/shards/prepare.h"
 #include "k3/data/tokenizer.h"
 
@@ -72,7 +74,11 @@ void add_prepare(CLI::App* data) {
   cmd->callback([a] {
     const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(a->tokenizer);
     PrepareProgressLine line;
+    const StopSignals stop;  // Ctrl-C: the half-written directory is removed on the way out
     auto show = [&](const data::shards::PrepareProgress& p) {
+      if (const int signal = stop.requested())
+        throw Error(std::string("interrupted by ") + signal_name(signal) + ": " + a->spec.out +
+                    " not written");
       if (!a->quiet) line.update(p, p.finished);
     };
     const data::shards::PrepareSummary s = data::shards::prepare_shards(a->spec, *tokenizer, show);
