@@ -27,5 +27,6 @@ void add_plot(CLI::App& app);
 void add_export(CLI::App& app);
 void add_config(CLI::App& app);
 void add_tokenizer(CLI::App& app);
+void add_data(CLI::App& app);  // `data prepare`
 
 }  // namespace k3::apps

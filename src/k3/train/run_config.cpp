@@ -182,6 +182,14 @@ Rule<std::string> input_path(std::vector<std::string> keywords = {}) {
           }};
 }
 
+// Empty (not set), or an existing path.
+Rule<std::string> optional_input_path() {
+  return {[](const std::string&) { return true; }, "empty or an existing path",
+          [](const std::string& v, const SearchDirs& dirs) {
+            return v.empty() ? v : find_input(v, dirs);
+          }};
+}
+
 // The TOML type a field is read from, as the reference names it.
 template <typename T>
 const char* type_name() {
@@ -235,9 +243,13 @@ const std::vector<Field>& fields() {
   static const std::vector<Field> table = {
     field("model.config", &R::model, &M::config, input_path(), "HF-style model config (JSON)"),
     field("model.seed", &R::model, &M::seed, at_least<I>(0), "initialization seed"),
-    field("data.source", &R::data, &D::source, input_path({"builtin", "image_text"}),
-          "builtin, image_text (the image-text corpus, for a model with a vision tower), a .txt "
-          "file or a directory"),
+    field("data.source", &R::data, &D::source, input_path({"builtin", "image_text", "shards"}),
+          "builtin, image_text (the image-text corpus, for a model with a vision tower), shards "
+          "(the shard directory data.path), a .txt file or a directory"),
+    field("data.path", &R::data, &D::path, optional_input_path(),
+          "the shard directory (`k3lab data prepare`) when data.source = \"shards\""),
+    field("data.tokenizer", &R::data, &D::tokenizer, input_path({"byte"}),
+          "the run's tokenizer: byte, or a tokenizer directory"),
     field("data.builtin_tokens", &R::data, &D::builtin_tokens, above<I>(0), "built-in corpus size"),
     field("data.val_fraction", &R::data, &D::val_fraction, within('(', 0, 1, ')'),
           "share held out for validation"),
@@ -375,11 +387,12 @@ std::string at_line(const toml::node& node) {
 constexpr const char* kCurriculum = "curriculum";
 
 // The sections a curriculum phase may set keys of: its data, how activations are held, the layout.
-// Not data.seq_len (the phase's own seq_len) nor data.seed (the phase's order derives from it).
+// Not data.seq_len (the phase's own seq_len), data.seed (the phase's order derives from it) nor
+// data.tokenizer (what the model's ids mean).
 bool phase_may_set(const std::string& key) {
   const std::string section = section_of(key);
   return (section == "data" || section == "activation" || section == "parallel") &&
-         key != "data.seq_len" && key != "data.seed";
+         key != "data.seq_len" && key != "data.seed" && key != "data.tokenizer";
 }
 
 // A phase's "section.key" settings: TOML's dotted keys (activation.policy = "recompute") arrive
@@ -395,8 +408,8 @@ void collect_settings(const toml::table& table, const std::string& prefix,
     const Field* f = find_field(key);
     K3_CHECK_CTX(f && phase_may_set(key), (ErrorContext{origin, where + "." + key, -1}),
                  at_line(value),
-                 f ? "a phase sets share, seq_len, and keys of [data] (not seq_len, seed), "
-                     "[activation] and [parallel]"
+                 f ? "a phase sets share, seq_len, and keys of [data] (not seq_len, seed, "
+                     "tokenizer), [activation] and [parallel]"
                    : unknown_message(key));
     RunConfig scratch;
     try {
