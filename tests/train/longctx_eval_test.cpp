@@ -18,7 +18,7 @@ std::vector<data::LongTask> small_tasks(int64_t per_length) {
   data::Corpus corpus(2);
   data::BaseDocuments base;
   for (int64_t i = 0; i < 100; ++i) base.push_back(tok.encode(corpus.document(i)));
-  return data::synthesize_long_tasks(base, tok, std::vector<int64_t>{512, 1024}, per_length, 4);
+  return data::synthesize_long_tasks(base, tok, std::vector<int64_t>{768, 1024}, per_length, 4);
 }
 
 std::span<const int32_t> answer_tokens(const data::LongTask& t) {
@@ -58,12 +58,12 @@ TEST(LongCtxEval, GreedyAnswerMatchesTheFullForward) {
 }
 
 TEST(LongCtxEval, GridTableAndHeatmap) {
-  // Planted outcomes: at 512 tokens every task right, at 1K only those deeper than 0.5.
+  // Planted outcomes: at 768 tokens every task right, at 1K only those deeper than 0.5.
   std::vector<LongTaskOutcome> outcomes;
   for (const data::LongTask& t : small_tasks(10))
-    outcomes.push_back({t.length(), t.depth, t.length() == 512 || t.depth >= 0.5});
+    outcomes.push_back({t.length(), t.depth, t.length() == 768 || t.depth >= 0.5});
   const AccuracyGrid g = accuracy_grid(outcomes, 5);
-  ASSERT_EQ(g.lengths, (std::vector<int64_t>{512, 1024}));
+  ASSERT_EQ(g.lengths, (std::vector<int64_t>{768, 1024}));
   int64_t total = 0;
   for (int b = 0; b < 5; ++b) {
     total += g.tasks[0][static_cast<size_t>(b)] + g.tasks[1][static_cast<size_t>(b)];
@@ -76,11 +76,11 @@ TEST(LongCtxEval, GridTableAndHeatmap) {
 
   const std::string table = accuracy_table(g);
   EXPECT_NE(table.find("depth 0.8-1"), std::string::npos) << table;
-  EXPECT_NE(table.find("10/10  100%"), std::string::npos) << table;  // 512, all bins
+  EXPECT_NE(table.find("10/10  100%"), std::string::npos) << table;  // 768, all bins
   EXPECT_EQ(table.substr(table.rfind('\n', table.size() - 2) + 1, 3), "all") << table;
 
   const Heatmap h = accuracy_heatmap(g, "t");
-  EXPECT_EQ(h.row_labels, (std::vector<std::string>{"512", "1K"}));
+  EXPECT_EQ(h.row_labels, (std::vector<std::string>{"768", "1K"}));
   EXPECT_EQ(h.values[1][0], 0);
   EXPECT_EQ(h.values[0][2], 100);
   EXPECT_TRUE(h.cell_numbers);
