@@ -24,10 +24,9 @@ std::vector<int64_t> document_starts(const Batch& b, int32_t end_token) {
   return starts;
 }
 
-void Batch::fill_row(int64_t r, std::span<const int32_t> tokens, int64_t start) {
-  const int32_t* window = tokens.data() + start;
-  std::copy(window, window + seq_len, inputs.begin() + r * seq_len);
-  std::copy(window + 1, window + 1 + seq_len, targets.begin() + r * seq_len);
+void Batch::fill_row(int64_t r, const TokenView& tokens, int64_t start) {
+  tokens.copy(start, seq_len, inputs.data() + r * seq_len);
+  tokens.copy(start + 1, seq_len, targets.data() + r * seq_len);
   starts[r] = start;
 }
 

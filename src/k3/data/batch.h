@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "k3/data/token_view.h"
+
 namespace k3::data {
 
 struct Batch {
@@ -19,7 +21,7 @@ struct Batch {
   // Sizes the batch for `rows` rows, reusing its memory.
   void resize(int64_t rows, int64_t seq_len);
   // Fills row r from the window starting at `start` (which must fit in tokens).
-  void fill_row(int64_t r, std::span<const int32_t> tokens, int64_t start);
+  void fill_row(int64_t r, const TokenView& tokens, int64_t start);
 };
 
 // The starts of the documents packed in the batch's inputs, over its rows laid end to end: every

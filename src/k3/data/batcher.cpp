@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
 
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
@@ -9,10 +10,10 @@
 
 namespace k3::data {
 
-Batcher::Batcher(std::span<const int32_t> tokens, int64_t batch_size, int64_t seq_len,
+Batcher::Batcher(TokenView tokens, int64_t batch_size, int64_t seq_len,
                  uint64_t seed)
-    : tokens_(tokens), batch_size_(batch_size), seq_len_(seq_len), seed_(seed) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
+    : tokens_(std::move(tokens)), batch_size_(batch_size), seq_len_(seq_len), seed_(seed) {
+  const int64_t n = tokens_.size();
   check_batch_shape(n, batch_size, seq_len, "training stream");
   // The largest offset that keeps the window count the same for every offset.
   max_offset_ = std::min(seq_len - 1, n - seq_len - 1);

@@ -10,11 +10,11 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "k3/data/batch.h"
 #include "k3/data/data_cursor.h"
+#include "k3/data/token_view.h"
 
 namespace k3::data {
 
@@ -22,7 +22,7 @@ class Batcher {
  public:
   // `tokens` must outlive the batcher. Throws a k3::Error (field "seq_len") when the stream is
   // shorter than one window, or (field "batch_size") for a batch size below 1.
-  Batcher(std::span<const int32_t> tokens, int64_t batch_size, int64_t seq_len, uint64_t seed);
+  Batcher(TokenView tokens, int64_t batch_size, int64_t seq_len, uint64_t seed);
 
   void next(Batch& out);  // fills batch_size rows, reusing out's memory
   // The rows [first_row, first_row + rows) of the next batch only (a data-parallel rank's
@@ -41,7 +41,7 @@ class Batcher {
  private:
   void prepare_epoch(int64_t epoch);
 
-  std::span<const int32_t> tokens_;
+  TokenView tokens_;
   int64_t batch_size_;
   int64_t seq_len_;
   uint64_t seed_;

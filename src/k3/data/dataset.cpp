@@ -7,6 +7,7 @@
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
 #include "k3/data/corpus.h"
+#include "k3/data/shards/shard_set.h"
 
 namespace k3::data {
 namespace {
@@ -46,6 +47,22 @@ std::string read_text(const std::string& path) {
 }
 
 }  // namespace
+
+TokenView TokenDataset::train_tokens() const { return shards ? shards->train() : TokenView(train); }
+
+TokenView TokenDataset::validation_tokens() const {
+  return shards ? shards->validation() : TokenView(validation);
+}
+
+TokenDataset shard_dataset(const std::string& dir, const Tokenizer& tokenizer) {
+  TokenDataset ds;
+  auto set = std::make_shared<const shards::ShardSet>(dir, tokenizer);
+  ds.source = "shards " + dir;
+  ds.train_documents = set->train_documents();
+  ds.validation_documents = set->validation_documents();
+  ds.shards = std::move(set);
+  return ds;
+}
 
 TokenDataset corpus_dataset(uint64_t seed, int64_t tokens, double validation_fraction,
                             const Tokenizer& tokenizer) {

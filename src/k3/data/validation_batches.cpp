@@ -1,15 +1,15 @@
 #include "k3/data/validation_batches.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "k3/base/error.h"
 
 namespace k3::data {
 
-ValidationBatches::ValidationBatches(std::span<const int32_t> tokens, int64_t batch_size,
-                                     int64_t seq_len)
-    : tokens_(tokens), batch_size_(batch_size), seq_len_(seq_len) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
+ValidationBatches::ValidationBatches(TokenView tokens, int64_t batch_size, int64_t seq_len)
+    : tokens_(std::move(tokens)), batch_size_(batch_size), seq_len_(seq_len) {
+  const int64_t n = tokens_.size();
   check_batch_shape(n, batch_size, seq_len, "validation stream");
   num_windows_ = (n - 1) / seq_len;
 }

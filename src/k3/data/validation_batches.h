@@ -3,9 +3,9 @@
 #pragma once
 
 #include <cstdint>
-#include <span>
 
 #include "k3/data/batch.h"
+#include "k3/data/token_view.h"
 
 namespace k3::data {
 
@@ -13,7 +13,7 @@ class ValidationBatches {
  public:
   // `tokens` must outlive this object. Throws a k3::Error (field "seq_len") when the stream is
   // shorter than one window, or (field "batch_size") for a batch size below 1.
-  ValidationBatches(std::span<const int32_t> tokens, int64_t batch_size, int64_t seq_len);
+  ValidationBatches(TokenView tokens, int64_t batch_size, int64_t seq_len);
 
   int64_t num_windows() const { return num_windows_; }
   int64_t num_batches() const { return (num_windows_ + batch_size_ - 1) / batch_size_; }
@@ -21,7 +21,7 @@ class ValidationBatches {
   Batch batch(int64_t index) const;
 
  private:
-  std::span<const int32_t> tokens_;
+  TokenView tokens_;
   int64_t batch_size_;
   int64_t seq_len_;
   int64_t num_windows_;
