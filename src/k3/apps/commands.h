@@ -17,6 +17,9 @@ dist::ParallelDims forward_dims(int64_t tp, int world_size);
 void add_selfcheck(CLI::App& app);
 void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
+void add_eval_longctx(CLI::App& eval);  // `eval longctx`
+void add_data(CLI::App& app);
+void add_data_longctx(CLI::App& data);  // `data longctx`
 void add_sample(CLI::App& app);
 void add_schedule(CLI::App& app);
 void add_pipeline_schedule(CLI::App& schedule);  // `schedule pipeline`

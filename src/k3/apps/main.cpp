@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "k3lab 0.1");
   k3::apps::add_train(app);
   k3::apps::add_eval(app);
+  k3::apps::add_data(app);
   k3::apps::add_sample(app);
   k3::apps::add_schedule(app);
   k3::apps::add_op(app);
