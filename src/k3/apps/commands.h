@@ -18,8 +18,6 @@ void add_selfcheck(CLI::App& app);
 void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_eval_longctx(CLI::App& eval);  // `eval longctx`
-void add_data(CLI::App& app);
-void add_data_longctx(CLI::App& data);  // `data longctx`
 void add_sample(CLI::App& app);
 void add_schedule(CLI::App& app);
 void add_pipeline_schedule(CLI::App& schedule);  // `schedule pipeline`
@@ -29,5 +27,7 @@ void add_report(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_export(CLI::App& app);
 void add_config(CLI::App& app);
+void add_data(CLI::App& app);  // `data prepare`
+void add_data_longctx(CLI::App& data);  // `data longctx`
 
 }  // namespace k3::apps

@@ -22,7 +22,6 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "k3lab 0.1");
   k3::apps::add_train(app);
   k3::apps::add_eval(app);
-  k3::apps::add_data(app);
   k3::apps::add_sample(app);
   k3::apps::add_schedule(app);
   k3::apps::add_op(app);
@@ -31,6 +30,7 @@ int main(int argc, char** argv) {
   k3::apps::add_plot(app);
   k3::apps::add_export(app);
   k3::apps::add_config(app);
+  k3::apps::add_data(app);
   k3::apps::add_selfcheck(app);
   // Subcommands run from their callbacks inside parse(): one clear line for any error, no stack
   // dump.
