@@ -1,4 +1,5 @@
-// `k3lab data longctx --base SHARDS --lengths 1K,4K,16K --out DIR [--per-length N] [--seed S]`:
+// `k3lab data longctx --base SHARDS --lengths 1K,4K,16K --out DIR [--per-length N] [--seed S]
+// [--tokenizer SPEC]`:
 // long-context task documents (data/longctx/task.h) made from the base shards' documents and
 // written as a shard directory with its tasks.jsonl (data/longctx/task_store.h).
 #include <algorithm>
@@ -7,13 +8,13 @@
 #include "k3/apps/commands.h"
 #include "k3/data/longctx/task_store.h"
 #include "k3/dist/runtime.h"
-#include "k3/train/session.h"
+#include "k3/data/tokenizer.h"
 
 namespace k3::apps {
 
 void add_data_longctx(CLI::App& data) {
   struct Args {
-    std::string base, lengths, out;
+    std::string base, lengths, out, tokenizer = "byte";
     int64_t per_length = 30;
     uint64_t seed = 0;
   };
@@ -30,10 +31,13 @@ void add_data_longctx(CLI::App& data) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--seed", a->seed, "Seed of every random choice")->capture_default_str();
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "The base shards' tokenizer (\"byte\" or a tokenizer directory)")
+      ->capture_default_str();
   cmd->callback([a] {
     if (dist::Runtime::world_rank() != 0) return;
     const std::vector<int64_t> lengths = data::parse_context_lengths(a->lengths);
-    const auto tokenizer = train::run_tokenizer();
+    const auto tokenizer = data::make_tokenizer(a->tokenizer);
     const data::BaseDocuments base = data::read_base_documents(a->base, *tokenizer);
     const std::vector<data::LongTask> tasks =
         data::synthesize_long_tasks(base, *tokenizer, lengths, a->per_length, a->seed);

@@ -64,11 +64,13 @@ AccuracyGrid accuracy_grid(std::span<const LongTaskOutcome> outcomes, int depth_
 }
 
 std::string accuracy_table(const AccuracyGrid& g) {
-  const int width = 11;
+  int width = 3;
+  for (int b = 0; b < g.depth_bins; ++b)
+    width = std::max(width, static_cast<int>(("depth " + g.bin_label(b)).size()));
   std::string out = strprintf("%-8s", "length");
   for (int b = 0; b < g.depth_bins; ++b)
     out += strprintf(" %*s", width, ("depth " + g.bin_label(b)).c_str());
-  out += strprintf(" %*s\n", width + 6, "all");
+  out += strprintf(" %*s\n", width, "all");
   auto cell = [](int64_t correct, int64_t tasks) {
     return tasks == 0 ? std::string("-")
                       : strprintf("%lld/%lld", static_cast<long long>(correct),
