@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "common/test_util.h"
@@ -55,6 +56,18 @@ TEST(LongCtxEval, GreedyAnswerMatchesTheFullForward) {
     expected.push_back(static_cast<int32_t>(std::max_element(row, row + V) - row));
   }
   EXPECT_EQ(greedy_answer_tokens(*s, t), expected);
+}
+
+TEST(LongCtxEval, DepthBinsAreHalfOpen) {
+  // Bin b of 5 holds depths in [b/5, (b+1)/5); a depth of 1 goes to the last bin.
+  const std::vector<LongTaskOutcome> outcomes = {
+      {1024, 0.0, true}, {1024, 0.19, false}, {1024, 0.2, true}, {1024, 0.39, true},
+      {1024, 0.61, false}, {1024, 0.99, true}, {1024, 1.0, false}, {4096, 0.5, true}};
+  const AccuracyGrid g = accuracy_grid(outcomes, 5);
+  EXPECT_EQ(g.tasks[0], (std::vector<int64_t>{2, 2, 0, 1, 2}));
+  EXPECT_EQ(g.correct[0], (std::vector<int64_t>{1, 2, 0, 0, 1}));
+  EXPECT_EQ(g.tasks[1], (std::vector<int64_t>{0, 0, 1, 0, 0}));
+  EXPECT_TRUE(std::isnan(g.accuracy(0, 2)));
 }
 
 TEST(LongCtxEval, GridTableAndHeatmap) {
