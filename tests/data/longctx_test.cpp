@@ -144,7 +144,7 @@ TEST(LongCtx, Lengths) {
   EXPECT_EQ(context_length_label(4096), "4K");
   EXPECT_EQ(context_length_label(1000), "1000");
   EXPECT_EQ(context_length_label(2 * 1048576), "2M");
-  for (const char* bad : {"4Q", "", "K", "0", "-1", "4K,", "1.5K", "99999999"}) {
+  for (const char* bad : {"4Q", "", "K", "0", "-1", "4K,", "1.5K", "99999999", "1K,1024"}) {
     try {
       parse_context_lengths(bad);
       ADD_FAILURE() << bad;

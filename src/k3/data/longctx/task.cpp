@@ -152,7 +152,11 @@ std::vector<int64_t> parse_context_lengths(std::string_view list) {
   std::vector<int64_t> out;
   for (size_t start = 0;;) {
     const size_t comma = list.find(',', start);
-    out.push_back(parse_context_length(list.substr(start, comma - start)));
+    const int64_t n = parse_context_length(list.substr(start, comma - start));
+    K3_CHECK_CTX(std::find(out.begin(), out.end(), n) == out.end(),
+                 (ErrorContext{"", "lengths", -1}), "length ", context_length_label(n),
+                 " is listed twice");
+    out.push_back(n);
     if (comma == std::string_view::npos) return out;
     start = comma + 1;
   }

@@ -67,7 +67,7 @@ std::vector<LongTask> synthesize_long_tasks(const BaseDocuments& base, const Tok
 // "lengths") for anything else.
 int64_t parse_context_length(std::string_view text);
 std::string context_length_label(int64_t tokens);  // 4096 -> "4K", 1000 -> "1000"
-// A comma-separated list of lengths, e.g. "1K,4K,16K".
+// A comma-separated list of distinct lengths, e.g. "1K,4K,16K".
 std::vector<int64_t> parse_context_lengths(std::string_view list);
 
 }  // namespace k3::data
