@@ -22,15 +22,28 @@ TEST(LongCtxStore, TasksRoundTripThroughShards) {
   TempDir tmp("k3_longctx");
   // Base documents written as shards and read back as they were.
   Corpus corpus(3);
-  BaseDocuments base;
-  for (int64_t i = 0; i < 150; ++i) base.push_back(tok.encode(corpus.document(i)));
+  std::vector<std::vector<int32_t>> docs;
+  for (int64_t i = 0; i < 150; ++i) docs.push_back(tok.encode(corpus.document(i)));
   {
-    shards::ShardDirectoryWriter w(tmp.path() + "/base", tok);
-    for (const auto& doc : base) w.add(shards::Split::train, doc);
+    shards::ShardDirectoryWriter w(tmp.path() + "/base", tok, /*shard_tokens=*/20000);
+    for (const auto& doc : docs) w.add(shards::Split::train, doc);
     w.add(shards::Split::validation, tok.encode("held out"));
     w.finish();
   }
-  EXPECT_EQ(read_base_documents(tmp.path() + "/base", tok), base) << "train split only, no eos";
+  // Read in place (over several shard files): the train split's documents, without their eos.
+  const BaseDocuments base = BaseDocuments::from_shards(tmp.path() + "/base", tok);
+  ASSERT_EQ(base.size(), 150);
+  int64_t total = 0;
+  for (int64_t i = 0; i < base.size(); ++i) {
+    EXPECT_EQ(base.document(i), docs[static_cast<size_t>(i)]) << i;
+    total += static_cast<int64_t>(docs[static_cast<size_t>(i)].size());
+  }
+  EXPECT_EQ(base.total_tokens(), total);
+  EXPECT_GT(std::filesystem::directory_entry(tmp.path() + "/base/train-00001.k3shard").exists(), 0)
+      << "the base spans several shards";
+  // Tasks from the mapped base are the tasks from the same documents in memory.
+  EXPECT_EQ(synthesize_long_tasks(base, tok, std::vector<int64_t>{2048}, 3, 5)[2].tokens,
+            synthesize_long_tasks(BaseDocuments(docs), tok, std::vector<int64_t>{2048}, 3, 5)[2].tokens);
 
   const auto tasks = synthesize_long_tasks(base, tok, std::vector<int64_t>{1024, 2048}, 4, 1);
   const std::string dir = tmp.path() + "/tasks";
@@ -61,7 +74,7 @@ TEST(LongCtxStore, TasksRoundTripThroughShards) {
   write_file_atomic(dir + "/tasks.jsonl", lines.substr(0, second) + "{\"document\": 1}\n");
   EXPECT_NE(error_of([&] { read_long_tasks(dir, tok); }).find("tasks.jsonl:2: malformed"),
             std::string::npos);
-  EXPECT_NE(error_of([&] { read_base_documents(tmp.path() + "/missing", tok); }), "");
+  EXPECT_NE(error_of([&] { BaseDocuments::from_shards(tmp.path() + "/missing", tok); }), "");
 }
 
 }  // namespace

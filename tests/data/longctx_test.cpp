@@ -17,15 +17,19 @@ namespace k3::data {
 namespace {
 
 // Base documents from the built-in corpus: a few hundred short English-like documents.
-const BaseDocuments& base() {
-  static const BaseDocuments docs = [] {
+const std::vector<std::vector<int32_t>>& documents() {
+  static const std::vector<std::vector<int32_t>> docs = [] {
     ByteTokenizer tok;
     Corpus corpus(5);
-    BaseDocuments d;
+    std::vector<std::vector<int32_t>> d;
     for (int64_t i = 0; i < 600; ++i) d.push_back(tok.encode(corpus.document(i)));
     return d;
   }();
   return docs;
+}
+const BaseDocuments& base() {
+  static const BaseDocuments b(documents());
+  return b;
 }
 
 std::vector<LongTask> tasks(std::vector<int64_t> lengths, int64_t per_length, uint64_t seed) {
@@ -155,7 +159,7 @@ TEST(LongCtx, Lengths) {
 }
 
 TEST(LongCtx, RefusesTooLittleRoom) {
-  const BaseDocuments small(base().begin(), base().begin() + 3);
+  const BaseDocuments small({documents().begin(), documents().begin() + 3});
   try {
     synthesize_long_tasks(small, ByteTokenizer(), std::vector<int64_t>{4096}, 3, 1);
     ADD_FAILURE();

@@ -17,9 +17,9 @@ namespace {
 std::vector<data::LongTask> small_tasks(int64_t per_length) {
   data::ByteTokenizer tok;
   data::Corpus corpus(2);
-  data::BaseDocuments base;
-  for (int64_t i = 0; i < 100; ++i) base.push_back(tok.encode(corpus.document(i)));
-  return data::synthesize_long_tasks(base, tok, std::vector<int64_t>{768, 1024}, per_length, 4);
+  std::vector<std::vector<int32_t>> docs;
+  for (int64_t i = 0; i < 100; ++i) docs.push_back(tok.encode(corpus.document(i)));
+  return data::synthesize_long_tasks(data::BaseDocuments(docs), tok, std::vector<int64_t>{768, 1024}, per_length, 4);
 }
 
 std::span<const int32_t> answer_tokens(const data::LongTask& t) {
@@ -80,7 +80,9 @@ TEST(LongCtxEval, GridTableAndHeatmap) {
   int64_t total = 0;
   for (int b = 0; b < 5; ++b) {
     total += g.tasks[0][static_cast<size_t>(b)] + g.tasks[1][static_cast<size_t>(b)];
-    if (g.tasks[0][static_cast<size_t>(b)] > 0) EXPECT_EQ(g.accuracy(0, b), 1.0);
+    if (g.tasks[0][static_cast<size_t>(b)] > 0) {
+      EXPECT_EQ(g.accuracy(0, b), 1.0);
+    }
   }
   EXPECT_EQ(total, 20);
   EXPECT_EQ(g.accuracy(1, 0), 0.0);

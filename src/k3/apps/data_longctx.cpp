@@ -38,7 +38,7 @@ void add_data_longctx(CLI::App& data) {
     if (dist::Runtime::world_rank() != 0) return;
     const std::vector<int64_t> lengths = data::parse_context_lengths(a->lengths);
     const auto tokenizer = data::make_tokenizer(a->tokenizer);
-    const data::BaseDocuments base = data::read_base_documents(a->base, *tokenizer);
+    const data::BaseDocuments base = data::BaseDocuments::from_shards(a->base, *tokenizer);
     const std::vector<data::LongTask> tasks =
         data::synthesize_long_tasks(base, *tokenizer, lengths, a->per_length, a->seed);
     data::write_long_tasks(a->out, tasks, *tokenizer,
@@ -46,7 +46,8 @@ void add_data_longctx(CLI::App& data) {
                                          {"lengths", lengths},
                                          {"per_length", a->per_length},
                                          {"seed", a->seed}}}});
-    std::printf("%zu tasks from %zu base documents in %s\n", tasks.size(), base.size(),
+    std::printf("%zu tasks from %lld base documents in %s\n", tasks.size(),
+                static_cast<long long>(base.size()),
                 a->out.c_str());
     for (size_t l = 0; l < lengths.size(); ++l) {
       const auto first = tasks.begin() + static_cast<int64_t>(l) * a->per_length;

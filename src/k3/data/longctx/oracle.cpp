@@ -7,6 +7,12 @@
 namespace k3::data {
 namespace {
 
+// " " + S (written so because GCC 12 wrongly warns about overlapping copies in operator+).
+std::string spaced(std::string_view s) {
+  std::string out(1, ' ');
+  return out.append(s);
+}
+
 bool all_digits(std::string_view s) {
   if (s.empty()) return false;
   for (char c : s)
@@ -77,7 +83,7 @@ std::optional<std::string> variable(const std::vector<std::string_view>& context
   for (size_t hops = 0; hops <= assigned.size(); ++hops) {  // bounded: a cycle answers nothing
     auto it = assigned.find(name);
     if (it == assigned.end()) return std::nullopt;
-    if (all_digits(it->second)) return " " + std::string(it->second);
+    if (all_digits(it->second)) return spaced(it->second);
     name = it->second;
   }
   return std::nullopt;
@@ -85,7 +91,7 @@ std::optional<std::string> variable(const std::vector<std::string_view>& context
 
 std::optional<std::string> aggregate(const std::vector<std::string_view>& context,
                                      std::string_view fruit) {
-  const std::string suffix = " " + std::string(fruit) + ".";
+  const std::string suffix = spaced(fruit) + ".";
   long long total = 0;
   int found = 0;
   for (std::string_view line : context)
@@ -97,7 +103,7 @@ std::optional<std::string> aggregate(const std::vector<std::string_view>& contex
       }
     }
   if (found == 0) return std::nullopt;
-  return " " + std::to_string(total);
+  return spaced(std::to_string(total));
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ TaskText variable_tracking(int64_t n, double depth, RandomDraws& draws) {
     if (is_needed) asked = previous, asked_value = value;
   }
   t.question = "\nQuestion: Which number does the variable " + asked + " hold?\nAnswer:";
-  t.answer = " " + std::to_string(asked_value);
+  t.answer = strprintf(" %lld", static_cast<long long>(asked_value));
   return t;
 }
 
@@ -133,7 +133,7 @@ TaskText aggregation(int64_t n, double depth, RandomDraws& draws) {
   }
   t.question = std::string("\nQuestion: How many ") + kFruits[counted_fruit] +
                " do all the crates hold together?\nAnswer:";
-  t.answer = " " + std::to_string(total);
+  t.answer = strprintf(" %lld", static_cast<long long>(total));
   return t;
 }
 

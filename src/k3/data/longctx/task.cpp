@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
-#include <numeric>
+#include <unordered_map>
 
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
@@ -14,26 +14,46 @@ namespace {
 
 constexpr std::string_view kKindNames[] = {"multi_key", "variable_tracking", "aggregation"};
 
+// A Fisher-Yates shuffle of [0, n) drawn one position at a time, storing only the entries it
+// has moved: a task draws a few documents of a base of millions without a list of them all.
+class PartialShuffle {
+ public:
+  explicit PartialShuffle(uint64_t n) : n_(n) {}
+  uint64_t next(RandomDraws& draws) {
+    const uint64_t j = k_ + draws.below(n_ - k_);
+    const uint64_t picked = at(j);
+    moved_[j] = at(k_);
+    ++k_;
+    return picked;
+  }
+
+ private:
+  uint64_t at(uint64_t i) const {
+    const auto it = moved_.find(i);
+    return it == moved_.end() ? i : it->second;
+  }
+  uint64_t n_, k_ = 0;
+  std::unordered_map<uint64_t, uint64_t> moved_;
+};
+
 // FILLER tokens of base documents in a random order (no document twice), separated by SEP, the
 // last one cut.
 std::vector<int32_t> draw_filler(const BaseDocuments& base, const std::vector<int32_t>& sep,
                                  int64_t filler, int64_t length, RandomDraws& draws) {
-  int64_t available = 0;
-  for (const auto& doc : base)
-    if (!doc.empty()) available += static_cast<int64_t>(doc.size() + sep.size());
+  const int64_t available =
+      base.total_tokens() + base.size() * static_cast<int64_t>(sep.size());
   K3_CHECK_CTX(available >= filler, (ErrorContext{"", "base", -1}), "the base documents hold ",
-               available, " tokens, too few for a task of ", context_length_label(length),
-               " tokens (its filler needs ", filler, ")");
+               base.total_tokens(), " tokens, too few for a task of ",
+               context_length_label(length), " tokens (its filler needs ", filler, ")");
   std::vector<int32_t> out;
-  out.reserve(static_cast<size_t>(filler + 1));
-  std::vector<size_t> order(base.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  for (size_t k = 0; static_cast<int64_t>(out.size()) < filler; ++k) {
-    std::swap(order[k], order[k + draws.below(order.size() - k)]);  // a partial shuffle
-    const std::vector<int32_t>& doc = base[order[k]];
-    if (doc.empty()) continue;
+  out.reserve(static_cast<size_t>(filler + base.total_tokens() / std::max<int64_t>(base.size(), 1)));
+  PartialShuffle order(static_cast<uint64_t>(base.size()));
+  while (static_cast<int64_t>(out.size()) < filler) {
+    const int64_t doc = static_cast<int64_t>(order.next(draws));
+    if (base.length(doc) == 0) continue;
     if (!out.empty()) out.insert(out.end(), sep.begin(), sep.end());
-    out.insert(out.end(), doc.begin(), doc.end());
+    const int64_t room = filler - static_cast<int64_t>(out.size());
+    if (room > 0) base.append(doc, std::min(base.length(doc), room), out);
   }
   out.resize(static_cast<size_t>(filler));
   return out;

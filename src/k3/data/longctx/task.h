@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "k3/data/longctx/base_documents.h"
 #include "k3/data/tokenizer.h"
 
 namespace k3::data {
@@ -38,9 +39,6 @@ struct LongTask {
 
   int64_t length() const { return static_cast<int64_t>(tokens.size()); }
 };
-
-// Base documents are token sequences in the tokenizer's ids (no eos inside).
-using BaseDocuments = std::vector<std::vector<int32_t>>;
 
 struct LongTaskSpec {
   LongTaskKind kind = LongTaskKind::kMultiKey;

@@ -96,13 +96,4 @@ std::vector<LongTask> read_long_tasks(const std::string& dir, const Tokenizer& t
   return tasks;
 }
 
-BaseDocuments read_base_documents(const std::string& dir, const Tokenizer& tokenizer) {
-  const shards::ShardSet set(dir, tokenizer);
-  const std::vector<int32_t> tokens = set.train().to_vector();
-  BaseDocuments base;
-  for (std::span<const int32_t> doc : split_documents(tokens, tokenizer.eos_id()))
-    base.emplace_back(doc.begin(), doc.end());
-  return base;
-}
-
 }  // namespace k3::data

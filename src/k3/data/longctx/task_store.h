@@ -26,7 +26,4 @@ void write_long_tasks(const std::string& dir, std::span<const LongTask> tasks,
 // shards or a task line are malformed or disagree (a span outside its document, say).
 std::vector<LongTask> read_long_tasks(const std::string& dir, const Tokenizer& tokenizer);
 
-// The documents of a shard directory's train split, each without its eos.
-BaseDocuments read_base_documents(const std::string& dir, const Tokenizer& tokenizer);
-
 }  // namespace k3::data
