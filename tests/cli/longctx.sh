@@ -71,7 +71,7 @@ PY
 # Bad inputs: one line each.
 expect_error "'4Q' is not a length" "$K3LAB" data longctx --base "$WORK/base" --lengths 1K,4Q --out "$WORK/x1"
 expect_error "no-base" "$K3LAB" data longctx --base "$WORK/no-base" --lengths 1K --out "$WORK/x2"
-expect_error "too few for a task of 1M tokens" \
+expect_error "/base, field base: the base documents hold [0-9]+ tokens, too few for a task of 1M tokens" \
   "$K3LAB" data longctx --base "$WORK/base" --lengths 1M --per-length 1 --out "$WORK/x3"
 expect_error "too short" "$K3LAB" data longctx --base "$WORK/base" --lengths 300 --out "$WORK/x4"
 expect_error "tasks" "$K3LAB" data longctx --base "$WORK/base" --lengths 1K --out "$WORK/tasks"

@@ -25,6 +25,7 @@ BaseDocuments::BaseDocuments(const std::vector<std::vector<int32_t>>& documents)
 BaseDocuments BaseDocuments::from_shards(const std::string& dir, const Tokenizer& tokenizer) {
   auto set = std::make_shared<shards::ShardSet>(dir, tokenizer);
   BaseDocuments b;
+  b.origin_ = dir;
   b.tokens_ = set->train();
   b.owner_ = std::move(set);
   // Every document ends with an eos: find them a block at a time.

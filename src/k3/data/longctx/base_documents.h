@@ -24,6 +24,7 @@ class BaseDocuments {
   int64_t size() const { return static_cast<int64_t>(begin_.size()); }
   int64_t length(int64_t i) const { return length_[static_cast<size_t>(i)]; }
   int64_t total_tokens() const { return total_; }
+  const std::string& origin() const { return origin_; }  // the shard directory, or ""
   // The first COUNT tokens of document I, appended to OUT.
   void append(int64_t i, int64_t count, std::vector<int32_t>& out) const;
   std::vector<int32_t> document(int64_t i) const;
@@ -35,6 +36,7 @@ class BaseDocuments {
   TokenView tokens_;
   std::vector<int64_t> begin_, length_;
   int64_t total_ = 0;
+  std::string origin_;
 };
 
 }  // namespace k3::data

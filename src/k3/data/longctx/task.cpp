@@ -42,7 +42,8 @@ std::vector<int32_t> draw_filler(const BaseDocuments& base, const std::vector<in
                                  int64_t filler, int64_t length, RandomDraws& draws) {
   const int64_t available =
       base.total_tokens() + base.size() * static_cast<int64_t>(sep.size());
-  K3_CHECK_CTX(available >= filler, (ErrorContext{"", "base", -1}), "the base documents hold ",
+  K3_CHECK_CTX(available >= filler, (ErrorContext{base.origin(), "base", -1}),
+               "the base documents hold ",
                base.total_tokens(), " tokens, too few for a task of ",
                context_length_label(length), " tokens (its filler needs ", filler, ")");
   std::vector<int32_t> out;
