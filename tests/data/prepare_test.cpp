@@ -51,8 +51,8 @@ TEST(InputDocuments, TextSplitsAtBlankLines) {
 
 TEST(InputDocuments, JsonLinesTakeTheTextField) {
   TempDir tmp("k3_prepare");
-  const std::string f =
-      tmp.file("a.jsonl", "{\"text\": \"one\\ntwo\", \"id\": 1}\n\n{\"text\": \"\"}\n{\"text\":\"3\"}\n");
+  const std::string f = tmp.file(
+      "a.jsonl", "{\"text\": \"one\\ntwo\", \"id\": 1}\n\n{\"text\": \"\"}\n{\"text\":\"3\"}\n");
   EXPECT_EQ(documents_of(f), (std::vector<std::string>{"one\ntwo", "3"}));
   const std::string bad = tmp.file("b.jsonl", "{\"text\": \"ok\"}\n{\"body\": \"no text\"}\n");
   const std::string e = error_of([&] { documents_of(bad); });
@@ -137,7 +137,7 @@ TEST_F(PrepareMix, SplitsAreDeterministicAndRepeatsStayInTheirSplit) {
   spec_.val_fraction = 0.25;
   const PrepareSummary s = prepare_shards(spec_, tok_);
   EXPECT_EQ(s.inputs[0].validation.documents, 2 * 3);  // a0, a4, a8 in each pass
-  EXPECT_EQ(s.inputs[1].validation.documents, 2);       // b0, b4
+  EXPECT_EQ(s.inputs[1].validation.documents, 2);      // b0, b4
   const ShardSet set(spec_.out, tok_);
   for (const std::string& d : split_stream(set.validation())) {
     const int j = d[1] - '0';

@@ -129,9 +129,7 @@ class MalformedShard : public ::testing::Test {
     file_ = dir_ + "/train-00000.k3shard";
     bytes_ = read_file(file_);
   }
-  void patch(size_t at, const void* data, size_t n) {
-    std::memcpy(bytes_.data() + at, data, n);
-  }
+  void patch(size_t at, const void* data, size_t n) { std::memcpy(bytes_.data() + at, data, n); }
   // The error of opening the directory with the shard file replaced by bytes_.
   std::string error() {
     std::ofstream(file_, std::ios::binary | std::ios::trunc) << bytes_;
@@ -146,7 +144,9 @@ class MalformedShard : public ::testing::Test {
   std::string file_, bytes_;
 };
 
-TEST_F(MalformedShard, Intact) { EXPECT_EQ(error_of([&] { ShardSet(dir_, tok_); }), ""); }
+TEST_F(MalformedShard, Intact) {
+  EXPECT_EQ(error_of([&] { ShardSet(dir_, tok_); }), "");
+}
 
 TEST_F(MalformedShard, BadMagic) {
   bytes_[1] = 'X';
@@ -161,8 +161,7 @@ TEST_F(MalformedShard, BadVersion) {
 
 TEST_F(MalformedShard, Truncated) {
   bytes_.resize(bytes_.size() - 3);
-  EXPECT_NE(error().find("truncated at byte " + std::to_string(bytes_.size())),
-            std::string::npos);
+  EXPECT_NE(error().find("truncated at byte " + std::to_string(bytes_.size())), std::string::npos);
   bytes_.resize(100);
   EXPECT_NE(error().find("truncated at byte 100"), std::string::npos);
 }

@@ -183,7 +183,8 @@ TEST(RunConfig, FieldDocsDescribeTheTable) {
     return FieldDoc{};
   };
   EXPECT_EQ(doc_of("train.optimizer").allowed, "one of \"muon\" \"adamw\"");
-  EXPECT_EQ(doc_of("data.source").allowed, "\"builtin\" or \"image_text\" or an existing path");
+  EXPECT_EQ(doc_of("data.source").allowed,
+            "\"builtin\" or \"image_text\" or \"shards\" or an existing path");
   EXPECT_EQ(doc_of("train.lr").type, "number");
   for (const char* bad :
        {"train.lr=-1", "train.beta1=1", "sample.top_k=-2", "train.schedule=\"step\""}) {

@@ -11,7 +11,7 @@ data::TokenDataset builtin_data(int64_t model_seed, int64_t data_seed) {
   config.model.seed = model_seed;
   config.data.seed = data_seed;
   config.data.builtin_tokens = 20000;
-  return load_run_dataset(config, *run_tokenizer());
+  return load_run_dataset(config, *run_tokenizer(config));
 }
 
 TEST(RunDataset, FollowsDataSeedNotModelSeed) {

@@ -7,7 +7,9 @@
 #include <cstdio>
 
 #include "k3/apps/commands.h"
+#include "k3/base/error.h"
 #include "k3/base/format.h"
+#include "k3/base/stop_signals.h"
 #include "k3/data/shards/prepare.h"
 #include "k3/data/tokenizer.h"
 
@@ -26,12 +28,12 @@ class PrepareProgressLine {
     if (!last && seconds - shown_ < (tty_ ? 0.25 : 10.0)) return;
     shown_ = seconds;
     const double mb = static_cast<double>(p.bytes_read) / 1e6;
-    const std::string line = strprintf(
-        "read %.1f of %.1f MB (%.0f%%), %.1f MB/s, %lld documents, %lld tokens", mb,
-        static_cast<double>(p.bytes_total) / 1e6,
-        p.bytes_total ? 100.0 * static_cast<double>(p.bytes_read) / p.bytes_total : 100.0,
-        seconds > 0 ? mb / seconds : 0.0, static_cast<long long>(p.documents),
-        static_cast<long long>(p.tokens));
+    const std::string line =
+        strprintf("read %.1f of %.1f MB (%.0f%%), %.1f MB/s, %lld documents, %lld tokens", mb,
+                  static_cast<double>(p.bytes_total) / 1e6,
+                  p.bytes_total ? 100.0 * static_cast<double>(p.bytes_read) / p.bytes_total : 100.0,
+                  seconds > 0 ? mb / seconds : 0.0, static_cast<long long>(p.documents),
+                  static_cast<long long>(p.tokens));
     std::fprintf(stderr, tty_ ? "\r%s\033[K%s" : "%s%s", line.c_str(), tty_ && !last ? "" : "\n");
     std::fflush(stderr);
   }
@@ -72,7 +74,11 @@ void add_prepare(CLI::App* data) {
   cmd->callback([a] {
     const std::unique_ptr<data::Tokenizer> tokenizer = data::make_tokenizer(a->tokenizer);
     PrepareProgressLine line;
+    const StopSignals stop;  // Ctrl-C: the half-written directory is removed on the way out
     auto show = [&](const data::shards::PrepareProgress& p) {
+      if (const int signal = stop.requested())
+        throw Error(std::string("interrupted by ") + signal_name(signal) + ": " + a->spec.out +
+                    " not written");
       if (!a->quiet) line.update(p, p.finished);
     };
     const data::shards::PrepareSummary s = data::shards::prepare_shards(a->spec, *tokenizer, show);
@@ -82,13 +88,12 @@ void add_prepare(CLI::App* data) {
                   static_cast<long long>(in.validation.documents),
                   static_cast<long long>(in.train.tokens),
                   static_cast<long long>(in.validation.tokens));
-    std::printf("wrote %s: train %lld documents, %lld tokens; validation %lld documents, %lld "
-                "tokens (%s tokenizer) in %.1f s\n",
-                a->spec.out.c_str(), static_cast<long long>(s.train.documents),
-                static_cast<long long>(s.train.tokens),
-                static_cast<long long>(s.validation.documents),
-                static_cast<long long>(s.validation.tokens), tokenizer->name().c_str(),
-                line.elapsed());
+    std::printf(
+        "wrote %s: train %lld documents, %lld tokens; validation %lld documents, %lld "
+        "tokens (%s tokenizer) in %.1f s\n",
+        a->spec.out.c_str(), static_cast<long long>(s.train.documents),
+        static_cast<long long>(s.train.tokens), static_cast<long long>(s.validation.documents),
+        static_cast<long long>(s.validation.tokens), tokenizer->name().c_str(), line.elapsed());
   });
 }
 

@@ -1,5 +1,6 @@
 // Token datasets: the built-in corpus, a text file, or a directory of .txt files, tokenized into a
-// training and a validation stream; or a shard directory (shards/shard_set.h), mapped in place. Each document is encoded and followed by the tokenizer's eos.
+// training and a validation stream; or a shard directory (shards/shard_set.h), mapped in place.
+// Each document is encoded and followed by the tokenizer's eos.
 //
 // Splits are deterministic. The corpus and a directory split by documents: the last
 // round(fraction * documents) documents (at least one, never all) are the validation split. A
@@ -23,7 +24,7 @@ class ShardSet;
 }
 
 struct TokenDataset {
-  std::string source;  // "corpus (seed S)", the path read, or "shards DIR"
+  std::string source;               // "corpus (seed S)", the path read, or "shards DIR"
   std::vector<int32_t> train;       // in memory; empty for shards
   std::vector<int32_t> validation;  // in memory; empty for shards
   int64_t train_documents = 0;

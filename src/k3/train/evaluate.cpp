@@ -22,7 +22,7 @@ EvalResult result_of(double sum, int64_t count) {
 
 }  // namespace
 
-EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t batches) {
+EvalResult evaluate(Session& s, const data::TokenView& validation, int64_t batches) {
   data::ValidationBatches val(validation, s.config.train.batch_size, s.config.data.seq_len);
   const int64_t n = batches > 0 ? std::min(batches, val.num_batches()) : val.num_batches();
   double sum = 0;
@@ -48,7 +48,7 @@ EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t bat
 }
 
 EvalResult evaluate_run(Session& s, const data::TokenDataset& dataset, int64_t batches) {
-  if (!image_text_source(s.config)) return evaluate(s, dataset.validation, batches);
+  if (!image_text_source(s.config)) return evaluate(s, dataset.validation_tokens(), batches);
   const int64_t n =
       batches > 0 ? std::min(batches, kImageTextValidationBatches) : kImageTextValidationBatches;
   double sum = 0;

@@ -18,7 +18,7 @@ struct EvalResult {
 };
 
 // batches <= 0 evaluates the whole split.
-EvalResult evaluate(Session& s, std::span<const int32_t> validation, int64_t batches);
+EvalResult evaluate(Session& s, const data::TokenView& validation, int64_t batches);
 // The run's own validation: the dataset's split, or for the image-text corpus its validation
 // batches (train/image_text_data.h).
 EvalResult evaluate_run(Session& s, const data::TokenDataset& dataset, int64_t batches);

@@ -112,15 +112,21 @@ void check_memory(const RunMemory& m, const MemoryLimit& limit, const RunConfig&
 void check_splits(const data::TokenDataset& ds, const RunConfig& c) {
   if (image_text_source(c)) return;  // the corpus never runs out
   const int64_t T = c.data.seq_len, B = c.train.batch_size, window = T + 1;
-  const int64_t train_tokens = static_cast<int64_t>(ds.train.size());
+  const int64_t train_tokens = ds.train_tokens().size();
   const int64_t windows =
-      train_tokens >= window ? data::Batcher(ds.train, B, T, 0).windows_per_epoch() : 0;
+      train_tokens >= window ? data::Batcher(ds.train_tokens(), B, T, 0).windows_per_epoch() : 0;
   K3_CHECK_CTX(windows >= B, (ErrorContext{"", "train.batch_size", -1}), "the training split of ",
                train_tokens, " tokens holds ", windows, " windows of data.seq_len + 1 = ", window,
                " tokens, fewer than one batch of train.batch_size = ", B,
                ": use more data or a smaller train.batch_size or data.seq_len");
   if (c.eval.every == 0) return;
-  const int64_t val_tokens = static_cast<int64_t>(ds.validation.size());
+  const int64_t val_tokens = ds.validation_tokens().size();
+  // Shards carry their own split, made by `k3lab data prepare --val-fraction`.
+  K3_CHECK_CTX(!ds.shards || val_tokens >= window, (ErrorContext{"", "data.path", -1}),
+               "the shards' validation split of ", val_tokens,
+               " tokens cannot hold one evaluation window of data.seq_len + 1 = ", window,
+               " tokens: prepare them with a larger --val-fraction, lower data.seq_len, or set "
+               "eval.every = 0");
   K3_CHECK_CTX(
       val_tokens >= window, (ErrorContext{"", "data.val_fraction", -1}), "the validation split of ",
       val_tokens, " tokens (data.val_fraction = ", c.data.val_fraction,
@@ -365,7 +371,7 @@ PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc)
   model::check_tensor_parallel(mc, static_cast<int>(config.parallel.tp));
   if (config.train.threads > 0)
     r.threads = user_thread_count(config.train.threads, "train.threads");
-  const std::unique_ptr<data::Tokenizer> tokenizer = run_tokenizer();
+  const std::unique_ptr<data::Tokenizer> tokenizer = run_tokenizer(config);
   check_model_for_run(mc, config, *tokenizer);
   // Each pipeline rank's stages (within one, the tp and ep ranks' shards are the same size); the
   // rank needing the most is checked.
@@ -383,6 +389,7 @@ PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc)
   check_memory(r.memory, r.limit, config);
   r.dataset = load_run_dataset(config, *tokenizer);
   check_splits(r.dataset, config);
+  // Streams held in memory (shards are mapped from their files instead).
   r.memory.data =
       static_cast<double>(r.dataset.train.size() + r.dataset.validation.size()) * sizeof(int32_t);
   return r;
@@ -393,8 +400,9 @@ std::string dry_run(const RunConfig& config) {
   const auto& d = r.dataset;
   std::string out = "dry run: every check passed; nothing trained, nothing written\n";
   out += strprintf("model:  %s\n", config.model.config.c_str());
-  out += strprintf("data:   %s: %zu training tokens, %zu validation tokens\n", d.source.c_str(),
-                   d.train.size(), d.validation.size());
+  out += strprintf("data:   %s: %lld training tokens, %lld validation tokens\n", d.source.c_str(),
+                   static_cast<long long>(d.train_tokens().size()),
+                   static_cast<long long>(d.validation_tokens().size()));
   out += strprintf("run:    %s (not created)\n", config.run.dir.c_str());
   out += "\nmemory estimate per rank (fp32 training):\n" + describe(r.memory);
   out += strprintf("  %-20s %12s  %s\n", "available", format_bytes(r.limit.bytes).c_str(),

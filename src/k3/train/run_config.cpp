@@ -181,6 +181,14 @@ Rule<std::string> input_path(std::vector<std::string> keywords = {}) {
           }};
 }
 
+// Empty (not set), or an existing path.
+Rule<std::string> optional_input_path() {
+  return {[](const std::string&) { return true; }, "empty or an existing path",
+          [](const std::string& v, const SearchDirs& dirs) {
+            return v.empty() ? v : find_input(v, dirs);
+          }};
+}
+
 // The TOML type a field is read from, as the reference names it.
 template <typename T>
 const char* type_name() {
@@ -234,9 +242,13 @@ const std::vector<Field>& fields() {
   static const std::vector<Field> table = {
     field("model.config", &R::model, &M::config, input_path(), "HF-style model config (JSON)"),
     field("model.seed", &R::model, &M::seed, at_least<I>(0), "initialization seed"),
-    field("data.source", &R::data, &D::source, input_path({"builtin", "image_text"}),
-          "builtin, image_text (the image-text corpus, for a model with a vision tower), a .txt "
-          "file or a directory"),
+    field("data.source", &R::data, &D::source, input_path({"builtin", "image_text", "shards"}),
+          "builtin, image_text (the image-text corpus, for a model with a vision tower), shards "
+          "(the shard directory data.path), a .txt file or a directory"),
+    field("data.path", &R::data, &D::path, optional_input_path(),
+          "the shard directory (`k3lab data prepare`) when data.source = \"shards\""),
+    field("data.tokenizer", &R::data, &D::tokenizer, input_path({"byte"}),
+          "the run's tokenizer: byte, or a tokenizer directory"),
     field("data.builtin_tokens", &R::data, &D::builtin_tokens, above<I>(0), "built-in corpus size"),
     field("data.val_fraction", &R::data, &D::val_fraction, within('(', 0, 1, ')'),
           "share held out for validation"),

@@ -21,7 +21,9 @@ struct ModelSection {
 };
 
 struct DataSection {
-  std::string source = "builtin";  // "builtin", a .txt file or a directory of them
+  std::string source = "builtin";  // "builtin", "image_text", "shards", a .txt file or a directory
+  std::string path;                // the shard directory, for source = "shards"
+  std::string tokenizer = "byte";  // "byte" or a tokenizer directory
   int64_t builtin_tokens = 4000000;
   double val_fraction = 0.05;
   int64_t seq_len = 256;

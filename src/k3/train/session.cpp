@@ -10,6 +10,7 @@
 #include "k3/base/checksum.h"
 #include "k3/base/error.h"
 #include "k3/base/log.h"
+#include "k3/data/shards/shard_set.h"
 #include "k3/train/image_text_data.h"
 #include "k3/train/loss_plot.h"
 
@@ -17,7 +18,13 @@ namespace k3::train {
 
 Arena step_arena() { return Arena(kStepArenaReserve, /*prefault=*/false); }
 
-std::unique_ptr<data::Tokenizer> run_tokenizer() { return data::make_tokenizer("byte"); }
+std::unique_ptr<data::Tokenizer> run_tokenizer(const RunConfig& config) {
+  try {
+    return data::make_tokenizer(config.data.tokenizer);
+  } catch (const Error& e) {
+    throw e.with_field("data.tokenizer");
+  }
+}
 
 void check_model_for_run(const model::ModelConfig& mc, const RunConfig& config,
                          const data::Tokenizer& tokenizer) {
@@ -70,7 +77,7 @@ std::unique_ptr<Session> open_session(const RunConfig& config, const model::Mode
                                       const dist::ProcessGrid& grid) {
   auto s = std::make_unique<Session>();
   s->config = config;
-  s->tokenizer = run_tokenizer();
+  s->tokenizer = run_tokenizer(config);
   check_model_for_run(model, config, *s->tokenizer);
   // The run's pipeline split, or, for a command on another layout than the run's (evaluating or
   // sampling a checkpoint), the even split over its grid.
@@ -113,19 +120,31 @@ std::unique_ptr<Session> open_checkpoint_session(const std::string& checkpoint_p
 }
 
 nlohmann::json data_fingerprint(const data::TokenDataset& ds) {
-  Sha256 hash;
-  for (const std::vector<int32_t>* stream : {&ds.train, &ds.validation})
-    hash.update({reinterpret_cast<const char*>(stream->data()), stream->size() * sizeof(int32_t)});
+  std::string sha256;
+  if (ds.shards) {
+    sha256 = ds.shards->manifest_sha256();
+  } else {
+    Sha256 hash;
+    for (const std::vector<int32_t>* stream : {&ds.train, &ds.validation})
+      hash.update(
+          {reinterpret_cast<const char*>(stream->data()), stream->size() * sizeof(int32_t)});
+    sha256 = hash.hex_digest();
+  }
   return {{"source", ds.source},
-          {"train_tokens", ds.train.size()},
-          {"validation_tokens", ds.validation.size()},
-          {"sha256", hash.hex_digest()}};
+          {"train_tokens", ds.train_tokens().size()},
+          {"validation_tokens", ds.validation_tokens().size()},
+          {"sha256", sha256}};
 }
 
 data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokenizer& tokenizer) {
   // Drawn batch by batch as the run goes (image_text_data.h): no token streams.
   if (image_text_source(config))
-    return {"image-text corpus (seed " + std::to_string(config.data.seed) + ")", {}, {}, 0, 0};
+    return {"image-text corpus (seed " + std::to_string(config.data.seed) + ")", {}, {}, 0, 0, {}};
+  const bool shards = config.data.source == "shards";
+  K3_CHECK_CTX(shards == !config.data.path.empty(), (ErrorContext{"", "data.path", -1}),
+               shards ? "data.source = \"shards\" reads the shard directory data.path: set it"
+                      : "data.path is read only when data.source = \"shards\"");
+  if (shards) return data::shard_dataset(config.data.path, tokenizer);
   data::DatasetSpec spec;
   spec.source = config.data.source == "builtin" ? "corpus" : config.data.source;
   spec.seed = static_cast<uint64_t>(config.data.seed);

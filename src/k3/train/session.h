@@ -34,7 +34,8 @@ struct Session {
   double loss_floor = NAN;  // nats per token when the data's entropy is known (the built-in corpus)
 };
 
-std::unique_ptr<data::Tokenizer> run_tokenizer();  // the tokenizer every run uses
+// The run's tokenizer, data.tokenizer.
+std::unique_ptr<data::Tokenizer> run_tokenizer(const RunConfig& config);
 
 // Refuses a model configuration the run cannot use: a vocabulary smaller than the tokenizer's,
 // a context shorter than data.seq_len.
@@ -72,9 +73,13 @@ CheckpointConfigs checkpoint_configs(const Checkpoint& ck, const std::string& di
 std::unique_ptr<Session> open_checkpoint_session(
     const std::string& checkpoint_path, const dist::ProcessGrid& grid = dist::single_process());
 
+// The run's data: data.source (for "shards", the directory data.path) read with the run's
+// tokenizer.
 data::TokenDataset load_run_dataset(const RunConfig& config, const data::Tokenizer& tokenizer);
 
-// What identifies a run's data: source, token counts and the SHA-256 of the token streams.
+// What identifies a run's data: source, token counts and a SHA-256: of the token streams held in
+// memory, or for shards of their manifest (which holds each shard's SHA-256), so that a run over
+// gigabytes of shards does not read them all at each start.
 nlohmann::json data_fingerprint(const data::TokenDataset& ds);
 
 // The sources of a checkpoint: the weights by K3 name in global shapes (each parameter's fill

@@ -146,7 +146,7 @@ class Run {
         data_fingerprint_(data_fingerprint(dataset_)),
         batcher_(image_text_source(config)
                      ? std::nullopt
-                     : std::make_optional<data::Batcher>(dataset_.train, config.train.batch_size,
+                     : std::make_optional<data::Batcher>(dataset_.train_tokens(), config.train.batch_size,
                                                          config.data.seq_len,
                                                          static_cast<uint64_t>(config.data.seed))),
         run_dir_(config.run.dir),

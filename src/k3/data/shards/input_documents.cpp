@@ -14,15 +14,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
-bool has_extension(const fs::path& p) { return p.extension() == ".txt" || p.extension() == ".jsonl"; }
-
-bool blank(const std::string& line) {
-  return line.find_first_not_of(" \t\r") == std::string::npos;
+bool has_extension(const fs::path& p) {
+  return p.extension() == ".txt" || p.extension() == ".jsonl";
 }
+
+bool blank(const std::string& line) { return line.find_first_not_of(" \t\r") == std::string::npos; }
 
 }  // namespace
 
-InputDocuments::InputDocuments(std::string path) : path_(std::move(path)), buffer_(size_t{1} << 20) {
+InputDocuments::InputDocuments(std::string path)
+    : path_(std::move(path)), buffer_(size_t{1} << 20) {
   const ErrorContext ctx{path_, "", -1};
   std::error_code ec;
   const fs::file_status status = fs::status(path_, ec);

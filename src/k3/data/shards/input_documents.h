@@ -30,7 +30,7 @@ class InputDocuments {
   void rewind();  // back to the first document
 
   const std::string& path() const { return path_; }
-  uint64_t total_bytes() const { return total_bytes_; }  // of all its files
+  uint64_t total_bytes() const { return total_bytes_; }            // of all its files
   uint64_t bytes_read() const { return done_bytes_ + line_end_; }  // in this pass
 
  private:

@@ -106,12 +106,12 @@ PrepareSummary prepare_shards(const PrepareSpec& spec, const Tokenizer& tokenize
   nlohmann::json inputs = nlohmann::json::array();
   for (MixInput& in : mix) {
     const InputSummary& s = in.summary;
-    inputs.push_back({{"path", s.path},
-                      {"weight", s.weight},
-                      {"bytes", s.bytes},
-                      {"train", {{"tokens", s.train.tokens}, {"documents", s.train.documents}}},
-                      {"validation",
-                       {{"tokens", s.validation.tokens}, {"documents", s.validation.documents}}}});
+    inputs.push_back(
+        {{"path", s.path},
+         {"weight", s.weight},
+         {"bytes", s.bytes},
+         {"train", {{"tokens", s.train.tokens}, {"documents", s.train.documents}}},
+         {"validation", {{"tokens", s.validation.tokens}, {"documents", s.validation.documents}}}});
     summary.inputs.push_back(s);
   }
   writer.finish({{"inputs", inputs},

@@ -29,8 +29,8 @@ ShardFile::ShardFile(std::string path) : path_(std::move(path)) {
   ::close(fd);
   K3_CHECK_CTX(sized && (map_bytes_ == 0 || map_), ctx, "cannot map: ", std::strerror(saved));
   try {
-    header_ = decode_shard_header(std::string_view(map_ ? map_ : "", map_bytes_), map_bytes_,
-                                  path_);
+    header_ =
+        decode_shard_header(std::string_view(map_ ? map_ : "", map_bytes_), map_bytes_, path_);
     const std::span<const uint64_t> ends = document_ends();
     uint64_t previous = 0;
     for (size_t i = 0; i < ends.size(); ++i) {

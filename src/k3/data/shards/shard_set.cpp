@@ -17,9 +17,9 @@ using json = nlohmann::json;
 const json& member(const json& j, const char* key, json::value_t type, const std::string& path,
                    const std::string& where) {
   const bool ok = j.is_object() && j.contains(key) &&
-                  (j[key].type() == type || (type == json::value_t::number_unsigned &&
-                                             j[key].type() == json::value_t::number_integer &&
-                                             j[key].get<int64_t>() >= 0));
+                  (j[key].type() == type ||
+                   (type == json::value_t::number_unsigned &&
+                    j[key].type() == json::value_t::number_integer && j[key].get<int64_t>() >= 0));
   K3_CHECK_CTX(ok, (ErrorContext{path, where + key, -1}), "missing or of the wrong type");
   return j[key];
 }
@@ -28,8 +28,8 @@ const json& member(const json& j, const char* key, json::value_t type, const std
 
 ShardSet::ShardSet(std::string dir, const Tokenizer& tokenizer) : dir_(std::move(dir)) {
   const std::string path = dir_ + "/" + kManifestFile;
-  K3_CHECK_CTX(file_exists(path), (ErrorContext{dir_, "", -1}),
-               "not a shard directory: no ", kManifestFile, " (made by `k3lab data prepare`)");
+  K3_CHECK_CTX(file_exists(path), (ErrorContext{dir_, "", -1}), "not a shard directory: no ",
+               kManifestFile, " (made by `k3lab data prepare`)");
   const std::string text = read_file(path);
   manifest_sha256_ = sha256_hex(text);
   json m;
@@ -57,7 +57,8 @@ ShardSet::ShardSet(std::string dir, const Tokenizer& tokenizer) : dir_(std::move
     TokenView& view = std::string(name) == "train" ? train_ : validation_;
     int64_t& documents = std::string(name) == "train" ? train_documents_ : validation_documents_;
     for (const json& entry : member(split, "shards", T::array, path, at)) {
-      const std::string file = dir_ + "/" + member(entry, "file", T::string, path, at).get<std::string>();
+      const std::string file =
+          dir_ + "/" + member(entry, "file", T::string, path, at).get<std::string>();
       ShardFile shard(file);
       const ShardHeader& h = shard.header();
       const ErrorContext ctx{file, "", -1};

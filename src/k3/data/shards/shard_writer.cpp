@@ -11,8 +11,8 @@
 
 #include "k3/base/checksum.h"
 #include "k3/base/error.h"
-#include "k3/base/fs.h"
 #include "k3/base/format.h"
+#include "k3/base/fs.h"
 #include "k3/data/shards/shard_format.h"
 #include "k3/data/shards/shard_set.h"
 
@@ -40,8 +40,10 @@ class ShardDirectoryWriter::SplitWriter {
   }
 
   void add(std::span<const int32_t> document) {
-    if (fd_ >= 0 && static_cast<int64_t>(header_.tokens) + static_cast<int64_t>(document.size()) +
-                            1 > shard_tokens_ && header_.tokens > 0)
+    if (fd_ >= 0 &&
+        static_cast<int64_t>(header_.tokens) + static_cast<int64_t>(document.size()) + 1 >
+            shard_tokens_ &&
+        header_.tokens > 0)
       close_shard();
     if (fd_ < 0) open_shard();
     for (int32_t id : document) {
@@ -101,15 +103,16 @@ class ShardDirectoryWriter::SplitWriter {
 
   void close_shard() {
     header_.documents = ends_.size();
-    buffer_.append(header_.index_offset() - kShardHeaderBytes -
-                       header_.tokens * header_.token_bytes, '\0');
+    buffer_.append(
+        header_.index_offset() - kShardHeaderBytes - header_.tokens * header_.token_bytes, '\0');
     buffer_.append(reinterpret_cast<const char*>(ends_.data()), ends_.size() * sizeof(uint64_t));
     flush();
     const std::string header = encode_shard_header(header_);
     const ErrorContext ctx{path_, "", -1};
-    K3_CHECK_CTX(::pwrite(fd_, header.data(), header.size(), 0) ==
-                         static_cast<ssize_t>(header.size()) && ::fsync(fd_) == 0,
-                 ctx, "cannot write the header: ", std::strerror(errno));
+    K3_CHECK_CTX(
+        ::pwrite(fd_, header.data(), header.size(), 0) == static_cast<ssize_t>(header.size()) &&
+            ::fsync(fd_) == 0,
+        ctx, "cannot write the header: ", std::strerror(errno));
     ::close(fd_);
     fd_ = -1;
     shards_.push_back({{"file", fs::path(path_).filename().string()},
@@ -143,16 +146,15 @@ ShardDirectoryWriter::ShardDirectoryWriter(std::string dir, const Tokenizer& tok
                "expected at least 1 token per shard, got ", shard_tokens);
   K3_CHECK_CTX(!fs::exists(dir_), ctx, "already exists: choose another output directory");
   const fs::path target(dir_);
-  staging_ = (target.parent_path() / ("." + target.filename().string() + ".partial-" +
-                                      std::to_string(::getpid())))
+  staging_ = (target.parent_path() /
+              ("." + target.filename().string() + ".partial-" + std::to_string(::getpid())))
                  .string();
   std::error_code ec;
   fs::remove_all(staging_, ec);
   fs::create_directories(staging_, ec);
   K3_CHECK_CTX(!ec, (ErrorContext{staging_, "", -1}), "cannot create: ", ec.message());
   train_ = std::make_unique<SplitWriter>(staging_, Split::train, tokenizer, shard_tokens);
-  validation_ =
-      std::make_unique<SplitWriter>(staging_, Split::validation, tokenizer, shard_tokens);
+  validation_ = std::make_unique<SplitWriter>(staging_, Split::validation, tokenizer, shard_tokens);
 }
 
 ShardDirectoryWriter::~ShardDirectoryWriter() {
@@ -188,8 +190,8 @@ void ShardDirectoryWriter::finish(const nlohmann::json& description) {
   write_file_atomic(staging_ + "/" + kManifestFile, manifest.dump(2) + "\n");
   std::error_code ec;
   fs::rename(staging_, dir_, ec);
-  K3_CHECK_CTX(!ec, (ErrorContext{dir_, "", -1}), "cannot rename ", staging_, " into place: ",
-               ec.message());
+  K3_CHECK_CTX(!ec, (ErrorContext{dir_, "", -1}), "cannot rename ", staging_,
+               " into place: ", ec.message());
   finished_ = true;
 }
 
