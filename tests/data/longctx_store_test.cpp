@@ -1,5 +1,3 @@
-#include "k3/data/longctx/task_store.h"
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +7,7 @@
 #include "k3/base/fs.h"
 #include "k3/data/byte_tokenizer.h"
 #include "k3/data/corpus.h"
+#include "k3/data/longctx/task_store.h"
 #include "k3/data/shards/shard_writer.h"
 
 namespace k3::data {
@@ -42,8 +41,9 @@ TEST(LongCtxStore, TasksRoundTripThroughShards) {
   EXPECT_GT(std::filesystem::directory_entry(tmp.path() + "/base/train-00001.k3shard").exists(), 0)
       << "the base spans several shards";
   // Tasks from the mapped base are the tasks from the same documents in memory.
-  EXPECT_EQ(synthesize_long_tasks(base, tok, std::vector<int64_t>{2048}, 3, 5)[2].tokens,
-            synthesize_long_tasks(BaseDocuments(docs), tok, std::vector<int64_t>{2048}, 3, 5)[2].tokens);
+  EXPECT_EQ(
+      synthesize_long_tasks(base, tok, std::vector<int64_t>{2048}, 3, 5)[2].tokens,
+      synthesize_long_tasks(BaseDocuments(docs), tok, std::vector<int64_t>{2048}, 3, 5)[2].tokens);
 
   const auto tasks = synthesize_long_tasks(base, tok, std::vector<int64_t>{1024, 2048}, 4, 1);
   const std::string dir = tmp.path() + "/tasks";

@@ -41,8 +41,9 @@ std::span<const int32_t> context(const LongTask& t) {
   return std::span(t.tokens).first(static_cast<size_t>(t.question_offset));
 }
 std::string question(const LongTask& t) {
-  return text(std::span(t.tokens).subspan(static_cast<size_t>(t.question_offset),
-                                          static_cast<size_t>(t.answer_offset - t.question_offset)));
+  return text(
+      std::span(t.tokens).subspan(static_cast<size_t>(t.question_offset),
+                                  static_cast<size_t>(t.answer_offset - t.question_offset)));
 }
 
 // The oracle's score on each task seeing only PART(task) of its context, then the question.
@@ -54,7 +55,8 @@ double oracle_accuracy(const std::vector<LongTask>& ts, Part part) {
 }
 
 TEST(LongCtx, SameSeedSameTasks) {
-  const auto a = tasks({1024, 4096}, 6, 11), b = tasks({1024, 4096}, 6, 11), c = tasks({1024}, 6, 12);
+  const auto a = tasks({1024, 4096}, 6, 11), b = tasks({1024, 4096}, 6, 11),
+             c = tasks({1024}, 6, 12);
   ASSERT_EQ(a.size(), 12u);
   for (size_t i = 0; i < a.size(); ++i) {
     EXPECT_EQ(a[i].tokens, b[i].tokens);
@@ -95,7 +97,8 @@ TEST(LongCtx, OracleNeedsTheWholeContext) {
     std::string kept;
     const size_t n = static_cast<size_t>(t.question_offset);
     for (int k = 0; k < 8; ++k)
-      kept += text(context(t).subspan(n * chunks[k] / 16, n * (chunks[k] + 1) / 16 - n * chunks[k] / 16));
+      kept += text(
+          context(t).subspan(n * chunks[k] / 16, n * (chunks[k] + 1) / 16 - n * chunks[k] / 16));
     return kept;
   });
   // Over seeds 1-20 (60 tasks each) the prefix answered at most 0.033, the random half 0.133.

@@ -19,7 +19,8 @@ std::vector<data::LongTask> small_tasks(int64_t per_length) {
   data::Corpus corpus(2);
   std::vector<std::vector<int32_t>> docs;
   for (int64_t i = 0; i < 100; ++i) docs.push_back(tok.encode(corpus.document(i)));
-  return data::synthesize_long_tasks(data::BaseDocuments(docs), tok, std::vector<int64_t>{768, 1024}, per_length, 4);
+  return data::synthesize_long_tasks(data::BaseDocuments(docs), tok,
+                                     std::vector<int64_t>{768, 1024}, per_length, 4);
 }
 
 std::span<const int32_t> answer_tokens(const data::LongTask& t) {
@@ -43,8 +44,8 @@ TEST(LongCtxEval, ScoresTheWholeAnswerSpan) {
 // The greedy tokens from the decode path are the argmax of the full forward's logits at the
 // positions before each answer token.
 TEST(LongCtxEval, GreedyAnswerMatchesTheFullForward) {
-  auto s = open_session(RunConfig{},
-                        model::load_model_config(testing::source_dir() + "/configs/dense-tiny.json"));
+  auto s = open_session(
+      RunConfig{}, model::load_model_config(testing::source_dir() + "/configs/dense-tiny.json"));
   s->model->initialize(3);
   const data::LongTask t = small_tasks(1)[0];
   const int64_t T = t.answer_offset + t.answer_length - 1, V = s->model->config().vocab_size;
@@ -61,8 +62,8 @@ TEST(LongCtxEval, GreedyAnswerMatchesTheFullForward) {
 TEST(LongCtxEval, DepthBinsAreHalfOpen) {
   // Bin b of 5 holds depths in [b/5, (b+1)/5); a depth of 1 goes to the last bin.
   const std::vector<LongTaskOutcome> outcomes = {
-      {1024, 0.0, true}, {1024, 0.19, false}, {1024, 0.2, true}, {1024, 0.39, true},
-      {1024, 0.61, false}, {1024, 0.99, true}, {1024, 1.0, false}, {4096, 0.5, true}};
+      {1024, 0.0, true},   {1024, 0.19, false}, {1024, 0.2, true},  {1024, 0.39, true},
+      {1024, 0.61, false}, {1024, 0.99, true},  {1024, 1.0, false}, {4096, 0.5, true}};
   const AccuracyGrid g = accuracy_grid(outcomes, 5);
   EXPECT_EQ(g.tasks[0], (std::vector<int64_t>{2, 2, 0, 1, 2}));
   EXPECT_EQ(g.correct[0], (std::vector<int64_t>{1, 2, 0, 0, 1}));

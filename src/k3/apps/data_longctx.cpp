@@ -7,8 +7,8 @@
 
 #include "k3/apps/commands.h"
 #include "k3/data/longctx/task_store.h"
-#include "k3/dist/runtime.h"
 #include "k3/data/tokenizer.h"
+#include "k3/dist/runtime.h"
 
 namespace k3::apps {
 
@@ -42,13 +42,13 @@ void add_data_longctx(CLI::App& data) {
     const std::vector<data::LongTask> tasks =
         data::synthesize_long_tasks(base, *tokenizer, lengths, a->per_length, a->seed);
     data::write_long_tasks(a->out, tasks, *tokenizer,
-                           {{"longctx", {{"base", a->base},
-                                         {"lengths", lengths},
-                                         {"per_length", a->per_length},
-                                         {"seed", a->seed}}}});
+                           {{"longctx",
+                             {{"base", a->base},
+                              {"lengths", lengths},
+                              {"per_length", a->per_length},
+                              {"seed", a->seed}}}});
     std::printf("%zu tasks from %lld base documents in %s\n", tasks.size(),
-                static_cast<long long>(base.size()),
-                a->out.c_str());
+                static_cast<long long>(base.size()), a->out.c_str());
     for (size_t l = 0; l < lengths.size(); ++l) {
       const auto first = tasks.begin() + static_cast<int64_t>(l) * a->per_length;
       const auto [lo, hi] = std::minmax_element(

@@ -53,8 +53,8 @@ void add_eval_longctx(CLI::App& eval) {
     std::fputs(train::accuracy_table(grid).c_str(), stdout);
     std::printf("oracle (reads the text, no model):\n");
     std::fputs(train::accuracy_table(train::accuracy_grid(oracle, a->depth_bins)).c_str(), stdout);
-    write_svg(a->out,
-              render_heatmap(train::accuracy_heatmap(grid, "long-context accuracy: " + a->checkpoint)));
+    write_svg(a->out, render_heatmap(train::accuracy_heatmap(
+                          grid, "long-context accuracy: " + a->checkpoint)));
     std::printf("heatmap: %s\n", a->out.c_str());
   });
 }

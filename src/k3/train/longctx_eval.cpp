@@ -9,8 +9,9 @@
 namespace k3::train {
 
 bool predicts_answer(const data::LongTask& task, std::span<const int32_t> predicted) {
-  const auto answer = std::span(task.tokens).subspan(static_cast<size_t>(task.answer_offset),
-                                                     static_cast<size_t>(task.answer_length));
+  const auto answer = std::span(task.tokens)
+                          .subspan(static_cast<size_t>(task.answer_offset),
+                                   static_cast<size_t>(task.answer_length));
   return std::equal(answer.begin(), answer.end(), predicted.begin(), predicted.end());
 }
 
@@ -86,7 +87,8 @@ std::string accuracy_table(const AccuracyGrid& g) {
       n += g.tasks[r][b], c += g.correct[r][b];
       bin_tasks[b] += g.tasks[r][b], bin_correct[b] += g.correct[r][b];
     }
-    out += strprintf(" %*s %4.0f%%\n", width, cell(c, n).c_str(), 100.0 * c / std::max<int64_t>(n, 1));
+    out +=
+        strprintf(" %*s %4.0f%%\n", width, cell(c, n).c_str(), 100.0 * c / std::max<int64_t>(n, 1));
     all_tasks += n, all_correct += c;
   }
   out += strprintf("%-8s", "all");

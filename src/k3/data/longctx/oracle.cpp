@@ -117,8 +117,8 @@ std::optional<std::string> solve_long_task(std::string_view text) {
     return multi_key(context, *keys);
   if (auto name = between(question, "Question: Which number does the variable ", " hold?\nAnswer:"))
     return variable(context, *name);
-  if (auto fruit = between(question, "Question: How many ",
-                           " do all the crates hold together?\nAnswer:"))
+  if (auto fruit =
+          between(question, "Question: How many ", " do all the crates hold together?\nAnswer:"))
     return aggregate(context, *fruit);
   return std::nullopt;
 }

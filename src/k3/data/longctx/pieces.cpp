@@ -68,9 +68,9 @@ TaskText multi_key(int64_t n, double depth, RandomDraws& draws) {
     const int64_t value = values.next();
     const bool is_needed = i < kQueriedKeys;
     if (is_needed) queried.emplace_back(key, value);
-    t.pieces.push_back({strprintf("\nThe value of key %s is %lld.\n", key.c_str(),
-                                  static_cast<long long>(value)),
-                        is_needed ? needed[static_cast<size_t>(i)] : uniform(draws), is_needed});
+    t.pieces.push_back(
+        {strprintf("\nThe value of key %s is %lld.\n", key.c_str(), static_cast<long long>(value)),
+         is_needed ? needed[static_cast<size_t>(i)] : uniform(draws), is_needed});
   }
   // The question names the keys in a random order, not in the order they appear.
   for (size_t i = queried.size(); i > 1; --i) std::swap(queried[i - 1], queried[draws.below(i)]);
@@ -94,14 +94,13 @@ TaskText variable_tracking(int64_t n, double depth, RandomDraws& draws) {
   for (int64_t first = 0; first < n; first += kChainLinks) {
     const int64_t links = std::min(kChainLinks, n - first);
     const bool is_needed = first == 0;
-    const std::vector<double> d =
-        needed_depths(links, is_needed ? depth : uniform(draws), draws);
+    const std::vector<double> d = needed_depths(links, is_needed ? depth : uniform(draws), draws);
     const int64_t value = numbers.next();
     std::string previous = std::to_string(value);
     for (int64_t k = 0; k < links; ++k) {
       const std::string name = names.next(5);
-      t.pieces.push_back({"\nVAR " + name + " = " + previous + ".\n", d[static_cast<size_t>(k)],
-                          is_needed});
+      t.pieces.push_back(
+          {"\nVAR " + name + " = " + previous + ".\n", d[static_cast<size_t>(k)], is_needed});
       previous = name;
     }
     if (is_needed) asked = previous, asked_value = value;
@@ -143,9 +142,12 @@ int64_t pieces_for_length(int64_t length) { return std::clamp<int64_t>(length / 
 
 TaskText make_task_text(LongTaskKind kind, int64_t num_pieces, double depth, RandomDraws& draws) {
   switch (kind) {
-    case LongTaskKind::kMultiKey: return multi_key(num_pieces, depth, draws);
-    case LongTaskKind::kVariableTracking: return variable_tracking(num_pieces, depth, draws);
-    case LongTaskKind::kAggregation: return aggregation(num_pieces, depth, draws);
+    case LongTaskKind::kMultiKey:
+      return multi_key(num_pieces, depth, draws);
+    case LongTaskKind::kVariableTracking:
+      return variable_tracking(num_pieces, depth, draws);
+    case LongTaskKind::kAggregation:
+      return aggregation(num_pieces, depth, draws);
   }
   return {};
 }

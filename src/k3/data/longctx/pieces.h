@@ -12,8 +12,8 @@
 namespace k3::data {
 
 struct TaskPiece {
-  std::string text;  // one line, "\n" before and after
-  double depth = 0;  // in [0, 1]
+  std::string text;     // one line, "\n" before and after
+  double depth = 0;     // in [0, 1]
   bool needed = false;  // the answer depends on it
 };
 

@@ -40,14 +40,13 @@ class PartialShuffle {
 // last one cut.
 std::vector<int32_t> draw_filler(const BaseDocuments& base, const std::vector<int32_t>& sep,
                                  int64_t filler, int64_t length, RandomDraws& draws) {
-  const int64_t available =
-      base.total_tokens() + base.size() * static_cast<int64_t>(sep.size());
+  const int64_t available = base.total_tokens() + base.size() * static_cast<int64_t>(sep.size());
   K3_CHECK_CTX(available >= filler, (ErrorContext{base.origin(), "base", -1}),
-               "the base documents hold ",
-               base.total_tokens(), " tokens, too few for a task of ",
+               "the base documents hold ", base.total_tokens(), " tokens, too few for a task of ",
                context_length_label(length), " tokens (its filler needs ", filler, ")");
   std::vector<int32_t> out;
-  out.reserve(static_cast<size_t>(filler + base.total_tokens() / std::max<int64_t>(base.size(), 1)));
+  out.reserve(
+      static_cast<size_t>(filler + base.total_tokens() / std::max<int64_t>(base.size(), 1)));
   PartialShuffle order(static_cast<uint64_t>(base.size()));
   while (static_cast<int64_t>(out.size()) < filler) {
     const int64_t doc = static_cast<int64_t>(order.next(draws));
@@ -77,8 +76,7 @@ LongTaskKind parse_long_task_kind(std::string_view name) {
 LongTask synthesize_long_task(const BaseDocuments& base, const Tokenizer& tokenizer,
                               const LongTaskSpec& spec) {
   RandomDraws draws(spec.seed, spec.stream);
-  TaskText text =
-      make_task_text(spec.kind, pieces_for_length(spec.length), spec.depth, draws);
+  TaskText text = make_task_text(spec.kind, pieces_for_length(spec.length), spec.depth, draws);
   std::stable_sort(text.pieces.begin(), text.pieces.end(),
                    [](const TaskPiece& a, const TaskPiece& b) { return a.depth < b.depth; });
   std::vector<std::vector<int32_t>> pieces;
@@ -92,9 +90,9 @@ LongTask synthesize_long_task(const BaseDocuments& base, const Tokenizer& tokeni
   used += static_cast<int64_t>(question.size() + answer.size());
   // At least a quarter of the context is base text, so the pieces are scattered, not packed.
   const int64_t filler = spec.length - used;
-  K3_CHECK_CTX(filler >= spec.length / 4, (ErrorContext{"", "lengths", -1}),
-               "a length of ", spec.length, " tokens is too short for a ",
-               long_task_kind_name(spec.kind), " task: its pieces, question and answer take ", used,
+  K3_CHECK_CTX(filler >= spec.length / 4, (ErrorContext{"", "lengths", -1}), "a length of ",
+               spec.length, " tokens is too short for a ", long_task_kind_name(spec.kind),
+               " task: its pieces, question and answer take ", used,
                " tokens, leaving less than a quarter for base text");
   const std::vector<int32_t> base_text =
       draw_filler(base, tokenizer.encode("\n\n"), filler, spec.length, draws);
@@ -109,8 +107,8 @@ LongTask synthesize_long_task(const BaseDocuments& base, const Tokenizer& tokeni
   int64_t first_needed = -1;
   for (size_t i = 0; i < pieces.size(); ++i) {
     const int64_t placed = t.length() - taken;  // piece tokens so far
-    const int64_t at = std::clamp<int64_t>(
-        std::llround(text.pieces[i].depth * context) - placed, taken, filler);
+    const int64_t at =
+        std::clamp<int64_t>(std::llround(text.pieces[i].depth * context) - placed, taken, filler);
     t.tokens.insert(t.tokens.end(), base_text.begin() + taken, base_text.begin() + at);
     taken = at;
     if (text.pieces[i].needed && first_needed < 0) first_needed = t.length();
@@ -151,11 +149,12 @@ int64_t parse_context_length(std::string_view text) {
   size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
   const std::string_view unit = text.substr(digits);
-  const int64_t scale = unit.empty() ? 1 : unit == "K" || unit == "k" ? 1024
-                                       : unit == "M" || unit == "m"   ? 1024 * 1024
-                                                                      : 0;
-  K3_CHECK_CTX(digits > 0 && digits <= 6 && scale > 0, (ErrorContext{"", "lengths", -1}), "'",
-               text, "' is not a length: expected a count of tokens such as 512, 4K or 1M");
+  const int64_t scale = unit.empty()                 ? 1
+                        : unit == "K" || unit == "k" ? 1024
+                        : unit == "M" || unit == "m" ? 1024 * 1024
+                                                     : 0;
+  K3_CHECK_CTX(digits > 0 && digits <= 6 && scale > 0, (ErrorContext{"", "lengths", -1}), "'", text,
+               "' is not a length: expected a count of tokens such as 512, 4K or 1M");
   const int64_t n = std::stoll(std::string(text.substr(0, digits))) * scale;
   K3_CHECK_CTX(n > 0, (ErrorContext{"", "lengths", -1}), "a length must be positive, not '", text,
                "'");

@@ -1,9 +1,9 @@
 // Long-context task documents: pieces of a task (needles) scattered among permuted base documents,
 // then a question whose answer needs every piece it names, so that no part of the context is
 // enough on its own. Three kinds:
-//   multi-key retrieval    "The value of key qhzd-wmke is 583021."  ... values of four keys?
-//   variable tracking      "VAR KQZTB = 48120." "VAR PLMRA = KQZTB." ...  the value at a chain's end?
-//   aggregation            "Crate WQPZ holds 7 apples."  ...  how many apples in all the crates?
+//   multi-key retrieval  "The value of key qhzd-wmke is 583021." ...  values of four keys?
+//   variable tracking    "VAR KQZTB = 48120." ... "VAR PLMRA = KQZTB." ...  a chain's end?
+//   aggregation          "Crate WQPZ holds 7 apples." ...  apples in all the crates?
 // A document is CONTEXT QUESTION ANSWER, exactly `length` tokens; only the answer span is scored.
 #pragma once
 
