@@ -9,6 +9,7 @@
 #include "k3/data/longctx/task_store.h"
 #include "k3/dist/runtime.h"
 #include "k3/train/longctx_eval.h"
+#include "k3/train/progress.h"
 
 namespace k3::apps {
 
@@ -33,7 +34,12 @@ void add_eval_longctx(CLI::App& eval) {
     const int64_t context = s->model->config().max_position_embeddings;
     std::vector<train::LongTaskOutcome> model, oracle;
     int64_t skipped = 0;
-    for (const data::LongTask& t : tasks) {
+    // A long task takes seconds: the training progress line (a "step" is a task) on stderr.
+    train::ProgressDisplay progress(stderr);
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const data::LongTask& t = tasks[i];
+      progress.update(
+          {.step = static_cast<int64_t>(i), .total_steps = static_cast<int64_t>(tasks.size())});
       if (t.length() > context) {
         ++skipped;
         continue;
@@ -44,6 +50,9 @@ void add_eval_longctx(CLI::App& eval) {
       oracle.push_back({t.length(), t.depth,
                         data::solve_long_task(s->tokenizer->decode(before_answer)) == t.answer});
     }
+    progress.update({.step = static_cast<int64_t>(tasks.size()),
+                     .total_steps = static_cast<int64_t>(tasks.size())});
+    progress.finish();
     std::printf("%zu tasks of %s", model.size(), a->tasks.c_str());
     if (skipped > 0)
       std::printf(" (%lld longer than the model's context of %lld tokens skipped)",
