@@ -167,6 +167,24 @@ TEST(SvgPlot, Heatmap) {
   }
 }
 
+TEST(SvgPlot, HeatmapNumbersAndFixedScale) {
+  Heatmap map;
+  map.values = {{25, 50}, {75, NAN}};
+  map.scale_lo = 0;
+  map.scale_hi = 100;
+  map.cell_numbers = true;
+  const std::string svg = render_heatmap(map);
+  EXPECT_TRUE(well_formed(svg)) << svg;
+  for (const char* cell : {">25</text>", ">50</text>", ">75</text>"})
+    EXPECT_EQ(count(svg, cell), 1u) << cell;
+  EXPECT_EQ(count(svg, ">nan</text>"), 0u) << "an empty cell has no number";
+  // The scale's ends are the fixed ones, not the values' 25 and 75.
+  EXPECT_NE(svg.find(">100</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">0</text>"), std::string::npos);
+  map.cell_numbers = false;
+  EXPECT_EQ(count(render_heatmap(map), ">50</text>"), 0u);
+}
+
 TEST(SvgPlot, WriteSvg) {
   const std::string path =
       (std::filesystem::temp_directory_path() / ("k3_plot_" + std::to_string(::getpid()) + ".svg"))

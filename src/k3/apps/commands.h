@@ -17,6 +17,7 @@ dist::ParallelDims forward_dims(int64_t tp, int world_size);
 void add_selfcheck(CLI::App& app);
 void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
+void add_eval_longctx(CLI::App& eval);  // `eval longctx`
 void add_sample(CLI::App& app);
 void add_schedule(CLI::App& app);
 void add_pipeline_schedule(CLI::App& schedule);  // `schedule pipeline`
@@ -28,5 +29,6 @@ void add_export(CLI::App& app);
 void add_config(CLI::App& app);
 void add_tokenizer(CLI::App& app);
 void add_data(CLI::App& app);  // `data prepare`
+void add_data_longctx(CLI::App& data);  // `data longctx`
 
 }  // namespace k3::apps

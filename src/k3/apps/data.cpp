@@ -1,6 +1,6 @@
 // `k3lab data prepare --input PATH... --tokenizer SPEC --out DIR [--weights W...]
 // [--val-fraction F] [--shard-tokens N]`: text tokenized into a shard directory for
-// data.source = "shards" (docs/data.md).
+// data.source = "shards" (docs/data.md). `k3lab data longctx` lives in data_longctx.cpp.
 #include <unistd.h>
 
 #include <chrono>
@@ -103,6 +103,7 @@ void add_data(CLI::App& app) {
   auto* cmd = app.add_subcommand("data", "Prepare training data");
   cmd->require_subcommand(1);
   add_prepare(cmd);
+  add_data_longctx(*cmd);
 }
 
 }  // namespace k3::apps

@@ -1,4 +1,5 @@
-// `k3lab eval --checkpoint PATH [--batches N]`: validation loss and perplexity of a checkpoint.
+// `k3lab eval --checkpoint PATH [--batches N]`: validation loss and perplexity of a checkpoint;
+// `k3lab eval longctx ...` (eval_longctx.cpp): its accuracy on long-context tasks.
 #include <cmath>
 #include <cstdio>
 
@@ -15,11 +16,14 @@ void add_eval(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("eval", "Validation loss of a checkpoint on its run's data");
-  cmd->add_option("--checkpoint", a->checkpoint, "A run directory or a checkpoint directory")
-      ->required();
+  // Required unless a subcommand runs instead, which has its own.
+  cmd->add_option("--checkpoint", a->checkpoint, "A run directory or a checkpoint directory");
   cmd->add_option("--batches", a->batches, "Validation batches to use (0: all)");
   add_tp_option(cmd, a->tp);
-  cmd->callback([a] {
+  add_eval_longctx(*cmd);
+  cmd->callback([a, cmd] {
+    if (!cmd->get_subcommands().empty()) return;  // `eval longctx` ran instead
+    if (a->checkpoint.empty()) throw CLI::RequiredError("--checkpoint");
     const dist::Comm world = dist::Comm::world();
     const dist::ProcessGrid grid(forward_dims(a->tp, world.size()), world);
     auto s = train::open_checkpoint_session(a->checkpoint, grid);

@@ -285,6 +285,8 @@ std::string render_heatmap(const Heatmap& map) {
     svg.text((left + right) / 2, (top + bottom) / 2, "no data", "middle", " fill=\"#999999\"");
     return svg.finish();
   }
+  if (std::isfinite(map.scale_lo)) range.lo = map.scale_lo;
+  if (std::isfinite(map.scale_hi)) range.hi = map.scale_hi;
   if (range.hi == range.lo) range.hi = range.lo + 1;
 
   const double cell_w = (right - left) / static_cast<double>(columns),
@@ -299,6 +301,11 @@ std::string render_heatmap(const Heatmap& map) {
           left + static_cast<double>(c) * cell_w, top + static_cast<double>(r) * cell_h, cell_w,
           cell_h, scale_colour((v - range.lo) / (range.hi - range.lo)), "none",
           label(map.row_labels, r) + ", " + label(map.column_labels, c) + ": " + number_label(v));
+      // Outlined so that it reads on the dark and the light ends of the scale alike.
+      if (map.cell_numbers && std::isfinite(v))
+        svg.text(left + (static_cast<double>(c) + 0.5) * cell_w,
+                 top + (static_cast<double>(r) + 0.5) * cell_h + 4, number_label(v), "middle",
+                 " stroke=\"#ffffff\" stroke-width=\"3\" paint-order=\"stroke\"");
     }
   const size_t row_stride = label_stride(14, cell_h);
   for (size_t r = 0; r < rows; r += row_stride)

@@ -2,6 +2,7 @@
 // heatmaps (expert load per layer over training). No plotting library is needed to view a run.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,8 @@ struct Heatmap {
   std::vector<std::string> row_labels, column_labels;  // may be empty
   std::vector<std::vector<double>> values;             // values[row][column]; NaN cells are grey
   std::string value_label;                             // caption of the colour scale
+  double scale_lo = NAN, scale_hi = NAN;  // the colour scale's ends; NaN: the values' range
+  bool cell_numbers = false;              // write each cell's value in it
   int width = 720, height = 440;
 };
 
