@@ -26,5 +26,6 @@ void add_report(CLI::App& app);
 void add_plot(CLI::App& app);
 void add_export(CLI::App& app);
 void add_config(CLI::App& app);
+void add_fit(CLI::App& app);  // scaling-law fit
 
 }  // namespace k3::apps
