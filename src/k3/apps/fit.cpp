@@ -3,6 +3,7 @@
 // file and prints the parameters, bootstrap intervals and compute-optimal splits (docs/scaling.md).
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "k3/apps/commands.h"
@@ -126,7 +127,7 @@ void run_fit(const FitArgs& a) {
       optimal.push_back(compute_optimal(law, c));
   }
   if (!a.svg.empty())
-    write_svg(a.svg, render_fit_svg(law, runs, "k3lab fit of " + a.data));
+    write_svg(a.svg, render_fit_svg(law, runs, std::filesystem::path(a.data).filename().string()));
 
   if (a.json) {
     nlohmann::json j;

@@ -78,21 +78,23 @@ double huber(double r, double delta) {
 
 namespace {
 
-// log(exp(t1) + exp(t2) + exp(t3)) and its softmax weights.
+// log(exp(t1) + exp(t2) + exp(t3)) and its softmax weights. The largest term is exp(0) = 1:
+// two exponentials, not three (the objective's cost is its exponentials and logarithm).
 struct Lse {
   double value, w1, w2, w3;
 };
-inline Lse lse3(double t1, double t2, double t3) {
-  const double m = std::max({t1, t2, t3});
-  const double e1 = std::exp(t1 - m), e2 = std::exp(t2 - m), e3 = std::exp(t3 - m);
+inline Lse lse_from_max(double m, double e1, double e2, double e3) {
   const double s = e1 + e2 + e3, inv = 1 / s;
   return {m + std::log(s), e1 * inv, e2 * inv, e3 * inv};
 }
+inline Lse lse3(double t1, double t2, double t3) {
+  if (t1 >= t2 && t1 >= t3) return lse_from_max(t1, 1, std::exp(t2 - t1), std::exp(t3 - t1));
+  if (t2 >= t3) return lse_from_max(t2, std::exp(t1 - t2), 1, std::exp(t3 - t2));
+  return lse_from_max(t3, std::exp(t1 - t3), std::exp(t2 - t3), 1);
+}
 inline Lse lse2(double t1, double t3) {
-  const double m = std::max(t1, t3);
-  const double e1 = std::exp(t1 - m), e3 = std::exp(t3 - m);
-  const double s = e1 + e3, inv = 1 / s;
-  return {m + std::log(s), e1 * inv, 0, e3 * inv};
+  return t1 >= t3 ? lse_from_max(t1, 1, 0, std::exp(t3 - t1))
+                  : lse_from_max(t3, std::exp(t1 - t3), 0, 1);
 }
 
 }  // namespace
