@@ -28,23 +28,26 @@ PYEOF
 
 fit_both() {  # NAME CSV ARGS...
   local name=$1 csv=$2; shift 2
-  local k3 sp
-  k3=$(nice "$K3LAB" fit "$csv" "$@" --json)
+  local k3 k3_one sp
+  k3=$(nice env K3_THREADS=2 "$K3LAB" fit "$csv" "$@" --json)
+  k3_one=$(nice env K3_THREADS=1 "$K3LAB" fit "$csv" "$@" --json)
   sp=$(nice "$PY" bench/fit_vs_scipy.py "$csv" "$@")
-  "$PY" - "$name" "$k3" "$sp" <<'PYEOF'
+  "$PY" - "$name" "$k3" "$k3_one" "$sp" <<'PYEOF'
 import json, sys
-name, k3, sp = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
+name = sys.argv[1]
+k3, k3_one, sp = (json.loads(a) for a in sys.argv[2:])
 print(f"\n{name}: {k3['points']} points, {k3['starts']} starts")
-print(f"{'':8}{'seconds':>9}{'objective':>17}{'E':>10}{'A':>11}{'B':>11}{'alpha':>9}{'beta':>9}")
-for side, r in (("k3lab", k3), ("scipy", sp)):
-    print(f"{side:8}{r['seconds']:9.2f}{r['objective']:17.10g}{r['E']:10.4f}{r['A']:11.4g}"
+print(f"{'':16}{'seconds':>9}{'objective':>20}{'E':>10}{'A':>11}{'B':>11}{'alpha':>9}{'beta':>9}")
+for side, r in (("k3lab 2 threads", k3), ("k3lab 1 thread", k3_one), ("scipy L-BFGS-B", sp)):
+    print(f"{side:16}{r['seconds']:9.2f}{r['objective']:20.13g}{r['E']:10.4f}{r['A']:11.4g}"
           f"{r['B']:11.4g}{r['alpha']:9.4f}{r['beta']:9.4f}")
 rel = (k3['objective'] - sp['objective']) / sp['objective']
-print(f"speed-up {sp['seconds'] / k3['seconds']:.1f}x, objective k3lab - scipy: {rel:+.2e} relative")
+print(f"speed-up {sp['seconds'] / k3['seconds']:.1f}x on 2 threads, "
+      f"{sp['seconds'] / k3_one['seconds']:.1f}x on 1; objective k3lab - scipy: {rel:+.2e} relative")
 PYEOF
 }
 
-echo "k3lab threads: ${K3_THREADS:-${OMP_NUM_THREADS:-all cores}}; scipy runs on one core; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "scipy runs on one core (numpy on 300 points does not thread); load: $(cut -d' ' -f1-3 /proc/loadavg)"
 fit_both synthetic "$WORK/synthetic.csv" --params N --tokens D --loss loss
 if [ -f "$PORIAN" ]; then
   fit_both "porian2024 rw tuned" "$PORIAN" --params N --tokens D_tokens --loss loss \
