@@ -32,10 +32,23 @@ grep -Eq "^  alpha = 0\.34 +\(fixed\)" <<< "$text" || fail "alpha not shown fixe
 grep -Eq "^  beta  = 0\.28.*95% \[" <<< "$text" || fail "no interval for beta: $text"
 grep -Eq "best of 900 starts" <<< "$text" || fail "a fixed alpha should leave 900 starts: $text"
 grep -Eq "^ +1e\+21 " <<< "$text" || fail "no compute-optimal row: $text"
+e=$("${FIT[@]}" --fix E=1.69 --json)
+/usr/bin/python3 -c "import json, sys; j = json.loads(sys.argv[1]); assert abs(j['E'] - 1.69) < 1e-12 and j['fixed'] == ['E'] and abs(j['alpha'] - 0.34) < 1e-3" "$e" \
+  || fail "--fix E=1.69 (natural units): $e"
 c=$("${FIT[@]}" --form c --json)
 /usr/bin/python3 -c "import json, sys; j = json.loads(sys.argv[1]); assert j['form'] == 'c' and 'B' not in j and j['starts'] == 150" "$c" \
   || fail "form c: $c"
 echo "ok: bootstrap, fixed term, form c"
+
+# Outliers: the runs with +-0.5% of deterministic noise, and line 20's loss 30% too high.
+awk -F, 'NR == 1 { print; next } { k++; f = (NR == 20 ? 1.3 : 1 + 0.005 * sin(17 * k))
+  printf "%s,%s,%s,%.17g\n", $1, $2, $3, $4 * f }' "$CSV" > "$WORK/outlier.csv"
+o=$("$K3LAB" fit "$WORK/outlier.csv" --params N --tokens D --loss loss --drop-outliers 5 --json)
+/usr/bin/python3 -c "import json, sys; j = json.loads(sys.argv[1]); assert j['dropped_lines'] == [20] and j['points'] == 59 and abs(j['alpha'] - 0.34) < 0.02" "$o" \
+  || fail "--drop-outliers 5 should drop line 20 alone: $o"
+text=$("$K3LAB" fit "$WORK/outlier.csv" --params N --tokens D --loss loss --drop-outliers 5)
+grep -q "dropped 1 outliers (residual beyond 5 robust sd), lines 20" <<< "$text" || fail "no dropped line: $text"
+echo "ok: outliers"
 
 expect_error "file $CSV, field tokens: no such column" "$K3LAB" fit "$CSV" --params N --tokens tokens --loss loss
 printf 'N,D,loss\n1e8,2e9,3.1\n1e9,0,2.9\n' > "$WORK/zero.csv"
