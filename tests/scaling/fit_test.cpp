@@ -19,7 +19,8 @@ FitPoints synthetic(LawForm form, size_t points, double noise, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> log10_n(7, 10), log10_d(8, 12);
   std::normal_distribution<double> normal;
-  const ScalingLaw law{form, kTrueE, kTrueA, form == LawForm::kCompute ? 0 : kTrueB, kTrueAlpha, kTrueBeta};
+  const ScalingLaw law{form,       kTrueE,   kTrueA, form == LawForm::kCompute ? 0 : kTrueB,
+                       kTrueAlpha, kTrueBeta};
   std::vector<double> n, d, loss;
   for (size_t i = 0; i < points; ++i) {
     n.push_back(std::pow(10, log10_n(rng)));
@@ -50,9 +51,13 @@ TEST(StartGrid, ChinchillaHas4500StartsEnumeratedBetaFastest) {
   o.grid.override_axes("a=1:2:0.25,e=0.5");
   EXPECT_EQ(o.grid.values[kLogA], (std::vector<double>{1, 1.25, 1.5, 1.75, 2}));
   EXPECT_EQ(o.grid.values[kLogE], (std::vector<double>{0.5}));
-  EXPECT_NE(testing::error_of([&] { o.grid.override_axes("gamma=1"); }).find("unknown variable 'gamma'"), std::string::npos);
-  EXPECT_NE(testing::error_of([&] { o.grid.override_axes("a=1:0:1"); }).find("FIRST <= LAST"), std::string::npos);
-  EXPECT_NE(testing::error_of([&] { o.grid.override_axes("a=x"); }).find("'x' is not a number"), std::string::npos);
+  EXPECT_NE(
+      testing::error_of([&] { o.grid.override_axes("gamma=1"); }).find("unknown variable 'gamma'"),
+      std::string::npos);
+  EXPECT_NE(testing::error_of([&] { o.grid.override_axes("a=1:0:1"); }).find("FIRST <= LAST"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { o.grid.override_axes("a=x"); }).find("'x' is not a number"),
+            std::string::npos);
 }
 
 // Spread of the estimates over seeds 1-20 (200 points, 1% noise, reduced grid), measured: the
@@ -60,8 +65,8 @@ TEST(StartGrid, ChinchillaHas4500StartsEnumeratedBetaFastest) {
 // The bounds below are about 1.5x those.
 TEST(ScalingFit, RecoversTheLawFromNoisyRuns) {
   for (uint64_t seed : {1, 2, 3}) {
-    const FitResult r = fit_scaling_law(synthetic(LawForm::kParamsTokens, 200, 0.01, seed),
-                                        reduced_grid());
+    const FitResult r =
+        fit_scaling_law(synthetic(LawForm::kParamsTokens, 200, 0.01, seed), reduced_grid());
     const ScalingLaw law = r.law(LawForm::kParamsTokens);
     EXPECT_NEAR(law.E, kTrueE, 0.065) << seed;
     EXPECT_NEAR(law.alpha, kTrueAlpha, 0.025) << seed;
@@ -148,8 +153,10 @@ TEST(ScalingFit, BootstrapIntervalsCoverTheTruth) {
     EXPECT_EQ(bootstrap_fits(pts, o, full, 40, 1), fits);
   }
   const FitPoints quiet = synthetic(LawForm::kParamsTokens, 150, 0.001, 9);
-  const auto narrow = percentile_intervals(bootstrap_fits(quiet, o, fit_scaling_law(quiet, o), 40, 1));
-  EXPECT_LT(narrow[kAlpha].hi - narrow[kAlpha].lo, 0.5 * (intervals[kAlpha].hi - intervals[kAlpha].lo));
+  const auto narrow =
+      percentile_intervals(bootstrap_fits(quiet, o, fit_scaling_law(quiet, o), 40, 1));
+  EXPECT_LT(narrow[kAlpha].hi - narrow[kAlpha].lo,
+            0.5 * (intervals[kAlpha].hi - intervals[kAlpha].lo));
 }
 
 TEST(ScalingFit, OutliersAreThePointsFarFromTheMedianResidual) {

@@ -19,8 +19,8 @@ void expect_matches(const std::string& relative, const ScalingColumns& columns, 
                     const Reference& scipy) {
   const ScalingRuns runs = read_scaling_csv(testing::shared_dir() + "/" + relative, columns, 6);
   ASSERT_EQ(runs.loss.size(), rows);
-  const FitResult fit =
-      fit_scaling_law(make_fit_points(LawForm::kParamsTokens, runs.params, runs.tokens, runs.loss), {});
+  const FitResult fit = fit_scaling_law(
+      make_fit_points(LawForm::kParamsTokens, runs.params, runs.tokens, runs.loss), {});
   const ScalingLaw law = fit.law(LawForm::kParamsTokens);
   // The same minimum: k3lab's objective no worse than scipy's, and at most 1e-7 below it (k3lab
   // polishes the best start: measured 1.5e-9 below on Gadre's runs, 1.8e-11 on Porian's). The
@@ -50,9 +50,15 @@ TEST(PublishedFits, GadreC4MatchesScipy) {
 TEST(PublishedFits, PorianRefinedWebTunedMatchesScipy) {
   K3_SKIP_WITHOUT_SHARED("data/scaling/porian2024_isoflop.csv", "Porian et al. 2024 isoFLOP runs");
   expect_matches("data/scaling/porian2024_isoflop.csv",
-                 {"N", "D_tokens", "loss",
-                  {{"source_file", "summary_df"}, {"dataset", "rw"}, {"hparams", "tuned"},
-                   {"warmup", "short"}, {"decay", "const"}, {"param_count", "standard"},
+                 {"N",
+                  "D_tokens",
+                  "loss",
+                  {{"source_file", "summary_df"},
+                   {"dataset", "rw"},
+                   {"hparams", "tuned"},
+                   {"warmup", "short"},
+                   {"decay", "const"},
+                   {"param_count", "standard"},
                    {"loss_split", "val"}}},
                  121,
                  {3.130756086782508, 21180.40643880076, 860297.813594314, 0.6298106711277636,

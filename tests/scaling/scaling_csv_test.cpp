@@ -35,7 +35,8 @@ TEST(ScalingCsv, ReadsTheNamedColumnsOfTheSelectedRows) {
 // Each refusal is one line naming the file, the column and the line.
 TEST(ScalingCsv, RefusesMalformedTablesNamingFileLineAndColumn) {
   const std::string header = "N,D,loss\n";
-  EXPECT_EQ(error_for("N,tokens,loss\n1,2,3\n"), "file runs.csv, field D: no such column in the header");
+  EXPECT_EQ(error_for("N,tokens,loss\n1,2,3\n"),
+            "file runs.csv, field D: no such column in the header");
   EXPECT_EQ(error_for(header + "1e8,2e9,3\n0,2e9,3\n"),
             "file runs.csv, field N: line 3: '0' is not a finite positive number");
   EXPECT_EQ(error_for(header + "1e8,-2e9,3\n1e8,2e9,3\n"),
@@ -47,11 +48,13 @@ TEST(ScalingCsv, RefusesMalformedTablesNamingFileLineAndColumn) {
   EXPECT_EQ(error_for(header + "1e8,2e9,\n"),
             "file runs.csv, field loss: line 2: '' is not a finite positive number");
   EXPECT_EQ(error_for(header + "1e8,2e9\n"), "file runs.csv: line 2: 2 fields, the header has 3");
-  EXPECT_EQ(error_for(header + "1e8,2e9,3\n", 6), "file runs.csv: 1 rows selected, the fit needs at least 6");
+  EXPECT_EQ(error_for(header + "1e8,2e9,3\n", 6),
+            "file runs.csv: 1 rows selected, the fit needs at least 6");
   EXPECT_EQ(error_for(""), "file runs.csv: no header row");
   ScalingColumns where = kColumns;
   where.where = {{"set", "a"}};
-  EXPECT_EQ(error_for(header + "1,2,3\n", 1, where), "file runs.csv, field set: no such column in the header");
+  EXPECT_EQ(error_for(header + "1,2,3\n", 1, where),
+            "file runs.csv, field set: no such column in the header");
 }
 
 TEST(ScalingCsv, AMissingFileIsNamed) {

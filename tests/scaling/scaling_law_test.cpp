@@ -43,7 +43,9 @@ TEST(FitObjective, GradientMatchesFiniteDifferences) {
             (fit_objective(pts, delta, up) - fit_objective(pts, delta, down)) / (2 * h);
         EXPECT_NEAR(grad[p], numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
             << law_form_name(form) << " " << param_name(p) << " trial " << trial;
-        if (!form_uses(form, p)) EXPECT_EQ(grad[p], 0.0);
+        if (!form_uses(form, p)) {
+          EXPECT_EQ(grad[p], 0.0);
+        }
       }
     }
   }

@@ -1,6 +1,8 @@
 // `k3lab fit DATA.csv --params COL --tokens COL --loss COL`: fits the scaling law
 // L(N, D) = E + A/N^alpha + B/D^beta (or L(C) = E + A/C^alpha with --form c) to the runs of a CSV
 // file and prints the parameters, bootstrap intervals and compute-optimal splits (docs/scaling.md).
+#include "k3/scaling/fit.h"
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,7 +13,6 @@
 #include "k3/base/format.h"
 #include "k3/base/svg_plot.h"
 #include "k3/scaling/compute_optimal.h"
-#include "k3/scaling/fit.h"
 #include "k3/scaling/fit_plot.h"
 #include "k3/scaling/scaling_csv.h"
 
@@ -49,11 +50,15 @@ void apply_fix(FitOptions& o, const std::string& text) {
   K3_CHECK(used == value_text.size() && std::isfinite(v), "--fix '", text, "': '", value_text,
            "' is not a number");
   const bool log_scale = name == "E" || name == "A" || name == "B";
-  const int p = name == "A" ? kLogA : name == "B" ? kLogB : name == "E" ? kLogE
-              : name == "alpha" ? kAlpha : name == "beta" ? kBeta : -1;
+  const int p = name == "A"       ? kLogA
+                : name == "B"     ? kLogB
+                : name == "E"     ? kLogE
+                : name == "alpha" ? kAlpha
+                : name == "beta"  ? kBeta
+                                  : -1;
   K3_CHECK(p >= 0, "--fix '", text, "': unknown term '", name, "' (E, A, B, alpha, beta)");
-  K3_CHECK(form_uses(o.form, p), "--fix '", text, "': form ", law_form_name(o.form),
-           " has no ", name);
+  K3_CHECK(form_uses(o.form, p), "--fix '", text, "': form ", law_form_name(o.form), " has no ",
+           name);
   K3_CHECK(!log_scale || v > 0, "--fix '", text, "': ", name, " must be > 0");
   o.fixed[p] = log_scale ? std::log(v) : v;
 }
@@ -64,8 +69,11 @@ struct Reported {
   int param;
   bool log_scale;
 };
-constexpr Reported kReported[] = {{"E", kLogE, true}, {"A", kLogA, true}, {"B", kLogB, true},
-                                  {"alpha", kAlpha, false}, {"beta", kBeta, false}};
+constexpr Reported kReported[] = {{"E", kLogE, true},
+                                  {"A", kLogA, true},
+                                  {"B", kLogB, true},
+                                  {"alpha", kAlpha, false},
+                                  {"beta", kBeta, false}};
 
 double natural(const Reported& r, double v) { return r.log_scale ? std::exp(v) : v; }
 
@@ -92,7 +100,8 @@ void run_fit(const FitArgs& a) {
   FitResult fit = fit_scaling_law(points, o);
   std::vector<size_t> dropped_lines;
   if (a.drop_outliers > 0) {
-    const std::vector<size_t> out = outlier_indices(log_residuals(points, fit.theta), a.drop_outliers);
+    const std::vector<size_t> out =
+        outlier_indices(log_residuals(points, fit.theta), a.drop_outliers);
     if (!out.empty()) {
       ScalingRuns kept;
       for (size_t i = 0, j = 0; i < runs.loss.size(); ++i) {
@@ -103,9 +112,9 @@ void run_fit(const FitArgs& a) {
         kept.params.push_back(runs.params[i]), kept.tokens.push_back(runs.tokens[i]);
         kept.loss.push_back(runs.loss[i]), kept.lines.push_back(runs.lines[i]);
       }
-      K3_CHECK_CTX(kept.loss.size() >= free + 1, (ErrorContext{a.data, "", -1}),
-                   "--drop-outliers ", a.drop_outliers, " leaves ", kept.loss.size(),
-                   " rows, the fit needs at least ", free + 1);
+      K3_CHECK_CTX(kept.loss.size() >= free + 1, (ErrorContext{a.data, "", -1}), "--drop-outliers ",
+                   a.drop_outliers, " leaves ", kept.loss.size(), " rows, the fit needs at least ",
+                   free + 1);
       runs = std::move(kept);
       points = make_fit_points(o.form, runs.params, runs.tokens, runs.loss);
       const double first_seconds = fit.seconds;
@@ -140,7 +149,8 @@ void run_fit(const FitArgs& a) {
       j[r.name] = natural(r, fit.theta[r.param]);
       if (o.fixed[r.param]) j["fixed"].push_back(r.name);
       if (a.bootstrap > 0)
-        j["intervals"][r.name] = {natural(r, intervals[r.param].lo), natural(r, intervals[r.param].hi)};
+        j["intervals"][r.name] = {natural(r, intervals[r.param].lo),
+                                  natural(r, intervals[r.param].hi)};
     }
     j["objective"] = fit.objective;
     j["best_start_objective"] = fit.best_start_objective;
@@ -151,14 +161,16 @@ void run_fit(const FitArgs& a) {
     for (const ComputeOptimal& c : optimal) {
       nlohmann::json row{{"compute", c.compute}, {"loss", c.loss}};
       if (o.form == LawForm::kParamsTokens)
-        row["params"] = c.params, row["tokens"] = c.tokens, row["tokens_per_param"] = c.tokens_per_param();
+        row["params"] = c.params, row["tokens"] = c.tokens,
+        row["tokens_per_param"] = c.tokens_per_param();
       j["compute_optimal"].push_back(row);
     }
     std::printf("%s\n", j.dump().c_str());
     return;
   }
-  std::printf("%s: %zu points, L = %s\n", a.data.c_str(), runs.loss.size(),
-              o.form == LawForm::kCompute ? "E + A/C^alpha (C = 6 N D)" : "E + A/N^alpha + B/D^beta");
+  std::printf(
+      "%s: %zu points, L = %s\n", a.data.c_str(), runs.loss.size(),
+      o.form == LawForm::kCompute ? "E + A/C^alpha (C = 6 N D)" : "E + A/N^alpha + B/D^beta");
   if (!dropped_lines.empty()) {
     std::printf("dropped %zu outliers (residual beyond %g robust sd), lines", dropped_lines.size(),
                 a.drop_outliers);
@@ -180,9 +192,9 @@ void run_fit(const FitArgs& a) {
       std::printf(" 95%% [%.4g, %.4g]", natural(r, i.lo), natural(r, i.hi));
       const double span = decades(r, i);
       if (span > 1)
-        std::printf("  weakly identified: the interval spans %s", std::isfinite(span)
-                        ? strprintf("%.1f orders of magnitude", span).c_str()
-                        : "zero");
+        std::printf(
+            "  weakly identified: the interval spans %s",
+            std::isfinite(span) ? strprintf("%.1f orders of magnitude", span).c_str() : "zero");
     }
     std::printf("\n");
   }
@@ -207,7 +219,8 @@ void run_fit(const FitArgs& a) {
 
 void add_fit(CLI::App& app) {
   auto a = std::make_shared<FitArgs>();
-  auto* cmd = app.add_subcommand("fit", "Fit a scaling law L(N, D) = E + A/N^alpha + B/D^beta to runs in a CSV file");
+  auto* cmd = app.add_subcommand(
+      "fit", "Fit a scaling law L(N, D) = E + A/N^alpha + B/D^beta to runs in a CSV file");
   cmd->add_option("data", a->data, "CSV file with a header row")->required();
   cmd->add_option("--params", a->columns.params, "Column of the parameter counts N")->required();
   cmd->add_option("--tokens", a->columns.tokens, "Column of the training tokens D")->required();
@@ -217,8 +230,9 @@ void add_fit(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--huber-delta", a->huber_delta, "Huber loss delta on log-loss residuals")
       ->capture_default_str();
-  cmd->add_option("--grid", a->grid,
-                  "Start grid axes replacing the default, e.g. alpha=0:2:0.5,a=5 (a, b, e are logs)");
+  cmd->add_option(
+      "--grid", a->grid,
+      "Start grid axes replacing the default, e.g. alpha=0:2:0.5,a=5 (a, b, e are logs)");
   cmd->add_option("--fix", a->fix, "Hold a term: E=1.69, A=406, B=411, alpha=0.34, beta=0.28");
   cmd->add_option("--drop-outliers", a->drop_outliers,
                   "Refit without points whose log residual is beyond K robust standard deviations");

@@ -148,7 +148,8 @@ FitResult fit_scaling_law(const FitPoints& points, const FitOptions& o) {
   for (const StartOutcome& s : outcomes) {
     if (!std::isfinite(s.objective) || result.best_minima.size() == kKeptMinima) break;
     bool seen = false;
-    for (const StartOutcome& kept : result.best_minima) seen = seen || same_minimum(kept.theta, s.theta);
+    for (const StartOutcome& kept : result.best_minima)
+      seen = seen || same_minimum(kept.theta, s.theta);
     if (!seen) result.best_minima.push_back(s);
   }
   const StartOutcome polished = minimize_from(points, o, outcomes[0].theta, o.polish);
@@ -182,7 +183,7 @@ std::vector<Theta> bootstrap_fits(const FitPoints& points, const FitOptions& o,
 }
 
 std::array<Interval, kParamCount> percentile_intervals(const std::vector<Theta>& fits,
-                                                        double coverage) {
+                                                       double coverage) {
   std::array<Interval, kParamCount> out;
   if (fits.empty()) return out;
   auto quantile = [](const std::vector<double>& sorted, double q) {

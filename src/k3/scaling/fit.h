@@ -44,7 +44,7 @@ struct StartOutcome {
 
 struct FitResult {
   Theta theta{};
-  double objective = INFINITY;           // after the polish
+  double objective = INFINITY;             // after the polish
   double best_start_objective = INFINITY;  // the best start's, before it
   int64_t starts = 0, best_start = -1;
   std::vector<StartOutcome> best_minima;  // the lowest few distinct minima, best first
@@ -56,7 +56,8 @@ int64_t count_starts(const FitOptions& options);
 Theta start_theta(const FitOptions& options, int64_t index);
 
 // Every start on k3's threads; the best objective wins, ties going to the lower start index,
-// so the result does not depend on the thread count; its minimum is then polished. Throws if no start reaches a finite value.
+// so the result does not depend on the thread count; its minimum is then polished. Throws if no
+// start reaches a finite value.
 FitResult fit_scaling_law(const FitPoints& points, const FitOptions& options);
 
 // One L-BFGS run from theta over the free variables (the fixed ones stay as they are).
@@ -73,7 +74,7 @@ struct Interval {
   double lo = NAN, hi = NAN;
 };
 std::array<Interval, kParamCount> percentile_intervals(const std::vector<Theta>& fits,
-                                                        double coverage = 0.95);
+                                                       double coverage = 0.95);
 
 // Points whose log residual lies more than K robust standard deviations (1.4826 x the median
 // absolute deviation) from the median residual; returns their indices, ascending.

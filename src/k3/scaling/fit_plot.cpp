@@ -19,7 +19,8 @@ struct Span {
 };
 
 // Data points drawn as dots: a gap (NaN) between any two.
-PlotSeries dots(const std::string& name, const std::vector<double>& x, const std::vector<double>& y) {
+PlotSeries dots(const std::string& name, const std::vector<double>& x,
+                const std::vector<double>& y) {
   PlotSeries s{name, {}, {}};
   for (size_t i = 0; i < x.size(); ++i) {
     s.x.insert(s.x.end(), {x[i], NAN});
@@ -48,7 +49,8 @@ LinePlot contour_plot(const ScalingLaw& law, const ScalingRuns& runs) {
     const double target = loss.at(level, kLevels);
     PlotSeries s{"L = " + strprintf("%.3g", target), {}, {}};
     for (int i = 0; i < kSamples; ++i) {
-      const double x = log_n.at(i, kSamples), rest = target - law.E - law.A / std::pow(10, law.alpha * x);
+      const double x = log_n.at(i, kSamples),
+                   rest = target - law.E - law.A / std::pow(10, law.alpha * x);
       const double d = rest > 0 ? std::pow(law.B / rest, 1 / law.beta) : NAN;
       s.x.push_back(x);
       s.y.push_back(std::isfinite(d) && inside(d) ? d : NAN);
@@ -87,7 +89,8 @@ LinePlot compute_plot(const ScalingLaw& law, const ScalingRuns& runs) {
     xs.push_back(std::log10(6 * runs.params[i] * runs.tokens[i]));
     log_c.add(xs.back());
   }
-  PlotSeries fit{law.form == LawForm::kCompute ? "fit L(C)" : "fit at compute-optimal N, D", {}, {}};
+  PlotSeries fit{
+      law.form == LawForm::kCompute ? "fit L(C)" : "fit at compute-optimal N, D", {}, {}};
   for (int i = 0; i < kSamples; ++i) {
     const double c = std::pow(10, log_c.at(i, kSamples));
     const bool frontier = law.form == LawForm::kParamsTokens && law.alpha > 0 && law.beta > 0;

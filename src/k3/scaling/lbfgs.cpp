@@ -43,8 +43,15 @@ class LineSearch {
  public:
   LineSearch(const Objective& f, const LbfgsOptions& o, std::span<const double> x,
              std::span<const double> direction, double f0, double slope0, int& evaluations)
-      : f_(f), o_(o), x_(x), p_(direction), f0_(f0), slope0_(slope0), evaluations_(evaluations),
-        trial_(x.size()), grad_(x.size()) {}
+      : f_(f),
+        o_(o),
+        x_(x),
+        p_(direction),
+        f0_(f0),
+        slope0_(slope0),
+        evaluations_(evaluations),
+        trial_(x.size()),
+        grad_(x.size()) {}
 
   // Nocedal & Wright, Algorithms 3.5 and 3.6: bracket a step meeting the strong Wolfe conditions,
   // then zoom in on it. On success trial()/grad() hold the accepted point.
@@ -129,7 +136,8 @@ void lbfgs_direction(const std::deque<Correction>& memory, std::span<const doubl
   }
   for (size_t k = 0; k < memory.size(); ++k) {
     const double beta = memory[k].rho * dot(memory[k].y, direction);
-    for (size_t i = 0; i < direction.size(); ++i) direction[i] += (alpha[k] - beta) * memory[k].s[i];
+    for (size_t i = 0; i < direction.size(); ++i)
+      direction[i] += (alpha[k] - beta) * memory[k].s[i];
   }
   for (double& d : direction) d = -d;
 }
@@ -138,11 +146,16 @@ void lbfgs_direction(const std::deque<Correction>& memory, std::span<const doubl
 
 const char* stop_name(LbfgsStop stop) {
   switch (stop) {
-    case LbfgsStop::kGradient: return "gradient below gtol";
-    case LbfgsStop::kRelativeDecrease: return "relative decrease below ftol";
-    case LbfgsStop::kMaxIterations: return "iteration limit";
-    case LbfgsStop::kLineSearch: return "line search found no decrease";
-    case LbfgsStop::kNonFinite: return "non-finite objective at the start";
+    case LbfgsStop::kGradient:
+      return "gradient below gtol";
+    case LbfgsStop::kRelativeDecrease:
+      return "relative decrease below ftol";
+    case LbfgsStop::kMaxIterations:
+      return "iteration limit";
+    case LbfgsStop::kLineSearch:
+      return "line search found no decrease";
+    case LbfgsStop::kNonFinite:
+      return "non-finite objective at the start";
   }
   return "?";
 }

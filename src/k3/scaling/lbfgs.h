@@ -12,7 +12,7 @@ namespace k3::scaling {
 using Objective = std::function<double(std::span<const double> x, std::span<double> grad)>;
 
 struct LbfgsOptions {
-  int memory = 10;          // correction pairs kept
+  int memory = 10;  // correction pairs kept
   int max_iterations = 1000;
   // Stop when (f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1) <= ftol (scipy L-BFGS-B's factr * eps),
   // or when max_i |grad_i| <= gtol.

@@ -25,8 +25,7 @@ ScalingRuns parse_scaling_csv(const std::string& text, const std::string& path,
   std::vector<std::string> lines = split_fields(text, '\n');
   for (std::string& l : lines)
     if (!l.empty() && l.back() == '\r') l.pop_back();
-  K3_CHECK_CTX(!lines.empty() && !lines[0].empty(), (ErrorContext{path, "", -1}),
-               "no header row");
+  K3_CHECK_CTX(!lines.empty() && !lines[0].empty(), (ErrorContext{path, "", -1}), "no header row");
   const std::vector<std::string> header = split_fields(lines[0], ',');
   auto column = [&](const std::string& name) {
     for (size_t i = 0; i < header.size(); ++i)
@@ -44,8 +43,8 @@ ScalingRuns parse_scaling_csv(const std::string& text, const std::string& path,
     const std::string& row = lines[line - 1];
     if (trim(row).empty()) continue;
     const std::vector<std::string> fields = split_fields(row, ',');
-    K3_CHECK_CTX(fields.size() == header.size(), (ErrorContext{path, "", -1}), "line ", line,
-                 ": ", fields.size(), " fields, the header has ", header.size());
+    K3_CHECK_CTX(fields.size() == header.size(), (ErrorContext{path, "", -1}), "line ", line, ": ",
+                 fields.size(), " fields, the header has ", header.size());
     bool selected = true;
     for (const auto& [col, value] : filters) selected = selected && fields[col] == value;
     if (!selected) continue;
@@ -53,9 +52,10 @@ ScalingRuns parse_scaling_csv(const std::string& text, const std::string& path,
       const std::string& field = fields[col];
       char* end = nullptr;
       const double v = field.empty() ? NAN : std::strtod(field.c_str(), &end);
-      K3_CHECK_CTX(!field.empty() && end == field.c_str() + field.size() && std::isfinite(v) && v > 0,
-                   (ErrorContext{path, header[col], -1}), "line ", line, ": '", field,
-                   "' is not a finite positive number");
+      K3_CHECK_CTX(
+          !field.empty() && end == field.c_str() + field.size() && std::isfinite(v) && v > 0,
+          (ErrorContext{path, header[col], -1}), "line ", line, ": '", field,
+          "' is not a finite positive number");
       return v;
     };
     runs.params.push_back(positive(n_col));

@@ -17,7 +17,8 @@ namespace k3::scaling {
 LawForm parse_law_form(const std::string& name) {
   if (name == "nd") return LawForm::kParamsTokens;
   if (name == "c") return LawForm::kCompute;
-  K3_CHECK(false, "unknown law form '", name, "': nd (E + A/N^alpha + B/D^beta) or c (E + A/C^alpha)");
+  K3_CHECK(false, "unknown law form '", name,
+           "': nd (E + A/N^alpha + B/D^beta) or c (E + A/C^alpha)");
   return LawForm::kParamsTokens;
 }
 
@@ -166,8 +167,8 @@ size_t add_points_avx2(const FitPoints& pts, double delta, const Theta& t, Sums&
     const __m256d abs_r = _mm256_andnot_pd(sign, r);
     const __m256d quadratic = _mm256_mul_pd(_mm256_mul_pd(half, r), r);
     const __m256d linear = _mm256_mul_pd(d, _mm256_sub_pd(abs_r, half_d));
-    total = _mm256_add_pd(
-        total, _mm256_blendv_pd(linear, quadratic, _mm256_cmp_pd(abs_r, d, _CMP_LE_OQ)));
+    total = _mm256_add_pd(total,
+                          _mm256_blendv_pd(linear, quadratic, _mm256_cmp_pd(abs_r, d, _CMP_LE_OQ)));
     const __m256d dr = _mm256_mul_pd(_mm256_min_pd(_mm256_max_pd(r, minus_d), d), inv);
     const __m256d w1 = _mm256_mul_pd(dr, e1), w2 = _mm256_mul_pd(dr, e2);
     ga = _mm256_add_pd(ga, w1);

@@ -11,7 +11,7 @@
 
 namespace k3::scaling {
 
-enum class LawForm { kParamsTokens, kCompute };  // "nd", "c"
+enum class LawForm { kParamsTokens, kCompute };   // "nd", "c"
 LawForm parse_law_form(const std::string& name);  // throws on anything but "nd" or "c"
 const char* law_form_name(LawForm form);
 
@@ -28,14 +28,14 @@ struct ScalingLaw {
   double E = 0, A = 0, B = 0, alpha = 0, beta = 0;  // B, beta unused by form c
   static ScalingLaw from_theta(LawForm form, const Theta& theta);
   double loss(double params, double tokens) const;  // form c: of C = 6 N D
-  double loss_at_compute(double compute) const;      // form c only
+  double loss_at_compute(double compute) const;     // form c only
 };
 
 // The points of a fit, as logs.
 struct FitPoints {
   LawForm form = LawForm::kParamsTokens;
-  std::vector<double> x1;        // log N (form nd) or log C (form c)
-  std::vector<double> x2;        // log D (form nd), empty for form c
+  std::vector<double> x1;  // log N (form nd) or log C (form c)
+  std::vector<double> x2;  // log D (form nd), empty for form c
   std::vector<double> log_loss;
   size_t size() const { return log_loss.size(); }
 };
