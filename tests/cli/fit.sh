@@ -50,6 +50,19 @@ text=$("$K3LAB" fit "$WORK/outlier.csv" --params N --tokens D --loss loss --drop
 grep -q "dropped 1 outliers (residual beyond 5 robust sd), lines 20" <<< "$text" || fail "no dropped line: $text"
 echo "ok: outliers"
 
+# Weak identification: D spans 12% only, so B and beta are not pinned down while A and alpha are.
+awk 'BEGIN { print "N,D,loss"; for (i = 0; i < 6; i++) for (j = 0; j < 10; j++) {
+  n = 10 ^ (7 + 3 * i / 5); d = 10 ^ (10 + 0.05 * j / 9); k++
+  printf "%.17g,%.17g,%.17g\n", n, d, (1.69 + 406.4 / n ^ 0.34 + 410.7 / d ^ 0.28) * (1 + 0.005 * sin(17 * k)) } }' \
+  > "$WORK/narrow.csv"
+w=$("$K3LAB" fit "$WORK/narrow.csv" --params N --tokens D --loss loss --bootstrap 30 --json)
+/usr/bin/python3 -c "import json, sys; j = json.loads(sys.argv[1]); assert 'B' in j['weakly_identified'] and 'beta' in j['weakly_identified'] and 'alpha' not in j['weakly_identified'] and 'A' not in j['weakly_identified']" "$w" \
+  || fail "B and beta should be weakly identified, A and alpha not: $w"
+text=$("$K3LAB" fit "$WORK/narrow.csv" --params N --tokens D --loss loss --bootstrap 30)
+grep -Eq "^  beta .*weakly identified: the interval spans [0-9.]+ orders of magnitude" <<< "$text" \
+  || fail "beta not flagged: $text"
+echo "ok: weak identification"
+
 expect_error "file $CSV, field tokens: no such column" "$K3LAB" fit "$CSV" --params N --tokens tokens --loss loss
 printf 'N,D,loss\n1e8,2e9,3.1\n1e9,0,2.9\n' > "$WORK/zero.csv"
 expect_error "file $WORK/zero.csv, field D: line 3: '0' is not a finite positive number" \

@@ -77,10 +77,14 @@ constexpr Reported kReported[] = {{"E", kLogE, true},
 
 double natural(const Reported& r, double v) { return r.log_scale ? std::exp(v) : v; }
 
-// Orders of magnitude an interval spans (infinite when it reaches 0 or below).
-double decades(const Reported& r, const Interval& i) {
+// Why a bootstrap interval says the runs do not pin a term down, or "" when they do: it reaches 0,
+// has no upper end, or spans more than an order of magnitude.
+std::string weakly_identified(const Reported& r, const Interval& i) {
   const double lo = natural(r, i.lo), hi = natural(r, i.hi);
-  return lo > 0 ? std::log10(hi / lo) : INFINITY;
+  if (!(lo > 0)) return "the interval reaches 0";
+  if (!std::isfinite(hi)) return "the interval has no upper end";
+  const double decades = std::log10(hi / lo);
+  return decades > 1 ? strprintf("the interval spans %.1f orders of magnitude", decades) : "";
 }
 
 void run_fit(const FitArgs& a) {
@@ -148,9 +152,12 @@ void run_fit(const FitArgs& a) {
       if (!form_uses(o.form, r.param)) continue;
       j[r.name] = natural(r, fit.theta[r.param]);
       if (o.fixed[r.param]) j["fixed"].push_back(r.name);
-      if (a.bootstrap > 0)
+      if (a.bootstrap > 0 && !o.fixed[r.param]) {
         j["intervals"][r.name] = {natural(r, intervals[r.param].lo),
                                   natural(r, intervals[r.param].hi)};
+        if (!weakly_identified(r, intervals[r.param]).empty())
+          j["weakly_identified"].push_back(r.name);
+      }
     }
     j["objective"] = fit.objective;
     j["best_start_objective"] = fit.best_start_objective;
@@ -190,11 +197,8 @@ void run_fit(const FitArgs& a) {
     } else if (a.bootstrap > 0) {
       const Interval& i = intervals[r.param];
       std::printf(" 95%% [%.4g, %.4g]", natural(r, i.lo), natural(r, i.hi));
-      const double span = decades(r, i);
-      if (span > 1)
-        std::printf(
-            "  weakly identified: the interval spans %s",
-            std::isfinite(span) ? strprintf("%.1f orders of magnitude", span).c_str() : "zero");
+      const std::string weak = weakly_identified(r, i);
+      if (!weak.empty()) std::printf("  weakly identified: %s", weak.c_str());
     }
     std::printf("\n");
   }
