@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # k3lab fit against the same fit with scipy's L-BFGS-B (bench/fit_vs_scipy.py), side by side in one
-# run: same points, same 4,500 starts, same objective. Prints seconds, objective and parameters.
+# run: same points, same 4,500 starts, same objective. k3lab runs on 2 threads, then on 1; prints
+# each side's seconds, objective and parameters.
 #   bench/fit_vs_scipy.sh [K3LAB] [PORIAN_CSV]
 # K3LAB defaults to build/release/k3lab; PORIAN_CSV to the isoFLOP table of Porian et al. (2024),
 # whose rw / tuned / short warmup / constant LR / standard count / val rows (121) are fitted.
