@@ -19,6 +19,8 @@ PACKAGES=(
   # OpenMP runtime headers for g++ come with g++ (libgomp)
   # reference tests only
   python3-torch python3-numpy
+  # the scaling-law fit's reference (bench/fit_vs_scipy)
+  python3-scipy
   # an optimized BLAS for PyTorch (with the reference libblas3 alone it is ~100x slower)
   libopenblas0-pthread
 )

@@ -30,5 +30,6 @@ void add_config(CLI::App& app);
 void add_tokenizer(CLI::App& app);
 void add_data(CLI::App& app);  // `data prepare`
 void add_data_longctx(CLI::App& data);  // `data longctx`
+void add_fit(CLI::App& app);  // scaling-law fit
 
 }  // namespace k3::apps
