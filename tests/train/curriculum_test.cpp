@@ -98,7 +98,7 @@ TEST(Curriculum, BadPhasesAreRefusedNamingThePhase) {
             std::string::npos);
   const std::string lr = parse_error("[[curriculum]]\nshare = 1\nseq_len = 512\ntrain.lr = 1e-3\n");
   EXPECT_NE(lr.find("curriculum[0].train.lr"), std::string::npos) << lr;
-  EXPECT_NE(lr.find("[activation] and [parallel]"), std::string::npos) << lr;
+  EXPECT_NE(lr.find("[eval], [activation] and [parallel]"), std::string::npos) << lr;
   const std::string typo =
       parse_error("[[curriculum]]\nshare = 1\nseq_len = 512\nactivation.polcy = \"keep\"\n");
   EXPECT_NE(typo.find("curriculum[0].activation.polcy"), std::string::npos) << typo;

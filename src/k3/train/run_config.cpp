@@ -386,12 +386,14 @@ std::string at_line(const toml::node& node) {
 
 constexpr const char* kCurriculum = "curriculum";
 
-// The sections a curriculum phase may set keys of: its data, how activations are held, the layout.
-// Not data.seq_len (the phase's own seq_len), data.seed (the phase's order derives from it) nor
-// data.tokenizer (what the model's ids mean).
+// The sections a curriculum phase may set keys of: its data, its evaluation (data without a
+// validation split, or long windows that are costly to evaluate), how activations are held, the
+// layout. Not data.seq_len (the phase's own seq_len), data.seed (the phase's order derives from
+// it) nor data.tokenizer (what the model's ids mean).
 bool phase_may_set(const std::string& key) {
   const std::string section = section_of(key);
-  return (section == "data" || section == "activation" || section == "parallel") &&
+  return (section == "data" || section == "eval" || section == "activation" ||
+          section == "parallel") &&
          key != "data.seq_len" && key != "data.seed" && key != "data.tokenizer";
 }
 
@@ -409,7 +411,7 @@ void collect_settings(const toml::table& table, const std::string& prefix,
     K3_CHECK_CTX(f && phase_may_set(key), (ErrorContext{origin, where + "." + key, -1}),
                  at_line(value),
                  f ? "a phase sets share, seq_len, and keys of [data] (not seq_len, seed, "
-                     "tokenizer), [activation] and [parallel]"
+                     "tokenizer), [eval], [activation] and [parallel]"
                    : unknown_message(key));
     RunConfig scratch;
     try {
