@@ -41,6 +41,36 @@ TEST(LongCtxEval, ScoresTheWholeAnswerSpan) {
   }
 }
 
+// Tokens are counted right position by position; a short prediction counts only what it has.
+TEST(LongCtxEval, CountsAnswerTokensRightOneByOne) {
+  for (const data::LongTask& t : small_tasks(2)) {
+    std::vector<int32_t> predicted(answer_tokens(t).begin(), answer_tokens(t).end());
+    const auto n = static_cast<int64_t>(predicted.size());
+    EXPECT_EQ(answer_tokens_right(t, predicted), n);
+    predicted[0] = predicted[0] == 'x' ? 'y' : 'x';
+    predicted[static_cast<size_t>(n - 1)] =
+        predicted[static_cast<size_t>(n - 1)] == 'x' ? 'y' : 'x';
+    EXPECT_EQ(answer_tokens_right(t, predicted), n - 2);
+    EXPECT_EQ(answer_tokens_right(t, std::span(predicted).first(1)), 0);
+  }
+}
+
+TEST(LongCtxEval, TokenTableByLengthAndKind) {
+  using K = data::LongTaskKind;
+  const std::vector<LongTaskOutcome> outcomes = {{1024, 0.1, false, K::kMultiKey, 3, 4},
+                                                 {1024, 0.5, true, K::kAggregation, 2, 2},
+                                                 {4096, 0.3, false, K::kVariableTracking, 0, 5},
+                                                 {4096, 0.7, false, K::kMultiKey, 1, 4}};
+  const std::string table = token_accuracy_table(outcomes);
+  const std::vector<std::string> want = {
+      "multi_key",   "variable_tracking", "aggregation",
+      "75.0% (3/4)", "100.0% (2/2)",      "83.3% (5/6)",  // 1K: multi_key, aggregation, all
+      "0.0% (0/5)",  "25.0% (1/4)",       "11.1% (1/9)",  // 4K
+      "50.0% (4/8)", "40.0% (6/15)"};                     // all: multi_key, all
+  for (const std::string& w : want)
+    EXPECT_NE(table.find(w), std::string::npos) << w << "\n" << table;
+}
+
 // The greedy tokens from the decode path are the argmax of the full forward's logits at the
 // positions before each answer token.
 TEST(LongCtxEval, GreedyAnswerMatchesTheFullForward) {

@@ -44,8 +44,9 @@ void add_eval_longctx(CLI::App& eval) {
         ++skipped;
         continue;
       }
-      model.push_back(
-          {t.length(), t.depth, train::predicts_answer(t, train::greedy_answer_tokens(*s, t))});
+      const std::vector<int32_t> predicted = train::greedy_answer_tokens(*s, t);
+      model.push_back({t.length(), t.depth, train::predicts_answer(t, predicted), t.kind,
+                       train::answer_tokens_right(t, predicted), t.answer_length});
       const auto before_answer = std::span(t.tokens).first(static_cast<size_t>(t.answer_offset));
       oracle.push_back({t.length(), t.depth,
                         data::solve_long_task(s->tokenizer->decode(before_answer)) == t.answer});
@@ -60,6 +61,8 @@ void add_eval_longctx(CLI::App& eval) {
     std::printf("\nmodel (greedy on every answer token):\n");
     const train::AccuracyGrid grid = train::accuracy_grid(model, a->depth_bins);
     std::fputs(train::accuracy_table(grid).c_str(), stdout);
+    std::printf("model, answer tokens right (each predicted after the true ones before it):\n");
+    std::fputs(train::token_accuracy_table(model).c_str(), stdout);
     std::printf("oracle (reads the text, no model):\n");
     std::fputs(train::accuracy_table(train::accuracy_grid(oracle, a->depth_bins)).c_str(), stdout);
     write_svg(a->out, render_heatmap(train::accuracy_heatmap(

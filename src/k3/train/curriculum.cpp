@@ -59,8 +59,8 @@ void check_curriculum(const RunConfig& config) {
   for (size_t i = 0; i < ends.size(); ++i) {
     const CurriculumPhase& p = config.curriculum[i];
     const int n = static_cast<int>(i);
-    K3_CHECK_CTX(ends[i] > start, (ErrorContext{"", phase_name(n) + ".share", -1}),
-                 "share ", p.share, " of ", config.train.steps, " steps is no step");
+    K3_CHECK_CTX(ends[i] > start, (ErrorContext{"", phase_name(n) + ".share", -1}), "share ",
+                 p.share, " of ", config.train.steps, " steps is no step");
     K3_CHECK_CTX(tokens % p.seq_len == 0, (ErrorContext{"", phase_name(n) + ".seq_len", -1}),
                  "seq_len ", p.seq_len, " does not divide the micro-batch's ", tokens,
                  " tokens (train.batch_size x data.seq_len), which every phase keeps");

@@ -15,6 +15,14 @@ bool predicts_answer(const data::LongTask& task, std::span<const int32_t> predic
   return std::equal(answer.begin(), answer.end(), predicted.begin(), predicted.end());
 }
 
+int64_t answer_tokens_right(const data::LongTask& task, std::span<const int32_t> predicted) {
+  int64_t right = 0;
+  for (int64_t i = 0; i < std::min<int64_t>(task.answer_length, std::ssize(predicted)); ++i)
+    right += predicted[static_cast<size_t>(i)] ==
+             task.tokens[static_cast<size_t>(task.answer_offset + i)];
+  return right;
+}
+
 std::vector<int32_t> greedy_answer_tokens(Session& s, const data::LongTask& task) {
   K3_CHECK(task.answer_offset > 0 && task.answer_length > 0 &&
                task.answer_offset + task.answer_length <= task.length(),
@@ -96,6 +104,44 @@ std::string accuracy_table(const AccuracyGrid& g) {
     out += strprintf(" %*s", width, cell(bin_correct[b], bin_tasks[b]).c_str());
   out += strprintf(" %*s %4.0f%%\n", width, cell(all_correct, all_tasks).c_str(),
                    100.0 * all_correct / std::max<int64_t>(all_tasks, 1));
+  return out;
+}
+
+std::string token_accuracy_table(std::span<const LongTaskOutcome> outcomes) {
+  std::vector<int64_t> lengths;
+  for (const LongTaskOutcome& o : outcomes) lengths.push_back(o.length);
+  std::sort(lengths.begin(), lengths.end());
+  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
+  constexpr int kAll = data::kLongTaskKinds, kWidth = 24;
+  std::string out = strprintf("%-8s", "length");
+  for (int k = 0; k < kAll; ++k)
+    out += strprintf(
+        " %*s", kWidth,
+        std::string(data::long_task_kind_name(static_cast<data::LongTaskKind>(k))).c_str());
+  out += strprintf(" %*s\n", kWidth, "all");
+  auto row = [&](const std::string& label, auto in_row) {
+    std::vector<int64_t> right(kAll + 1, 0), total(kAll + 1, 0);
+    for (const LongTaskOutcome& o : outcomes) {
+      if (!in_row(o)) continue;
+      for (size_t k : {static_cast<size_t>(o.kind), static_cast<size_t>(kAll)}) {
+        right[k] += o.tokens_right;
+        total[k] += o.answer_tokens;
+      }
+    }
+    out += strprintf("%-8s", label.c_str());
+    for (size_t k = 0; k <= kAll; ++k)
+      out += strprintf(" %*s", kWidth,
+                       total[k] == 0 ? "-"
+                                     : strprintf("%.1f%% (%lld/%lld)", 100.0 * right[k] / total[k],
+                                                 static_cast<long long>(right[k]),
+                                                 static_cast<long long>(total[k]))
+                                           .c_str());
+    out += "\n";
+  };
+  for (int64_t len : lengths)
+    row(data::context_length_label(len),
+        [len](const LongTaskOutcome& o) { return o.length == len; });
+  row("all", [](const LongTaskOutcome&) { return true; });
   return out;
 }
 

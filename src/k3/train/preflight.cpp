@@ -193,16 +193,18 @@ model::ActivationLayout activation_layout(const RunConfig& config, const model::
       const int64_t first = split.first_layer(stage);
       l.chunks.push_back({first, first + split.layers[static_cast<size_t>(stage)]});
     }
-    l.in_flight = parallel::pipeline::simulate(
-                      parallel::pipeline::make_schedule(schedule_shape(config, mc)))
-                      .peak_in_flight(pp_rank);
+    l.in_flight =
+        parallel::pipeline::simulate(parallel::pipeline::make_schedule(schedule_shape(config, mc)))
+            .peak_in_flight(pp_rank);
   }
   // Rules may hold some tensors longer than the default policy: the estimate takes the most
   // holding of them all (keep, then fp8, then offload and recompute).
   const activation::PolicyRules rules = activation_rules(config.activation);
   auto rank = [](activation::Policy q) {
-    return q == activation::Policy::Keep ? 3 : q == activation::Policy::Fp8 ? 2
-                                            : q == activation::Policy::Offload ? 1 : 0;
+    return q == activation::Policy::Keep      ? 3
+           : q == activation::Policy::Fp8     ? 2
+           : q == activation::Policy::Offload ? 1
+                                              : 0;
   };
   l.policy = rules.fallback();
   for (const activation::PolicyRule& r : rules.rules())
@@ -224,16 +226,14 @@ RunMemory estimate_run_memory(const model::Model& described, const RunConfig& co
   m.layout = activation_layout(config, described.config(), m.pp_rank);
   m.model = model::model_memory(described, m.layout);
   const ParallelSection& p = config.parallel;
-  m.layout_text = strprintf("dp %lld, tp %lld, pp %lld (rank %d), ep %lld%s, cp %lld; activation "
-                            "policy %s (%s)%s",
-                            static_cast<long long>(dp), static_cast<long long>(p.tp),
-                            static_cast<long long>(p.pp), m.pp_rank, static_cast<long long>(p.ep),
-                            p.ep > 1 ? (" " + p.moe_dispatch).c_str() : "",
-                            static_cast<long long>(p.cp),
-                            activation::policy_name(m.layout.policy),
-                            config.activation.granularity.c_str(),
-                            m.layout.budget > 0 ? (", budget " + config.activation.budget).c_str()
-                                                : "");
+  m.layout_text = strprintf(
+      "dp %lld, tp %lld, pp %lld (rank %d), ep %lld%s, cp %lld; activation "
+      "policy %s (%s)%s",
+      static_cast<long long>(dp), static_cast<long long>(p.tp), static_cast<long long>(p.pp),
+      m.pp_rank, static_cast<long long>(p.ep), p.ep > 1 ? (" " + p.moe_dispatch).c_str() : "",
+      static_cast<long long>(p.cp), activation::policy_name(m.layout.policy),
+      config.activation.granularity.c_str(),
+      m.layout.budget > 0 ? (", budget " + config.activation.budget).c_str() : "");
   const std::vector<optim::Assignment> plan = optimizer_plan(
       parallel::param_set(described.params()).slots, described.config(), config.train);
   for (const optim::Assignment& a : plan) {
@@ -359,7 +359,8 @@ void check_context(const RunConfig& config, const model::ModelConfig& mc) {
     K3_CHECK_CTX(model::mixer_kind(mc, l) != model::MixerKind::GatedAttention,
                  (ErrorContext{"", "parallel.cp", -1}),
                  "context parallelism runs KDA (KCP) and gated MLA (ring attention) layers only; "
-                 "layer ", l + 1, " of this model is the plain gated attention");
+                 "layer ",
+                 l + 1, " of this model is the plain gated attention");
 }
 
 PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc) {
@@ -421,10 +422,10 @@ std::string dry_run(const RunConfig& config) {
   const std::vector<int64_t> ends = phase_ends(config);
   for (size_t p = 0; p < ends.size(); ++p) {
     const RunConfig phase = phase_config(config, static_cast<int>(p));
-    out += strprintf("\nphase %zu of %zu: steps %lld to %lld, %lld x %lld tokens a micro-batch\n",
-                     p + 1, ends.size(), static_cast<long long>(start + 1),
-                     static_cast<long long>(ends[p]), static_cast<long long>(phase.train.batch_size),
-                     static_cast<long long>(phase.data.seq_len));
+    out += strprintf(
+        "\nphase %zu of %zu: steps %lld to %lld, %lld x %lld tokens a micro-batch\n", p + 1,
+        ends.size(), static_cast<long long>(start + 1), static_cast<long long>(ends[p]),
+        static_cast<long long>(phase.train.batch_size), static_cast<long long>(phase.data.seq_len));
     try {
       out += dry_run_phase(phase);
     } catch (const Error& e) {

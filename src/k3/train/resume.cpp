@@ -43,10 +43,9 @@ void refuse_unallowed(const std::vector<FieldChange>& changes,
 
 const std::vector<std::string>& resume_guarded_keys() {
   static const std::vector<std::string> keys = {
-      "model.config",   "model.seed",          "data.source",       "data.path",
-      "data.tokenizer", "data.builtin_tokens", "data.val_fraction", "data.seq_len",
-      "data.seed",      "train.batch_size",    "train.grad_accum",  "curriculum",
-      kDataKey};
+      "model.config",        "model.seed",        "data.source",  "data.path", "data.tokenizer",
+      "data.builtin_tokens", "data.val_fraction", "data.seq_len", "data.seed", "train.batch_size",
+      "train.grad_accum",    "curriculum",        kDataKey};
   return keys;
 }
 

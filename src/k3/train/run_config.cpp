@@ -9,11 +9,11 @@
 #include <functional>
 #include <sstream>
 
+#include "k3/activation/policy.h"
 #include "k3/base/error.h"
 #include "k3/base/format.h"
 #include "k3/base/fs.h"
 #include "k3/base/strings.h"
-#include "k3/activation/policy.h"
 #include "k3/train/curriculum.h"
 
 namespace k3::train {
@@ -399,8 +399,8 @@ bool phase_may_set(const std::string& key) {
 
 // A phase's "section.key" settings: TOML's dotted keys (activation.policy = "recompute") arrive
 // as nested tables; each value is checked by its field and kept as its field formats it.
-void collect_settings(const toml::table& table, const std::string& prefix,
-                      CurriculumPhase& phase, const std::string& origin, const std::string& where) {
+void collect_settings(const toml::table& table, const std::string& prefix, CurriculumPhase& phase,
+                      const std::string& origin, const std::string& where) {
   for (auto&& [name, value] : table) {
     const std::string key = prefix + std::string(name.str());
     if (const toml::table* inner = value.as_table()) {
@@ -601,7 +601,8 @@ std::vector<FieldChange> changed_fields(const RunConfig& from, const RunConfig& 
   for (const Field& f : fields())
     if (f.format(from) != f.format(to)) changes.push_back({f.key, f.format(from), f.format(to)});
   if (from.curriculum != to.curriculum)
-    changes.push_back({kCurriculum, curriculum_toml(from.curriculum), curriculum_toml(to.curriculum)});
+    changes.push_back(
+        {kCurriculum, curriculum_toml(from.curriculum), curriculum_toml(to.curriculum)});
   return changes;
 }
 

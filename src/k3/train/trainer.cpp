@@ -26,6 +26,7 @@
 #include "k3/parallel/optim_adapters.h"
 #include "k3/parallel/pipeline/timeline_chart.h"
 #include "k3/parallel/zero/data_parallel.h"
+#include "k3/train/activations.h"
 #include "k3/train/curriculum.h"
 #include "k3/train/evaluate.h"
 #include "k3/train/expert_load.h"
@@ -33,7 +34,6 @@
 #include "k3/train/history.h"
 #include "k3/train/image_text_data.h"
 #include "k3/train/loss_plot.h"
-#include "k3/train/activations.h"
 #include "k3/train/metrics.h"
 #include "k3/train/peer_loss.h"
 #include "k3/train/preflight.h"
@@ -148,9 +148,9 @@ class Run {
         data_fingerprint_(data_fingerprint(dataset_)),
         batcher_(image_text_source(config)
                      ? std::nullopt
-                     : std::make_optional<data::Batcher>(dataset_.train_tokens(), config.train.batch_size,
-                                                         config.data.seq_len,
-                                                         static_cast<uint64_t>(config.data.seed))),
+                     : std::make_optional<data::Batcher>(
+                           dataset_.train_tokens(), config.train.batch_size, config.data.seq_len,
+                           static_cast<uint64_t>(config.data.seed))),
         run_dir_(config.run.dir),
         progress_(opt.quiet || !lead_ ? nullptr : std::make_unique<ProgressDisplay>()),
         phase_(phase),
@@ -169,23 +169,23 @@ class Run {
     }
     if (phase_ >= 0 && (!from || from->state.phase != phase_)) begin_phase();
     if (lead_) metrics_ = std::make_unique<MetricsWriter>(run_dir_, from ? step_ : -1);
-    estimated_activation_bytes_ = k3::model::activation_bytes(
-        model, activation_layout(config, model, grid.pp().rank()));
+    estimated_activation_bytes_ =
+        k3::model::activation_bytes(model, activation_layout(config, model, grid.pp().rank()));
     peak_gflops_ = fma_peak_gflops();
     if (grid.pp().size() > 1)
       say("pipeline: " + s_->model->pipeline().describe() + ", schedule " +
           parallel::pipeline::schedule_kind_name(pipeline_schedule(config.parallel)) +
-          (s_->model->has_vision() ? std::string(", vision tower ") +
-                                         parallel::pipeline::fillers_name(
-                                             pipeline_fillers(config.parallel))
-                                   : std::string()));
+          (s_->model->has_vision()
+               ? std::string(", vision tower ") +
+                     parallel::pipeline::fillers_name(pipeline_fillers(config.parallel))
+               : std::string()));
   }
 
   TrainSummary run();
 
  private:
   void resume(ResumePoint& from);
-  void begin_phase();  // says so, and records it in the history
+  void begin_phase();   // says so, and records it in the history
   double train_step();  // one optimizer step; returns the mean loss (NaN when skipped)
   void count_communication(nlohmann::json& record);
   void record_peak_memory(nlohmann::json& record) const;
@@ -234,8 +234,8 @@ class Run {
   std::vector<ImageTextBatch> micro_images_;      // under the image-text corpus
   std::vector<std::vector<int64_t>> micro_docs_;  // their documents, under data.documents
   std::vector<std::pair<std::string, dist::Counters>> counted_;  // per group, at the last record
-  PeerLossNote peer_loss_{run_dir_};  // after run_dir_
-  int phase_;         // of the curriculum, or -1
+  PeerLossNote peer_loss_{run_dir_};                             // after run_dir_
+  int phase_;                                                    // of the curriculum, or -1
   int64_t end_step_;  // where this Run stops: the phase's end, or train.steps
 };
 
