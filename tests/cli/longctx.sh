@@ -52,7 +52,12 @@ PY
   > "$WORK/eval.txt"
 cat "$WORK/eval.txt"
 grep -q "^model (greedy" "$WORK/eval.txt" || fail "no model table"
-[ "$(grep -c '^768 \|^1K ' "$WORK/eval.txt")" -eq 4 ] || fail "expected a 768 and a 1K row per table"
+[ "$(grep -c '^768 \|^1K ' "$WORK/eval.txt")" -eq 6 ] ||
+  fail "expected a 768 and a 1K row per table (whole answers, answer tokens, oracle)"
+grep -q "^model, answer tokens right" "$WORK/eval.txt" || fail "no answer-token table"
+tokens=$(sed -n '/^model, answer tokens right/,/^oracle/p' "$WORK/eval.txt" | grep '^all ' | grep -o '([0-9]*/[0-9]*)$')
+answers=$(grep -o '"answer_length":[0-9]*' "$WORK/tasks/tasks.jsonl" | awk -F: '{ n += $2 } END { print n }')
+[[ "$tokens" == *"/$answers)" ]] || fail "answer tokens counted: $tokens, the tasks have $answers"
 # The oracle's table (after its heading) answers all 12; the model's rows hold 12 tasks too.
 [ "$(sed -n '/^oracle/,$p' "$WORK/eval.txt" | grep -c '^all .* 12/12  100%')" -eq 1 ] ||
   fail "the oracle must answer every task"
