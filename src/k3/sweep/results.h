@@ -1,0 +1,41 @@
+// What a sweep's job left: OUT/jobs/ID/result.json once it has ended, read from the run's
+// metrics; and the sweep's table, OUT/results.csv, one row per planned job.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "k3/sweep/jobs.h"
+
+namespace k3::sweep {
+
+struct JobResult {
+  std::string status;              // "done", "failed", or "" while it has not ended
+  std::string reason;              // why it failed: the last line the job printed
+  double val_loss = NAN;           // at the last step
+  double val_loss_smoothed = NAN;  // see smoothed_final
+  double ood_loss = NAN;           // on sweep.val_data, when given
+  double seconds = NAN;            // wall time of its processes, summed over resumptions
+  bool ended() const { return !status.empty(); }
+};
+
+JobResult read_job_result(const std::string& job_dir);  // status "" when there is none yet
+void write_job_result(const std::string& job_dir, const JobResult& result);
+
+// The validation losses RUN_DIR/metrics.jsonl recorded, by step (a step recorded twice, as a
+// resumed run does, counts once: its last record).
+struct ValidationCurve {
+  std::vector<int64_t> steps;
+  std::vector<double> loss;
+};
+ValidationCurve read_validation_curve(const std::string& run_dir);
+
+// The final validation loss with less of one evaluation's wobble: a least-squares line through
+// the last quarter of the evaluations (at least three when there are), read at the last one.
+double smoothed_final(const ValidationCurve& curve);
+
+// One row per job: its coordinates, N, D, FLOPs (6ND and the model's exact count), the losses.
+std::string results_csv(const std::vector<Job>& jobs, const std::vector<JobResult>& results);
+
+}  // namespace k3::sweep

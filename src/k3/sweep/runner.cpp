@@ -1,0 +1,269 @@
+#include "k3/sweep/runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "k3/base/error.h"
+#include "k3/base/format.h"
+#include "k3/base/fs.h"
+#include "k3/base/stop_signals.h"
+#include "k3/base/timer.h"
+#include "k3/train/progress.h"
+#include "k3/train/trainer.h"
+
+namespace k3::sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+volatile sig_atomic_t g_stop = 0;
+void on_stop(int) { g_stop = 1; }
+
+// A child running ARGS with stdout and stderr appended to LOG; it is killed if the sweep dies.
+pid_t spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  K3_CHECK(pid >= 0, "fork failed: ", std::strerror(errno));
+  if (pid > 0) return pid;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(127);  // the sweep died before prctl took effect
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || null < 0) _exit(127);
+  dup2(null, 0);
+  dup2(fd, 1);
+  dup2(fd, 2);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(argv[0], argv.data());
+  std::fprintf(stderr, "cannot run %s: %s\n", argv[0], std::strerror(errno));
+  _exit(127);
+}
+
+// The last non-empty line of a file (its tail only), or "".
+std::string last_line(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 4096);
+  in.seekg(from);
+  std::string tail(static_cast<size_t>(size - from), '\0');
+  in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+  const size_t nl = tail.find_last_of("\n\r");
+  return nl == std::string::npos ? tail : tail.substr(nl + 1);
+}
+
+// The step of the run's newest metrics record, or 0.
+int64_t steps_recorded(const std::string& run_dir) {
+  const std::string line = last_line(run_dir + "/metrics.jsonl");
+  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("step") && j.at("step").is_number()
+             ? j.at("step").get<int64_t>()
+             : 0;
+}
+
+bool has_checkpoint(const std::string& run_dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints", ec))
+    if (e.path().filename().string().starts_with("step_")) return true;
+  return false;
+}
+
+// Reads the `--json` line `k3lab eval` printed last into the log.
+double eval_loss_from_log(const std::string& log) {
+  const auto j = nlohmann::json::parse(last_line(log), nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("loss") && j.at("loss").is_number()
+             ? j.at("loss").get<double>()
+             : NAN;
+}
+
+// The wall time of a job's processes, summed over resumptions, kept in JOB_DIR/seconds.
+void add_seconds(const std::string& job_dir, double s) {
+  const std::string path = job_dir + "/seconds";
+  const double before = file_exists(path) ? std::stod(read_file(path)) : 0.0;
+  write_file_atomic(path, strprintf("%.3f\n", before + s));
+}
+
+struct Running {
+  size_t job;
+  pid_t pid;
+  bool evaluating = false;  // the eval on sweep.val_data, after training
+  Timer since;
+};
+
+}  // namespace
+
+std::vector<JobResult> read_results(const std::string& out, const std::vector<Job>& jobs) {
+  std::vector<JobResult> r;
+  for (const Job& j : jobs) r.push_back(read_job_result(j.dir(out)));
+  return r;
+}
+
+std::string results_path(const SweepSpec& spec) { return spec.out + "/" + spec.name + ".csv"; }
+
+SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
+                       const RunnerOptions& options) {
+  const std::string out = fs::absolute(spec.out).lexically_normal().string();
+  const std::string& val_data = spec.val_data;
+  const int64_t val_batches = spec.val_batches;
+  std::vector<JobResult> results = read_results(out, jobs);
+  // A job that ended under a sweep file without val_data is scored on it now, not retrained.
+  auto scored_only = [&](size_t i) {
+    return results[i].status == "done" && !val_data.empty() && std::isnan(results[i].ood_loss);
+  };
+  std::deque<size_t> queue;
+  for (size_t i = 0; i < jobs.size(); ++i)
+    if (!results[i].ended() || (options.retry_failed && results[i].status == "failed") ||
+        scored_only(i))
+      queue.push_back(i);
+  for (size_t i : queue) write_job_files(jobs[i], out);
+  const std::string csv = results_path(spec);
+  write_file_atomic(csv, results_csv(jobs, results));
+
+  g_stop = 0;
+  struct sigaction sa {
+  }, old_int{}, old_term{};
+  sa.sa_handler = on_stop;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  SweepProgress p;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    p.done += results[i].status == "done" && !scored_only(i);
+    p.failed += results[i].status == "failed" && !options.retry_failed;
+  }
+  const bool live = isatty(STDERR_FILENO);
+  std::vector<Running> running;
+  auto status_line = [&] {
+    std::string s = strprintf("sweep: %lld done, %lld failed, %zu running, %zu left",
+                              static_cast<long long>(p.done), static_cast<long long>(p.failed),
+                              running.size(), queue.size());
+    for (const Running& r : running) {
+      const Job& j = jobs[r.job];
+      s += r.evaluating ? strprintf(" | %s eval", j.id.c_str())
+                        : strprintf(" | %s %lld/%lld", j.id.c_str(),
+                                    static_cast<long long>(steps_recorded(j.config.run.dir)),
+                                    static_cast<long long>(j.steps));
+    }
+    return s;
+  };
+  auto say = [&](const std::string& line) {
+    std::fprintf(stderr, live ? "\r\033[K%s\n" : "%s\n", line.c_str());
+  };
+  auto start = [&](size_t i, bool evaluate) {
+    const Job& j = jobs[i];
+    const std::string dir = j.dir(out), run = j.config.run.dir;
+    std::vector<std::string> args = {options.k3lab};
+    if (evaluate) {
+      args.insert(args.end(), {"eval", "--checkpoint", run, "--data", val_data, "--batches",
+                               std::to_string(val_batches), "--json"});
+    } else if (has_checkpoint(run)) {
+      args.insert(args.end(), {"train", "--resume", run, "--quiet"});
+    } else {
+      fs::remove_all(run);  // started, but killed before its first checkpoint: start again
+      args.insert(args.end(), {"train", "--config", dir + "/run.toml", "--quiet"});
+    }
+    running.push_back(
+        {i, spawn(args, dir + (evaluate ? "/eval.log" : "/train.log")), evaluate, {}});
+    if (!live && !evaluate) say("started  " + j.id);
+  };
+  auto finish = [&](size_t i, JobResult r) {
+    const std::string dir = jobs[i].dir(out);
+    r.seconds = std::stod(read_file(dir + "/seconds"));
+    write_job_result(dir, r);
+    results[i] = r;
+    (r.status == "done" ? p.done : p.failed) += 1;
+    write_file_atomic(csv, results_csv(jobs, results));
+    say(r.status == "done"
+            ? strprintf(
+                  "done     %s: val_loss %.4f%s (%s)", jobs[i].id.c_str(), r.val_loss,
+                  std::isfinite(r.ood_loss)
+                      ? strprintf(", on %s %.4f", fs::path(val_data).filename().c_str(), r.ood_loss)
+                            .c_str()
+                      : "",
+                  train::format_duration(r.seconds).c_str())
+            : strprintf("failed   %s: %s", jobs[i].id.c_str(), r.reason.c_str()));
+  };
+
+  Timer since_draw;
+  bool forwarded = false;
+  while (!queue.empty() || !running.empty()) {
+    while (!g_stop && !queue.empty() && static_cast<int64_t>(running.size()) < options.parallel) {
+      start(queue.front(), scored_only(queue.front()));
+      queue.pop_front();
+    }
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) {
+      if (live && since_draw.seconds() > 0.5) {
+        std::fprintf(stderr, "\r\033[K%s", status_line().c_str());
+        std::fflush(stderr);
+        since_draw.reset();
+      }
+      if (g_stop && !forwarded) {  // a SIGTERM to the sweep alone reaches its jobs too
+        for (const Running& r : running) kill(r.pid, SIGTERM);
+        queue.clear();
+        forwarded = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    auto it = std::find_if(running.begin(), running.end(),
+                           [pid](const Running& r) { return r.pid == pid; });
+    if (it == running.end()) continue;
+    const Running r = *it;
+    running.erase(it);
+    const Job& j = jobs[r.job];
+    const std::string dir = j.dir(out);
+    add_seconds(dir, r.since.seconds());
+    const bool exited = WIFEXITED(status);
+    const int code = exited ? WEXITSTATUS(status) : -1;
+    if (!exited || code == train::kStoppedExitStatus || g_stop) {
+      // Stopped or killed from outside: not an outcome of the job; it continues next time.
+      say(strprintf("stopped  %s (%s)", j.id.c_str(),
+                    exited ? "saved a checkpoint" : signal_name(WTERMSIG(status))));
+      continue;
+    }
+    if (code != 0) {
+      JobResult f;
+      f.status = "failed";
+      f.reason = last_line(dir + (r.evaluating ? "/eval.log" : "/train.log"));
+      finish(r.job, f);
+    } else if (!r.evaluating && !val_data.empty()) {
+      start(r.job, true);
+    } else {
+      JobResult d;
+      d.status = "done";
+      const ValidationCurve curve = read_validation_curve(j.config.run.dir);
+      d.val_loss = curve.loss.empty() ? NAN : curve.loss.back();
+      d.val_loss_smoothed = smoothed_final(curve);
+      if (r.evaluating) d.ood_loss = eval_loss_from_log(dir + "/eval.log");
+      finish(r.job, d);
+    }
+  }
+  if (live) std::fprintf(stderr, "\r\033[K");
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+  p.stopped = g_stop != 0;
+  for (const JobResult& res : read_results(out, jobs)) p.left += !res.ended();
+  return p;
+}
+
+}  // namespace k3::sweep

@@ -1,0 +1,199 @@
+#include "k3/sweep/spec.h"
+
+#include <toml++/toml.h>
+
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "k3/base/error.h"
+#include "k3/base/fs.h"
+
+namespace k3::sweep {
+namespace {
+
+namespace fs = std::filesystem;
+
+ErrorContext at(const std::string& path, const std::string& key) { return {path, key, -1}; }
+
+// A TOML value as `--set` reads it back.
+std::string as_setting(const toml::node& v, const std::string& path, const std::string& key) {
+  if (const auto* s = v.as_string()) {
+    std::string out = "\"";
+    for (char c : s->get()) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out + "\"";
+  }
+  if (const auto* b = v.as_boolean()) return b->get() ? "true" : "false";
+  if (const auto* i = v.as_integer()) return std::to_string(i->get());
+  if (const auto* f = v.as_floating_point()) {
+    char buf[32];
+    auto [end, ec] = std::to_chars(buf, buf + sizeof buf, f->get());
+    std::string s(buf, end);
+    if (s.find_first_of(".en") == std::string::npos) s += ".0";
+    return s;
+  }
+  throw Error("expected a string, number or boolean", at(path, key));
+}
+
+// A table of run-config settings, flattened: `data.seq_len = 64` (a dotted key, i.e. a nested
+// table) and `"data.seq_len" = 64` (one quoted key) both give "data.seq_len".
+void flatten(const toml::table& t, const std::string& prefix, const std::string& path,
+             std::vector<std::pair<std::string, std::string>>& out) {
+  for (const auto& [k, v] : t) {
+    const std::string key =
+        prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const auto* sub = v.as_table())
+      flatten(*sub, key, path, out);
+    else
+      out.emplace_back(key, as_setting(v, path, key));
+  }
+}
+
+double positive_number(const toml::node& v, const std::string& path, const std::string& key) {
+  std::optional<double> x = v.value<double>();
+  K3_CHECK_CTX(x && std::isfinite(*x) && *x > 0, at(path, key),
+               "expected a positive number, found ", v.type());
+  return *x;
+}
+
+template <typename T>
+std::vector<T> list_of(const toml::table& t, const std::string& name, const std::string& path,
+                       const std::string& section) {
+  const std::string key = section + "." + name;
+  const toml::node* n = t.get(name);
+  if (!n) return {};
+  std::vector<T> out;
+  auto take = [&](const toml::node& v) {
+    if constexpr (std::is_same_v<T, double>) {
+      out.push_back(positive_number(v, path, key));
+    } else {
+      std::optional<int64_t> i = v.value<int64_t>();
+      K3_CHECK_CTX(v.is_integer() && i && *i >= 0, at(path, key),
+                   "expected a non-negative integer, found ", v.type());
+      out.push_back(*i);
+    }
+  };
+  if (const auto* a = n->as_array()) {
+    K3_CHECK_CTX(!a->empty(), at(path, key), "an empty list");
+    for (const auto& v : *a) take(v);
+  } else {
+    take(*n);
+  }
+  std::set<T> seen(out.begin(), out.end());
+  K3_CHECK_CTX(seen.size() == out.size(), at(path, key), "a value listed twice");
+  return out;
+}
+
+int64_t integer_at_least(const toml::table& t, const std::string& name, int64_t fallback,
+                         int64_t least, const std::string& path) {
+  const toml::node* n = t.get(name);
+  if (!n) return fallback;
+  K3_CHECK_CTX(n->is_integer() && n->as_integer()->get() >= least, at(path, "sweep." + name),
+               "expected an integer >= ", least, ", found ", n->type());
+  return n->as_integer()->get();
+}
+
+std::string string_at(const toml::table& t, const std::string& name, const std::string& path,
+                      const std::string& key) {
+  const toml::node* n = t.get(name);
+  if (!n) return "";
+  K3_CHECK_CTX(n->is_string(), at(path, key), "expected a string, found ", n->type());
+  return n->as_string()->get();
+}
+
+// PATH as written, next to the sweep file, then in the working directory; must exist.
+std::string find_input(const std::string& name, const std::string& sweep_path,
+                       const std::string& key) {
+  for (const fs::path& p : {fs::path(sweep_path).parent_path() / name, fs::path(name)})
+    if (fs::exists(p)) return fs::absolute(p).lexically_normal().string();
+  throw Error("no such file: " + name, at(sweep_path, key));
+}
+
+void check_keys(const toml::table& t, const std::set<std::string>& known, const std::string& path,
+                const std::string& section) {
+  for (const auto& [k, v] : t)
+    K3_CHECK_CTX(known.count(std::string(k.str())), at(path, section + std::string(k.str())),
+                 "unknown key");
+}
+
+}  // namespace
+
+SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, path);
+  } catch (const toml::parse_error& e) {
+    throw Error(
+        std::string(e.description()) + " (line " + std::to_string(e.source().begin.line) + ")",
+        at(path, ""));
+  }
+  check_keys(root, {"sweep", "set", "arm"}, path, "");
+  const toml::table* s = root["sweep"].as_table();
+  K3_CHECK_CTX(s, at(path, "sweep"), "a [sweep] table is required");
+  check_keys(*s,
+             {"out", "parallel", "threads", "sizes", "tokens_per_param", "flops", "lr",
+              "batch_size", "seeds", "evals", "config", "val_data", "val_batches"},
+             path, "sweep.");
+
+  SweepSpec spec;
+  spec.path = path;
+  spec.name = fs::path(path).stem().string();
+  spec.out = string_at(*s, "out", path, "sweep.out");
+  K3_CHECK_CTX(!spec.out.empty(), at(path, "sweep.out"), "the sweep directory is required");
+  spec.parallel = integer_at_least(*s, "parallel", spec.parallel, 1, path);
+  spec.threads = integer_at_least(*s, "threads", spec.threads, 0, path);
+  spec.evals = integer_at_least(*s, "evals", spec.evals, 1, path);
+  spec.val_batches = integer_at_least(*s, "val_batches", spec.val_batches, 0, path);
+  spec.sizes = list_of<double>(*s, "sizes", path, "sweep");
+  K3_CHECK_CTX(!spec.sizes.empty(), at(path, "sweep.sizes"),
+               "at least one target size is required");
+  spec.tokens_per_param = list_of<double>(*s, "tokens_per_param", path, "sweep");
+  spec.flops = list_of<double>(*s, "flops", path, "sweep");
+  K3_CHECK_CTX(spec.tokens_per_param.empty() != spec.flops.empty(), at(path, "sweep.flops"),
+               "give the token budgets as exactly one of sweep.tokens_per_param and sweep.flops");
+  spec.lrs = list_of<double>(*s, "lr", path, "sweep");
+  K3_CHECK_CTX(!spec.lrs.empty(), at(path, "sweep.lr"), "at least one learning rate is required");
+  spec.batch_sizes = list_of<int64_t>(*s, "batch_size", path, "sweep");
+  for (int64_t b : spec.batch_sizes)
+    K3_CHECK_CTX(b > 0, at(path, "sweep.batch_size"), "a batch size must be positive");
+  spec.seeds = list_of<int64_t>(*s, "seeds", path, "sweep");
+  if (const std::string c = string_at(*s, "config", path, "sweep.config"); !c.empty())
+    spec.base_config = find_input(c, path, "sweep.config");
+  if (const std::string v = string_at(*s, "val_data", path, "sweep.val_data"); !v.empty())
+    spec.val_data = find_input(v, path, "sweep.val_data");
+  if (const toml::table* set = root["set"].as_table()) flatten(*set, "", path, spec.settings);
+
+  const toml::array* arms = root["arm"].as_array();
+  K3_CHECK_CTX(arms && !arms->empty(), at(path, "arm"),
+               "at least one [[arm]] (a name and a preset model) is required");
+  std::set<std::string> names;
+  for (size_t i = 0; i < arms->size(); ++i) {
+    const std::string key = "arm[" + std::to_string(i) + "]";
+    const toml::table* a = (*arms)[i].as_table();
+    K3_CHECK_CTX(a, at(path, key), "expected a table");
+    check_keys(*a, {"name", "preset", "set"}, path, key + ".");
+    Arm arm;
+    arm.name = string_at(*a, "name", path, key + ".name");
+    K3_CHECK_CTX(!arm.name.empty() && arm.name.find_first_of(" ,/\"") == std::string::npos,
+                 at(path, key + ".name"),
+                 "a name without spaces, commas, quotes or slashes is required");
+    K3_CHECK_CTX(names.insert(arm.name).second, at(path, key + ".name"), "the name ", arm.name,
+                 " is used twice");
+    const std::string preset = string_at(*a, "preset", path, key + ".preset");
+    K3_CHECK_CTX(!preset.empty(), at(path, key + ".preset"), "a preset model config is required");
+    arm.preset = find_input(preset, path, key + ".preset");
+    if (const toml::table* set = (*a)["set"].as_table()) flatten(*set, "", path, arm.settings);
+    spec.arms.push_back(std::move(arm));
+  }
+  return spec;
+}
+
+SweepSpec load_sweep_spec(const std::string& path) {
+  return parse_sweep_spec(read_file(path), path);
+}
+
+}  // namespace k3::sweep
