@@ -8,9 +8,10 @@
 namespace k3::model {
 
 BiasBalancer::BiasBalancer(int64_t experts, int64_t k, double rate)
-    : RouterBalancer(experts, k, static_cast<size_t>(experts + 1)), rate_(static_cast<float>(rate)) {
-  K3_CHECK(rate > 0 && std::isfinite(rate), "bias balancing: the update rate must be positive, got ",
-           rate);
+    : RouterBalancer(experts, k, static_cast<size_t>(experts + 1)),
+      rate_(static_cast<float>(rate)) {
+  K3_CHECK(rate > 0 && std::isfinite(rate),
+           "bias balancing: the update rate must be positive, got ", rate);
 }
 
 void BiasBalancer::observe(const float*, const float*, const int32_t* ids, int64_t rows) {
