@@ -316,7 +316,8 @@ TEST(GradientCheck, K3NanoEveryGroup) {
 // experts on x itself) with a shared expert and the bias balancer, ordinary residuals, SiLU.
 TEST(GradientCheck, K2NanoEveryGroup) {
   GradientCheck gc(config("k2-nano.json"));
-  EXPECT_LT(gc.model().params().find("model.layers.1.block_sparse_moe.routed_expert_up_proj.weight"), 0);
+  EXPECT_LT(
+      gc.model().params().find("model.layers.1.block_sparse_moe.routed_expert_up_proj.weight"), 0);
   widen_routing(gc.model(), R"(\.experts\.\d+\.w2\.weight$)");
   const Skips s = check_every_group(gc);
   EXPECT_LE(s.skipped * 10, s.checked + s.skipped) << "more than 10% of the draws skipped";

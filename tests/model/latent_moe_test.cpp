@@ -453,8 +453,8 @@ TEST(LatentMoE, StandardMoeNamesShapesAndParams) {
   EXPECT_EQ(shape("experts.7.w3.weight"), (Shape{32, 64}));
   EXPECT_EQ(shape("experts.7.w2.weight"), (Shape{64, 32}));
   EXPECT_EQ(shape("shared_experts.down_proj.weight"), (Shape{64, 64}));
-  for (const char* absent :
-       {"routed_expert_down_proj.weight", "routed_expert_norm.weight", "routed_expert_up_proj.weight"})
+  for (const char* absent : {"routed_expert_down_proj.weight", "routed_expert_norm.weight",
+                             "routed_expert_up_proj.weight"})
     EXPECT_LT(p.find(kPrefix + "." + absent), 0) << absent;
   EXPECT_EQ(p.size(), 2 + 3 * 8 + 3);
   EXPECT_EQ(f.moe.active_matmul_params(), 8 * 64 + 2 * 3 * 32 * 64 + 3 * 64 * 64);

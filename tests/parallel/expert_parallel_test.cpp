@@ -1,8 +1,8 @@
 // Expert parallelism (baseline all-to-all and MoonEP), alone and with data and tensor parallelism,
 // against the single-process run of the same global batch, on k3-nano (8 routed experts, top 2,
 // a shared expert): ep2 under mpirun -np 2; ep4, ep2 × dp2 and ep2 × tp2 under -np 4. Some
-// layouts run k2-nano instead (the standard MoE, experts on x itself, with the bias balancer). Each rank
-// also runs the single-process model itself and compares what it holds.
+// layouts run k2-nano instead (the standard MoE, experts on x itself, with the bias balancer). Each
+// rank also runs the single-process model itself and compares what it holds.
 //
 // Routings: the model's own (routers spread, tests/common/model_util.h), and forced ones (the
 // router bias, which only selects, set so that every token takes expert 0, or only the first

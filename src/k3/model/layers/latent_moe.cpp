@@ -223,8 +223,7 @@ const ExpertLoadStats& LatentMoE::end_global_batch(ParamRegistry& reg, const Cou
 
 int64_t LatentMoE::active_matmul_params() const {
   return experts_ * hidden_ + (latent_space_ ? 2 * latent_ * hidden_ : 0) +
-         k_ * 3 * width_ * latent_ +
-         (shared_ ? 3 * shared_->width() * hidden_ : 0);
+         k_ * 3 * width_ * latent_ + (shared_ ? 3 * shared_->width() * hidden_ : 0);
 }
 
 LatentMoE::ArenaUse LatentMoE::arena_use(const ModelConfig& c, int64_t rows) {
