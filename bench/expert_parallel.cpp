@@ -103,7 +103,7 @@ Result run(const Settings& s, const model::ModelConfig& c, const dist::ProcessGr
   Arena arena(size_t{1} << 30, false);
   activation::ActivationManager acts;
   const model::Step step{arena, acts, reg, true, grid};
-  const int64_t S = s.tokens, K = c.num_experts_per_token, L = c.routed_expert_hidden_size;
+  const int64_t S = s.tokens, K = c.num_experts_per_token, L = c.expert_dim();
   const std::vector<float> ids =
       draw_ids(r.weight, S, K, 17u + static_cast<unsigned>(world.rank()));
   std::vector<float> z(static_cast<size_t>(S * L)), dy(static_cast<size_t>(S * K * L));

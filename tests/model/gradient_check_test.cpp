@@ -290,20 +290,35 @@ TEST(GradientCheck, AttnResStackEveryGroup) {
   EXPECT_EQ(check_every_group(gc).skipped, 0);
 }
 
+// At init (std 0.02) a token's sigmoid router scores lie within a few hundredths of each other,
+// so the smallest step reorders some, and the routed experts' output (through an output
+// projection of std 0.02/4) is too small for the router's gradient to stand above the loss noise.
+// Ten times wider scores keep most steps inside one routing; a ten times larger routed output
+// makes the router's slopes some 30 times the tolerance's noise term along its gradient's signs.
+void widen_routing(Model& m, const char* routed_output) {
+  ParamRegistry& p = m.params();
+  for (int i = 0; i < p.size(); ++i)
+    for (const char* role : {R"(\.block_sparse_moe\.gate\.weight$)", routed_output})
+      if (std::regex_search(p.info(i).name, std::regex(role)))
+        for (float& w : std::span(p.value(i).f32(), static_cast<size_t>(p.info(i).numel())))
+          w *= 10;
+}
+
 // KDA, gated MLA, the dense first layer, LatentMoE with a shared expert, Attention Residuals.
 TEST(GradientCheck, K3NanoEveryGroup) {
   GradientCheck gc(config("k3-nano.json"));
-  // At init (std 0.02) a token's sigmoid router scores lie within a few hundredths of each other,
-  // so the smallest step reorders some, and the routed experts' output (through an up-projection
-  // of std 0.02/4) is too small for the router's gradient to stand above the loss noise. Ten times
-  // wider scores keep most steps inside one routing; a ten times larger routed output makes the
-  // router's slopes some 30 times the tolerance's noise term along its gradient's signs.
-  ParamRegistry& p = gc.model().params();
-  for (int i = 0; i < p.size(); ++i)
-    for (const char* role : {".block_sparse_moe.gate.weight", ".routed_expert_up_proj.weight"})
-      if (p.info(i).name.ends_with(role))
-        for (float& w : std::span(p.value(i).f32(), static_cast<size_t>(p.info(i).numel())))
-          w *= 10;
+  widen_routing(gc.model(), R"(\.routed_expert_up_proj\.weight$)");
+  const Skips s = check_every_group(gc);
+  EXPECT_LE(s.skipped * 10, s.checked + s.skipped) << "more than 10% of the draws skipped";
+}
+
+// The K2-style baseline: gated MLA in every layer, the dense first layer, the standard MoE (the
+// experts on x itself) with a shared expert and the bias balancer, ordinary residuals, SiLU.
+TEST(GradientCheck, K2NanoEveryGroup) {
+  GradientCheck gc(config("k2-nano.json"));
+  EXPECT_LT(
+      gc.model().params().find("model.layers.1.block_sparse_moe.routed_expert_up_proj.weight"), 0);
+  widen_routing(gc.model(), R"(\.experts\.\d+\.w2\.weight$)");
   const Skips s = check_every_group(gc);
   EXPECT_LE(s.skipped * 10, s.checked + s.skipped) << "more than 10% of the draws skipped";
 }

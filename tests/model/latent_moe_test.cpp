@@ -30,9 +30,17 @@ ModelConfig small_config() {
   return c;
 }
 
+// The same without the latent space: the experts act on x (moe_latent = false).
+ModelConfig standard(ModelConfig c) {
+  c.moe_latent = false;
+  c.routed_expert_hidden_size = 0;
+  return c;
+}
+
 // The math §5 math in double, one token at a time, with the weights read from a registry.
 struct NaiveMoE {
   int64_t d, E, k, F, L, S;
+  bool latent;  // false: the standard MoE, z = x and routed = r
   double scale, eps, b1, b2;
   std::map<std::string, std::vector<double>> w;  // by name, without the layer prefix
 
@@ -41,8 +49,9 @@ struct NaiveMoE {
         E(c.num_experts),
         k(c.num_experts_per_token),
         F(c.moe_intermediate_size),
-        L(c.routed_expert_hidden_size),
+        L(c.expert_dim()),
         S(c.num_shared_experts * c.moe_intermediate_size),
+        latent(c.moe_latent),
         scale(c.routed_scaling_factor),
         eps(c.rms_norm_eps),
         b1(c.activation_situ_beta),
@@ -85,7 +94,7 @@ struct NaiveMoE {
     double sum = 0;
     for (int64_t j = 0; j < k; ++j)
       sum += keys[order[j]] - w.at("gate.e_score_correction_bias")[order[j]];
-    const std::vector<double> z = matvec("routed_expert_down_proj.weight", x);
+    const std::vector<double> z = latent ? matvec("routed_expert_down_proj.weight", x) : x;
     std::vector<double> r(L, 0.0);
     for (int64_t j = 0; j < k; ++j) {
       const int64_t e = order[j];
@@ -95,11 +104,13 @@ struct NaiveMoE {
                             situ_glu(matvec(ex + ".w1.weight", z), matvec(ex + ".w3.weight", z)));
       for (int64_t c = 0; c < L; ++c) r[c] += s / (sum + 1e-20) * scale * y[c];
     }
-    double ms = 0;
-    for (double v : r) ms += v * v / static_cast<double>(L);
-    for (int64_t c = 0; c < L; ++c)
-      r[c] *= w.at("routed_expert_norm.weight")[c] / std::sqrt(ms + eps);
-    std::vector<double> out = matvec("routed_expert_up_proj.weight", r);
+    if (latent) {
+      double ms = 0;
+      for (double v : r) ms += v * v / static_cast<double>(L);
+      for (int64_t c = 0; c < L; ++c)
+        r[c] *= w.at("routed_expert_norm.weight")[c] / std::sqrt(ms + eps);
+    }
+    std::vector<double> out = latent ? matvec("routed_expert_up_proj.weight", r) : r;
     if (S > 0) {
       const auto shared = matvec("shared_experts.down_proj.weight",
                                  situ_glu(matvec("shared_experts.gate_proj.weight", x),
@@ -259,9 +270,9 @@ TEST(LatentMoE, RejectsBadConfig) {
 }
 
 TEST(LatentMoE, ForwardMatchesNaiveImplementation) {
-  for (int64_t shared : {2, 0}) {
-    ModelConfig c = small_config();
-    c.num_shared_experts = shared;
+  for (int64_t shared : {2, 0, -2}) {  // -2: two shared experts, without the latent space
+    ModelConfig c = shared < 0 ? standard(small_config()) : small_config();
+    c.num_shared_experts = std::abs(shared);
     Fixture f(c, 23);
     f.randomize(7);
     const std::vector<float> out = f.forward();
@@ -285,9 +296,15 @@ TEST(LatentMoE, LargeExpertsMatchNaiveImplementation) {
   K3_EXPECT_CLOSE(out, want, 1e-4, 1e-3);
 }
 
-// Every gradient element against central differences of the naive double implementation.
-TEST(LatentMoE, GradientsMatchNaiveFiniteDifferences) {
-  Fixture f;
+// Every gradient element against central differences of the naive double implementation, with
+// and without the latent space.
+class LatentOrNot : public ::testing::TestWithParam<bool> {
+ protected:
+  ModelConfig config() const { return GetParam() ? small_config() : standard(small_config()); }
+};
+
+TEST_P(LatentOrNot, GradientsMatchNaiveFiniteDifferences) {
+  Fixture f(config());
   keep_away_from_ties(f, 1e-3);
   const std::vector<float> R = random_vec(f.T * f.c.hidden_size, 99);
   const std::vector<double> Rd = testing::cast_vec<double>(R);
@@ -318,8 +335,8 @@ TEST(LatentMoE, GradientsMatchNaiveFiniteDifferences) {
 
 // The layer's own fp32 forward along a random direction, per tensor: input and every parameter
 // but the bias.
-TEST(LatentMoE, DirectionalDerivativesMatchFiniteDifferences) {
-  Fixture f(small_config(), 16);
+TEST_P(LatentOrNot, DirectionalDerivativesMatchFiniteDifferences) {
+  Fixture f(config(), 16);
   keep_away_from_ties(f, 2e-2);
   const std::vector<float> R = random_vec(f.T * f.c.hidden_size, 5);
   const std::vector<float> dx = f.backward(R);
@@ -391,8 +408,8 @@ TEST(LatentMoE, HandlesAnEmptyBatch) {
   EXPECT_EQ(f.moe.end_global_batch(f.reg).tokens, 0);
 }
 
-TEST(LatentMoE, DeterministicAndWithinItsArenaBudget) {
-  ModelConfig c = small_config();
+TEST_P(LatentOrNot, DeterministicAndWithinItsArenaBudget) {
+  ModelConfig c = config();
   c.hidden_size = 48, c.num_experts = 16, c.num_experts_per_token = 4;
   c.moe_intermediate_size = 24, c.routed_expert_hidden_size = 32;
   Fixture f(c, 300);
@@ -416,6 +433,55 @@ TEST(LatentMoE, DeterministicAndWithinItsArenaBudget) {
   f.moe.backward(s, R.data(), f.T, dx.data());  // throws if the arena is too small
   EXPECT_GT(exact.peak(), budget / 2);          // and the budget is not far off
   f.acts.clear();
+}
+
+INSTANTIATE_TEST_SUITE_P(LatentMoE, LatentOrNot, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Latent" : "Standard";
+                         });
+
+// Without the latent space: no latent projections or norm, experts [F, d] and [d, F].
+TEST(LatentMoE, StandardMoeNamesShapesAndParams) {
+  ModelConfig c = standard(small_config());
+  c.hidden_size = 64, c.moe_intermediate_size = 32, c.num_experts = 8;
+  Fixture f(c);
+  const ParamRegistry& p = f.reg;
+  auto shape = [&](const std::string& name) { return p.info(p.find(kPrefix + "." + name)).shape; };
+  EXPECT_FALSE(f.moe.latent_space());
+  EXPECT_EQ(shape("gate.weight"), (Shape{8, 64}));
+  EXPECT_EQ(shape("experts.7.w1.weight"), (Shape{32, 64}));
+  EXPECT_EQ(shape("experts.7.w3.weight"), (Shape{32, 64}));
+  EXPECT_EQ(shape("experts.7.w2.weight"), (Shape{64, 32}));
+  EXPECT_EQ(shape("shared_experts.down_proj.weight"), (Shape{64, 64}));
+  for (const char* absent : {"routed_expert_down_proj.weight", "routed_expert_norm.weight",
+                             "routed_expert_up_proj.weight"})
+    EXPECT_LT(p.find(kPrefix + "." + absent), 0) << absent;
+  EXPECT_EQ(p.size(), 2 + 3 * 8 + 3);
+  EXPECT_EQ(f.moe.active_matmul_params(), 8 * 64 + 2 * 3 * 32 * 64 + 3 * 64 * 64);
+}
+
+// The bias balancer (moe_balancer = "bias") counts the training forwards' tokens and moves each
+// bias by the update rate; it has no state beside the bias.
+TEST(LatentMoE, TrainingForwardFeedsTheBiasBalancer) {
+  ModelConfig c = standard(small_config());
+  c.moe_balancer = "bias";
+  c.moe_bias_update_rate = 0.125;
+  Fixture f(c);
+  f.randomize(3);
+  f.forward(false);
+  EXPECT_EQ(f.moe.balancer().tokens(), 0);
+  f.forward(true);
+  EXPECT_EQ(f.moe.balancer().tokens(), f.T);
+  const float* bias = f.reg.value(f.moe.router_bias()).f32();
+  const std::vector<float> before(bias, bias + 6);
+  const ExpertLoadStats st = f.moe.end_global_batch(f.reg);
+  EXPECT_EQ(std::accumulate(st.load.begin(), st.load.end(), int64_t{0}), f.T * 2);
+  for (int64_t e = 0; e < 6; ++e) {
+    // Mean load 9·2/6 = 3.
+    const float step = st.load[e] < 3 ? 0.125f : st.load[e] > 3 ? -0.125f : 0.f;
+    EXPECT_EQ(bias[e], before[e] + step) << "expert " << e << ", load " << st.load[e];
+  }
+  EXPECT_TRUE(f.moe.balancer().state().empty());
 }
 
 }  // namespace

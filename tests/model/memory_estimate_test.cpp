@@ -53,6 +53,8 @@ TEST(MemoryEstimate, ActivationsBoundTheStepArenaPeakOfEveryLayerKind) {
   plain.attn_res_block_size = 0;
   plain.num_shared_experts = 0;
   expect_close_bound(plain, 3, 64, "k3-micro, plain attention");
+  // The K2-style baseline: MLA in every layer, the standard MoE (no latent space), SiLU.
+  expect_close_bound(config("k2-nano.json"), 2, 64, "k2-nano");
   // Attention Residuals with a block per layer: the most mixing weights.
   ModelConfig blocks = config("dense-tiny.json");
   blocks.attn_res_block_size = 1;

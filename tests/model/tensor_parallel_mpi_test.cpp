@@ -181,6 +181,16 @@ TEST_P(TensorParallelLayers, LatentMoeSplitsEveryExpert) {
                       1);
 }
 
+// The standard MoE (k2-nano: experts on x itself) the same way; its one more all-reduce is of the
+// routed output itself.
+TEST_P(TensorParallelLayers, StandardMoeSplitsEveryExpert) {
+  const ModelConfig c = load_model_config(k3::testing::source_dir() + "/configs/k2-nano.json");
+  expect_region_calls(
+      compare("standard moe", c.hidden_size,
+              ffn<LatentMoE>([&](ParamRegistry& reg) { return LatentMoE(reg, "moe", c); })),
+      1);
+}
+
 // The vocabulary-parallel embedding: its "input gradient" is the table's, compared as a
 // parameter gradient; `dx` stays unused.
 TEST_P(TensorParallelLayers, EmbeddingSplitsTheVocabulary) {

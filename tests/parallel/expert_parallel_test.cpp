@@ -1,7 +1,8 @@
 // Expert parallelism (baseline all-to-all and MoonEP), alone and with data and tensor parallelism,
 // against the single-process run of the same global batch, on k3-nano (8 routed experts, top 2,
-// a shared expert): ep2 under mpirun -np 2; ep4, ep2 × dp2 and ep2 × tp2 under -np 4. Each rank
-// also runs the single-process model itself and compares what it holds.
+// a shared expert): ep2 under mpirun -np 2; ep4, ep2 × dp2 and ep2 × tp2 under -np 4. Some
+// layouts run k2-nano instead (the standard MoE, experts on x itself, with the bias balancer). Each
+// rank also runs the single-process model itself and compares what it holds.
 //
 // Routings: the model's own (routers spread, tests/common/model_util.h), and forced ones (the
 // router bias, which only selects, set so that every token takes expert 0, or only the first
@@ -45,6 +46,7 @@ struct Layout {
   int slots;
   Routing routing;
   Setup setup;
+  const char* config = "k3-nano.json";
 };
 
 const char* routing_name(Routing r) {
@@ -67,8 +69,9 @@ std::string name(const ::testing::TestParamInfo<Layout>& p) {
   if (l.dp > 1) s += "_dp" + std::to_string(l.dp);
   if (l.tp > 1) s += "_tp" + std::to_string(l.tp);
   s += l.moonep ? "_moonep" + std::to_string(l.slots) : "_alltoall";
-  return s + "_" + routing_name(l.routing) + "_" + l.setup.optimizer + "_zero" +
-         std::to_string(l.setup.zero);
+  s += "_" + std::string(routing_name(l.routing)) + "_" + l.setup.optimizer + "_zero" +
+       std::to_string(l.setup.zero);
+  return std::string(l.config) == "k3-nano.json" ? s : s + "_k" + l.config[1];
 }
 
 // Sets every MoE layer's router bias so that the routing is the one asked for (the bias only
@@ -98,8 +101,10 @@ class ExpertParallelMatchesOneProcess : public ::testing::TestWithParam<Layout> 
         dist::ParallelDims{
             .tp = l.tp, .ep = l.ep, .dp = l.dp, .moonep = l.moonep, .moonep_slots = l.slots},
         world);
-    ref = std::make_unique<Trainee>(dist::single_process(), l.setup);
-    run = std::make_unique<Trainee>(*grid, l.setup);
+    const model::ModelConfig c =
+        model::load_model_config(k3::testing::source_dir() + "/configs/" + l.config);
+    ref = std::make_unique<Trainee>(dist::single_process(), l.setup, c);
+    run = std::make_unique<Trainee>(*grid, l.setup, c);
     force_routing(ref->model, l.routing, l.ep);
     force_routing(run->model, l.routing, l.ep);
   }
@@ -157,7 +162,7 @@ TEST_P(ExpertParallelMatchesOneProcess, FirstStepEveryGradientAndTheBalancingBia
       for (int64_t e = 0; e < p.info(i).numel(); ++e)
         bias = std::max(bias, static_cast<double>(std::abs(a[e] - b[e])));
     }
-  EXPECT_LT(bias, 1e-5) << "Quantile Balancing bias";
+  EXPECT_LT(bias, 1e-5) << "the balancer's bias";
   if (world.rank() == 0)
     std::printf(
         "%s: loss %.2g relative, max gradient error %.3g, bias %.2g; replicas %lld, overflow "
@@ -192,6 +197,12 @@ std::vector<Layout> layouts() {
       {2, 2, 1, true, 2, Routing::one_rank, muon1},
       {2, 1, 2, false, 0, nat, adamw0},
       {2, 1, 2, true, 2, Routing::zipf, muon1},
+      // k2-nano: 2 ranks, then ep4, ep2 × dp2 and ep2 × tp2
+      {2, 1, 1, false, 0, nat, adamw0, "k2-nano.json"},
+      {2, 1, 1, true, 2, Routing::one_rank, muon1, "k2-nano.json"},
+      {4, 1, 1, true, 2, Routing::zipf, adamw0, "k2-nano.json"},
+      {2, 2, 1, false, 0, nat, muon1, "k2-nano.json"},
+      {2, 1, 2, false, 0, nat, adamw0, "k2-nano.json"},
   };
   return out;
 }

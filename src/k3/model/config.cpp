@@ -81,6 +81,9 @@ const std::vector<Field>& fields() {
       field("num_shared_experts", &ModelConfig::num_shared_experts, false),
       field("first_k_dense_replace", &ModelConfig::first_k_dense_replace, false),
       field("routed_scaling_factor", &ModelConfig::routed_scaling_factor, false),
+      field("moe_latent", &ModelConfig::moe_latent, false),
+      field("moe_balancer", &ModelConfig::moe_balancer, false),
+      field("moe_bias_update_rate", &ModelConfig::moe_bias_update_rate, false),
       field("attn_res_block_size", &ModelConfig::attn_res_block_size, false),
       field("linear_attn_config.num_heads", &ModelConfig::kda_num_heads, false),
       field("linear_attn_config.head_dim", &ModelConfig::kda_head_dim, false),
@@ -158,10 +161,21 @@ void validate_moe(const ModelConfig& c) {
   auto ctx = [](const char* f) { return ErrorContext{"", f, -1}; };
   K3_CHECK_CTX(c.num_experts_per_token >= 1 && c.num_experts_per_token < c.num_experts,
                ctx("num_experts_per_token"), "expected 1 <= k < num_experts (", c.num_experts,
-               "): Quantile Balancing needs the (k+1)-th score, found ", c.num_experts_per_token);
+               "): the routing reads the (k+1)-th score as its cutoff, found ", c.num_experts_per_token);
   K3_CHECK_CTX(c.moe_intermediate_size > 0, ctx("moe_intermediate_size"), "must be positive with num_experts > 0");
-  K3_CHECK_CTX(c.routed_expert_hidden_size > 0, ctx("routed_expert_hidden_size"),
-               "must be positive with num_experts > 0");
+  if (c.moe_latent)
+    K3_CHECK_CTX(c.routed_expert_hidden_size > 0, ctx("routed_expert_hidden_size"),
+                 "must be positive with num_experts > 0 (or moe_latent false)");
+  else
+    K3_CHECK_CTX(c.routed_expert_hidden_size == 0 || c.routed_expert_hidden_size == c.hidden_size,
+                 ctx("routed_expert_hidden_size"),
+                 "with moe_latent false the experts act on x itself: expected it absent or equal "
+                 "to hidden_size (", c.hidden_size, "), found ", c.routed_expert_hidden_size);
+  K3_CHECK_CTX(c.moe_balancer == "quantile" || c.moe_balancer == "bias", ctx("moe_balancer"),
+               "expected \"quantile\" or \"bias\", found \"", c.moe_balancer, "\"");
+  K3_CHECK_CTX(c.moe_bias_update_rate > 0 && std::isfinite(c.moe_bias_update_rate),
+               ctx("moe_bias_update_rate"), "must be positive and finite, found ",
+               c.moe_bias_update_rate);
   K3_CHECK_CTX(c.first_k_dense_replace <= c.num_hidden_layers, ctx("first_k_dense_replace"),
                "expected 0..num_hidden_layers, found ", c.first_k_dense_replace);
 }

@@ -39,6 +39,13 @@ struct ModelConfig {
   int64_t num_shared_experts = 0;
   int64_t first_k_dense_replace = 0;      // layers before this one use the dense MLP
   double routed_scaling_factor = 1.0;
+  // k3lab's own switches for a K2-style baseline. moe_latent = false: the standard top-k MoE, its
+  // experts acting on x itself (no latent projections or norm; routed_expert_hidden_size absent
+  // or equal to hidden_size). moe_balancer: "quantile" (math §6) or "bias", the sign update
+  // b_j += moe_bias_update_rate · sign(mean load − load_j) once per global batch.
+  bool moe_latent = true;
+  std::string moe_balancer = "quantile";
+  double moe_bias_update_rate = 1e-3;
 
   // Attention Residuals (math §2); 0 means ordinary residual connections.
   int64_t attn_res_block_size = 0;
@@ -66,6 +73,8 @@ struct ModelConfig {
 
   int64_t attn_dim() const { return num_attention_heads * head_dim; }
   int64_t kda_dim() const { return kda_num_heads * kda_head_dim; }
+  // The routed experts' input and output width: L in the latent space, else hidden_size.
+  int64_t expert_dim() const { return moe_latent ? routed_expert_hidden_size : hidden_size; }
   bool has_vision() const { return vt_hidden_size > 0 && vt_image_size > 0; }
   int64_t vision_grid() const { return vt_image_size / vt_patch_size; }  // patches per side
   // Language-model tokens per image: one per 2×2 block of patches.

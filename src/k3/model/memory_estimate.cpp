@@ -72,8 +72,9 @@ PartFloats ffn_floats(const ModelConfig& c, FfnKind kind, double n, const Activa
     const double E = static_cast<double>(c.num_experts),
                  pairs = n * static_cast<double>(c.num_experts_per_token),
                  F = static_cast<double>(c.moe_intermediate_size),
-                 L = static_cast<double>(c.routed_expert_hidden_size);
-    PartFloats f{u.kept, n * E + 2 * pairs + n, u.scratch};  // scores, routing, the norm's rstd
+                 L = static_cast<double>(c.expert_dim());
+    // Scores, routing, the latent norm's rstd.
+    PartFloats f{u.kept, n * E + 2 * pairs + (c.moe_latent ? n : 0), u.scratch};
     if (l.ep > 1 && l.moonep) {  // S·K rows, and the replicas' weights and the group's loads
       const double held = static_cast<double>(l.replica_slots) * 3 * F * L + l.ep * E;
       f.forward += held;
@@ -276,11 +277,10 @@ ModelMemory model_memory(const Model& model, const ActivationLayout& layout) {
   double moe_layers = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     moe_layers += ffn_kind(c, l) == FfnKind::LatentMoE;
-  // Per MoE layer: a histogram of kBins per expert, the loads [E] and the token count (int64).
-  const double histogram =
-      (static_cast<double>(c.num_experts) * (QuantileBalancer::kBins + 1) + 1) * sizeof(int64_t);
+  // Per MoE layer the balancer's counts (int64): Quantile Balancing's histograms, or the loads.
+  const double counts = static_cast<double>(balancer_counts(c)) * sizeof(int64_t);
   return {p.total_numel(), flat_bytes, flat_bytes, activation_bytes(c, layout),
-          moe_layers * histogram};
+          moe_layers * counts};
 }
 
 }  // namespace k3::model

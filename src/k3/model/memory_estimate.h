@@ -19,7 +19,7 @@ struct ModelMemory {
   double parameter_bytes = 0;   // the flat value buffer, padding included
   double gradient_bytes = 0;    // the flat gradient buffer, the same layout
   double activation_bytes = 0;  // step arena of one training micro-batch, at most
-  double balancing_bytes = 0;   // Quantile Balancing's histograms, one per MoE layer
+  double balancing_bytes = 0;   // the balancers' counts, one per MoE layer
 };
 
 // One rank's place in a run's layout and how it holds its activations (docs/activations.md).

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <string>
 
 #include "k3/base/error.h"
@@ -580,12 +581,14 @@ std::map<int64_t, DispatchStats> Model::take_dispatch_stats() const {
 std::vector<std::pair<std::string, Tensor>> Model::balancer_state() const {
   std::vector<std::pair<std::string, Tensor>> out;
   for (auto& [layer, moe] : moe_layers_) {
-    Tensor t = Tensor::empty({2});
-    t.f32()[0] = moe->balancer().lo();
-    t.f32()[1] = moe->balancer().hi();
-    // Under pipeline parallelism only the layer's stage balances it: its range comes from there.
+    const std::vector<float> state = moe->balancer().state();
+    if (state.empty()) continue;  // the bias balancer: the bias is all its state
+    const int64_t n = static_cast<int64_t>(state.size());
+    Tensor t = Tensor::empty({n});
+    std::copy(state.begin(), state.end(), t.f32());
+    // Under pipeline parallelism only the layer's stage balances it: its state comes from there.
     if (const int owner = stage_owner(split_.stage_of_layer(layer)); owner >= 0)
-      grid_.pp().broadcast(t.f32(), 2, owner);
+      grid_.pp().broadcast(t.f32(), n, owner);
     out.emplace_back(moe->balancer_state_name(), t);
   }
   return out;
@@ -594,13 +597,15 @@ std::vector<std::pair<std::string, Tensor>> Model::balancer_state() const {
 void Model::restore_balancer_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                                    const std::string& origin) {
   for (auto& [layer, moe] : moe_layers_) {
+    const int64_t n = static_cast<int64_t>(moe->balancer().state().size());
+    if (n == 0) continue;
     const std::string name = moe->balancer_state_name();
     auto it =
         std::find_if(tensors.begin(), tensors.end(), [&](auto& p) { return p.first == name; });
-    K3_CHECK_CTX(it != tensors.end() && it->second.shape() == Shape{2},
-                 (ErrorContext{origin, name, -1}),
-                 "the checkpoint lacks this layer's Quantile Balancing range [2]");
-    moe->balancer().set_range(it->second.f32()[0], it->second.f32()[1]);
+    K3_CHECK_CTX(it != tensors.end() && it->second.shape() == Shape{n},
+                 (ErrorContext{origin, name, -1}), "the checkpoint lacks this layer's balancer state [",
+                 n, "]");
+    moe->balancer().restore(std::span<const float>(it->second.f32(), static_cast<size_t>(n)));
   }
 }
 

@@ -144,14 +144,15 @@ class Model {
   // [vocab]. Runs the same per-layer steps as the forward, with each mixer's decode.
   void decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n, float* logits);
 
-  // Quantile Balancing, once per global batch after the optimizer step: every MoE layer updates
-  // its router bias from the histograms of the training forwards; returns the load statistics by
+  // Router balancing, once per global batch after the optimizer step: every MoE layer updates
+  // its router bias from the counts of the training forwards; returns the load statistics by
   // 0-based layer. `reduce` sums the counts across data-parallel ranks (none for one process).
   std::map<int64_t, ExpertLoadStats> end_global_batch(const CountReducer& reduce = nullptr);
   // Per MoE layer, how its rows were dispatched over ep since the last call (collective over ep).
   std::map<int64_t, DispatchStats> take_dispatch_stats() const;
-  // The balancers' ranges, for checkpoints: one [2] tensor per MoE layer. Under pipeline
-  // parallelism each comes from its layer's stage (collective over pp).
+  // The balancers' state, for checkpoints: Quantile Balancing's range, one [2] tensor per MoE layer
+  // (the bias balancer has none beside the bias). Under pipeline parallelism each comes from its
+  // layer's stage (collective over pp).
   std::vector<std::pair<std::string, Tensor>> balancer_state() const;
   void restore_balancer_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                               const std::string& origin);

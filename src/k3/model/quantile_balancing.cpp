@@ -33,31 +33,8 @@ float select_top_k(const float* s, const float* b, int64_t experts, int64_t k, i
   return key(ids[k]);
 }
 
-ExpertLoadStats ExpertLoadStats::of(std::vector<int64_t> load, int64_t tokens) {
-  ExpertLoadStats st;
-  st.tokens = tokens;
-  st.load = std::move(load);
-  if (st.load.empty()) return st;
-  int64_t total = 0;
-  st.min_load = st.max_load = st.load[0];
-  for (int64_t l : st.load) {
-    total += l;
-    st.min_load = std::min(st.min_load, l);
-    st.max_load = std::max(st.max_load, l);
-    st.idle += l == 0;
-  }
-  const double mean = static_cast<double>(total) / static_cast<double>(st.load.size());
-  st.maxvio = total > 0 ? static_cast<double>(st.max_load) / mean - 1 : 0;
-  return st;
-}
-
 QuantileBalancer::QuantileBalancer(int64_t experts, int64_t k)
-    : experts_(experts), k_(k), counts_(static_cast<size_t>(experts * (kBins + 1) + 1), 0) {
-  K3_CHECK(k >= 1 && experts > k,
-           "quantile balancing needs num_experts > num_experts_per_token >= 1", " (got ", experts,
-           " experts, k = ", k, ")");
-  last_ = ExpertLoadStats::of(std::vector<int64_t>(static_cast<size_t>(experts), 0), 0);
-}
+    : RouterBalancer(experts, k, static_cast<size_t>(experts * (kBins + 1) + 1)) {}
 
 int64_t QuantileBalancer::bin(double r, double lo, double hi) {
   const double x = std::floor((r - lo) * static_cast<double>(kBins) / (hi - lo));
@@ -86,8 +63,7 @@ void QuantileBalancer::observe(const float* scores, const float* alpha, const in
 const ExpertLoadStats& QuantileBalancer::update(float* bias, const CountReducer& reduce) {
   if (reduce) reduce(counts_);
   const int64_t E = experts_, m = tokens();
-  const int64_t* load = counts_.data() + E * kBins;
-  last_ = ExpertLoadStats::of(std::vector<int64_t>(load, load + E), m);
+  record_stats(static_cast<size_t>(E * kBins));
   if (m == 0) return last_;
 
   const double q = static_cast<double>(m) * static_cast<double>(k_) / static_cast<double>(E);
@@ -123,6 +99,11 @@ void QuantileBalancer::set_range(float lo, float hi) {
            ", ", hi, "]: expected finite bounds with lo < hi");
   lo_ = lo;
   hi_ = hi;
+}
+
+void QuantileBalancer::restore(std::span<const float> state) {
+  K3_CHECK(state.size() == 2, "quantile balancing range: expected 2 values, found ", state.size());
+  set_range(state[0], state[1]);
 }
 
 }  // namespace k3::model

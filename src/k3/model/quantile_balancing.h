@@ -7,9 +7,10 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <span>
 #include <vector>
+
+#include "k3/model/balancing.h"
 
 namespace k3::model {
 
@@ -18,59 +19,34 @@ namespace k3::model {
 // room for k + 1). Returns α, the (k+1)-th largest s + b. Requires experts > k.
 float select_top_k(const float* s, const float* b, int64_t experts, int64_t k, int32_t* ids);
 
-// Expert load of one MoE layer over one global batch.
-struct ExpertLoadStats {
-  int64_t tokens = 0;                  // m: tokens routed
-  std::vector<int64_t> load;           // token-slots routed to each expert (they sum to m·k)
-  double maxvio = 0;                   // max_e load_e / mean load − 1; 0 when no token was routed
-  int64_t min_load = 0, max_load = 0;  // of the least and the most loaded expert
-  int64_t idle = 0;                    // experts that received no token
-
-  static ExpertLoadStats of(std::vector<int64_t> load, int64_t tokens);
-};
-
-// Sums a count buffer over the data- and context-parallel ranks, in place.
-using CountReducer = std::function<void(std::span<int64_t> counts)>;
-
-class QuantileBalancer {
+class QuantileBalancer final : public RouterBalancer {
  public:
   static constexpr int64_t kBins = 1000;
 
-  QuantileBalancer() = default;
   QuantileBalancer(int64_t experts, int64_t k);  // requires experts > k >= 1
 
   // bin(r) = clamp(floor((r − lo)·1000/(hi − lo)), 0, 999); non-finite r falls in an end bin.
   static int64_t bin(double r, double lo, double hi);
 
-  // One training forward of `rows` tokens: router scores s [rows, E], their cutoffs α [rows]
-  // (from select_top_k) and the chosen experts ids [rows, k].
-  void observe(const float* scores, const float* alpha, const int32_t* ids, int64_t rows);
-
-  // Everything observe() gathered since the last update, as one buffer: the histogram
-  // [E × 1000], then the load [E], then the token count m. A rank-local sum, until reduced.
-  std::span<int64_t> counts() { return counts_; }
+  // Counts: the histogram [E × 1000], then the load [E], then the token count m.
+  void observe(const float* scores, const float* alpha, const int32_t* ids, int64_t rows) override;
   int64_t histogram(int64_t expert, int64_t bin) const {
     return counts_[static_cast<size_t>(expert * kBins + bin)];
   }
-  int64_t tokens() const { return counts_.back(); }
 
-  // Once per global batch, after the optimizer step: reduce(counts()) (the hook for data- and
-  // context-parallel ranks; none means one rank), then the math §6 update of bias [E] and of the
-  // range, and the counts restart at zero. With m = 0 the bias and range are kept. Returns (and
-  // keeps) the batch's load statistics.
-  const ExpertLoadStats& update(float* bias, const CountReducer& reduce = nullptr);
-  const ExpertLoadStats& last_stats() const { return last_; }
+  // The math §6 update of bias [E] and of the range (see RouterBalancer::update).
+  const ExpertLoadStats& update(float* bias, const CountReducer& reduce = nullptr) override;
 
   // The range [lo, hi] is the state a checkpoint must keep beside the bias (fp32 [2]).
   float lo() const { return lo_; }
   float hi() const { return hi_; }
   void set_range(float lo, float hi);  // throws k3::Error unless finite with lo < hi
+  const char* state_name() const override { return "quantile_balancing.range"; }
+  std::vector<float> state() const override { return {lo_, hi_}; }
+  void restore(std::span<const float> state) override;
 
  private:
-  int64_t experts_ = 0, k_ = 0;
   float lo_ = -1.f, hi_ = 1.f;
-  std::vector<int64_t> counts_;
-  ExpertLoadStats last_;
 };
 
 }  // namespace k3::model

@@ -279,7 +279,7 @@ std::string describe(const RunMemory& m) {
                         static_cast<long long>(m.layout.tokens),
                         static_cast<long long>(layers_held(m.layout)))) +
          line("expert balancing", m.model.balancing_bytes,
-              "Quantile Balancing histograms of the MoE layers") +
+              "the MoE layers' balancer counts (expert loads, histograms)") +
          line("data", m.data, "token streams, int32") + line("total", m.total(), "") +
          "  layout: " + m.layout_text + "\n";
 }

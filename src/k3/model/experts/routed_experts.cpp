@@ -75,7 +75,7 @@ kernels::MoePermutePlan plan_rows(Arena& arena, const float* ids, int64_t tokens
 RoutedExperts::RoutedExperts(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c)
     : prefix_(prefix),
       experts_(c.num_experts),
-      latent_(c.routed_expert_hidden_size),
+      latent_(c.expert_dim()),
       k_(c.num_experts_per_token),
       act_(glu_params(c)) {
   const GroupPlace ep = reg.place("ep");

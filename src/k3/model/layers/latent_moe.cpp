@@ -9,6 +9,7 @@
 #include "k3/kernels/elementwise.h"
 #include "k3/kernels/moe_permute.h"
 #include "k3/model/layers/tp_region.h"
+#include "k3/model/quantile_balancing.h"
 
 namespace k3::model {
 namespace {
@@ -28,20 +29,21 @@ LatentMoE::LatentMoE(ParamRegistry& reg, const std::string& prefix, const ModelC
       experts_(c.num_experts),
       k_(c.num_experts_per_token),
       width_(c.moe_intermediate_size),
-      latent_(c.routed_expert_hidden_size),
+      latent_(c.expert_dim()),
       shared_width_(c.num_shared_experts * c.moe_intermediate_size),
-      scaling_(static_cast<float>(c.routed_scaling_factor)) {
+      scaling_(static_cast<float>(c.routed_scaling_factor)),
+      latent_space_(c.moe_latent) {
   for (auto [field, value] : {std::pair{"hidden_size", c.hidden_size},
                               {"num_experts", c.num_experts},
                               {"num_experts_per_token", c.num_experts_per_token},
                               {"moe_intermediate_size", c.moe_intermediate_size},
-                              {"routed_expert_hidden_size", c.routed_expert_hidden_size}})
+                              {"routed_expert_hidden_size", c.expert_dim()}})
     K3_CHECK_CTX(value > 0, (ErrorContext{c.source, field, -1}),
                  "LatentMoE needs a positive value, got ", value);
   K3_CHECK_CTX(c.num_shared_experts >= 0, (ErrorContext{c.source, "num_shared_experts", -1}),
                "expected a non-negative value, got ", c.num_shared_experts);
   K3_CHECK_CTX(k_ < experts_, (ErrorContext{c.source, "num_experts_per_token", -1}),
-               "must be below num_experts (", experts_, ") for Quantile Balancing, got ", k_);
+               "must be below num_experts (", experts_, ") for the balancer's cutoff, got ", k_);
   const float std = static_cast<float>(c.initializer_range);
   const float out_std = c.output_init_std();
 
@@ -51,15 +53,17 @@ LatentMoE::LatentMoE(ParamRegistry& reg, const std::string& prefix, const ModelC
   // (summed); the latent norm and up-projection are replicated and see whole values.
   router_ = Linear(reg, prefix + ".gate", hidden_, experts_, std, LinearMode::summed);
   bias_ = reg.add(prefix + ".gate.e_score_correction_bias", {experts_}, ParamInit::zeros());
-  latent_down_ =
-      Linear(reg, prefix + ".routed_expert_down_proj", hidden_, latent_, std, LinearMode::summed);
-  latent_norm_ =
-      RMSNorm(reg, prefix + ".routed_expert_norm", latent_, static_cast<float>(c.rms_norm_eps));
-  latent_up_ = Linear(reg, prefix + ".routed_expert_up_proj", latent_, hidden_, out_std);
+  if (latent_space_) {
+    latent_down_ =
+        Linear(reg, prefix + ".routed_expert_down_proj", hidden_, latent_, std, LinearMode::summed);
+    latent_norm_ =
+        RMSNorm(reg, prefix + ".routed_expert_norm", latent_, static_cast<float>(c.rms_norm_eps));
+    latent_up_ = Linear(reg, prefix + ".routed_expert_up_proj", latent_, hidden_, out_std);
+  }
   routed_ = RoutedExperts(reg, prefix, c);
   width_ = routed_.width();  // this rank's
   if (shared_width_ > 0) shared_.emplace(reg, prefix + ".shared_experts", c, shared_width_);
-  balancer_ = QuantileBalancer(experts_, k_);
+  balancer_ = make_balancer(c);
 }
 
 void LatentMoE::route(const Step& s, const float* x, int64_t rows, float* scores, int32_t* ids,
@@ -90,8 +94,10 @@ void LatentMoE::forward(const Step& s, const float* x, int64_t tokens, float* ou
   const int64_t rows = tokens, E = experts_, L = latent_, pairs = rows * k_;
   // What backward reads, allocated before the scratch scopes below.
   float *scores = s.alloc(rows * E), *ids_saved = s.alloc(pairs), *weights = s.alloc(pairs);
-  float *z = s.alloc(rows * L), *y = s.alloc(pairs * L), *r = s.alloc(rows * L);
-  float *r_norm = s.alloc(rows * L), *r_rstd = s.alloc(rows);
+  float *z = s.alloc(rows * L), *y = s.alloc(pairs * L);
+  // The latent norm's input and output; without the latent space r is scratch.
+  float *r = nullptr, *r_norm = nullptr, *r_rstd = nullptr;
+  if (latent_space_) r = s.alloc(rows * L), r_norm = s.alloc(rows * L), r_rstd = s.alloc(rows);
   const std::optional<GluMlp::Acts> shared_acts =
       shared_ ? std::optional(shared_->alloc_acts(s, rows)) : std::nullopt;
   {
@@ -106,10 +112,13 @@ void LatentMoE::forward(const Step& s, const float* x, int64_t tokens, float* ou
     int32_t* ids = s.arena.allocate_array<int32_t>(static_cast<size_t>(pairs));
     float* alpha = s.alloc(rows);
     route(s, xa, rows, scores, ids, weights, alpha);
-    if (s.records_statistics()) balancer_.observe(scores, alpha, ids, rows);
+    if (s.records_statistics()) balancer_->observe(scores, alpha, ids, rows);
     // Ids are saved as (exact) floats: every saved activation is a float tensor.
     for (int64_t p = 0; p < pairs; ++p) ids_saved[p] = static_cast<float>(ids[p]);
-    latent_down_.forward(s, xa, rows, z);
+    if (latent_space_)
+      latent_down_.forward(s, xa, rows, z);
+    else
+      std::copy_n(xa, rows * L, z);  // kept: under sequence parallelism xa is scratch
   }
   // Outside any scope: under expert parallelism what it keeps for backward has a size only the
   // step's routing decides.
@@ -117,11 +126,15 @@ void LatentMoE::forward(const Step& s, const float* x, int64_t tokens, float* ou
   {
     ArenaScope scratch(s.arena);
     const kernels::MoePermutePlan plan = plan_rows(s.arena, ids_saved, rows, k_, E);
+    if (!latent_space_) r = s.alloc(rows * L);
     kernels::moe_unpermute(plan, y, weights, L, r);
     s.grid.tp().all_reduce(r, rows * L);  // each rank's slice of every expert's output, summed
-    latent_norm_.forward(s, r, rows, r_norm, r_rstd);
-    float* routed = s.alloc(rows * hidden_);
-    latent_up_.forward(s, r_norm, rows, routed);
+    float* routed = r;
+    if (latent_space_) {
+      latent_norm_.forward(s, r, rows, r_norm, r_rstd);
+      routed = s.alloc(rows * hidden_);
+      latent_up_.forward(s, r_norm, rows, routed);
+    }
     kernels::add_inplace(out, region.local(routed), region.rows() * hidden_);
   }
   s.save(prefix_ + ".x", x, region.rows() * hidden_);
@@ -130,7 +143,7 @@ void LatentMoE::forward(const Step& s, const float* x, int64_t tokens, float* ou
   s.save(prefix_ + ".weights", weights, pairs);
   s.save(prefix_ + ".z", z, rows * L);
   s.save(prefix_ + ".expert_out", y, pairs * L);
-  s.save(prefix_ + ".r_norm", r_norm, rows * L);
+  if (latent_space_) s.save(prefix_ + ".r_norm", r_norm, rows * L);
 }
 
 // p_j = c s_j / D with D = Σ_chosen s + ε, so dL/ds_j = c (dp_j − Σ_i dp_i s_i / D) / D for the
@@ -166,7 +179,8 @@ void LatentMoE::backward(const Step& s, const float* dout, int64_t tokens, float
   const TpRegion region(s, tokens, hidden_);
   const int64_t rows = tokens, E = experts_, L = latent_, pairs = rows * k_;
   const float *scores = s.load(prefix_ + ".scores"), *weights = s.load(prefix_ + ".weights");
-  const float *y = s.load(prefix_ + ".expert_out"), *r_norm = s.load(prefix_ + ".r_norm");
+  const float* y = s.load(prefix_ + ".expert_out");
+  const float* r_norm = latent_space_ ? s.load(prefix_ + ".r_norm") : nullptr;
   const float* ids_saved = s.load(prefix_ + ".ids");
   const float* dy_all = region.leave_backward(dout);
   const float* xa = region.enter(s.load(prefix_ + ".x"));
@@ -177,16 +191,23 @@ void LatentMoE::backward(const Step& s, const float* dout, int64_t tokens, float
   else
     std::fill(partial, partial + rows * hidden_, 0.f);
 
-  float *dr_norm = s.alloc(rows * L), *dr = s.alloc(rows * L);
-  latent_up_.backward(s, r_norm, dy_all, rows, dr_norm, false);
-  latent_norm_.backward(s, dr_norm, rows, dr, false);
+  const float* dr = dy_all;  // without the latent space r is the routed output itself
+  if (latent_space_) {
+    float *dr_norm = s.alloc(rows * L), *dr_latent = s.alloc(rows * L);
+    latent_up_.backward(s, r_norm, dy_all, rows, dr_norm, false);
+    latent_norm_.backward(s, dr_norm, rows, dr_latent, false);
+    dr = dr_latent;
+  }
 
   const kernels::MoePermutePlan plan = plan_rows(s.arena, ids_saved, rows, k_, E);
   float *dy = s.alloc(pairs * L), *dweights = s.alloc(pairs);
   kernels::moe_unpermute_backward(plan, y, weights, dr, L, dy, dweights);
   float* dz = s.alloc(rows * L);
   routed_.backward(s, plan, dy, dz);
-  latent_down_.backward(s, xa, dz, rows, partial, true);
+  if (latent_space_)
+    latent_down_.backward(s, xa, dz, rows, partial, true);
+  else
+    kernels::add_inplace(partial, dz, rows * L);
 
   int32_t* ids = s.arena.allocate_array<int32_t>(static_cast<size_t>(pairs));
   for (int64_t p = 0; p < pairs; ++p) ids[p] = static_cast<int32_t>(ids_saved[p]);
@@ -197,27 +218,29 @@ void LatentMoE::backward(const Step& s, const float* dout, int64_t tokens, float
 }
 
 const ExpertLoadStats& LatentMoE::end_global_batch(ParamRegistry& reg, const CountReducer& reduce) {
-  return balancer_.update(reg.value(bias_).f32(), reduce);
+  return balancer_->update(reg.value(bias_).f32(), reduce);
 }
 
 int64_t LatentMoE::active_matmul_params() const {
-  return experts_ * hidden_ + 2 * latent_ * hidden_ + k_ * 3 * width_ * latent_ +
-         (shared_ ? 3 * shared_->width() * hidden_ : 0);
+  return experts_ * hidden_ + (latent_space_ ? 2 * latent_ * hidden_ : 0) +
+         k_ * 3 * width_ * latent_ + (shared_ ? 3 * shared_->width() * hidden_ : 0);
 }
 
 LatentMoE::ArenaUse LatentMoE::arena_use(const ModelConfig& c, int64_t rows) {
-  const double E = static_cast<double>(c.num_experts),
-               L = static_cast<double>(c.routed_expert_hidden_size),
+  const double E = static_cast<double>(c.num_experts), L = static_cast<double>(c.expert_dim()),
                F = static_cast<double>(c.moe_intermediate_size),
                d = static_cast<double>(c.hidden_size),
                S = static_cast<double>(c.num_shared_experts) * F, n = static_cast<double>(rows),
                P = n * static_cast<double>(c.num_experts_per_token);
   // What forward keeps (its own, the latent norm's, the shared experts'), then the larger of the
-  // forward and backward scratch.
-  const double kept = n * E + 2 * P + 3 * n * L + 2 * P * F + P * L + n + 3 * n * S;
+  // forward and backward scratch. Without the latent space r is scratch and has no norm.
+  const double latent = c.moe_latent ? 1 : 0;
+  const double kept =
+      n * E + 2 * P + (1 + 2 * latent) * n * L + 2 * P * F + P * L + latent * n + 3 * n * S;
   const double plan = 2 * (E + 1 + 2 * P);
-  const double fwd = std::max(P + n + plan + P * L + P * F, n * d);
-  const double bwd = 3 * n * S + 2 * n * L + plan + 3 * P * L + P + 4 * P * F + n * L + n * E;
+  const double fwd = std::max(P + n + plan + P * L + P * F, n * d + (1 - latent) * plan);
+  const double bwd =
+      3 * n * S + 2 * latent * n * L + plan + 3 * P * L + P + 4 * P * F + n * L + n * E;
   return {kept, std::max(fwd, bwd)};
 }
 

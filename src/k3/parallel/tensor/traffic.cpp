@@ -27,7 +27,7 @@ TpTraffic tp_micro_batch_traffic(const model::ModelConfig& c, int tp, bool seque
   }
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     if (model::ffn_kind(c, l) == model::FfnKind::LatentMoE)
-      t.all_reduce += tokens * c.routed_expert_hidden_size * f;
+      t.all_reduce += tokens * c.expert_dim() * f;
   t.all_gather += tp * kernels::kCeStats * tokens * f;
   return t;
 }
