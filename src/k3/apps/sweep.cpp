@@ -95,6 +95,9 @@ void add_sweep(CLI::App& app) {
         throw CLI::RuntimeError(train::kStoppedExitStatus);
       }
     }
+    const std::string out = std::filesystem::absolute(spec.out).lexically_normal().string();
+    if (a->no_run)
+      for (const sweep::Job& j : jobs) sweep::write_job_files(j, out);
     const std::vector<sweep::JobResult> results = sweep::read_results(spec.out, jobs);
     compare(spec, jobs, results, "val_loss", *a);
     if (!spec.val_data.empty()) compare(spec, jobs, results, "ood_loss", *a);

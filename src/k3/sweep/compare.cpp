@@ -86,6 +86,29 @@ int free_variables(LawForm form) {
   return n;
 }
 
+// Arm B against arm A at LOSS. Per bootstrap resample, an arm that never reaches the loss needs
+// infinite compute (the ratio is then infinite or 0); a resample where neither does says nothing.
+Multiplier multiplier(const ArmFit& a, const ArmFit& b, double loss) {
+  Multiplier m;
+  m.arm = b.arm;
+  m.value = compute_for_loss(b.law, loss) / compute_for_loss(a.law, loss);
+  std::vector<double> values;
+  for (size_t r = 0; r < b.resampled.size() && r < a.resampled.size(); ++r) {
+    const double cb = compute_for_loss(b.resampled[r], loss);
+    const double ca = compute_for_loss(a.resampled[r], loss);
+    m.unreachable += !std::isfinite(cb) || !std::isfinite(ca);
+    if (std::isfinite(cb) || std::isfinite(ca)) values.push_back(cb / ca);
+  }
+  if (!values.empty()) {
+    std::sort(values.begin(), values.end());
+    auto at = [&](double q) {
+      return values[std::min(values.size() - 1, static_cast<size_t>(q * values.size()))];
+    };
+    m.interval = {at(0.025), at(0.975)};
+  }
+  return m;
+}
+
 }  // namespace
 
 double frontier_loss(const scaling::ScalingLaw& law, double compute) {
@@ -145,31 +168,13 @@ Comparison compare_arms(const std::vector<Job>& jobs, const std::vector<JobResul
     c.arms.push_back(std::move(a));
   }
   const ArmFit& first = c.arms.front();
-  c.reference_compute = first.optima.back().compute;
-  c.reference_loss = frontier_loss(first.law, c.reference_compute);
-  for (size_t k = 1; k < c.arms.size(); ++k) {
-    const ArmFit& b = c.arms[k];
-    Multiplier m;
-    m.arm = b.arm;
-    m.value =
-        compute_for_loss(b.law, c.reference_loss) / compute_for_loss(first.law, c.reference_loss);
-    // Per resample; an arm that never reaches the loss needs infinite compute (the ratio is
-    // then infinite or 0), and a resample where neither does says nothing.
-    std::vector<double> values;
-    for (size_t r = 0; r < b.resampled.size() && r < first.resampled.size(); ++r) {
-      const double cb = compute_for_loss(b.resampled[r], c.reference_loss);
-      const double ca = compute_for_loss(first.resampled[r], c.reference_loss);
-      m.unreachable += !std::isfinite(cb) || !std::isfinite(ca);
-      if (std::isfinite(cb) || std::isfinite(ca)) values.push_back(cb / ca);
-    }
-    if (!values.empty()) {
-      std::sort(values.begin(), values.end());
-      auto at = [&](double q) {
-        return values[std::min(values.size() - 1, static_cast<size_t>(q * values.size()))];
-      };
-      m.interval = {at(0.025), at(0.975)};
-    }
-    c.multipliers.push_back(m);
+  for (const Optimum& o : first.optima) {
+    Reference ref;
+    ref.compute = o.compute;
+    ref.loss = frontier_loss(first.law, o.compute);
+    for (size_t k = 1; k < c.arms.size(); ++k)
+      ref.multipliers.push_back(multiplier(first, c.arms[k], ref.loss));
+    c.references.push_back(std::move(ref));
   }
   return c;
 }
@@ -208,22 +213,32 @@ std::string describe(const Comparison& c, double entropy_floor) {
       s += strprintf("  E beside the corpus's entropy floor %.4f: %+.4f\n", entropy_floor,
                      a.law.E - entropy_floor);
   }
-  if (!c.multipliers.empty()) {
+  if (c.arms.size() > 1) {
     s += strprintf(
-        "\ncompute multiplier at equal loss (%.5f, %s's fit at its largest compute %.3g):\n",
-        c.reference_loss, c.arms.front().arm.c_str(), c.reference_compute);
-    for (const Multiplier& m : c.multipliers) {
-      s += std::isfinite(m.value) ? strprintf("  %s needs %.3gx the compute of %s", m.arm.c_str(),
-                                              m.value, c.arms.front().arm.c_str())
-                                  : strprintf("  %s's fit never reaches that loss", m.arm.c_str());
-      if (c.resamples > 0)
-        s += strprintf(", 95%% [%.3g, %.3g] over %d bootstrap resamples", m.interval.lo,
-                       m.interval.hi, c.resamples);
-      if (m.unreachable > 0)
-        s += strprintf(" (in %lld resamples an arm never reaches that loss)",
-                       static_cast<long long>(m.unreachable));
+        "\ncompute multiplier at equal loss: the compute an arm needs for the loss %s's "
+        "fit reaches at each of its sizes, over %s's%s\n",
+        c.arms.front().arm.c_str(), c.arms.front().arm.c_str(),
+        c.resamples > 0 ? strprintf(" (95%% intervals over %d bootstrap resamples of each arm's "
+                                    "optima)",
+                                    c.resamples)
+                              .c_str()
+                        : "");
+    s += strprintf("%10s %10s", "C", "loss");
+    for (const Multiplier& m : c.references.front().multipliers)
+      s += strprintf(" %28s", m.arm.c_str());
+    s += "\n";
+    for (const Reference& r : c.references) {
+      s += strprintf("%10.3g %10.5f", r.compute, r.loss);
+      for (const Multiplier& m : r.multipliers) {
+        std::string cell = std::isfinite(m.value) ? strprintf("%.3gx", m.value) : "never";
+        if (c.resamples > 0) cell += strprintf(" [%.3g, %.3g]", m.interval.lo, m.interval.hi);
+        if (m.unreachable > 0) cell += strprintf(" (%lld)", static_cast<long long>(m.unreachable));
+        s += strprintf(" %28s", cell.c_str());
+      }
       s += "\n";
     }
+    s += "(never: the arm's fit does not reach that loss; (n): resamples in which an arm's fit "
+         "never reaches it, counted as 0x or infinite)\n";
   }
   return s;
 }
@@ -232,11 +247,9 @@ std::string comparison_json(const Comparison& c) {
   using nlohmann::json;
   auto number = [](double v) { return std::isfinite(v) ? json(v) : json(nullptr); };
   json j{{"loss", c.loss_column},
-         {"reference_loss", number(c.reference_loss)},
-         {"reference_compute", number(c.reference_compute)},
          {"resamples", c.resamples},
          {"arms", json::array()},
-         {"multipliers", json::array()}};
+         {"references", json::array()}};
   for (const ArmFit& a : c.arms) {
     json arm{{"arm", a.arm}, {"form", scaling::law_form_name(a.form)}, {"optima", json::array()}};
     for (const Optimum& o : a.optima)
@@ -268,11 +281,15 @@ std::string comparison_json(const Comparison& c) {
     arm["objective"] = a.fit.objective;
     j["arms"].push_back(arm);
   }
-  for (const Multiplier& m : c.multipliers)
-    j["multipliers"].push_back({{"arm", m.arm},
-                                {"value", number(m.value)},
-                                {"interval", {number(m.interval.lo), number(m.interval.hi)}},
-                                {"unreachable", m.unreachable}});
+  for (const Reference& r : c.references) {
+    json ref{{"compute", r.compute}, {"loss", number(r.loss)}, {"multipliers", json::array()}};
+    for (const Multiplier& m : r.multipliers)
+      ref["multipliers"].push_back({{"arm", m.arm},
+                                    {"value", number(m.value)},
+                                    {"interval", {number(m.interval.lo), number(m.interval.hi)}},
+                                    {"unreachable", m.unreachable}});
+    j["references"].push_back(ref);
+  }
   return j.dump(2) + "\n";
 }
 

@@ -42,12 +42,17 @@ struct Multiplier {
   int64_t unreachable = 0;     // resamples in which an arm never reaches the loss
 };
 
+// A loss the arms are compared at: the first arm's fitted loss at the compute of one of its
+// optima (so within the range the sweep measured).
+struct Reference {
+  double compute = NAN, loss = NAN;
+  std::vector<Multiplier> multipliers;  // one per other arm
+};
+
 struct Comparison {
   std::string loss_column;  // val_loss, val_loss_smoothed or ood_loss
   std::vector<ArmFit> arms;
-  double reference_loss = NAN;  // the first arm's fitted loss at its largest compute
-  double reference_compute = NAN;
-  std::vector<Multiplier> multipliers;
+  std::vector<Reference> references;  // at each of the first arm's optima, smallest first
   int resamples = 0;
 };
 

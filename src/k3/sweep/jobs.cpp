@@ -130,7 +130,10 @@ void write_job_files(const Job& job, const std::string& out) {
                     "); the sweep file changed since it ran: give it a new sweep.out",
                 {file, "", -1});
   };
-  if (file_exists(model_json) && read_file(model_json) != model_text)
+  // Compared as read back, so that a field the format gained since is no change.
+  if (file_exists(model_json) &&
+      model::model_config_to_json(model::load_model_config(model_json)).dump(2) + "\n" !=
+          model_text)
     refuse(model_json, "another model: the preset changed");
   if (file_exists(run_toml)) {
     const std::string before = read_file(run_toml);
@@ -142,8 +145,8 @@ void write_job_files(const Job& job, const std::string& out) {
                                              " -> " + changes.front().to);
     }
   }
-  write_file_atomic(model_json, model_text);
-  write_file_atomic(run_toml, run_text);
+  if (!file_exists(model_json)) write_file_atomic(model_json, model_text);
+  if (!file_exists(run_toml)) write_file_atomic(run_toml, run_text);
 }
 
 }  // namespace k3::sweep

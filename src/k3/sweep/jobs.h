@@ -34,8 +34,9 @@ struct Job {
 // small for one step.
 std::vector<Job> plan_jobs(const SweepSpec& spec);
 
-// Writes the job's model.json and run.toml. A job directory planned before with other settings
-// (the sweep file was edited) is refused naming the job and the first key that changed.
+// Writes the job's model.json and run.toml where missing. A job planned before with other
+// settings (the sweep file was edited since) is refused naming the job and the first key that
+// changed, whether it has run or not.
 void write_job_files(const Job& job, const std::string& out);
 
 }  // namespace k3::sweep

@@ -18,7 +18,8 @@ json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr
 double number_of(const json& j, const char* key) {
   return j.contains(key) && j.at(key).is_number() ? j.at(key).get<double>() : NAN;
 }
-std::string csv_number(double v) { return std::isfinite(v) ? strprintf("%.9g", v) : ""; }
+// Losses with every digit, so that a table read back gives the same numbers.
+std::string csv_number(double v) { return std::isfinite(v) ? strprintf("%.17g", v) : ""; }
 
 }  // namespace
 

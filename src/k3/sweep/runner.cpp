@@ -132,7 +132,7 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
     if (!results[i].ended() || (options.retry_failed && results[i].status == "failed") ||
         scored_only(i))
       queue.push_back(i);
-  for (size_t i : queue) write_job_files(jobs[i], out);
+  for (const Job& j : jobs) write_job_files(j, out);  // refuses jobs planned otherwise before
   const std::string csv = results_path(spec);
   write_file_atomic(csv, results_csv(jobs, results));
 
