@@ -1,0 +1,98 @@
+// Shared by the sandbox tests: a fresh image store in a temporary directory, the namespaces
+// backend, and checks that nothing of a sandbox outlives it.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "k3/sandbox/sandbox.h"
+
+namespace k3::sandbox::testing {
+
+// The processes running the agent (inside any sandbox), by their command line.
+inline int count_agent_processes() {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline");
+    std::string cmd;
+    std::getline(in, cmd, '\0');
+    if (cmd == "/.k3lab-agent") ++n;
+  }
+  return n;
+}
+
+// Lines of /proc/self/mountinfo that name TEXT.
+inline int count_mounts_naming(const std::string& text) {
+  std::ifstream in("/proc/self/mountinfo");
+  int n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find(text) != std::string::npos;
+  return n;
+}
+
+// cgroup directories of k3lab sandboxes anywhere under /sys/fs/cgroup (depth-limited).
+inline int count_sandbox_cgroups() {
+  int n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::recursive_directory_iterator(
+           "/sys/fs/cgroup", std::filesystem::directory_options::skip_permission_denied, ec);
+       it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+    if (ec) break;
+    if (it.depth() > 4) it.disable_recursion_pending();
+    if (it->is_directory(ec) && it->path().filename().string().rfind("k3lab-ns-", 0) == 0) ++n;
+  }
+  return n;
+}
+
+class SandboxTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    setenv("K3LAB_SANDBOX_AGENT", K3_SANDBOX_AGENT, 1);
+    char tmpl[] = "/tmp/k3sbx-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ::chmod(dir_.c_str(), 0755);
+    store_ = std::make_unique<ImageStore>(dir_ + "/store");
+    backend_ = make_backend(BackendKind::kNamespaces, *store_);
+    if (const std::string why = backend_->unavailable_reason(); !why.empty())
+      GTEST_SKIP() << "namespaces backend unavailable: " << why;
+    agents_before_ = count_agent_processes();
+  }
+
+  void TearDown() override {
+    backend_.reset();
+    if (!dir_.empty() && !HasFatalFailure() && !IsSkipped()) {
+      EXPECT_EQ(count_agent_processes(), agents_before_) << "a sandbox's agent outlived the test";
+      EXPECT_EQ(count_mounts_naming(dir_), 0) << "a mount of the store is left on the host";
+      // Every sandbox's run directory is gone.
+      EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/store/run"));
+    }
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  std::unique_ptr<Sandbox> make(const std::string& image = "host", Limits limits = {}) {
+    return backend_->create(store_->resolve(image), limits);
+  }
+
+  static ExecResult sh(Sandbox& s, const std::string& script, const std::string& stdin_data = "") {
+    ExecRequest q;
+    q.argv = {"/bin/sh", "-c", script};
+    q.stdin_data = stdin_data;
+    return s.exec(q);
+  }
+
+  std::string dir_;
+  std::unique_ptr<ImageStore> store_;
+  std::unique_ptr<Backend> backend_;
+  int agents_before_ = 0;
+};
+
+}  // namespace k3::sandbox::testing
