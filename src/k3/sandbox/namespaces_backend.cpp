@@ -3,10 +3,12 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -159,6 +161,11 @@ class NamespacesSandbox : public Sandbox {
   }
 
   void destroy() override {
+    {
+      // First end the sandbox under any request in flight, which then fails at once.
+      std::lock_guard lock(holder_mutex_);
+      if (holder_ > 0) kill(holder_, SIGKILL);
+    }
     std::lock_guard lock(mutex_);
     destroy_locked();
   }
@@ -167,9 +174,12 @@ class NamespacesSandbox : public Sandbox {
 
  private:
   void destroy_locked() {
-    agent_.close();          // the agent exits at end of file; the kill below does not wait for it
-    kill_and_reap(holder_);  // bubblewrap's PID 1 dies with it, and the PID namespace with that
-    holder_ = -1;
+    agent_.close();  // the agent exits at end of file; the kill below does not wait for it
+    {
+      std::lock_guard lock(holder_mutex_);
+      kill_and_reap(holder_);  // bubblewrap's PID 1 dies with it, and the PID namespace with that
+      holder_ = -1;
+    }
     cgroups_.remove();
     std::error_code ec;
     if (!run_.empty()) {
@@ -249,8 +259,9 @@ class NamespacesSandbox : public Sandbox {
     plan.to_agent = to_agent[0];
     plan.from_agent = from_agent[1];
     plan.log = open((run_ + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    holder_ = fork();
-    if (holder_ == 0) become_sandbox(plan);
+    const pid_t child = fork();
+    if (child == 0) become_sandbox(plan);
+    holder_ = child;
     ::close(to_agent[0]);
     ::close(from_agent[1]);
     if (plan.log >= 0) ::close(plan.log);
@@ -273,8 +284,9 @@ class NamespacesSandbox : public Sandbox {
   std::vector<std::string> mount_points_;  // what bubblewrap adds to the root; not in snapshots
   Cgroups cgroups_;
   AgentClient agent_;
-  pid_t holder_ = -1;
-  std::mutex mutex_;
+  std::atomic<pid_t> holder_ = -1;  // bubblewrap's outer process, our child
+  std::mutex mutex_;                // one request at a time
+  std::mutex holder_mutex_;         // held to signal or reap holder_
 };
 
 }  // namespace

@@ -64,8 +64,8 @@ struct ExecRequest {
   std::vector<std::string> env;  // NAME=VALUE; empty: a small default (PATH, HOME, LANG)
   std::string cwd = "/";
   std::string stdin_data;
-  uint64_t timeout_ms = 30000;
-  uint64_t output_cap_bytes = 1u << 20;  // per stream
+  uint64_t timeout_ms = 0;        // 0: the sandbox's limit
+  uint64_t output_cap_bytes = 0;  // per stream; 0: the sandbox's limit
   Rlimits rlimits;
 };
 
