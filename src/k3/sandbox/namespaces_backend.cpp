@@ -116,9 +116,9 @@ struct SetupPlan {
 
 class NamespacesSandbox : public Sandbox {
  public:
-  NamespacesSandbox(ImageStore& store, Image image, Limits limits, const std::string& bwrap,
-                    const std::string& agent)
-      : store_(store), image_(std::move(image)), limits_(limits) {
+  NamespacesSandbox(ImageStore& store, ForkThread& forker, Image image, Limits limits,
+                    const std::string& bwrap, const std::string& agent)
+      : store_(store), forker_(forker), image_(std::move(image)), limits_(limits) {
     id_ = new_sandbox_id("ns-");
     try {
       start(bwrap, agent);
@@ -259,8 +259,7 @@ class NamespacesSandbox : public Sandbox {
     plan.to_agent = to_agent[0];
     plan.from_agent = from_agent[1];
     plan.log = open((run_ + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    const pid_t child = fork();
-    if (child == 0) become_sandbox(plan);
+    const pid_t child = forker_.fork([&] { become_sandbox(plan); });
     holder_ = child;
     ::close(to_agent[0]);
     ::close(from_agent[1]);
@@ -278,6 +277,7 @@ class NamespacesSandbox : public Sandbox {
   }
 
   ImageStore& store_;
+  ForkThread& forker_;
   Image image_;
   Limits limits_;
   std::string run_;
@@ -310,7 +310,7 @@ std::string NamespacesBackend::unavailable_reason() const {
 
 std::unique_ptr<Sandbox> NamespacesBackend::create(const Image& image, const Limits& limits) {
   if (const std::string why = unavailable_reason(); !why.empty()) throw Error(why);
-  return std::make_unique<NamespacesSandbox>(store_, image, limits, bwrap_, agent_);
+  return std::make_unique<NamespacesSandbox>(store_, forker_, image, limits, bwrap_, agent_);
 }
 
 }  // namespace k3::sandbox

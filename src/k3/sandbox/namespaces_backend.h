@@ -5,10 +5,12 @@
 // sandbox's own, so nothing is ever mounted on the host and nothing is left mounted if k3lab dies.
 #pragma once
 
+#include "k3/sandbox/fork_thread.h"
 #include "k3/sandbox/sandbox.h"
 
 namespace k3::sandbox {
 
+// Sandboxes must not outlive the backend that made them.
 class NamespacesBackend : public Backend {
  public:
   explicit NamespacesBackend(ImageStore& store);
@@ -17,6 +19,7 @@ class NamespacesBackend : public Backend {
 
  private:
   ImageStore& store_;
+  ForkThread forker_;  // every sandbox's bubblewrap is its child; they end when it does
   std::string bwrap_, agent_, agent_error_;
 };
 
