@@ -1,5 +1,6 @@
 #include "k3/sandbox/cgroups.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -7,6 +8,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -171,6 +173,29 @@ void Cgroups::remove() {
   }
   groups_.clear();
   procs_files_.clear();
+}
+
+void remove_stale_cgroups(const std::string& prefix, int min_age_s) {
+  const std::string base = "/sys/fs/cgroup";
+  std::vector<std::string> parents;
+  std::string own;
+  for (const char* c : {"memory", "pids", "cpu"})
+    if (own_cgroup(c, own)) parents.push_back(base + "/" + c + (own == "/" ? "" : own));
+  if (own_cgroup("", own)) parents.push_back(base + own);
+  const time_t now = time(nullptr);
+  for (const auto& parent : parents) {
+    DIR* dir = opendir(parent.c_str());
+    if (!dir) continue;
+    while (const dirent* e = readdir(dir)) {
+      const std::string name = e->d_name;
+      if (name.rfind(prefix, 0) != 0) continue;
+      const std::string path = parent + "/" + name;
+      struct stat st {};
+      // rmdir refuses a cgroup with members, so a live sandbox's is never removed.
+      if (stat(path.c_str(), &st) == 0 && now - st.st_mtime >= min_age_s) rmdir(path.c_str());
+    }
+    closedir(dir);
+  }
 }
 
 bool join_cgroups(const std::vector<std::string>& procs_files) {

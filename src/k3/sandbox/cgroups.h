@@ -46,6 +46,10 @@ class Cgroups {
   bool v2_ = false;
 };
 
+// Removes the empty cgroups whose names start with PREFIX, below this process's own in each
+// hierarchy, that are older than MIN_AGE_S: what a k3lab that was killed left behind.
+void remove_stale_cgroups(const std::string& prefix, int min_age_s);
+
 // Joins the cgroups by writing this process's pid to each file: for a forked child before exec
 // (only async-signal-safe calls). Returns false if any write failed.
 bool join_cgroups(const std::vector<std::string>& procs_files);

@@ -293,6 +293,7 @@ class NamespacesSandbox : public Sandbox {
 
 NamespacesBackend::NamespacesBackend(ImageStore& store)
     : store_(store), bwrap_(find_program("bwrap")) {
+  remove_stale_cgroups("k3lab-ns-", 60);
   try {
     agent_ = agent_path();
   } catch (const Error& e) {
