@@ -5,8 +5,11 @@
 //
 //   build/release/bench/bench_sandbox [--iterations 100] [--seconds 5] [--idle 50] [--threads 4]
 // Run as root (the overlays and cgroups).
+#include "k3/sandbox/sandbox.h"
+
 #include <dirent.h>
 #include <sched.h>
+#include <spawn.h>
 #include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -18,13 +21,11 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <spawn.h>
 #include <thread>
 
 #include "flags.h"
 #include "k3/sandbox/host_process.h"
 #include "k3/sandbox/pool.h"
-#include "k3/sandbox/sandbox.h"
 
 namespace fs = std::filesystem;
 using namespace k3::sandbox;
@@ -43,7 +44,8 @@ double percentile(std::vector<double> v, double p) {
 
 void row(const char* what, const std::vector<double>& ms) {
   std::fflush(stdout);
-  std::printf("| %-44s | %8.2f | %8.2f | %5zu |\n", what, percentile(ms, 0.5), percentile(ms, 0.99), ms.size());
+  std::printf("| %-44s | %8.2f | %8.2f | %5zu |\n", what, percentile(ms, 0.5), percentile(ms, 0.99),
+              ms.size());
 }
 
 std::vector<double> repeat(int n, const std::function<void()>& f) {
@@ -75,7 +77,8 @@ uint64_t children_pss_kb() {
   const pid_t self = getpid();
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string pid = e.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos || std::stoi(pid) == self) continue;
+    if (pid.find_first_not_of("0123456789") != std::string::npos || std::stoi(pid) == self)
+      continue;
     // Is SELF an ancestor? Walk the parents.
     int p = std::stoi(pid);
     bool mine = false;
@@ -117,10 +120,23 @@ uint64_t mem_available_kb() {
 // The bubblewrap command of a namespaces sandbox, without k3lab: same namespaces and host binds,
 // on bubblewrap's own tmpfs root, running /bin/true.
 std::vector<std::string> bwrap_alone(const std::string& bwrap) {
-  std::vector<std::string> a = {bwrap, "--unshare-user", "--uid", "1000", "--gid", "1000",
-                                "--disable-userns", "--unshare-pid", "--unshare-net", "--unshare-ipc",
-                                "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent",
-                                "--new-session", "--cap-drop", "ALL", "--clearenv"};
+  std::vector<std::string> a = {bwrap,
+                                "--unshare-user",
+                                "--uid",
+                                "1000",
+                                "--gid",
+                                "1000",
+                                "--disable-userns",
+                                "--unshare-pid",
+                                "--unshare-net",
+                                "--unshare-ipc",
+                                "--unshare-uts",
+                                "--unshare-cgroup-try",
+                                "--die-with-parent",
+                                "--new-session",
+                                "--cap-drop",
+                                "ALL",
+                                "--clearenv"};
   for (const char* dir : {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
     if (fs::is_symlink(dir)) {
       a.insert(a.end(), {"--symlink", fs::read_symlink(dir).string(), dir});
@@ -148,7 +164,8 @@ std::string crun_bundle(const std::string& dir) {
                "import json,sys; p=sys.argv[1]+'/config.json'; c=json.load(open(p));"
                "c['process']['terminal']=False; c['process']['args']=['/bin/true'];"
                "c['root']={'path':'rootfs','readonly':True};"
-               "c['mounts'].append({'destination':'/usr','type':'bind','source':'/usr','options':['rbind','ro']});"
+               "c['mounts'].append({'destination':'/usr','type':'bind','source':'/"
+               "usr','options':['rbind','ro']});"
                "json.dump(c,open(p,'w'))",
                dir});
   // crun refuses a hybrid cgroup layout (v1 controllers beside a v2 tree that has one): in this
@@ -161,7 +178,8 @@ std::string crun_bundle(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto flags = k3::bench::parse_flags(argc, argv, {"--iterations", "--seconds", "--idle", "--threads"});
+  const auto flags =
+      k3::bench::parse_flags(argc, argv, {"--iterations", "--seconds", "--idle", "--threads"});
   auto flag = [&](const char* name, int fallback) {
     return flags.count(name) ? std::stoi(flags.at(name)) : fallback;
   };
@@ -169,7 +187,10 @@ int main(int argc, char** argv) {
             idle_count = flag("--idle", 50), threads = flag("--threads", 4);
   // The agent is built beside k3lab, one directory up.
   if (!getenv("K3LAB_SANDBOX_AGENT"))
-    setenv("K3LAB_SANDBOX_AGENT", (fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "k3lab-sandbox-agent").c_str(), 1);
+    setenv("K3LAB_SANDBOX_AGENT",
+           (fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "k3lab-sandbox-agent")
+               .c_str(),
+           1);
   char tmpl[] = "/tmp/k3sbx-bench-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   fs::permissions(dir, fs::perms(0755));
@@ -186,7 +207,8 @@ int main(int argc, char** argv) {
     ExecRequest t;
     t.argv = {"/bin/true"};
 
-    std::printf("| namespaces backend, image host (ms)              |      p50 |      p99 |     n |\n");
+    std::printf(
+        "| namespaces backend, image host (ms)              |      p50 |      p99 |     n |\n");
     std::printf("|----------------------------------------------|----------|----------|-------|\n");
     {
       std::vector<double> total, create, exec, destroy;
@@ -227,16 +249,19 @@ int main(int argc, char** argv) {
       auto s = backend->create(host, limits);
       row("k3lab exec true in a live sandbox", repeat(iterations, [&] { s->exec(t); }));
     }
-    row("host: posix_spawn /bin/true (no sandbox)", repeat(iterations, [&] { spawn_and_wait({"/bin/true"}); }));
+    row("host: posix_spawn /bin/true (no sandbox)",
+        repeat(iterations, [&] { spawn_and_wait({"/bin/true"}); }));
     const auto bw = bwrap_alone(find_program("bwrap"));
     row("bwrap alone: run /bin/true", repeat(iterations, [&] { spawn_and_wait(bw); }));
     if (!crun.empty()) {
       int n = 0;
       row("crun: run /bin/true", repeat(iterations, [&] {
-            spawn_and_wait({crun, "run", "--bundle", dir + "/bundle", "k3bench-" + std::to_string(getpid()) + "-" + std::to_string(n++)});
+            spawn_and_wait({crun, "run", "--bundle", dir + "/bundle",
+                            "k3bench-" + std::to_string(getpid()) + "-" + std::to_string(n++)});
           }));
     } else {
-      std::printf("| crun: not installed                          |          |          |       |\n");
+      std::printf(
+          "| crun: not installed                          |          |          |       |\n");
     }
 
     // Sustained: THREADS clients each doing create + exec + destroy, for SECONDS.
@@ -254,8 +279,8 @@ int main(int argc, char** argv) {
       });
     }
     for (auto& w : workers) w.join();
-    std::printf("\nsustained, %d clients, cold: %.1f sandboxes/s (create + exec + destroy)\n", threads,
-                done.load() / double(seconds));
+    std::printf("\nsustained, %d clients, cold: %.1f sandboxes/s (create + exec + destroy)\n",
+                threads, done.load() / double(seconds));
 
     // Memory of idle sandboxes.
     const uint64_t avail_before = mem_available_kb();
@@ -263,9 +288,10 @@ int main(int argc, char** argv) {
     for (int i = 0; i < idle_count; ++i) idle.push_back(backend->create(host, limits));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     const uint64_t pss = children_pss_kb(), avail_after = mem_available_kb();
-    std::printf("idle sandboxes: %d; processes' PSS %.2f MiB each; MemAvailable fell %.2f MiB each\n",
-                idle_count, pss / 1024.0 / idle_count,
-                (double(avail_before) - double(avail_after)) / 1024.0 / idle_count);
+    std::printf(
+        "idle sandboxes: %d; processes' PSS %.2f MiB each; MemAvailable fell %.2f MiB each\n",
+        idle_count, pss / 1024.0 / idle_count,
+        (double(avail_before) - double(avail_after)) / 1024.0 / idle_count);
     idle.clear();
   }
   fs::remove_all(dir);

@@ -82,6 +82,22 @@ class SandboxTest : public ::testing::Test {
     return backend_->create(store_->resolve(image), limits);
   }
 
+  // An image of busybox alone (static: nothing else of the host), or "" without busybox.
+  std::string busybox_image() {
+    const std::string busybox = "/bin/busybox";
+    if (access(busybox.c_str(), X_OK) != 0) return "";
+    const std::string src = dir_ + "/busybox-root";
+    std::filesystem::create_directories(src + "/bin");
+    std::filesystem::copy_file(busybox, src + "/bin/busybox",
+                               std::filesystem::copy_options::overwrite_existing);
+    for (const char* tool : {"sh", "cat", "echo", "ls", "sleep", "dd", "head", "stat", "id", "ps",
+                             "grep", "rm", "mkdir", "find", "kill", "wc", "uname", "yes", "true"}) {
+      std::error_code ec;
+      std::filesystem::create_symlink("busybox", src + "/bin/" + tool, ec);
+    }
+    return store_->import_directory(src, "busybox");
+  }
+
   static ExecResult sh(Sandbox& s, const std::string& script, const std::string& stdin_data = "") {
     ExecRequest q;
     q.argv = {"/bin/sh", "-c", script};

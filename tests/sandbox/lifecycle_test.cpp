@@ -93,6 +93,16 @@ TEST_F(SandboxTest, ImageWithoutHostSystemRunsTheStaticAgentOnly) {
   EXPECT_THROW(s->get("/usr/bin/env"), Error);
 }
 
+TEST_F(SandboxTest, BusyboxImageRunsWithNothingOfTheHost) {
+  const std::string image = busybox_image();
+  if (image.empty()) GTEST_SKIP() << "no /bin/busybox (Debian package busybox-static)";
+  auto s = make(image);
+  const ExecResult r = sh(*s, "ls / | wc -l; ls /usr 2>&1; echo $0");
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_data;
+  EXPECT_NE(r.stdout_data.find("No such file"), std::string::npos)
+      << "no host /usr: " << r.stdout_data;
+}
+
 TEST_F(SandboxTest, DestroyLeavesNoProcessMountCgroupOrFile) {
   const int cgroups_before = count_sandbox_cgroups();
   auto s = make();

@@ -3,11 +3,13 @@
 // Static, so it runs in any image.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/reboot.h>
 #include <unistd.h>
 
 #include <cstdio>
 
 #include "files.h"
+#include "guest_init.h"
 #include "k3/sandbox/wire.h"
 #include "run_command.h"
 
@@ -50,16 +52,25 @@ std::string serve(const std::string& frame) {
 }  // namespace
 
 int main() {
-  // The requests arrive on fd 0 and replies leave on fd 1; commands get pipes of their own, so
-  // move the channel out of the way and give the standard descriptors /dev/null.
-  const int requests = fcntl(0, F_DUPFD_CLOEXEC, 10);
-  const int replies = fcntl(1, F_DUPFD_CLOEXEC, 10);
+  // Under bubblewrap, requests arrive on fd 0 and replies leave on fd 1; as a microVM's init
+  // (PID 1), both go over the virtio console. Commands get pipes of their own, so move the channel
+  // out of the way and give the standard descriptors /dev/null.
+  const bool vm_init = getpid() == 1;
+  int requests, replies;
+  if (vm_init) {
+    requests = replies = agent::guest_init();
+  } else {
+    requests = fcntl(0, F_DUPFD_CLOEXEC, 10);
+    replies = fcntl(1, F_DUPFD_CLOEXEC, 10);
+  }
   const int null = open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
   signal(SIGPIPE, SIG_IGN);
   try {
     for (;;) wire::write_frame(replies, serve(wire::read_frame(requests)));
   } catch (const wire::WireError&) {
-    return 0;  // k3lab closed the channel: the sandbox is being destroyed
+    // k3lab closed the channel: the sandbox is being destroyed.
   }
+  if (vm_init) reboot(RB_POWER_OFF);  // PID 1 must not exit (the kernel would panic)
+  return 0;
 }
