@@ -25,6 +25,7 @@
 
 #include "flags.h"
 #include "k3/sandbox/host_process.h"
+#include "k3/sandbox/namespaces_backend.h"
 #include "k3/sandbox/pool.h"
 
 namespace fs = std::filesystem;
@@ -120,30 +121,8 @@ uint64_t mem_available_kb() {
 // The bubblewrap command of a namespaces sandbox, without k3lab: same namespaces and host binds,
 // on bubblewrap's own tmpfs root, running /bin/true.
 std::vector<std::string> bwrap_alone(const std::string& bwrap) {
-  std::vector<std::string> a = {bwrap,
-                                "--unshare-user",
-                                "--uid",
-                                "1000",
-                                "--gid",
-                                "1000",
-                                "--disable-userns",
-                                "--unshare-pid",
-                                "--unshare-net",
-                                "--unshare-ipc",
-                                "--unshare-uts",
-                                "--unshare-cgroup-try",
-                                "--die-with-parent",
-                                "--new-session",
-                                "--cap-drop",
-                                "ALL",
-                                "--clearenv"};
-  for (const char* dir : {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
-    if (fs::is_symlink(dir)) {
-      a.insert(a.end(), {"--symlink", fs::read_symlink(dir).string(), dir});
-    } else if (fs::is_directory(dir)) {
-      a.insert(a.end(), {"--ro-bind", dir, dir});
-    }
-  }
+  std::vector<std::string> a = bwrap_isolation_flags(bwrap);
+  add_host_system(a, nullptr);
   a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--", "/bin/true"});
   return a;
 }

@@ -23,7 +23,7 @@
 #include "k3/base/checksum.h"
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
-#include "k3/sandbox/agent_client.h"
+#include "k3/sandbox/agent_sandbox.h"
 #include "k3/sandbox/cgroups.h"
 #include "k3/sandbox/host_process.h"
 #include "k3/sandbox/namespaces_backend.h"
@@ -33,8 +33,7 @@ namespace fs = std::filesystem;
 namespace k3::sandbox {
 namespace {
 
-constexpr int64_t kBootDeadlineMs = 60000;  // software emulation boots slowly
-constexpr int64_t kReplyGraceMs = 5000;
+constexpr int64_t kBootDeadlineMs = 60000;            // software emulation boots slowly
 constexpr uint64_t kQemuOverheadBytes = 96ull << 20;  // QEMU itself, beyond the guest's RAM
 
 // The modules the guest init loads, by name; their dependencies come first (modules.dep).
@@ -99,126 +98,29 @@ uint64_t tree_bytes(const std::string& dir) {
   return total;
 }
 
-class MicrovmSandbox : public Sandbox {
+class MicrovmSandbox : public AgentSandbox {
  public:
-  MicrovmSandbox(const std::vector<std::string>& argv, const Limits& limits, const std::string& run,
-                 ForkThread& forker)
-      : limits_(limits), run_(run) {
-    id_ = fs::path(run).filename().string();
+  MicrovmSandbox(const std::vector<std::string>& args, const Limits& limits, const std::string& id,
+                 const std::string& run, ForkThread& forker)
+      : AgentSandbox(id, limits, run, kBootDeadlineMs) {
     try {
-      start(argv, forker);
+      cgroups_ =
+          Cgroups("k3lab-" + id_, {limits_.memory_bytes + kQemuOverheadBytes, 0, limits_.cpus});
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      start(
+          forker, [&] { execv(argv[0], argv.data()); }, "microvm");
     } catch (...) {
       destroy();
       throw;
     }
   }
-  ~MicrovmSandbox() override { destroy(); }
 
-  ExecResult exec(ExecRequest q) override {
-    std::lock_guard lock(mutex_);
-    if (q.timeout_ms == 0) q.timeout_ms = uint64_t(std::llround(limits_.timeout_s * 1000));
-    if (q.output_cap_bytes == 0) q.output_cap_bytes = limits_.output_bytes;
-    if (q.rlimits.processes == 0 && q.rlimits.address_space_bytes == 0)
-      q.rlimits = command_rlimits(limits_);
-    return guarded([&] { return agent_.exec(q, int64_t(q.timeout_ms) + kReplyGraceMs); });
-  }
-  void put(const std::string& path, const std::string& bytes, unsigned mode) override {
-    std::lock_guard lock(mutex_);
-    guarded([&] {
-      agent_.put(path, bytes, mode, kBootDeadlineMs);
-      return 0;
-    });
-  }
-  std::string get(const std::string& path) override {
-    std::lock_guard lock(mutex_);
-    return guarded([&] { return agent_.get(path, kBootDeadlineMs); });
-  }
   std::string snapshot(const std::string&) override {
     throw Error(
         "snapshots of microvm sandboxes are not supported yet (use the namespaces backend)");
   }
-  void destroy() override {
-    {
-      std::lock_guard lock(qemu_mutex_);
-      if (qemu_ > 0) kill(qemu_, SIGKILL);
-    }
-    std::lock_guard lock(mutex_);
-    destroy_locked();
-  }
-  bool alive() const override { return qemu_ > 0; }
-
- private:
-  void destroy_locked() {
-    agent_.close();
-    {
-      std::lock_guard lock(qemu_mutex_);
-      kill_and_reap(qemu_);
-      qemu_ = -1;
-    }
-    cgroups_.remove();
-    std::error_code ec;
-    if (!run_.empty()) fs::remove_all(run_, ec);
-    run_.clear();
-  }
-
-  template <typename F>
-  auto guarded(F&& f) -> decltype(f()) {
-    K3_CHECK(qemu_ > 0, "sandbox ", id_, " is destroyed");
-    try {
-      return f();
-    } catch (const wire::WireError& e) {
-      const std::string why = e.what();
-      destroy_locked();
-      throw Error("sandbox " + id_ + " stopped answering (" + why + "); it was destroyed");
-    }
-  }
-
-  void start(const std::vector<std::string>& args, ForkThread& forker) {
-    cgroups_ =
-        Cgroups("k3lab-" + id_, {limits_.memory_bytes + kQemuOverheadBytes, 0, limits_.cpus});
-    std::vector<char*> argv;
-    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    int to_agent[2], from_agent[2];
-    K3_CHECK(pipe2(to_agent, O_CLOEXEC) == 0 && pipe2(from_agent, O_CLOEXEC) == 0,
-             "pipe: ", std::strerror(errno));
-    const int log =
-        open((run_ + "/qemu.log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    const auto procs = cgroups_.procs_files();
-    const pid_t pid = forker.fork([&] {
-      join_cgroups(procs);
-      dup2(to_agent[0], 0);
-      dup2(from_agent[1], 1);
-      dup2(log, 2);
-      sigset_t none;
-      sigemptyset(&none);
-      sigprocmask(SIG_SETMASK, &none, nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    });
-    ::close(to_agent[0]);
-    ::close(from_agent[1]);
-    if (log >= 0) ::close(log);
-    agent_.attach(to_agent[1], from_agent[0]);
-    K3_CHECK(pid > 0, "fork: ", std::strerror(errno));
-    qemu_ = pid;
-    try {
-      agent_.ping(kBootDeadlineMs);
-    } catch (const std::exception& e) {
-      std::ifstream in(run_ + "/qemu.log");
-      std::string line, last;
-      while (std::getline(in, line))
-        if (!line.empty()) last = line;
-      throw Error("microvm " + id_ + " did not boot: " + (last.empty() ? e.what() : last));
-    }
-  }
-
-  Limits limits_;
-  std::string run_;
-  Cgroups cgroups_;
-  AgentClient agent_;
-  std::atomic<pid_t> qemu_ = -1;
-  std::mutex mutex_, qemu_mutex_;
 };
 
 }  // namespace
@@ -358,7 +260,7 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
     argv.insert(argv.end(), {"-fsdev", "local,id=usr,path=/usr,security_model=none,readonly=on",
                              "-device", "virtio-9p-device,fsdev=usr,mount_tag=usr"});
   }
-  return std::make_unique<MicrovmSandbox>(argv, limits, run, forker_);
+  return std::make_unique<MicrovmSandbox>(argv, limits, id, run, forker_);
 }
 
 }  // namespace k3::sandbox

@@ -23,6 +23,13 @@ class NamespacesBackend : public Backend {
   std::string bwrap_, agent_, agent_error_;
 };
 
+// The namespaces and restrictions of every sandbox's bubblewrap command (its start: no root and
+// no mounts yet).
+std::vector<std::string> bwrap_isolation_flags(const std::string& bwrap);
+// Appends the built-in image's host directories: read-only binds, or the same symlinks; each also
+// goes to MOUNT_POINTS (when given).
+void add_host_system(std::vector<std::string>& args, std::vector<std::string>* mount_points);
+
 // A fresh random sandbox id: PREFIX and 16 hex digits.
 std::string new_sandbox_id(const std::string& prefix);
 
