@@ -21,7 +21,7 @@ int count_qemus(const std::string& store) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream in(e.path() / "cmdline");
     std::string cmd((std::istreambuf_iterator<char>(in)), {});
-    n += cmd.rfind("qemu-system", 0) != std::string::npos && cmd.find(store) != std::string::npos;
+    n += cmd.find("qemu-system") != std::string::npos && cmd.find(store) != std::string::npos;
   }
   return n;
 }

@@ -6,15 +6,29 @@
 
 namespace k3::sandbox {
 
-std::string AgentClient::call(const std::string& request, int64_t deadline_ms) {
-  if (to_ < 0) throw wire::WireError("the sandbox is closed");
-  wire::write_frame(to_, request);
-  wire::Reader reply(wire::read_frame(from_, deadline_ms));
+namespace {
+
+// A reply's payload; a failure it reports becomes an Error.
+std::string payload_of(const std::string& frame) {
+  wire::Reader reply(frame);
   const bool failed = reply.u64() != 0;
   const std::string error = reply.str();
   std::string payload = reply.str();
   if (failed) throw Error(error);
   return payload;
+}
+
+}  // namespace
+
+std::string AgentClient::call(const std::string& request, int64_t deadline_ms) {
+  if (to_ < 0) throw wire::WireError("the sandbox is closed");
+  wire::write_frame(to_, request);
+  return payload_of(wire::read_frame(from_, deadline_ms));
+}
+
+void AgentClient::await_ready(int64_t deadline_ms) {
+  if (from_ < 0) throw wire::WireError("the sandbox is closed");
+  payload_of(wire::read_frame(from_, deadline_ms));
 }
 
 void AgentClient::ping(int64_t deadline_ms) {

@@ -18,6 +18,7 @@ class AgentClient {
   // Each throws wire::WireError if the agent goes away or misses DEADLINE_MS, and k3::Error when
   // the agent reports a failure (its one line).
   void ping(int64_t deadline_ms);
+  void await_ready(int64_t deadline_ms);  // the agent's first message, sent when it starts
   wire::ExecResult exec(const wire::ExecRequest& request, int64_t deadline_ms);
   void put(const std::string& path, const std::string& bytes, unsigned mode, int64_t deadline_ms);
   std::string get(const std::string& path, int64_t deadline_ms);

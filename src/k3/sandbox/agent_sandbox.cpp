@@ -55,7 +55,7 @@ void AgentSandbox::start(ForkThread& forker, const std::function<void()>& setup,
   K3_CHECK(pid > 0, "fork: ", std::strerror(errno));
   child_ = pid;
   try {
-    agent_.ping(start_deadline_ms_);
+    agent_.await_ready(start_deadline_ms_);
   } catch (const std::exception& e) {
     std::ifstream in(run_ + ".log");
     std::string line, last;

@@ -22,6 +22,8 @@ void run_program(const std::vector<std::string>& argv) {
   K3_CHECK(pipe2(err, O_CLOEXEC) == 0, "pipe: ", std::strerror(errno));
   const pid_t pid = fork();
   if (pid == 0) {
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);  // chatty tools (mkfs) print progress there
     dup2(err[1], 2);
     execvp(args[0], args.data());
     const std::string text = argv[0] + ": " + std::strerror(errno) + "\n";

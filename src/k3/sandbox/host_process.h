@@ -8,7 +8,8 @@
 
 namespace k3::sandbox {
 
-// Runs ARGV to completion; throws an Error with its first stderr line if it fails.
+// Runs ARGV to completion (its stdout discarded); throws an Error with its first stderr line if
+// it fails.
 void run_program(const std::vector<std::string>& argv);
 
 // The path of PROGRAM found on $PATH, or "" when there is none.

@@ -216,11 +216,11 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
   const uint64_t mem_mib = std::max<uint64_t>(64, limits.memory_bytes >> 20);
   const uint64_t disk = limits.disk_bytes ? limits.disk_bytes : (256ull << 20);
   std::vector<std::string> argv = {
-      // Under KVM the guest keeps time with kvmclock, so the legacy timers and interrupt
-      // controller go; software emulation needs them to boot.
+      // No legacy timers or interrupt controller: under KVM the guest keeps time with kvmclock;
+      // under software emulation it is told the TSC's rate instead of measuring it.
       qemu_,
       "-M",
-      accel_ == "kvm" ? "microvm,x-option-roms=off,rtc=off,pit=off,pic=off" : "microvm",
+      "microvm,x-option-roms=off,rtc=off,pit=off,pic=off",
       "-accel",
       accel_,
       "-cpu",
@@ -231,7 +231,8 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
       "1",
       "-nodefaults",
       "-no-user-config",
-      "-nographic",
+      "-display",
+      "none",
       "-no-reboot",
       "-serial",
       "file:" + run + "/console.log",
@@ -240,7 +241,8 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
       "-initrd",
       initramfs(),
       "-append",
-      "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init k3.layers=" +
+      std::string(accel_ == "kvm" ? "" : "tsc_early_khz=2000000 lpj=4000000 tsc=reliable ") +
+          "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init k3.layers=" +
           std::to_string(image.layers.size()) + " k3.host=" + (image.host_system ? "1" : "0") +
           " k3.disk=" + std::to_string(disk),
       "-device",

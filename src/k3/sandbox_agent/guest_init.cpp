@@ -85,7 +85,37 @@ void must_mount(const char* src, const std::string& dst, const char* type, unsig
     fail(std::string("mounting ") + type + " at " + dst);
 }
 
+// The commands' cgroup (cgroup v2, mounted outside the root the commands see).
+int g_cgroup_procs = -1, g_cgroup_pids_max = -1;
+
+void make_command_cgroup() {
+  must_mount("cgroup2", "/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
+  const int control = open("/cgroup/cgroup.subtree_control", O_WRONLY | O_CLOEXEC);
+  if (control < 0 || write(control, "+pids", 5) != 5) fail("enabling the pids controller");
+  close(control);
+  if (mkdir("/cgroup/commands", 0755) != 0) fail("mkdir /cgroup/commands");
+  g_cgroup_procs = open("/cgroup/commands/cgroup.procs", O_WRONLY | O_CLOEXEC);
+  g_cgroup_pids_max = open("/cgroup/commands/pids.max", O_WRONLY | O_CLOEXEC);
+  if (g_cgroup_procs < 0 || g_cgroup_pids_max < 0) fail("opening the commands' cgroup");
+}
+
 }  // namespace
+
+void set_command_cgroup_limit(uint64_t processes) {
+  if (g_cgroup_pids_max < 0) return;
+  const std::string text = processes ? std::to_string(processes) : "max";
+  [[maybe_unused]] ssize_t w = pwrite(g_cgroup_pids_max, text.data(), text.size(), 0);
+}
+
+void join_command_cgroup() {
+  if (g_cgroup_procs < 0) return;
+  char digits[24];
+  int n = 0;
+  for (pid_t p = getpid(); p > 0; p /= 10) digits[n++] = char('0' + p % 10);
+  char pid[24];
+  for (int i = 0; i < n; ++i) pid[i] = digits[n - 1 - i];
+  [[maybe_unused]] ssize_t w = write(g_cgroup_procs, pid, size_t(n));
+}
 
 int guest_init() {
   must_mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "");
@@ -129,6 +159,7 @@ int guest_init() {
   must_mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
   must_mount("devtmpfs", "/newroot/dev", "devtmpfs", MS_NOSUID, "");
 
+  make_command_cgroup();
   wait_for("/dev/hvc0");
   const int channel = open("/dev/hvc0", O_RDWR | O_CLOEXEC);
   if (channel < 0) fail("opening /dev/hvc0");

@@ -67,6 +67,8 @@ int main() {
   for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
   signal(SIGPIPE, SIG_IGN);
   try {
+    // Ready: k3lab sends nothing before this (a console is in raw mode only from here on).
+    wire::write_frame(replies, reply(""));
     for (;;) wire::write_frame(replies, serve(wire::read_frame(requests)));
   } catch (const wire::WireError&) {
     // k3lab closed the channel: the sandbox is being destroyed.

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "guest_init.h"
 #include "k3/sandbox/seccomp_policy.h"
 
 namespace k3::sandbox::agent {
@@ -39,6 +40,7 @@ void set_limit(int resource, uint64_t value) {
 [[noreturn]] void exec_child(const wire::ExecRequest& q, int in, int out, int err, int err_fd) {
   auto die = [&](const std::string& what) { child_failed(err_fd, what); };
   setpgid(0, 0);
+  join_command_cgroup();
   if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) die("dup2");
   sigset_t none;
   sigemptyset(&none);
@@ -112,6 +114,7 @@ wire::ExecResult run_command(const wire::ExecRequest& q) {
     r.error = std::string("pipe: ") + std::strerror(errno);
     return r;
   }
+  set_command_cgroup_limit(q.rlimits.processes);
   const int64_t start = now_ms();
   const pid_t pid = fork();
   if (pid == 0) exec_child(q, in[0], out[1], err[1], status_pipe[1]);
