@@ -9,13 +9,29 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "k3/sandbox/sandbox.h"
 
 namespace k3::sandbox::testing {
 
-// The processes running the agent (inside any sandbox), by their command line.
+// The parent of process PID, or 0.
+inline int parent_of(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 2));
+  char state = 0;
+  int ppid = 0;
+  rest >> state >> ppid;
+  return ppid;
+}
+
+// The agents (by their command line) of this process's sandboxes: bubblewrap's two processes lie
+// between them and this one. Other processes' sandboxes (tests run in parallel) are not counted.
 inline int count_agent_processes() {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
@@ -24,7 +40,15 @@ inline int count_agent_processes() {
     std::ifstream in(e.path() / "cmdline");
     std::string cmd;
     std::getline(in, cmd, '\0');
-    if (cmd == "/.k3lab-agent") ++n;
+    if (cmd != "/.k3lab-agent") continue;
+    int p = std::stoi(name);
+    for (int depth = 0; depth < 4 && p > 1; ++depth) {
+      p = parent_of(p);
+      if (p == getpid()) {
+        ++n;
+        break;
+      }
+    }
   }
   return n;
 }
@@ -37,8 +61,8 @@ inline int count_mounts_naming(const std::string& text) {
   return n;
 }
 
-// cgroup directories of k3lab sandboxes anywhere under /sys/fs/cgroup (depth-limited).
-inline int count_sandbox_cgroups() {
+// cgroup directories named NAME anywhere under /sys/fs/cgroup (depth-limited).
+inline int count_cgroups_named(const std::string& name) {
   int n = 0;
   std::error_code ec;
   for (auto it = std::filesystem::recursive_directory_iterator(
@@ -46,7 +70,7 @@ inline int count_sandbox_cgroups() {
        it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
     if (ec) break;
     if (it.depth() > 4) it.disable_recursion_pending();
-    if (it->is_directory(ec) && it->path().filename().string().rfind("k3lab-ns-", 0) == 0) ++n;
+    if (it->is_directory(ec) && it->path().filename() == name) ++n;
   }
   return n;
 }

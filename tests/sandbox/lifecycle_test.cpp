@@ -104,13 +104,13 @@ TEST_F(SandboxTest, BusyboxImageRunsWithNothingOfTheHost) {
 }
 
 TEST_F(SandboxTest, DestroyLeavesNoProcessMountCgroupOrFile) {
-  const int cgroups_before = count_sandbox_cgroups();
   auto s = make();
+  const std::string cgroup = "k3lab-" + s->id();
   EXPECT_EQ(count_agent_processes(), agents_before_ + 1);
   s->destroy();
   s->destroy();  // idempotent
   EXPECT_EQ(count_agent_processes(), agents_before_);
-  EXPECT_EQ(count_sandbox_cgroups(), cgroups_before);
+  EXPECT_EQ(count_cgroups_named(cgroup), 0);
   EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/store/run"));
   EXPECT_THROW(sh(*s, "true"), Error);
 }
