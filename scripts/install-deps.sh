@@ -27,8 +27,8 @@ PACKAGES=(
   bubblewrap libseccomp-dev libcpp-httplib-dev
   # the microVM backend: QEMU's microvm machine and a Debian guest kernel (and its disk images)
   qemu-system-x86 linux-image-cloud-amd64 e2fsprogs cpio
-  # the sandbox benchmark's comparison
-  crun
+  # the sandbox benchmark's comparison; a static busybox for the sandbox tests' small image
+  crun busybox-static
 )
 
 missing=()
