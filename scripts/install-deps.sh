@@ -23,6 +23,12 @@ PACKAGES=(
   python3-scipy
   # an optimized BLAS for PyTorch (with the reference libblas3 alone it is ~100x slower)
   libopenblas0-pthread
+  # agent sandboxes (docs/sandbox.md): namespaces, the system-call filter, the HTTP service
+  bubblewrap libseccomp-dev libcpp-httplib-dev
+  # the microVM backend: QEMU's microvm machine and a Debian guest kernel (and its disk images)
+  qemu-system-x86 linux-image-cloud-amd64 e2fsprogs cpio
+  # the sandbox benchmark's comparison; a static busybox for the sandbox tests' small image
+  crun busybox-static
 )
 
 missing=()

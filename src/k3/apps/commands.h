@@ -32,5 +32,6 @@ void add_data(CLI::App& app);  // `data prepare`
 void add_data_longctx(CLI::App& data);  // `data longctx`
 void add_fit(CLI::App& app);  // scaling-law fit
 void add_sweep(CLI::App& app);  // scaling sweeps
+void add_sandbox(CLI::App& app);  // agent sandboxes
 
 }  // namespace k3::apps

@@ -1,0 +1,316 @@
+// Sandbox start latency and throughput, namespaces backend (docs/sandbox.md): create -> exec
+// `true` -> destroy, cold and from the pool; exec alone in a live sandbox; sandboxes per second
+// sustained; memory per idle sandbox; beside bubblewrap alone and crun on the same files (the
+// host's /usr read-only), measured in one run.
+//
+//   build/release/bench/bench_sandbox [--iterations 100] [--seconds 5] [--idle 50] [--threads 4]
+// Run as root (the overlays and cgroups).
+#include "k3/sandbox/sandbox.h"
+
+#include <dirent.h>
+#include <sched.h>
+#include <spawn.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <thread>
+
+#include "flags.h"
+#include "k3/sandbox/host_process.h"
+#include "k3/sandbox/namespaces_backend.h"
+#include "k3/sandbox/pool.h"
+
+namespace fs = std::filesystem;
+using namespace k3::sandbox;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(p * double(v.size())))];
+}
+
+void row(const char* what, const std::vector<double>& ms) {
+  std::fflush(stdout);
+  std::printf("| %-44s | %8.2f | %8.2f | %5zu |\n", what, percentile(ms, 0.5), percentile(ms, 0.99),
+              ms.size());
+}
+
+std::vector<double> repeat(int n, const std::function<void()>& f) {
+  std::vector<double> ms;
+  for (int i = 0; i < n; ++i) {
+    const auto t = Clock::now();
+    f();
+    ms.push_back(ms_since(t));
+  }
+  return ms;
+}
+
+// Runs ARGV and waits; throws if it fails.
+void spawn_and_wait(const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  if (posix_spawn(&pid, args[0], nullptr, nullptr, args.data(), environ) != 0)
+    throw std::runtime_error("cannot start " + argv[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error(argv[0] + " failed");
+}
+
+// The processes below this one, and their proportional set size (kB).
+uint64_t children_pss_kb() {
+  uint64_t total = 0;
+  const pid_t self = getpid();
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string pid = e.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos || std::stoi(pid) == self)
+      continue;
+    // Is SELF an ancestor? Walk the parents.
+    int p = std::stoi(pid);
+    bool mine = false;
+    for (int depth = 0; depth < 8 && p > 1; ++depth) {
+      std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+      std::string line;
+      std::getline(stat, line);
+      const size_t close = line.rfind(')');
+      if (close == std::string::npos) break;
+      int ppid = 0;
+      char state = 0;
+      std::sscanf(line.c_str() + close + 2, "%c %d", &state, &ppid);
+      if (ppid == self) {
+        mine = true;
+        break;
+      }
+      p = ppid;
+    }
+    if (!mine) continue;
+    std::ifstream rollup(e.path() / "smaps_rollup");
+    for (std::string key; rollup >> key;) {
+      uint64_t kb = 0;
+      if (key == "Pss:" && rollup >> kb) {
+        total += kb;
+        break;
+      }
+    }
+  }
+  return total;
+}
+
+uint64_t mem_available_kb() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("MemAvailable:", 0) == 0) return std::stoull(line.substr(13));
+  return 0;
+}
+
+// The bubblewrap command of a namespaces sandbox, without k3lab: same namespaces and host binds,
+// on bubblewrap's own tmpfs root, running /bin/true.
+std::vector<std::string> bwrap_alone(const std::string& bwrap) {
+  std::vector<std::string> a = bwrap_isolation_flags(bwrap);
+  add_host_system(a, nullptr);
+  a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--", "/bin/true"});
+  return a;
+}
+
+// An OCI bundle for crun with the same files: an empty read-only root, the host's /usr bound
+// read-only, the same symlinks. Returns "" if crun cannot run here.
+std::string crun_bundle(const std::string& dir) {
+  const std::string crun = find_program("crun");
+  if (crun.empty()) return "";
+  fs::create_directories(dir + "/rootfs/usr");
+  for (const char* link : {"bin", "sbin", "lib", "lib64"}) {
+    if (fs::is_symlink(std::string("/") + link))
+      fs::create_symlink(fs::read_symlink(std::string("/") + link), dir + "/rootfs/" + link);
+  }
+  run_program({crun, "spec", "--bundle", dir});
+  // Patch the generated config: no terminal, /bin/true, the /usr bind, a read-only root.
+  run_program({"/usr/bin/python3", "-c",
+               "import json,sys; p=sys.argv[1]+'/config.json'; c=json.load(open(p));"
+               "c['process']['terminal']=False; c['process']['args']=['/bin/true'];"
+               "c['root']={'path':'rootfs','readonly':True};"
+               "c['mounts'].append({'destination':'/usr','type':'bind','source':'/"
+               "usr','options':['rbind','ro']});"
+               "json.dump(c,open(p,'w'))",
+               dir});
+  // crun refuses a hybrid cgroup layout (v1 controllers beside a v2 tree that has one): in this
+  // process's own mount namespace, hide the v2 tree.
+  if (unshare(CLONE_NEWNS) == 0 && mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0)
+    umount2("/sys/fs/cgroup/unified", MNT_DETACH);
+  return crun;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto flags = k3::bench::parse_flags(
+      argc, argv, {"--iterations", "--seconds", "--idle", "--threads", "--vm-iterations"});
+  auto flag = [&](const char* name, int fallback) {
+    return flags.count(name) ? std::stoi(flags.at(name)) : fallback;
+  };
+  const int iterations = flag("--iterations", 100), seconds = flag("--seconds", 5),
+            idle_count = flag("--idle", 50), threads = flag("--threads", 4),
+            vm_iterations = flag("--vm-iterations", 20);
+  // The agent is built beside k3lab, one directory up.
+  if (!getenv("K3LAB_SANDBOX_AGENT"))
+    setenv("K3LAB_SANDBOX_AGENT",
+           (fs::read_symlink("/proc/self/exe").parent_path().parent_path() / "k3lab-sandbox-agent")
+               .c_str(),
+           1);
+  char tmpl[] = "/tmp/k3sbx-bench-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  fs::permissions(dir, fs::perms(0755));
+  const std::string crun = crun_bundle(dir + "/bundle");
+  {
+    ImageStore store(dir + "/store");
+    auto backend = make_backend(BackendKind::kNamespaces, store);
+    if (const std::string why = backend->unavailable_reason(); !why.empty()) {
+      std::fprintf(stderr, "namespaces backend unavailable: %s\n", why.c_str());
+      return 1;
+    }
+    const Image host = store.resolve("host");
+    const Limits limits;
+    ExecRequest t;
+    t.argv = {"/bin/true"};
+
+    std::printf(
+        "| namespaces backend, image host (ms)              |      p50 |      p99 |     n |\n");
+    std::printf("|----------------------------------------------|----------|----------|-------|\n");
+    {
+      std::vector<double> total, create, exec, destroy;
+      for (int i = 0; i < iterations; ++i) {
+        const auto t0 = Clock::now();
+        auto s = backend->create(host, limits);
+        const auto t1 = Clock::now();
+        s->exec(t);
+        const auto t2 = Clock::now();
+        s->destroy();
+        destroy.push_back(ms_since(t2));
+        total.push_back(ms_since(t0));
+        create.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        exec.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+      }
+      row("k3lab cold: create + exec true + destroy", total);
+      row("  of which create", create);
+      row("  of which the first exec", exec);
+      row("  of which destroy", destroy);
+    }
+    {
+      Pool pool(*backend, host, limits, 8, 2);
+      std::vector<double> user_ms, destroy_ms;
+      for (int i = 0; i < iterations; ++i) {
+        pool.wait_until_full();  // a pool keeping up (see the throughput lines for one that cannot)
+        const auto t0 = Clock::now();
+        auto s = pool.acquire();
+        s->exec(t);
+        user_ms.push_back(ms_since(t0));
+        const auto t1 = Clock::now();
+        s->destroy();
+        destroy_ms.push_back(ms_since(t1));
+      }
+      row("k3lab pool: acquire + exec true", user_ms);
+      row("k3lab pool: destroy (after the reply)", destroy_ms);
+    }
+    {
+      auto s = backend->create(host, limits);
+      row("k3lab exec true in a live sandbox", repeat(iterations, [&] { s->exec(t); }));
+    }
+    row("host: posix_spawn /bin/true (no sandbox)",
+        repeat(iterations, [&] { spawn_and_wait({"/bin/true"}); }));
+    const auto bw = bwrap_alone(find_program("bwrap"));
+    row("bwrap alone: run /bin/true", repeat(iterations, [&] { spawn_and_wait(bw); }));
+    if (!crun.empty()) {
+      int n = 0;
+      row("crun: run /bin/true", repeat(iterations, [&] {
+            spawn_and_wait({crun, "run", "--bundle", dir + "/bundle",
+                            "k3bench-" + std::to_string(getpid()) + "-" + std::to_string(n++)});
+          }));
+    } else {
+      std::printf(
+          "| crun: not installed                          |          |          |       |\n");
+    }
+
+    // Sustained: THREADS clients each doing create + exec + destroy, for SECONDS.
+    std::atomic<int> done{0};
+    const auto end = Clock::now() + std::chrono::seconds(seconds);
+    std::vector<std::thread> workers;
+    for (int i = 0; i < threads; ++i) {
+      workers.emplace_back([&] {
+        while (Clock::now() < end) {
+          auto s = backend->create(host, limits);
+          s->exec(t);
+          s->destroy();
+          ++done;
+        }
+      });
+    }
+    for (auto& w : workers) w.join();
+    std::printf("\nsustained, %d clients, cold: %.1f sandboxes/s (create + exec + destroy)\n",
+                threads, done.load() / double(seconds));
+
+    // The microVM backend on a busybox image (under software emulation only with
+    // K3LAB_MICROVM_TCG=1, where the figures say nothing of KVM's).
+    auto vm = make_backend(BackendKind::kMicrovm, store);
+    if (!vm->unavailable_reason().empty() || access("/bin/busybox", X_OK) != 0) {
+      std::printf("\nmicrovm: not measured (%s)\n", vm->unavailable_reason().c_str());
+    } else {
+      fs::create_directories(dir + "/busybox/bin");
+      fs::copy_file("/bin/busybox", dir + "/busybox/bin/busybox");
+      fs::create_symlink("busybox", dir + "/busybox/bin/true");
+      const Image busybox = store.resolve(store.import_directory(dir + "/busybox", "busybox"));
+      Limits small;
+      small.memory_bytes = 128ull << 20;
+      vm->create(busybox, small)->destroy();  // builds the initramfs and the layer's disk
+      std::printf(
+          "\n| microvm backend, busybox image (ms)          |      p50 |      p99 |     n |\n");
+      const int n = vm_iterations;
+      row("microvm cold: boot + exec true + destroy", repeat(n, [&] {
+            auto s = vm->create(busybox, small);
+            s->exec(t);
+            s->destroy();
+          }));
+      Pool pool(*vm, busybox, small, 2, 1);
+      std::vector<double> warm_ms;
+      for (int i = 0; i < n; ++i) {
+        pool.wait_until_full();
+        const auto t0 = Clock::now();
+        pool.acquire()->exec(t);
+        warm_ms.push_back(ms_since(t0));
+      }
+      row("microvm pool: acquire + exec true", warm_ms);
+      const uint64_t before = children_pss_kb();
+      std::vector<std::unique_ptr<Sandbox>> vms;
+      for (int i = 0; i < 4; ++i) vms.push_back(vm->create(busybox, small));
+      std::printf("idle microVMs (128 MiB guests): QEMU's PSS %.1f MiB each\n",
+                  (double(children_pss_kb()) - double(before)) / 1024.0 / 4);
+    }
+
+    // Memory of idle sandboxes.
+    const uint64_t avail_before = mem_available_kb();
+    std::vector<std::unique_ptr<Sandbox>> idle;
+    for (int i = 0; i < idle_count; ++i) idle.push_back(backend->create(host, limits));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const uint64_t pss = children_pss_kb(), avail_after = mem_available_kb();
+    std::printf(
+        "idle sandboxes: %d; processes' PSS %.2f MiB each; MemAvailable fell %.2f MiB each\n",
+        idle_count, pss / 1024.0 / idle_count,
+        (double(avail_before) - double(avail_after)) / 1024.0 / idle_count);
+    idle.clear();
+  }
+  fs::remove_all(dir);
+  return 0;
+}

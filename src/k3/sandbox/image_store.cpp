@@ -1,0 +1,249 @@
+#include "k3/sandbox/image_store.h"
+
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "k3/base/checksum.h"
+#include "k3/base/error.h"
+#include "k3/base/fs.h"
+#include "k3/sandbox/host_process.h"
+#include "k3/sandbox/sandbox.h"
+
+namespace fs = std::filesystem;
+
+namespace k3::sandbox {
+namespace {
+
+bool is_hex_digest(const std::string& s, size_t min_len) {
+  return s.size() >= min_len && s.size() <= 64 && std::all_of(s.begin(), s.end(), [](char c) {
+           return std::isxdigit(c) && !std::isupper(c);
+         });
+}
+
+void hash_tree(const fs::path& root, const fs::path& rel, Sha256& h) {
+  std::vector<fs::path> entries;
+  for (const auto& e : fs::directory_iterator(root / rel)) entries.push_back(e.path().filename());
+  std::sort(entries.begin(), entries.end());
+  for (const auto& name : entries) {
+    const fs::path r = rel / name;
+    struct stat st {};
+    K3_CHECK(lstat((root / r).c_str(), &st) == 0, "cannot stat ", (root / r).string());
+    h.update(r.string());
+    h.update(std::string(1, '\0'));
+    h.update(std::to_string(st.st_mode) + "\n");
+    if (S_ISREG(st.st_mode)) {
+      h.update(sha256_hex(read_file((root / r).string())));
+    } else if (S_ISLNK(st.st_mode)) {
+      h.update(fs::read_symlink(root / r).string());
+    } else if (S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode)) {
+      h.update(std::to_string(major(st.st_rdev)) + ":" + std::to_string(minor(st.st_rdev)));
+    } else if (S_ISDIR(st.st_mode)) {
+      hash_tree(root, r, h);
+    }
+    h.update("\n");
+  }
+}
+
+std::string unique_suffix() {
+  static std::atomic<uint64_t> counter{0};
+  return std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+}  // namespace
+
+std::string tree_digest(const std::string& dir) {
+  Sha256 h;
+  hash_tree(dir, "", h);
+  return h.hex_digest();
+}
+
+void check_image_name(const std::string& name) {
+  const bool ok =
+      !name.empty() && name.size() <= 128 && name[0] != '.' &&
+      std::all_of(name.begin(), name.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+      });
+  K3_CHECK(ok, "image name '", name, "' is not valid (letters, digits, '.', '_', '-')");
+  K3_CHECK(name != "host", "image name 'host' is the built-in image");
+}
+
+ImageStore::ImageStore(std::string root) : root_(std::move(root)) {
+  for (const char* sub : {"layers", "images", "names", "run", "staging"}) {
+    std::error_code ec;
+    fs::create_directories(fs::path(root_) / sub, ec);
+    K3_CHECK(!ec, "cannot create the sandbox store ", root_, ": ", ec.message());
+  }
+  // Others may pass through to run/ (bubblewrap, as the sandbox user, binds a root from there),
+  // never list or read the rest.
+  ::chmod(root_.c_str(), 0711);
+  ::chmod((root_ + "/run").c_str(), 0711);
+  for (const char* sub : {"layers", "images", "names", "staging"})
+    ::chmod((root_ + "/" + sub).c_str(), 0700);
+}
+
+std::string ImageStore::default_root() {
+  if (const char* env = std::getenv("K3LAB_SANDBOX_STORE"); env && *env) return env;
+  if (geteuid() == 0) return "/var/lib/k3lab/sandbox";  // not under /root: see the class comment
+  const char* home = std::getenv("HOME");
+  return std::string(home && *home ? home : "/tmp") + "/.cache/k3lab/sandbox";
+}
+
+std::string ImageStore::staging_dir() const {
+  const std::string dir = root_ + "/staging/" + unique_suffix();
+  fs::create_directory(dir);
+  return dir;
+}
+
+// Layers belong to the sandbox user (so a sandbox may change what its image holds, in its own
+// writable layer), and lose setuid and setgid bits (a sandbox runs with no_new_privs anyway).
+void hand_to_sandbox_user(const fs::path& dir) {
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    struct stat st {};
+    if (lstat(e.path().c_str(), &st) != 0) continue;
+    lchown(e.path().c_str(), kSandboxUid, kSandboxUid);
+    if (S_ISREG(st.st_mode) && (st.st_mode & (S_ISUID | S_ISGID)))
+      ::chmod(e.path().c_str(), st.st_mode & 0777 & ~mode_t(S_ISUID | S_ISGID));
+  }
+  lchown(dir.c_str(), kSandboxUid, kSandboxUid);
+}
+
+std::string ImageStore::store_layer(const std::string& staged) {
+  std::string digest;
+  try {
+    hand_to_sandbox_user(staged);
+    digest = tree_digest(staged);
+  } catch (...) {
+    fs::remove_all(staged);
+    throw;
+  }
+  const std::string dest = root_ + "/layers/" + digest;
+  std::error_code ec;
+  fs::rename(staged, dest, ec);
+  if (ec) fs::remove_all(staged);  // already stored (the same contents), or a racing import
+  K3_CHECK(fs::is_directory(dest), "cannot store layer ", digest, ": ", ec.message());
+  return digest;
+}
+
+std::string ImageStore::write_image(bool host_system, const std::vector<std::string>& layers,
+                                    const std::string& name) {
+  const nlohmann::json manifest = {{"host_system", host_system}, {"layers", layers}};
+  const std::string text = manifest.dump() + "\n";
+  const std::string digest = sha256_hex(text);
+  const std::string path = root_ + "/images/" + digest + ".json";
+  if (!file_exists(path)) write_file_atomic(path, text);
+  if (!name.empty()) write_file_atomic(root_ + "/names/" + name, digest + "\n");
+  return digest;
+}
+
+std::string ImageStore::import_directory(const std::string& dir, const std::string& name) {
+  if (!name.empty()) check_image_name(name);
+  K3_CHECK(fs::is_directory(dir), "image source ", dir, " is not a directory");
+  const std::string staged = staging_dir();
+  try {
+    run_program({"cp", "-a", "--", fs::path(dir).string() + "/.", staged});
+  } catch (...) {
+    fs::remove_all(staged);
+    throw;
+  }
+  return write_image(false, {store_layer(staged)}, name);
+}
+
+std::string ImageStore::import_tarball(const std::string& tarball, const std::string& name) {
+  if (!name.empty()) check_image_name(name);
+  K3_CHECK(fs::is_regular_file(tarball), "image tarball ", tarball, " is not a file");
+  const std::string staged = staging_dir();
+  try {
+    // GNU tar refuses members with `..` and strips leading '/', so nothing lands outside STAGED.
+    run_program({"tar", "-x", "--no-same-owner", "-f", tarball, "-C", staged});
+  } catch (...) {
+    fs::remove_all(staged);
+    throw;
+  }
+  return write_image(false, {store_layer(staged)}, name);
+}
+
+std::string ImageStore::add_layer(const Image& base, const std::string& upper,
+                                  const std::string& name,
+                                  const std::vector<std::string>& mount_points) {
+  if (!name.empty()) check_image_name(name);
+  const std::string staged = staging_dir();
+  try {
+    // -a keeps the whiteouts (character devices 0:0) and the opaque-directory xattrs.
+    run_program({"cp", "-a", "--", upper + "/.", staged});
+    for (const auto& m : mount_points) {
+      const fs::path p = fs::path(staged) / fs::path(m).relative_path();
+      std::error_code ec;
+      if (fs::is_symlink(p) || fs::is_empty(p, ec)) fs::remove(p, ec);
+    }
+  } catch (...) {
+    fs::remove_all(staged);
+    throw;
+  }
+  std::vector<std::string> layers;
+  for (const auto& path : base.layers) layers.push_back(fs::path(path).filename().string());
+  layers.push_back(store_layer(staged));
+  return write_image(base.host_system, layers, name);
+}
+
+Image ImageStore::resolve(const std::string& ref) const {
+  if (ref == "host") return Image{"host", {}, true};
+  std::string digest;
+  const std::string name_file = root_ + "/names/" + ref;
+  if (!ref.empty() && ref.find('/') == std::string::npos && ref[0] != '.' &&
+      file_exists(name_file)) {
+    digest = read_file(name_file);
+    digest.erase(digest.find_last_not_of("\n ") + 1);
+  } else if (is_hex_digest(ref, 12)) {
+    for (const auto& e : fs::directory_iterator(root_ + "/images")) {
+      const std::string file = e.path().stem().string();
+      if (file.rfind(ref, 0) != 0) continue;
+      K3_CHECK(digest.empty(), "image '", ref, "' is ambiguous: give more of its digest");
+      digest = file;
+    }
+  }
+  K3_CHECK(!digest.empty(), "unknown image '", ref, "' (not 'host', a name or a digest in ", root_,
+           ")");
+  const std::string path = root_ + "/images/" + digest + ".json";
+  K3_CHECK(file_exists(path), "image '", ref, "' points at missing manifest ", path);
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw Error("image manifest " + path + " is not valid JSON: " + e.what());
+  }
+  Image image{digest, {}, manifest.value("host_system", false)};
+  for (const auto& layer : manifest.at("layers")) {
+    const std::string dir = root_ + "/layers/" + layer.get<std::string>();
+    K3_CHECK(fs::is_directory(dir), "image ", digest, " is missing its layer ", dir);
+    image.layers.push_back(dir);
+  }
+  return image;
+}
+
+std::vector<std::pair<std::string, std::string>> ImageStore::names() const {
+  std::vector<std::pair<std::string, std::string>> out = {{"host", "host"}};
+  for (const auto& e : fs::directory_iterator(root_ + "/names")) {
+    std::string digest = read_file(e.path().string());
+    digest.erase(digest.find_last_not_of("\n ") + 1);
+    out.emplace_back(e.path().filename().string(), digest);
+  }
+  std::sort(out.begin() + 1, out.end());
+  return out;
+}
+
+std::string ImageStore::make_run_dir(const std::string& sandbox_id) const {
+  const std::string dir = root_ + "/run/" + sandbox_id;
+  std::error_code ec;
+  fs::create_directory(dir, ec);
+  K3_CHECK(!ec, "cannot create ", dir, ": ", ec.message());
+  return dir;
+}
+
+}  // namespace k3::sandbox

@@ -1,0 +1,67 @@
+// Images: root file systems stored once by content and shared read-only by every sandbox made
+// from them. An image is a stack of layers (directories, bottom first); a sandbox adds a private
+// writable layer on top (overlayfs), and a snapshot turns that layer into a new image's top layer.
+// The built-in image `host` has no layers of its own: the host's /usr, /bin, /lib* read-only and
+// nothing else of the host.
+//
+// Layout under the store's root:
+//   layers/<sha256>/      a layer's tree, named by the hash of its contents (tree_digest)
+//   images/<sha256>.json  {"host_system": bool, "layers": [layer digests, bottom first]}
+//   names/<name>          the digest a name points at
+//   run/<sandbox id>/     a live sandbox's private directory (removed when it is destroyed)
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace k3::sandbox {
+
+struct Image {
+  std::string digest;               // "host" for the built-in image
+  std::vector<std::string> layers;  // absolute paths of the layer trees, bottom first
+  bool host_system = false;         // the host's /usr, /bin, /lib* under everything, read-only
+};
+
+class ImageStore {
+ public:
+  // ROOT is created if missing; every directory above it must be passable by others (the sandbox
+  // user reaches run/). default_root(): $K3LAB_SANDBOX_STORE, else /var/lib/k3lab/sandbox for
+  // root, else ~/.cache/k3lab/sandbox.
+  explicit ImageStore(std::string root);
+  static std::string default_root();
+  const std::string& root() const { return root_; }
+
+  // A directory or a tarball (anything tar reads) as a one-layer image; NAME ("" for none) points
+  // at it. Returns the image's digest. The same contents give the same digest and are stored once.
+  std::string import_directory(const std::string& dir, const std::string& name);
+  std::string import_tarball(const std::string& tarball, const std::string& name);
+  // BASE with one more layer, a copy of the tree at UPPER (an overlayfs upper directory: its
+  // whiteouts and opaque directories are kept), less the top-level MOUNT_POINTS that a backend
+  // made there (where they are symlinks or empty). Returns the new image's digest.
+  std::string add_layer(const Image& base, const std::string& upper, const std::string& name,
+                        const std::vector<std::string>& mount_points);
+
+  // "host", a name, or a digest (or a unique prefix of at least 12 hex digits). Unknown: an Error.
+  Image resolve(const std::string& ref) const;
+  std::vector<std::pair<std::string, std::string>> names() const;  // (name, digest), sorted
+
+  // A fresh empty directory under run/ for one sandbox (its backend removes it).
+  std::string make_run_dir(const std::string& sandbox_id) const;
+
+ private:
+  std::string store_layer(const std::string& staged);  // renames a staged tree into layers/
+  std::string write_image(bool host_system, const std::vector<std::string>& layer_digests,
+                          const std::string& name);
+  std::string staging_dir() const;
+  std::string root_;
+};
+
+// The SHA-256 of a directory tree: every entry's relative path, type, permission bits, and its
+// contents (file bytes, link target, device number), in sorted order. Owners are not part of it.
+std::string tree_digest(const std::string& dir);
+
+// Image and layer names: letters, digits, '.', '_', '-' (1 to 128), not starting with '.'.
+void check_image_name(const std::string& name);
+
+}  // namespace k3::sandbox

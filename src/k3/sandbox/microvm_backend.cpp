@@ -1,0 +1,268 @@
+#include "k3/sandbox/microvm_backend.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+
+#include "k3/base/checksum.h"
+#include "k3/base/error.h"
+#include "k3/base/fs.h"
+#include "k3/sandbox/agent_sandbox.h"
+#include "k3/sandbox/cgroups.h"
+#include "k3/sandbox/host_process.h"
+#include "k3/sandbox/namespaces_backend.h"
+
+namespace fs = std::filesystem;
+
+namespace k3::sandbox {
+namespace {
+
+constexpr int64_t kBootDeadlineMs = 60000;            // software emulation boots slowly
+constexpr uint64_t kQemuOverheadBytes = 96ull << 20;  // QEMU itself, beyond the guest's RAM
+
+// The modules the guest init loads, by name; their dependencies come first (modules.dep).
+const std::vector<std::string> kGuestModules = {"virtio_mmio", "virtio_blk",   "virtio_console",
+                                                "overlay",     "9pnet_virtio", "9p"};
+
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The newest /boot/vmlinuz-*, or $K3LAB_MICROVM_KERNEL.
+std::string find_kernel() {
+  if (const char* env = std::getenv("K3LAB_MICROVM_KERNEL"); env && *env) return env;
+  std::string best;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/boot", ec))
+    if (e.path().filename().string().rfind("vmlinuz-", 0) == 0 && e.path().string() > best)
+      best = e.path().string();
+  return best;
+}
+
+// Module files in load order: each after what it depends on.
+std::vector<std::string> module_files(const std::string& modules_dir) {
+  std::map<std::string, std::vector<std::string>> deps;  // path -> dependency paths
+  std::map<std::string, std::string> by_name;
+  std::ifstream in(modules_dir + "/modules.dep");
+  K3_CHECK(in, "cannot read ", modules_dir, "/modules.dep (the guest kernel's modules)");
+  for (std::string line; std::getline(in, line);) {
+    const size_t colon = line.find(':');
+    const std::string path = line.substr(0, colon);
+    std::istringstream rest(line.substr(colon + 1));
+    for (std::string d; rest >> d;) deps[path].push_back(d);
+    deps[path];
+    std::string name = fs::path(path).filename().string();
+    name = name.substr(0, name.find(".ko"));
+    std::replace(name.begin(), name.end(), '-', '_');
+    by_name[name] = path;
+  }
+  std::vector<std::string> order;
+  std::set<std::string> seen;
+  std::function<void(const std::string&)> visit = [&](const std::string& path) {
+    if (!seen.insert(path).second) return;
+    // modules.dep lists all dependencies, deepest last: load them in reverse.
+    for (auto it = deps[path].rbegin(); it != deps[path].rend(); ++it) visit(*it);
+    order.push_back(path);
+  };
+  for (const auto& name : kGuestModules) {
+    const auto it = by_name.find(name);
+    if (it != by_name.end()) visit(it->second);  // absent: built into this kernel
+  }
+  return order;
+}
+
+uint64_t tree_bytes(const std::string& dir) {
+  uint64_t total = 0;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    total += 4096;
+    if (e.is_regular_file() && !e.is_symlink()) total += e.file_size();
+  }
+  return total;
+}
+
+class MicrovmSandbox : public AgentSandbox {
+ public:
+  MicrovmSandbox(const std::vector<std::string>& args, const Limits& limits, const std::string& id,
+                 const std::string& run, ForkThread& forker)
+      : AgentSandbox(id, limits, run, kBootDeadlineMs) {
+    try {
+      cgroups_ =
+          Cgroups("k3lab-" + id_, {limits_.memory_bytes + kQemuOverheadBytes, 0, limits_.cpus});
+      std::vector<char*> argv;
+      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      start(
+          forker, [&] { execv(argv[0], argv.data()); }, "microvm");
+    } catch (...) {
+      destroy();
+      throw;
+    }
+  }
+
+  std::string snapshot(const std::string&) override {
+    throw Error(
+        "snapshots of microvm sandboxes are not supported yet (use the namespaces backend)");
+  }
+};
+
+}  // namespace
+
+MicrovmBackend::MicrovmBackend(ImageStore& store)
+    : store_(store), qemu_(find_program("qemu-system-x86_64")), kernel_(find_kernel()) {
+  if (!kernel_.empty()) {
+    const std::string name = fs::path(kernel_).filename().string();
+    modules_ = "/lib/modules/" + name.substr(std::string("vmlinuz-").size());
+  }
+  const bool tcg =
+      std::getenv("K3LAB_MICROVM_TCG") && std::string(std::getenv("K3LAB_MICROVM_TCG")) == "1";
+  accel_ = access("/dev/kvm", R_OK | W_OK) == 0 ? "kvm" : tcg ? "tcg" : "";
+  try {
+    agent_ = agent_path();
+  } catch (const Error& e) {
+    why_unavailable_ = e.message();
+  }
+  has_9p_ = !modules_.empty() && fs::exists(modules_ + "/kernel/fs/9p");
+  if (qemu_.empty()) {
+    why_unavailable_ = "qemu-system-x86_64 is not installed (Debian package qemu-system-x86)";
+  } else if (kernel_.empty()) {
+    why_unavailable_ = "no guest kernel in /boot (Debian package linux-image-cloud-amd64)";
+  } else if (!fs::is_directory(modules_)) {
+    why_unavailable_ = "the guest kernel's modules " + modules_ + " are missing";
+  } else if (accel_.empty()) {
+    why_unavailable_ =
+        "no usable /dev/kvm on this machine (K3LAB_MICROVM_TCG=1 runs guests under slow software "
+        "emulation)";
+  }
+  remove_stale_cgroups("k3lab-vm-", 60);
+}
+
+std::string MicrovmBackend::unavailable_reason() const { return why_unavailable_; }
+
+std::string MicrovmBackend::initramfs() {
+  std::lock_guard lock(build_mutex_);
+  Sha256 key;
+  key.update(kernel_ + "\n");
+  key.update(sha256_hex(read_file(agent_)));
+  const std::string dir = store_.root() + "/microvm";
+  fs::create_directories(dir);
+  const std::string out = dir + "/initramfs-" + key.hex_digest().substr(0, 16) + ".cpio";
+  if (fs::exists(out)) return out;
+  const std::string staged = dir + "/staging-" + std::to_string(getpid());
+  fs::remove_all(staged);
+  for (const char* d : {"dev", "proc", "modules", "newroot", "rw", "layers", "empty"})
+    fs::create_directories(staged + "/" + d);
+  fs::copy_file(agent_, staged + "/init");
+  K3_CHECK(mknod((staged + "/dev/console").c_str(), S_IFCHR | 0600, makedev(5, 1)) == 0,
+           "mknod /dev/console: ", std::strerror(errno));
+  int n = 0;
+  for (const auto& rel : module_files(modules_)) {
+    char prefix[8];
+    std::snprintf(prefix, sizeof prefix, "%02d-", n++);
+    std::string name = fs::path(rel).filename().string();
+    name = name.substr(0, name.find(".ko"));
+    std::replace(name.begin(), name.end(), '-', '_');
+    K3_CHECK(rel.size() < 3 || rel.substr(rel.size() - 3) == ".ko", "compressed module ", rel,
+             " is not supported");
+    fs::copy_file(modules_ + "/" + rel, staged + "/modules/" + prefix + name + ".ko");
+  }
+  run_program(
+      {"sh", "-c",
+       "cd " + quoted(staged) + " && find . | cpio --quiet -o -H newc > " + quoted(out + ".tmp")});
+  fs::rename(out + ".tmp", out);
+  fs::remove_all(staged);
+  return out;
+}
+
+std::string MicrovmBackend::layer_disk(const std::string& layer_dir) {
+  std::lock_guard lock(build_mutex_);
+  const std::string dir = store_.root() + "/microvm";
+  fs::create_directories(dir);
+  const std::string out = dir + "/" + fs::path(layer_dir).filename().string() + ".ext4";
+  if (fs::exists(out)) return out;
+  const uint64_t mib = (tree_bytes(layer_dir) * 5 / 4 >> 20) + 16;
+  run_program({"mkfs.ext4", "-q", "-F", "-O", "^has_journal", "-d", layer_dir, out + ".tmp",
+               std::to_string(mib) + "M"});
+  fs::rename(out + ".tmp", out);
+  return out;
+}
+
+std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits& limits) {
+  if (!why_unavailable_.empty()) throw Error(why_unavailable_);
+  K3_CHECK(!image.host_system || has_9p_,
+           "the microvm backend shares the host's /usr over 9p, which the guest kernel ", kernel_,
+           " lacks: use an image of its own (k3lab sandbox import), or set K3LAB_MICROVM_KERNEL to "
+           "a kernel with 9p (linux-image-amd64)");
+  K3_CHECK(image.layers.size() <= 20, "a microvm image may have at most 20 layers");
+  const std::string id = new_sandbox_id("vm-");
+  const std::string run = store_.make_run_dir(id);
+  const uint64_t mem_mib = std::max<uint64_t>(64, limits.memory_bytes >> 20);
+  const uint64_t disk = limits.disk_bytes ? limits.disk_bytes : (256ull << 20);
+  std::vector<std::string> argv = {
+      // No legacy timers or interrupt controller: under KVM the guest keeps time with kvmclock;
+      // under software emulation it is told the TSC's rate instead of measuring it.
+      qemu_,
+      "-M",
+      "microvm,x-option-roms=off,rtc=off,pit=off,pic=off",
+      "-accel",
+      accel_,
+      "-cpu",
+      accel_ == "kvm" ? "host" : "max",
+      "-m",
+      std::to_string(mem_mib) + "M",
+      "-smp",
+      "1",
+      "-nodefaults",
+      "-no-user-config",
+      "-display",
+      "none",
+      "-no-reboot",
+      "-serial",
+      "file:" + run + "/console.log",
+      "-kernel",
+      kernel_,
+      "-initrd",
+      initramfs(),
+      "-append",
+      std::string(accel_ == "kvm" ? "" : "tsc_early_khz=2000000 lpj=4000000 tsc=reliable ") +
+          "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init k3.layers=" +
+          std::to_string(image.layers.size()) + " k3.host=" + (image.host_system ? "1" : "0") +
+          " k3.disk=" + std::to_string(disk),
+      "-device",
+      "virtio-serial-device",
+      "-chardev",
+      "stdio,id=agent,signal=off",
+      "-device",
+      "virtconsole,chardev=agent"};
+  for (size_t i = 0; i < image.layers.size(); ++i) {
+    const std::string drive = "layer" + std::to_string(i);
+    argv.insert(argv.end(), {"-drive",
+                             "id=" + drive + ",file=" + layer_disk(image.layers[i]) +
+                                 ",format=raw,if=none,readonly=on",
+                             "-device", "virtio-blk-device,drive=" + drive});
+  }
+  if (image.host_system) {
+    argv.insert(argv.end(), {"-fsdev", "local,id=usr,path=/usr,security_model=none,readonly=on",
+                             "-device", "virtio-9p-device,fsdev=usr,mount_tag=usr"});
+  }
+  return std::make_unique<MicrovmSandbox>(argv, limits, id, run, forker_);
+}
+
+}  // namespace k3::sandbox

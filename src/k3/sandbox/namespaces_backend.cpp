@@ -1,0 +1,218 @@
+#include "k3/sandbox/namespaces_backend.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <random>
+
+#include "k3/base/error.h"
+#include "k3/sandbox/agent_sandbox.h"
+#include "k3/sandbox/cgroups.h"
+#include "k3/sandbox/host_process.h"
+
+namespace fs = std::filesystem;
+
+namespace k3::sandbox {
+
+std::string new_sandbox_id(const std::string& prefix) {
+  static std::mutex mutex;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard lock(mutex);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(rng()));
+  return prefix + hex;
+}
+
+namespace {
+
+constexpr int64_t kStartDeadlineMs = 20000;  // bubblewrap and the agent answering a ping
+constexpr const char* kAgentInside = "/.k3lab-agent";
+
+// Everything the child needs, prepared before fork (a child of a threaded process should not
+// allocate).
+struct SetupPlan {
+  std::string run, upper, work, root, agent, agent_copy;
+  std::string tmpfs_options, overlay_options;  // overlay_options "": no layers, bind upper as root
+  std::vector<char*> argv;
+};
+
+[[noreturn]] void setup_failed(const char* what) {
+  const char* why = std::strerror(errno);
+  for (const char* part : {"sandbox setup: ", what, ": ", why, "\n"}) {
+    [[maybe_unused]] ssize_t w = write(2, part, std::strlen(part));
+  }
+  _exit(126);
+}
+
+// In the forked child (already in the cgroups, the agent channel on stdin and stdout): makes its
+// own mount namespace with the sandbox's root (tmpfs, then overlay), drops to the sandbox user and
+// execs bubblewrap.
+[[noreturn]] void become_sandbox(const SetupPlan& p) {
+  if (unshare(CLONE_NEWNS) != 0) setup_failed("unshare(CLONE_NEWNS)");
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    setup_failed("making / private");
+  if (mount("k3lab-sandbox", p.run.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+            p.tmpfs_options.c_str()) != 0)
+    setup_failed("mounting the writable layer's tmpfs");
+  for (const auto* d : {&p.upper, &p.work, &p.root})
+    if (mkdir(d->c_str(), 0755) != 0) setup_failed("mkdir in the writable layer");
+  if (chown(p.upper.c_str(), kSandboxUid, kSandboxUid) != 0 ||
+      chown(p.root.c_str(), kSandboxUid, kSandboxUid) != 0)
+    setup_failed("chown of the writable layer");
+  // The agent, where the sandbox's user can reach it (bwrap binds it into the sandbox).
+  const int agent_fd = open(p.agent_copy.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0555);
+  if (agent_fd < 0 || close(agent_fd) != 0 ||
+      mount(p.agent.c_str(), p.agent_copy.c_str(), nullptr, MS_BIND, nullptr) != 0)
+    setup_failed("binding the agent");
+  if (p.overlay_options.empty()) {
+    if (mount(p.upper.c_str(), p.root.c_str(), nullptr, MS_BIND, nullptr) != 0)
+      setup_failed("binding the root");
+  } else if (mount("k3lab-sandbox", p.root.c_str(), "overlay", MS_NOSUID | MS_NODEV,
+                   p.overlay_options.c_str()) != 0) {
+    setup_failed("mounting the overlay");
+  }
+  // From here on, the sandbox's own unprivileged host user: bubblewrap maps it to uid 1000 inside.
+  const gid_t gid = kSandboxUid;
+  if (setgroups(1, &gid) != 0 || setresgid(gid, gid, gid) != 0 ||
+      setresuid(kSandboxUid, kSandboxUid, kSandboxUid) != 0)
+    setup_failed("dropping to the sandbox user");
+  execv(p.argv[0], p.argv.data());
+  setup_failed("exec bwrap");
+}
+
+class NamespacesSandbox : public AgentSandbox {
+ public:
+  NamespacesSandbox(ImageStore& store, ForkThread& forker, Image image, const Limits& limits,
+                    const std::string& bwrap, const std::string& agent, const std::string& id)
+      : AgentSandbox(id, limits, store.make_run_dir(id), kStartDeadlineMs),
+        store_(store),
+        image_(std::move(image)) {
+    try {
+      cgroups_ = Cgroups("k3lab-" + id_, {limits_.memory_bytes, limits_.processes, limits_.cpus});
+      const SetupPlan plan = plan_setup(bwrap, agent);
+      start(
+          forker, [&] { become_sandbox(plan); }, "sandbox");
+    } catch (...) {
+      destroy();
+      throw;
+    }
+  }
+
+  std::string snapshot(const std::string& name) override {
+    std::lock_guard lock(mutex_);
+    K3_CHECK(child() > 0, "sandbox ", id_, " is destroyed");
+    // The writable layer is visible only in the sandbox's mount namespace: reach it through the
+    // root of its first process. No command runs meanwhile (the agent is idle between requests).
+    const std::string upper = "/proc/" + std::to_string(child()) + "/root" + run_ + "/upper";
+    return store_.add_layer(image_, upper, name, mount_points_);
+  }
+
+ private:
+  SetupPlan plan_setup(const std::string& bwrap, const std::string& agent) {
+    args_ = bwrap_isolation_flags(bwrap);
+    args_.insert(args_.end(), {"--hostname", "sandbox", "--bind", run_ + "/root", "/"});
+    if (image_.host_system) add_host_system(args_, &mount_points_);
+    args_.insert(args_.end(),
+                 {"--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--dir", "/tmp",
+                  "--ro-bind", run_ + "/agent", kAgentInside, "--chdir", "/", "--", kAgentInside});
+    mount_points_.insert(mount_points_.end(), {"/proc", "/dev", kAgentInside});
+    SetupPlan plan;
+    plan.run = run_;
+    plan.upper = run_ + "/upper";
+    plan.work = run_ + "/work";
+    plan.root = run_ + "/root";
+    plan.agent = agent;
+    plan.agent_copy = run_ + "/agent";
+    // Layers are stacked top first in lowerdir; the tmpfs's size is the disk limit.
+    if (!image_.layers.empty()) {
+      plan.overlay_options = "lowerdir=";
+      for (auto it = image_.layers.rbegin(); it != image_.layers.rend(); ++it)
+        plan.overlay_options += (it == image_.layers.rbegin() ? "" : ":") + *it;
+      plan.overlay_options += ",upperdir=" + plan.upper + ",workdir=" + plan.work;
+    }
+    plan.tmpfs_options =
+        "size=" + std::to_string(limits_.disk_bytes ? limits_.disk_bytes : (1ull << 30)) +
+        ",mode=0755";
+    for (auto& a : args_) plan.argv.push_back(a.data());
+    plan.argv.push_back(nullptr);
+    return plan;
+  }
+
+  ImageStore& store_;
+  Image image_;
+  std::vector<std::string> args_;          // bubblewrap's command line (plan.argv points here)
+  std::vector<std::string> mount_points_;  // what bubblewrap adds to the root; not in snapshots
+};
+
+}  // namespace
+
+std::vector<std::string> bwrap_isolation_flags(const std::string& bwrap) {
+  return {bwrap,
+          "--unshare-user",
+          "--uid",
+          "1000",
+          "--gid",
+          "1000",
+          "--disable-userns",
+          "--unshare-pid",
+          "--unshare-net",
+          "--unshare-ipc",
+          "--unshare-uts",
+          "--unshare-cgroup-try",
+          "--die-with-parent",
+          "--new-session",
+          "--cap-drop",
+          "ALL",
+          "--clearenv"};
+}
+
+void add_host_system(std::vector<std::string>& args, std::vector<std::string>* mount_points) {
+  for (const char* dir : {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
+    struct stat st {};
+    if (lstat(dir, &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      args.insert(args.end(), {"--symlink", fs::read_symlink(dir).string(), dir});
+    } else if (S_ISDIR(st.st_mode)) {
+      args.insert(args.end(), {"--ro-bind", dir, dir});
+    }
+    if (mount_points) mount_points->push_back(dir);
+  }
+}
+
+NamespacesBackend::NamespacesBackend(ImageStore& store)
+    : store_(store), bwrap_(find_program("bwrap")) {
+  remove_stale_cgroups("k3lab-ns-", 60);
+  try {
+    agent_ = agent_path();
+  } catch (const Error& e) {
+    agent_error_ = e.message();
+  }
+}
+
+std::string NamespacesBackend::unavailable_reason() const {
+  if (bwrap_.empty()) return "bwrap is not installed (Debian package bubblewrap)";
+  if (!agent_error_.empty()) return agent_error_;
+  if (geteuid() != 0)
+    return "the namespaces backend mounts its overlays as root; run k3lab as root";
+  return "";
+}
+
+std::unique_ptr<Sandbox> NamespacesBackend::create(const Image& image, const Limits& limits) {
+  if (const std::string why = unavailable_reason(); !why.empty()) throw Error(why);
+  return std::make_unique<NamespacesSandbox>(store_, forker_, image, limits, bwrap_, agent_,
+                                             new_sandbox_id("ns-"));
+}
+
+}  // namespace k3::sandbox

@@ -1,0 +1,15 @@
+// File transfers for the agent, inside the sandbox: whatever a path names (symlinks, `..`), it
+// resolves within the sandbox's own root, never on the host.
+#pragma once
+
+#include <string>
+
+namespace k3::sandbox::agent {
+
+// Writes BYTES to PATH (absolute) with MODE, creating parent directories; the last component is
+// never followed if it is a symlink. Returns "" or the reason.
+std::string put_file(const std::string& path, const std::string& bytes, unsigned mode);
+// Reads a regular file of at most MAX bytes into OUT. Returns "" or the reason.
+std::string get_file(const std::string& path, std::string& out, size_t max);
+
+}  // namespace k3::sandbox::agent

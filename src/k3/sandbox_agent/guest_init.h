@@ -1,0 +1,22 @@
+// The agent as a microVM's init (PID 1): loads the virtio modules packed in the initramfs, mounts
+// the image's layers (read-only virtio disks) under a writable tmpfs with overlayfs, the host's
+// /usr (a read-only 9p share) for the `host` image, then enters that root and serves requests on
+// the virtio console /dev/hvc0.
+#pragma once
+
+#include <cstdint>
+
+namespace k3::sandbox::agent {
+
+// Sets the guest up; returns the request/reply descriptor. On failure prints why to the kernel
+// console and powers off (the host sees the channel close). Commands run as root in the guest
+// (the VM is the boundary), where RLIMIT_NPROC does not apply: they go into a cgroup of their own
+// whose pids.max bounds them instead (set_command_cgroup_limit, join_command_cgroup).
+int guest_init();
+
+// Sets the commands' cgroup's process limit (0: none). No-op outside a microVM.
+void set_command_cgroup_limit(uint64_t processes);
+// In a command's forked child: joins the commands' cgroup (async-signal-safe). No-op outside.
+void join_command_cgroup();
+
+}  // namespace k3::sandbox::agent

@@ -1,0 +1,129 @@
+// A namespaces sandbox's life: exec with stdin, stdout, stderr and exit status; files in and out;
+// snapshots as images; destroy leaving nothing behind.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "fixture.h"
+#include "k3/base/error.h"
+
+namespace k3::sandbox::testing {
+namespace {
+
+TEST_F(SandboxTest, ExecPassesStdinAndReturnsOutputAndStatus) {
+  auto s = make();
+  const ExecResult r = sh(*s, "cat; echo to-stderr >&2; exit 3", "hello from stdin");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.stdout_data, "hello from stdin");
+  EXPECT_EQ(r.stderr_data, "to-stderr\n");
+  EXPECT_FALSE(r.timed_out);
+  // A second command in the same sandbox sees what the first left in its files.
+  EXPECT_EQ(sh(*s, "echo kept > /tmp/f").exit_code, 0);
+  EXPECT_EQ(sh(*s, "cat /tmp/f").stdout_data, "kept\n");
+}
+
+TEST_F(SandboxTest, MissingCommandIsExit127WithAReason) {
+  auto s = make();
+  ExecRequest q;
+  q.argv = {"no-such-command-k3"};
+  const ExecResult r = s->exec(q);
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_NE(r.error.find("no-such-command-k3"), std::string::npos) << r.error;
+}
+
+TEST_F(SandboxTest, PutAndGetFiles) {
+  auto s = make();
+  s->put("/work/deep/dir/a.txt", "contents\n", 0600);
+  EXPECT_EQ(s->get("/work/deep/dir/a.txt"), "contents\n");
+  EXPECT_EQ(sh(*s, "stat -c %a /work/deep/dir/a.txt").stdout_data, "600\n");
+  EXPECT_THROW(s->get("/work/none"), Error);
+  EXPECT_THROW(s->get("/work"), Error);  // a directory
+  EXPECT_THROW(s->put("relative/path", "x"), Error);
+}
+
+TEST_F(SandboxTest, SnapshotIsAnImageAndTheBaseIsUnchanged) {
+  auto s = make();
+  s->put("/data/answer", "42");
+  ASSERT_EQ(sh(*s, "echo more > /data/more").exit_code, 0);
+  const std::string digest = s->snapshot("snap");
+  s->destroy();
+  auto from_snapshot = make("snap");
+  EXPECT_EQ(from_snapshot->get("/data/answer"), "42");
+  EXPECT_EQ(from_snapshot->get("/data/more"), "more\n");
+  EXPECT_EQ(make(digest.substr(0, 16))->get("/data/answer"), "42");
+  // Deleting a file of the image in a sandbox made from it hides it there (an overlay whiteout),
+  // and a snapshot keeps that.
+  ASSERT_EQ(sh(*from_snapshot, "rm /data/more").exit_code, 0);
+  from_snapshot->snapshot("snap2");
+  EXPECT_NE(sh(*make("snap2"), "cat /data/more").exit_code, 0);
+  EXPECT_EQ(make("snap2")->get("/data/answer"), "42");
+  EXPECT_THROW(make("host")->get("/data/answer"), Error);
+}
+
+TEST_F(SandboxTest, ImagesFromDirectoryAndTarballAreContentAddressed) {
+  const std::string src = dir_ + "/rootfs";
+  std::filesystem::create_directories(src + "/etc");
+  std::ofstream(src + "/etc/motd") << "an image\n";
+  std::filesystem::create_symlink("motd", src + "/etc/link");
+  const std::string a = store_->import_directory(src, "a");
+  EXPECT_EQ(store_->import_directory(src, "b"), a) << "the same tree, the same digest";
+  ASSERT_EQ(std::system(("tar -C " + src + " -cf " + dir_ + "/rootfs.tar .").c_str()), 0);
+  EXPECT_EQ(store_->import_tarball(dir_ + "/rootfs.tar", "c"), a);
+  std::ofstream(src + "/etc/motd") << "changed\n";
+  EXPECT_NE(store_->import_directory(src, "d"), a);
+  // A layered image: the image's files under the host's system directories.
+  const Image image = store_->resolve("a");
+  EXPECT_FALSE(image.host_system);
+  EXPECT_EQ(image.layers.size(), 1u);
+  EXPECT_THROW(store_->resolve("nope"), Error);
+  EXPECT_THROW(store_->import_directory(src, "../evil"), Error);
+  EXPECT_THROW(store_->import_directory(dir_ + "/missing", "x"), Error);
+}
+
+TEST_F(SandboxTest, ImageWithoutHostSystemRunsTheStaticAgentOnly) {
+  // An image of one static program: the sandbox has nothing of the host.
+  const std::string src = dir_ + "/tiny";
+  std::filesystem::create_directories(src + "/bin");
+  std::filesystem::copy_file(K3_SANDBOX_AGENT, src + "/bin/agent-copy");
+  auto s = make(store_->resolve(store_->import_directory(src, "tiny")).digest);
+  ExecRequest q;
+  q.argv = {"/bin/sh", "-c", "true"};
+  EXPECT_EQ(s->exec(q).exit_code, 127) << "no shell in this image";
+  EXPECT_THROW(s->get("/usr/bin/env"), Error);
+}
+
+TEST_F(SandboxTest, BusyboxImageRunsWithNothingOfTheHost) {
+  const std::string image = busybox_image();
+  if (image.empty()) GTEST_SKIP() << "no /bin/busybox (Debian package busybox-static)";
+  auto s = make(image);
+  const ExecResult r = sh(*s, "ls / | wc -l; ls /usr 2>&1; echo $0");
+  EXPECT_EQ(r.exit_code, 0) << r.stderr_data;
+  EXPECT_NE(r.stdout_data.find("No such file"), std::string::npos)
+      << "no host /usr: " << r.stdout_data;
+}
+
+TEST_F(SandboxTest, DestroyLeavesNoProcessMountCgroupOrFile) {
+  auto s = make();
+  const std::string cgroup = "k3lab-" + s->id();
+  EXPECT_EQ(count_agent_processes(), agents_before_ + 1);
+  s->destroy();
+  s->destroy();  // idempotent
+  EXPECT_EQ(count_agent_processes(), agents_before_);
+  EXPECT_EQ(count_cgroups_named(cgroup), 0);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/store/run"));
+  EXPECT_THROW(sh(*s, "true"), Error);
+}
+
+TEST_F(SandboxTest, CommandsOfASandboxEndWithIt) {
+  auto s = make();
+  // A background process outlives its shell only until the command ends.
+  const ExecResult r = sh(*s, "sleep 100 & echo started");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_EQ(r.stdout_data, "started\n");
+  EXPECT_LT(r.wall_ms, 5000u);
+  EXPECT_EQ(sh(*s, "ps -e -o comm= | grep -c sleep").stdout_data, "0\n");
+}
+
+}  // namespace
+}  // namespace k3::sandbox::testing

@@ -1,0 +1,119 @@
+// The microVM backend: lifecycle and the attack cases that apply to a guest with its own kernel,
+// on an image of busybox alone. Without /dev/kvm every test skips with one line saying so.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "fixture.h"
+#include "k3/base/error.h"
+#include "k3/base/fs.h"
+
+namespace k3::sandbox::testing {
+namespace {
+
+// QEMU processes whose command line names this test's store.
+int count_qemus(const std::string& store) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), {});
+    n += cmd.find("qemu-system") != std::string::npos && cmd.find(store) != std::string::npos;
+  }
+  return n;
+}
+
+class Microvm : public SandboxTest {
+ protected:
+  void SetUp() override {
+    SandboxTest::SetUp();
+    if (IsSkipped()) return;
+    vm_ = make_backend(BackendKind::kMicrovm, *store_);
+    if (const std::string why = vm_->unavailable_reason(); !why.empty())
+      GTEST_SKIP() << "microvm backend unavailable: " << why;
+    image_ = busybox_image();
+    if (image_.empty()) GTEST_SKIP() << "no /bin/busybox (Debian package busybox-static)";
+  }
+  void TearDown() override {
+    if (vm_ && !IsSkipped()) {
+      vm_.reset();
+      EXPECT_EQ(count_qemus(dir_), 0) << "a QEMU outlived its sandbox";
+    }
+    SandboxTest::TearDown();
+  }
+  std::unique_ptr<Sandbox> boot(Limits limits = {}) {
+    limits.memory_bytes = std::min<uint64_t>(limits.memory_bytes, 128ull << 20);
+    return vm_->create(store_->resolve(image_), limits);
+  }
+  std::unique_ptr<Backend> vm_;
+  std::string image_;
+};
+
+TEST_F(Microvm, ExecFilesAndItsOwnKernel) {
+  auto s = boot();
+  const ExecResult r = sh(*s, "cat; echo err >&2; exit 3", "stdin here");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.stdout_data, "stdin here");
+  EXPECT_EQ(r.stderr_data, "err\n");
+  s->put("/work/a", "contents");
+  EXPECT_EQ(s->get("/work/a"), "contents");
+  EXPECT_THROW(s->get("/etc/hostname-none"), Error);
+  // Its own kernel: the guest's release is the Debian guest kernel's, whatever the host runs.
+  EXPECT_FALSE(sh(*s, "uname -r").stdout_data.empty());
+}
+
+TEST_F(Microvm, HostFilesNetworkAndDevicesAreNotThere) {
+  const std::string secret = dir_ + "/host-secret";
+  std::ofstream(secret) << "host secret\n";
+  auto s = boot();
+  const ExecResult r = sh(*s, "cat " + secret + " 2>&1; ls /sys/class/net 2>&1; ls /dev/vd* 2>&1");
+  EXPECT_EQ(r.stdout_data.find("host secret"), std::string::npos);
+  EXPECT_EQ(r.stdout_data.find("eth"), std::string::npos) << "no network device: " << r.stdout_data;
+  EXPECT_EQ(read_file(secret), "host secret\n");
+}
+
+TEST_F(Microvm, BombsTimeoutsAndOutputStayInside) {
+  Limits l;
+  l.disk_bytes = 16ull << 20;
+  l.timeout_s = 3;
+  l.output_bytes = 64 << 10;
+  l.processes = 64;
+  auto s = boot(l);
+  ExecRequest q;
+  q.argv = {"/bin/sh", "-c", "bomb() { bomb | bomb & }; bomb; sleep 3"};
+  q.timeout_ms = 2000;
+  s->exec(q);
+  EXPECT_EQ(sh(*s, "echo alive").stdout_data, "alive\n");
+  EXPECT_NE(
+      sh(*s, "dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>&1").stdout_data.find("No space"),
+      std::string::npos);
+  q.argv = {"yes"};
+  q.timeout_ms = 500;
+  const ExecResult y = s->exec(q);
+  EXPECT_TRUE(y.timed_out);
+  EXPECT_EQ(y.stdout_data.size(), 64u << 10);
+  EXPECT_EQ(sh(*s, "echo alive").stdout_data, "alive\n");
+}
+
+TEST_F(Microvm, AGuestThatPanicsItsKernelEndsOnlyItself) {
+  auto a = boot();
+  auto b = boot();
+  // Root in the guest may crash the guest's own kernel; QEMU then exits (-no-reboot).
+  EXPECT_THROW(sh(*a, "echo c > /proc/sysrq-trigger; sleep 10"), Error);
+  EXPECT_FALSE(a->alive());
+  EXPECT_EQ(sh(*b, "echo alive").stdout_data, "alive\n");
+}
+
+TEST_F(Microvm, DestroyLeavesNoQemu) {
+  auto s = boot();
+  EXPECT_EQ(count_qemus(dir_), 1);
+  s->destroy();
+  EXPECT_EQ(count_qemus(dir_), 0);
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/store/run"));
+}
+
+}  // namespace
+}  // namespace k3::sandbox::testing
