@@ -23,6 +23,8 @@ PACKAGES=(
   python3-scipy
   # an optimized BLAS for PyTorch (with the reference libblas3 alone it is ~100x slower)
   libopenblas0-pthread
+  # `k3lab report`'s page, rendered headless by its test
+  chromium
 )
 
 missing=()

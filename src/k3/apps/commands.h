@@ -31,5 +31,6 @@ void add_tokenizer(CLI::App& app);
 void add_data(CLI::App& app);  // `data prepare`
 void add_data_longctx(CLI::App& data);  // `data longctx`
 void add_fit(CLI::App& app);  // scaling-law fit
+void add_plan(CLI::App& app);  // the planner
 
 }  // namespace k3::apps

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   k3::apps::add_tokenizer(app);
   k3::apps::add_data(app);
   k3::apps::add_fit(app);
+  k3::apps::add_plan(app);
   k3::apps::add_selfcheck(app);
   // Subcommands run from their callbacks inside parse(): one clear line for any error, no stack
   // dump.
