@@ -47,7 +47,8 @@ import json, sys
 metrics, plan, what = sys.argv[1:]
 step = next(r for r in map(json.loads, open(metrics)) if r.get("step") == 3)
 planned = json.load(open(plan))["comm_bytes_by_group"]
-measured = {k[5:-6]: v for k, v in step.items() if k.startswith("comm.") and k.endswith(".bytes")}
+measured = {k.split(".")[1]: v for k, v in step.items()
+            if k.startswith("comm.") and k.endswith(".bytes") and k.count(".") == 2}
 measured.pop("world", None)
 ok = True
 for g in sorted(set(planned) | set(measured)):
@@ -56,6 +57,14 @@ for g in sorted(set(planned) | set(measured)):
         continue
     ok &= p == m
     print(f"| {what} | {g} | {p:.0f} | {m:.0f} | {'=' if p == m else 'DIFFERS'} |")
+# Activations: the plan's (the pre-flight estimate of the rank needing the most) against the
+# largest measured peak of any rank, within 5% either way (pipeline ranks other than the first
+# hold a little more than their estimate).
+plan_acts = next(m["bytes"] for m in json.load(open(plan))["memory"] if m["part"] == "activations")
+peak = max(step.get("activation.peak_bytes.ranks", [step["activation.peak_bytes"]]))
+close = abs(plan_acts - peak) <= 0.05 * peak
+ok &= close
+print(f"| {what} | activations | {plan_acts:.0f} | {peak:.0f} | {100 * (plan_acts / peak - 1):+.1f}% |")
 sys.exit(0 if ok else 1)
 PY
 }

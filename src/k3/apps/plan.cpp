@@ -28,7 +28,8 @@ std::string count(double n) {
 }
 
 nlohmann::json plan_json(const Plan& p) {
-  nlohmann::json memory = nlohmann::json::array(), comm = nlohmann::json::array(), by_group;
+  nlohmann::json memory = nlohmann::json::array(), comm = nlohmann::json::array(),
+                 by_group = nlohmann::json::object();
   for (const planner::MemoryPart& m : p.memory)
     memory.push_back({{"part", m.name},
                       {"bytes", m.bytes},
@@ -63,7 +64,7 @@ nlohmann::json plan_json(const Plan& p) {
           {"fits", p.fits()},
           {"memory", memory},
           {"comm_bytes_per_step", p.comm_bytes()},
-          {"comm_bytes_by_group", by_group.is_null() ? nlohmann::json::object() : by_group},
+          {"comm_bytes_by_group", by_group},
           {"comm", comm},
           {"bubble", p.bubble},
           {"model_flops_per_step", p.model_flops},

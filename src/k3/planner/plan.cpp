@@ -145,7 +145,7 @@ std::unique_ptr<model::Model> describe_rank(const PlanRequest& r, const train::R
       model::GroupPlaces{{"tp", {static_cast<int>(l.tp), 0}},
                          {"ep", {static_cast<int>(l.ep), 0}},
                          {"pp", {static_cast<int>(l.pp), pp_rank}}},
-      train::pipeline_split(c.parallel, r.model.num_hidden_layers));
+      train::pipeline_split(c.parallel, r.model.num_hidden_layers), c.parallel.sequence_parallel);
 }
 
 std::vector<MemoryPart> memory_parts(const PlanRequest& r, const train::RunMemory& m) {
@@ -200,7 +200,8 @@ std::vector<model::ComponentCount> parameter_counts(const model::ModelConfig& c)
 
 Plan make_plan(const PlanRequest& r) { return make_plan(r, parameter_counts(r.model)); }
 
-Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts) {
+Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
+               bool every_memory_rank) {
   check_request(r);
   Plan plan;
   plan.request = r;
@@ -211,7 +212,9 @@ Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& c
   // head); traffic: the lead's (pp rank 0).
   std::unique_ptr<model::Model> lead;
   const int last = static_cast<int>(r.layout.pp) - 1;
-  for (int rank : std::set<int>{0, std::min(1, last), last}) {
+  const std::set<int> ranks =
+      every_memory_rank ? std::set<int>{0, std::min(1, last), last} : std::set<int>{0};
+  for (int rank : ranks) {
     std::unique_ptr<model::Model> described = detail::describe_rank(r, c, rank);
     std::vector<MemoryPart> parts =
         detail::memory_parts(r, train::estimate_run_memory(*described, c, 0));

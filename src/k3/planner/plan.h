@@ -77,8 +77,10 @@ struct Plan {
 // Checks the request (sizes divide, the batch splits) and plans it; throws one line naming what
 // is wrong.
 Plan make_plan(const PlanRequest& r);
-// The same with the model's parameter counts known (model/inventory.h; the last is the total).
-Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts);
+// The same with the model's parameter counts known (model/inventory.h; the last is the total);
+// every_memory_rank false: the memory of pipeline rank 0 alone (a screening).
+Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
+               bool every_memory_rank = true);
 std::vector<model::ComponentCount> parameter_counts(const model::ModelConfig& c);
 
 // Every layout of `gpus` GPUs the model admits (tp and cp within a node, ep dividing the

@@ -1,7 +1,9 @@
 // --search: layouts of a GPU count, planned, the ones that fit ranked by step time. The space:
 // tp within a node (with sequence parallelism), cp 1 or 2 beside it, ep a power of two dividing
-// the experts, pp up to 16 with 1 or 2 chunks a rank. A layout whose weights alone cannot fit (the
-// dense parameters over tp·pp, the routed experts over tp·ep·pp) is passed over unplanned.
+// the experts, pp up to 16 with 1 or 2 chunks a rank. A layout whose weights and optimizer share
+// alone cannot fit (the dense parameters over tp·pp, the routed experts over tp·ep·pp) is passed
+// over unplanned; the others are screened with pipeline rank 0's memory, and the fastest 3·top
+// that fit planned in full.
 #include <algorithm>
 
 #include "k3/base/error.h"
@@ -32,28 +34,35 @@ std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top)
             if (gpus % cell != 0 || pp * vp > c.num_hidden_layers ||
                 (ep > 1 && c.num_experts % ep != 0))
               continue;
-            const double weights =
-                r.cluster.precision.weight * (dense / static_cast<double>(tp * pp) +
-                                              experts / static_cast<double>(tp * ep * pp));
-            if (weights > r.cluster.hbm_bytes) continue;
+            const Precision& pr = r.cluster.precision;
+            const double shards = r.layout.zero >= 1 ? static_cast<double>(gpus / cell) : 1.0;
+            const double values =
+                dense / static_cast<double>(tp * pp) + experts / static_cast<double>(tp * ep * pp);
+            if (values * (pr.weight + (pr.master + 4) / shards) > r.cluster.hbm_bytes) continue;
             PlanRequest q = r;
             q.layout.tp = tp, q.layout.cp = cp, q.layout.ep = ep, q.layout.pp = pp;
             q.layout.vp = vp, q.layout.dp = gpus / cell;
             q.layout.sequence_parallel = tp > 1;
             q.layout.moonep = r.layout.moonep && ep > 1;
             try {
-              Plan p = make_plan(q, counts);
+              Plan p = make_plan(q, counts, /*every_memory_rank=*/false);
               if (p.fits()) fitting.push_back(std::move(p));
             } catch (const Error&) {
               // a layout the model or the batch does not admit
             }
           }
-  K3_CHECK(!fitting.empty(), "--search: no layout of ", gpus,
+  auto faster = [](const Plan& a, const Plan& b) { return a.step_seconds < b.step_seconds; };
+  std::stable_sort(fitting.begin(), fitting.end(), faster);
+  std::vector<Plan> best;
+  for (size_t i = 0; i < fitting.size() && i < 3 * top; ++i) {
+    Plan p = make_plan(fitting[i].request, counts);
+    if (p.fits()) best.push_back(std::move(p));
+  }
+  K3_CHECK(!best.empty(), "--search: no layout of ", gpus,
            " GPUs fits the model in memory with these settings");
-  std::stable_sort(fitting.begin(), fitting.end(),
-                   [](const Plan& a, const Plan& b) { return a.step_seconds < b.step_seconds; });
-  if (fitting.size() > top) fitting.resize(top);
-  return fitting;
+  std::stable_sort(best.begin(), best.end(), faster);
+  if (best.size() > top) best.resize(top);
+  return best;
 }
 
 }  // namespace k3::planner
