@@ -151,6 +151,21 @@ std::vector<Transfer> step_traffic(const PlanRequest& r, const model::Model& lea
   if (l.pp > 1) {
     rec.add("pp", l.pp, pp_stride, Op::all_reduce, "loss", kScalar);
     rec.add("pp", l.pp, pp_stride, Op::all_reduce, "gradient norm", kScalar);
+    // The step's expert-load records gathered to the lead (train/expert_load_gather.h): their
+    // lengths, then per rank a layer count and a dispatch count, per MoE layer its number, tokens,
+    // expert count and loads, and under ep its rows by rank before and after, replicas, overflow
+    // and bytes.
+    double all_moe = 0;
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+      all_moe += model::ffn_kind(c, i) == model::FfnKind::LatentMoE;
+    if (all_moe > 0) {
+      rec.add("pp", l.pp, pp_stride, Op::all_reduce, "expert-load record lengths",
+              kScalar * static_cast<double>(l.pp));
+      const double per_layer = static_cast<double>(3 + c.num_experts) +
+                               (l.ep > 1 ? static_cast<double>(5 + 2 * l.ep) : 0.0);
+      rec.add("pp", l.pp, pp_stride, Op::all_gather, "expert-load records",
+              kScalar * (2 * static_cast<double>(l.pp) + all_moe * per_layer));
+    }
     // Each chunk receives its input and sends its input's gradient back; sends its output and
     // receives the output's gradient (model payload: the bank entries and the residual stream).
     const model::PipelineSplit& split = lead.pipeline();

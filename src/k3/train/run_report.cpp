@@ -31,21 +31,6 @@ std::vector<json> metric_records(const std::string& path) {
   return out;
 }
 
-std::string escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '<')
-      out += "&lt;";
-    else if (c == '>')
-      out += "&gt;";
-    else if (c == '&')
-      out += "&amp;";
-    else
-      out += c;
-  }
-  return out;
-}
-
 // An SVG document as an element of the page: without its XML declaration.
 std::string inline_svg(const std::string& svg) {
   const size_t at = svg.find("<svg");
@@ -55,22 +40,22 @@ std::string inline_svg(const std::string& svg) {
 class Page {
  public:
   void plot(const std::string& id, const std::string& title, const std::string& svg) {
-    body_ += "<section class=\"plot\" id=\"plot-" + id + "\"><h2>" + escape(title) + "</h2>\n" +
+    body_ += "<section class=\"plot\" id=\"plot-" + id + "\"><h2>" + xml_escape(title) + "</h2>\n" +
              inline_svg(svg) + "\n</section>\n";
     report_.plots.push_back(id);
   }
   void missing(const std::string& id, const std::string& title, const std::string& why) {
-    body_ += "<section class=\"plot missing\" id=\"plot-" + id + "\"><h2>" + escape(title) +
-             "</h2><p>Not in this run: " + escape(why) + ".</p></section>\n";
+    body_ += "<section class=\"plot missing\" id=\"plot-" + id + "\"><h2>" + xml_escape(title) +
+             "</h2><p>Not in this run: " + xml_escape(why) + ".</p></section>\n";
     report_.missing.push_back(id + ": " + why);
   }
   std::string html(const std::string& title) const {
     return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" +
-           escape(title) +
+           xml_escape(title) +
            "</title>\n<style>body{font-family:sans-serif;margin:2em;max-width:1000px}"
            "section{margin-bottom:2em}.missing p{color:#777}svg{max-width:100%;height:auto}"
            "</style></head>\n<body><h1>" +
-           escape(title) + "</h1>\n" + body_ + "</body></html>\n";
+           xml_escape(title) + "</h1>\n" + body_ + "</body></html>\n";
   }
   RunReport& report() { return report_; }
 
