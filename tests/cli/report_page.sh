@@ -23,7 +23,8 @@ import json, re, sys
 page = open(sys.argv[1]).read()
 refs = re.findall(r'(?:src|href)\s*=\s*"([^"]*)"', page)
 assert not refs, f"the page refers to other files: {refs}"
-assert "<script" not in page and "url(" not in page, "the page loads something"
+outside = [u for u in re.findall(r'url\(([^)]*)\)', page) if not u.startswith("#")]
+assert "<script" not in page and not outside, f"the page loads something: {outside}"
 trace = json.load(open(sys.argv[2]))["traceEvents"]
 cats = {(e.get("pid"), e.get("cat")) for e in trace if e.get("ph") == "X"}
 for want in [(0, "forward"), (1, "forward"), (0, "backward"), (1, "backward"),

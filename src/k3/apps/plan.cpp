@@ -52,6 +52,7 @@ nlohmann::json plan_json(const Plan& p) {
           {"zero", r.layout.zero},
           {"activation", r.activation},
           {"optimizer", r.optimizer},
+          {"optimizer_in", r.optimizer_on_host ? "host" : "gpu"},
           {"moe_dispatch", r.layout.moonep ? "moonep" : "alltoall"},
           {"seq", r.seq},
           {"global_batch_tokens", p.sequences * r.seq},
@@ -119,7 +120,7 @@ void print_plan(const Plan& p) {
 
 void add_plan(CLI::App& app) {
   struct Args {
-    std::string model, cluster = "H200", layout, dispatch = "alltoall";
+    std::string model, cluster = "H200", layout, dispatch = "alltoall", optimizer_in = "gpu";
     planner::PlanRequest r;
     bool json = false, search = false;
     int64_t gpus = 0;
@@ -147,6 +148,9 @@ void add_plan(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--efficiency", a->r.efficiency, "Achieved share of peak compute")
       ->capture_default_str();
+  cmd->add_option("--optimizer-in", a->optimizer_in,
+                  "Where master weights and optimizer states live: gpu or host")
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->add_flag("--search", a->search, "Rank the layouts that fit by predicted step time");
   cmd->add_option("--gpus", a->gpus, "--search: GPUs (default: the --layout's product)");
@@ -162,6 +166,9 @@ void add_plan(CLI::App& app) {
     K3_CHECK(a->dispatch == "alltoall" || a->dispatch == "moonep", "--moe-dispatch '", a->dispatch,
              "': one of alltoall, moonep");
     r.layout.moonep = a->dispatch == "moonep";
+    K3_CHECK(a->optimizer_in == "gpu" || a->optimizer_in == "host", "--optimizer-in '",
+             a->optimizer_in, "': one of gpu, host");
+    r.optimizer_on_host = a->optimizer_in == "host";
     r.cluster = planner::cluster_preset(a->cluster);
     r.model = model::load_model_config(a->model);
     if (!a->search) {

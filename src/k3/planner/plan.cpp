@@ -159,18 +159,19 @@ std::vector<MemoryPart> memory_parts(const PlanRequest& r, const train::RunMemor
   } else {
     const BytesPerParam b = bytes_per_param(p, 0, l.zero, l.dp);
     parts.push_back({"weights", n * b.weight, false, "bf16 working copy"});
-    parts.push_back({"master weights", n * b.master, false,
+    parts.push_back({"master weights", n * b.master, r.optimizer_on_host,
                      l.zero >= 1 ? "fp32, sharded over dp (ZeRO)" : "fp32"});
     parts.push_back(
         {"gradients", n * b.gradient, true,
          l.zero >= 2 ? "fp32, sharded over dp (ZeRO-2), host memory" : "fp32, host memory"});
   }
+  const bool host = r.optimizer_on_host && !r.cluster.is_cpu;
   parts.push_back(
-      {"optimizer states", m.optimizer_state, false,
+      {"optimizer states", m.optimizer_state, host,
        strprintf("fp32: AdamW m+v of %lld values, Muon momentum of %lld%s",
                  static_cast<long long>(m.adamw_values), static_cast<long long>(m.muon_values),
                  l.zero >= 1 ? ", sharded over dp" : "")});
-  parts.push_back({"optimizer scratch", m.optimizer_workspace, false,
+  parts.push_back({"optimizer scratch", m.optimizer_workspace, host,
                    "Muon's packed blocks and Newton-Schulz work"});
   parts.push_back(
       {"activations", m.model.activation_bytes * p.activation / 4, false,

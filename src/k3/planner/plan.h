@@ -33,6 +33,7 @@ struct PlanRequest {
   int64_t micro_rows = 1;           // sequences per reader in one micro-batch
   double efficiency = 0.5;          // achieved over peak compute, for the roofline
   double bucket_mib = 4;            // the gradient reduction's bucket
+  bool optimizer_on_host = false;   // master weights and optimizer states in host memory
 };
 
 struct MemoryPart {

@@ -38,7 +38,8 @@ std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top)
             const double shards = r.layout.zero >= 1 ? static_cast<double>(gpus / cell) : 1.0;
             const double values =
                 dense / static_cast<double>(tp * pp) + experts / static_cast<double>(tp * ep * pp);
-            if (values * (pr.weight + (pr.master + 4) / shards) > r.cluster.hbm_bytes) continue;
+            const double optimizer = r.optimizer_on_host ? 0 : (pr.master + 4) / shards;
+            if (values * (pr.weight + optimizer) > r.cluster.hbm_bytes) continue;
             PlanRequest q = r;
             q.layout.tp = tp, q.layout.cp = cp, q.layout.ep = ep, q.layout.pp = pp;
             q.layout.vp = vp, q.layout.dp = gpus / cell;
