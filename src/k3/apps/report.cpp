@@ -38,8 +38,10 @@ void add_report(CLI::App& app) {
         a->layers.empty() ? "neither this file nor metrics.jsonl exists: not a run directory"
                           : "no such file: --layer needs a run with MoE layers");
     const train::RunReport page = train::write_run_report(a->run_dir);
-    std::printf("%s\n%s\n", page.html_path.c_str(), page.trace_path.c_str());
-    for (const std::string& why : page.missing) std::printf("  not drawn: %s\n", why.c_str());
+    std::string missing;
+    for (const std::string& why : page.missing) missing += "; not drawn: " + why;
+    std::printf("%s (%zu plots%s)\n%s\n", page.html_path.c_str(), page.plots.size(),
+                missing.c_str(), page.trace_path.c_str());
     if (!have_loads) return;
     const auto records = train::read_expert_load(loads);
     K3_CHECK_CTX(!records.empty(), (ErrorContext{train::expert_load_path(a->run_dir), "", -1}),
