@@ -74,6 +74,10 @@ compare dense-tiny.json adamw 0 dp=2 1
 compare dense-tiny.json adamw 1 dp=2 1
 compare dense-tiny.json adamw 2 dp=4 2
 compare dense-tiny.json muon 0 dp=2 1
+compare dense-tiny.json muon 1 dp=2 1
+compare dense-tiny.json muon 2 dp=4 2
+compare dense-tiny.json muon 0 tp=2 1
+compare dense-tiny.json muon 1 dp=2,tp=2,sp=1 1
 compare dense-tiny.json adamw 0 tp=2 1
 compare dense-tiny.json adamw 0 tp=2,sp=1 1
 compare dense-tiny.json adamw 1 dp=2,tp=2,sp=1 1

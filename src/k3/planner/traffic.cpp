@@ -3,6 +3,7 @@
 //   replica  the step's token count and loss (parallel/zero/data_parallel.cpp);
 //   dp       the gradients' all-reduce (ZeRO-2: reduce-scatter) by bucket, ZeRO's parameter
 //            all-gather, ZeRO-2's norm (parallel/zero/grad_sync.cpp, sharded_optimizer.cpp);
+//            distributed Muon's blocks to their owners and back (over dp, tp or tp_dp);
 //   tp       the tensor-parallel regions (parallel/tensor/traffic.h);
 //   cp       the gradients' sum over cp; KCP's state gathers and ring attention's blocks;
 //   ep       the norm, the dense gradients' sum over ep, the routed rows there and back;
@@ -13,6 +14,10 @@
 
 #include "k3/model/layer_factory.h"
 #include "k3/model/quantile_balancing.h"
+#include "k3/optim/optimizer.h"
+#include "k3/parallel/optim_adapters.h"
+#include "k3/parallel/zero/distributed_muon.h"
+#include "k3/parallel/zero/shard_layout.h"
 #include "k3/planner/plan_internal.h"
 
 namespace k3::planner::detail {
@@ -46,6 +51,24 @@ int64_t layers_held(const model::Model& m) {
   int64_t n = 0;
   for (int64_t l = 0; l < m.config().num_hidden_layers; ++l) n += m.holds_layer(l) ? 1 : 0;
   return n;
+}
+
+// Distributed Muon's point-to-point bytes (sent plus received) of group rank 0 in one step: its
+// units and owners as the sharded optimizer makes them on this layout.
+double muon_p2p_bytes(const PlanRequest& r, const model::Model& lead, int64_t m) {
+  const Layout& l = r.layout;
+  const optim::ParamSet params = parallel::param_set(lead.params());
+  const optim::OptimizerParts parts = optim::split_by_optimizer(
+      params, train::optimizer_plan(params.slots, r.model, run_config(r, m).train));
+  const parallel::ShardLayout layout(lead.params(), static_cast<int>(l.dp), 0,
+                                     static_cast<size_t>(r.bucket_mib * 1024 * 1024 / 4));
+  const parallel::ShardLayout held = l.zero == 0 ? layout.alone() : layout;
+  const int tp = static_cast<int>(l.tp);
+  const std::vector<parallel::MuonUnit> units =
+      parallel::muon_units(parts.muon, parts.block_rows, held, tp);
+  const std::vector<int> owners =
+      parallel::assign_unit_owners(units, tp, held.ranks(), optim::MuonConfig{}.ns_steps);
+  return static_cast<double>(parallel::muon_p2p_bytes(units, owners, tp, l.zero, 0));
 }
 
 }  // namespace
@@ -85,6 +108,16 @@ std::vector<Transfer> step_traffic(const PlanRequest& r, const model::Model& lea
           flat * p.gradient);
   if (l.zero >= 1) rec.add("dp", l.dp, dp_stride, Op::all_gather, "parameters", flat * p.gather);
   if (l.zero == 2) rec.add("dp", l.dp, dp_stride, Op::all_reduce, "gradient norm", kScalar);
+  if (r.optimizer == "muon" && (l.tp > 1 || (l.zero >= 1 && l.dp > 1))) {
+    // The optimizer's group: dp when tp is 1, else tp under ZeRO 0 and tp_dp under 1 and 2.
+    const double p2p = muon_p2p_bytes(r, lead, m) * p.gradient / 4;
+    const bool over_dp = l.tp == 1, over_tp = !over_dp && l.zero == 0;
+    const std::string group = over_dp ? "dp" : over_tp ? "tp" : "tp_dp";
+    const int64_t size = over_dp ? l.dp : over_tp ? l.tp : l.tp * l.dp;
+    const int64_t stride = over_dp ? dp_stride : over_tp ? tp_stride : dp_stride / l.tp;
+    rec.add(group, size, stride, Op::send, "Muon blocks to their owners, X back (half)", p2p / 2);
+    rec.add(group, size, stride, Op::recv, "Muon blocks to their owners, X back (half)", p2p / 2);
+  }
 
   if (l.tp > 1) {
     // Per micro-batch over the whole model; a pipeline rank runs its share of the layers.
