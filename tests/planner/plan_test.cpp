@@ -64,9 +64,10 @@ TEST(Planner, CpuMemoryIsThePreflightEstimate) {
 }
 
 // Data parallelism moves the flat buffer: all-reduced (ZeRO 0, 1) or reduce-scattered (2), and
-// all-gathered under ZeRO 1 and 2.
+// all-gathered under ZeRO 1 and 2 (with AdamW: Muon adds its blocks' point-to-point traffic).
 TEST(Planner, DataParallelBytesAreTheFlatBuffer) {
   PlanRequest r = cpu_request("dense-tiny.json", "dp=4");
+  r.optimizer = "adamw";
   const double flat = static_cast<double>(model::Model(r.model, false).params().flat_size());
   for (int zero : {0, 1, 2}) {
     r.layout.zero = zero;
