@@ -1,7 +1,7 @@
 // The roofline (math §10, docs/planner.md): compute at the preset's dense BF16 rate times an
 // efficiency, every transfer at its link's bandwidth, the bubble as idle compute, and overlap as
-// stated: the data-parallel reduction and gather hide behind the step's compute (what exceeds
-// it shows), every other transfer is on the critical path.
+// stated: the dp group's transfers (the reduction, ZeRO's gather, Muon's blocks when tp = 1) hide
+// behind the step's compute (what exceeds it shows), every other transfer is on the critical path.
 #include <algorithm>
 
 #include "k3/model/layer_factory.h"
