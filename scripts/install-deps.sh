@@ -29,6 +29,8 @@ PACKAGES=(
   qemu-system-x86 linux-image-cloud-amd64 e2fsprogs cpio
   # the sandbox benchmark's comparison; a static busybox for the sandbox tests' small image
   crun busybox-static
+  # `k3lab report`'s page, rendered headless by its test
+  chromium
 )
 
 missing=()

@@ -33,5 +33,6 @@ void add_data_longctx(CLI::App& data);  // `data longctx`
 void add_fit(CLI::App& app);  // scaling-law fit
 void add_sweep(CLI::App& app);  // scaling sweeps
 void add_sandbox(CLI::App& app);  // agent sandboxes
+void add_plan(CLI::App& app);  // the planner
 
 }  // namespace k3::apps

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   k3::apps::add_fit(app);
   k3::apps::add_sweep(app);
   k3::apps::add_sandbox(app);
+  k3::apps::add_plan(app);
   k3::apps::add_selfcheck(app);
   // Subcommands run from their callbacks inside parse(): one clear line for any error, no stack
   // dump.

@@ -1,7 +1,10 @@
-// `k3lab report RUN_DIR [--layer N]...`: expert load over training, drawn from the run's
-// expert_load.jsonl: RUN_DIR/expert_load.svg (maxvio of every MoE layer over the steps) and, per
-// --layer, RUN_DIR/expert_load_layer<N>.svg (each expert's load / mean load over the steps).
-// Under expert parallelism it also prints each ep rank's rows before and after MoonEP's balancing.
+// `k3lab report RUN_DIR [--layer N]...`: one page for a run, RUN_DIR/report.html (loss, learning
+// rate, gradient norm, throughput, MFU, expert load, communication, pipeline timeline, activation
+// memory; train/run_report.h) with RUN_DIR/trace.json, its step timelines for Perfetto. With an
+// expert_load.jsonl it also draws RUN_DIR/expert_load.svg (maxvio of every MoE layer over the
+// steps) and, per --layer, RUN_DIR/expert_load_layer<N>.svg (each expert's load / mean load over
+// the steps), and under expert parallelism prints each ep rank's rows before and after MoonEP's
+// balancing.
 #include <cstdio>
 #include <filesystem>
 #include <utility>
@@ -10,6 +13,8 @@
 #include "k3/apps/commands.h"
 #include "k3/base/error.h"
 #include "k3/train/expert_load.h"
+#include "k3/train/metrics.h"
+#include "k3/train/run_report.h"
 
 namespace k3::apps {
 
@@ -19,11 +24,26 @@ void add_report(CLI::App& app) {
     std::vector<int64_t> layers;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("report", "Plot a run's expert load per MoE layer over training");
+  auto* cmd = app.add_subcommand(
+      "report", "One HTML page of a run's plots, its Chrome trace, and its expert-load plots");
   cmd->add_option("run_dir", a->run_dir, "The run directory")->required();
   cmd->add_option("--layer", a->layers, "Also plot each expert of this MoE layer (repeatable)");
   cmd->callback([a] {
-    const auto records = train::read_expert_load(train::expert_load_path(a->run_dir));
+    const std::string loads = train::expert_load_path(a->run_dir);
+    const bool have_loads = std::filesystem::exists(loads);
+    K3_CHECK_CTX(
+        have_loads ||
+            (a->layers.empty() && std::filesystem::exists(train::metrics_path(a->run_dir))),
+        (ErrorContext{loads, "", -1}),
+        a->layers.empty() ? "neither this file nor metrics.jsonl exists: not a run directory"
+                          : "no such file: --layer needs a run with MoE layers");
+    const train::RunReport page = train::write_run_report(a->run_dir);
+    std::string missing;
+    for (const std::string& why : page.missing) missing += "; not drawn: " + why;
+    std::printf("%s (%zu plots%s)\n%s\n", page.html_path.c_str(), page.plots.size(),
+                missing.c_str(), page.trace_path.c_str());
+    if (!have_loads) return;
+    const auto records = train::read_expert_load(loads);
     K3_CHECK_CTX(!records.empty(), (ErrorContext{train::expert_load_path(a->run_dir), "", -1}),
                  "no expert-load records in the file");
     // Every plot is made before any is written: a bad --layer leaves no partial report.

@@ -8,15 +8,6 @@
 #include "k3/base/fs.h"
 
 namespace k3 {
-namespace {
-
-constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-// Perceptually even dark-to-bright scale (viridis), interpolated between these anchors.
-constexpr uint32_t kColourScale[] = {0x440154, 0x482878, 0x3e4989, 0x31688e, 0x26828e,
-                                     0x1f9e89, 0x35b779, 0x6ece58, 0xb5de2b, 0xfde725};
-constexpr double kCharWidth = 7;  // average width of a 12px sans-serif character
-
 // Text and attribute content; control characters, which XML does not allow, become spaces.
 std::string xml_escape(const std::string& text) {
   std::string out;
@@ -36,6 +27,16 @@ std::string xml_escape(const std::string& text) {
   }
   return out;
 }
+
+namespace {
+
+constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+// Perceptually even dark-to-bright scale (viridis), interpolated between these anchors.
+constexpr uint32_t kColourScale[] = {0x440154, 0x482878, 0x3e4989, 0x31688e, 0x26828e,
+                                     0x1f9e89, 0x35b779, 0x6ece58, 0xb5de2b, 0xfde725};
+constexpr double kCharWidth = 7;  // average width of a 12px sans-serif character
+
 
 double power_of_ten(int exponent) {
   return exponent >= 0 ? std::pow(10.0, exponent) : 1 / std::pow(10.0, -exponent);

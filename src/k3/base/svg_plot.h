@@ -55,6 +55,8 @@ std::string render_line_plot(const LinePlot& plot);
 std::string render_heatmap(const Heatmap& map);
 std::string render_gantt(const GanttChart& chart);
 void write_svg(const std::string& path, const std::string& svg);  // atomic
+// Text and attribute content for XML and HTML: & < > " escaped, control characters as spaces.
+std::string xml_escape(const std::string& text);
 
 // Round tick values for a linear axis: multiples of a step of 1, 2 or 5 times a power of ten,
 // about TARGET of them, from one at or below LO to one at or above HI.

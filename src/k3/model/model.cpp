@@ -12,26 +12,28 @@
 
 namespace k3::model {
 namespace {
-int params_place_pp(const GroupPlaces& places) {
-  const auto it = places.find("pp");
+int place_size(const GroupPlaces& places, const char* group) {
+  const auto it = places.find(group);
   return it == places.end() ? 1 : it->second.size;
 }
 }  // namespace
 
-Model::Model(ModelConfig c, const GroupPlaces& places, PipelineSplit split)
-    : Model(std::move(c), false, dist::single_process(), places, std::move(split)) {}
+Model::Model(ModelConfig c, const GroupPlaces& places, PipelineSplit split, bool sequence_parallel)
+    : Model(std::move(c), false, dist::single_process(), places, std::move(split),
+            sequence_parallel) {}
 
 Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, PipelineSplit split)
-    : Model(std::move(c), allocate, grid, places_of(grid), std::move(split)) {}
+    : Model(std::move(c), allocate, grid, places_of(grid), std::move(split),
+            grid.dims().sequence_parallel) {}
 
 Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, const GroupPlaces& places,
-             PipelineSplit split)
+             PipelineSplit split, bool sequence_parallel)
     : config_(std::move(c)),
       grid_(grid),
       split_(split.layers.empty()
-                 ? PipelineSplit::make(config_.num_hidden_layers, params_place_pp(places), 1)
+                 ? PipelineSplit::make(config_.num_hidden_layers, place_size(places, "pp"), 1)
                  : std::move(split)),
-      sequence_parallel_(grid.dims().sequence_parallel && grid.tp().size() > 1),
+      sequence_parallel_(sequence_parallel && place_size(places, "tp") > 1),
       params_(places) {
   K3_CHECK(split_.pp == params_.place("pp").size, "the pipeline split is over pp ", split_.pp,
            ", the grid's pp group has ", params_.place("pp").size, " ranks");

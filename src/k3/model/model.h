@@ -26,8 +26,8 @@
 #include "k3/model/layers/latent_moe.h"
 #include "k3/model/layers/norm.h"
 #include "k3/model/layers/vocab_parallel.h"
-#include "k3/model/vision/vision_tower.h"
 #include "k3/model/pipeline_split.h"
+#include "k3/model/vision/vision_tower.h"
 
 namespace k3::model {
 
@@ -89,8 +89,10 @@ class Model {
                  const dist::ProcessGrid& grid = dist::single_process(), PipelineSplit split = {});
   // Describes, without allocating, the parameters one rank holds at `places` (e.g. rank 0 of a
   // tp group of 4, or pp rank 1 of `split`), without starting those processes: the memory a
-  // layout needs per rank.
-  Model(ModelConfig config, const GroupPlaces& places, PipelineSplit split = {});
+  // layout needs per rank. `sequence_parallel`: the residual stream's parameters are registered
+  // as under sequence parallelism (gradients summed over tp), as the grid would make them.
+  Model(ModelConfig config, const GroupPlaces& places, PipelineSplit split = {},
+        bool sequence_parallel = false);
   void initialize(uint64_t seed) { params_.initialize(seed); }
 
   const ModelConfig& config() const { return config_; }
@@ -166,8 +168,8 @@ class Model {
   int64_t local_rows(int64_t tokens) const;
 
  private:
-  Model(ModelConfig config, bool allocate, const dist::ProcessGrid& grid,
-        const GroupPlaces& places, PipelineSplit split);
+  Model(ModelConfig config, bool allocate, const dist::ProcessGrid& grid, const GroupPlaces& places,
+        PipelineSplit split, bool sequence_parallel);
   int stage_owner(int stage) const;  // the pp rank holding a virtual stage, -1 without pp
 
   struct Layer {

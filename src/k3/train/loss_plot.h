@@ -3,14 +3,21 @@
 // end, and by `k3lab plot RUN_DIR` at any time.
 #pragma once
 
+#include <map>
 #include <string>
 
+#include "k3/base/svg_plot.h"
+#include "k3/train/metrics.h"
 #include "k3/train/run_config.h"
 
 namespace k3::train {
 
 // The lowest reachable loss (nats per token) of the run's data, NaN when unknown.
 double data_loss_floor(const RunConfig& config);
+
+// Training and validation loss of METRICS over the steps, and the floor when it is finite.
+LinePlot loss_plot(const std::map<std::string, MetricSeries>& metrics, double floor,
+                   const std::string& title);
 
 // Draws RUN_DIR/loss.svg from RUN_DIR/metrics.jsonl; returns its path.
 std::string write_loss_plot(const std::string& run_dir, const RunConfig& config);

@@ -24,6 +24,7 @@
 #include "k3/optim/clip.h"
 #include "k3/optim/schedule.h"
 #include "k3/parallel/optim_adapters.h"
+#include "k3/parallel/pipeline/chrome_trace.h"
 #include "k3/parallel/pipeline/timeline_chart.h"
 #include "k3/parallel/zero/data_parallel.h"
 #include "k3/train/activations.h"
@@ -313,6 +314,12 @@ void Run::draw_timeline() {
   const parallel::pipeline::Timeline planned = parallel::pipeline::simulate(s);
   const std::string path = run_dir_ + "/pipeline_timeline.svg";
   write_svg(path, render_gantt(parallel::pipeline::timeline_chart(s, planned, &measured)));
+  // The same step for Perfetto; `k3lab report` puts it in RUN_DIR/trace.json.
+  write_file_atomic(
+      run_dir_ + "/pipeline_trace.json",
+      nlohmann::json{{"step", step_ + 1},
+                     {"traceEvents", parallel::pipeline::timeline_trace_events(s, measured)}}
+          .dump());
   say(strprintf("pipeline timeline of step %lld: %s (measured bubble %.3f, planned %.3f)",
                 static_cast<long long>(step_ + 1), path.c_str(), measured.bubble_ratio(),
                 planned.bubble_ratio()));
@@ -371,9 +378,11 @@ void Run::count_communication(nlohmann::json& record) {
   if (counted_.empty())
     for (const dist::Comm* g : grid_.groups()) counted_.emplace_back(g->name(), dist::Counters{});
   const auto groups = grid_.groups();
+  int64_t mine = 0;  // this rank's bytes in every group but the world's (its own bookkeeping)
   for (size_t i = 0; i < groups.size(); ++i) {
     const dist::Counters& now = groups[i]->counters();
     dist::Counters& before = counted_[i].second;
+    if (groups[i] != &grid_.world()) mine += now.bytes() - before.bytes();
     if (groups[i]->size() > 1) {
       record["comm." + counted_[i].first + ".bytes"] = now.bytes() - before.bytes();
       record["comm." + counted_[i].first + ".calls"] = now.calls() - before.calls();
@@ -382,25 +391,28 @@ void Run::count_communication(nlohmann::json& record) {
     before = now;
   }
   if (grid_.dp().size() > 1) record["comm.dp.wait_seconds"] = dp_.sync().wait_seconds();
+  record["comm.bytes"] = mine;
 }
 
-// Every rank's peak resident memory so far (MiB, in world rank order), and its activations'
-// measured peak beside their estimate, after the step's counters were read: its one small
-// all-gather is counted in the next step's.
+// Every rank's peak resident memory so far (MiB, in world rank order), its activations' measured
+// peak beside their estimate, and its bytes communicated since the last record, after the step's
+// counters were read: its one small all-gather is counted in the next step's (world group).
 void Run::record_peak_memory(nlohmann::json& record) const {
   const dist::Comm& world = grid_.world();
   if (world.size() == 1) return;
   const auto ranks = static_cast<size_t>(world.size()), me = static_cast<size_t>(world.rank());
-  std::vector<double> all(3 * ranks);
-  all[3 * me] = peak_rss_mib();
-  all[3 * me + 1] = record["activation.peak_bytes"].get<double>();
-  all[3 * me + 2] = estimated_activation_bytes_;
-  world.all_gather(all.data(), std::vector<int64_t>(ranks, 3));
+  constexpr size_t kValues = 4;
+  std::vector<double> all(kValues * ranks);
+  all[kValues * me] = peak_rss_mib();
+  all[kValues * me + 1] = record["activation.peak_bytes"].get<double>();
+  all[kValues * me + 2] = estimated_activation_bytes_;
+  all[kValues * me + 3] = record["comm.bytes"].get<double>();
+  world.all_gather(all.data(), std::vector<int64_t>(ranks, kValues));
   const char* names[] = {"peak_memory_mib.ranks", "activation.peak_bytes.ranks",
-                         "memory.estimated_activation_bytes.ranks"};
-  for (size_t k = 0; k < 3; ++k) {
+                         "memory.estimated_activation_bytes.ranks", "comm.bytes.ranks"};
+  for (size_t k = 0; k < kValues; ++k) {
     std::vector<double> by_rank(ranks);
-    for (size_t r = 0; r < ranks; ++r) by_rank[r] = all[3 * r + k];
+    for (size_t r = 0; r < ranks; ++r) by_rank[r] = all[kValues * r + k];
     record[names[k]] = by_rank;
   }
 }

@@ -82,6 +82,8 @@ void add_units(std::vector<MuonUnit>& out, const optim::ParamSet& params, size_t
   }
 }
 
+}  // namespace
+
 // Every slot's units, grouped by (shape, layout) in the order each first appears: owners then
 // batch each group's units in this order.
 std::vector<MuonUnit> muon_units(const optim::ParamSet& params,
@@ -107,8 +109,6 @@ std::vector<MuonUnit> muon_units(const optim::ParamSet& params,
     for (MuonUnit& u : g) ordered.push_back(std::move(u));
   return ordered;
 }
-
-}  // namespace
 
 std::vector<int> assign_unit_owners(std::span<const MuonUnit> units, int tp, int dp, int ns_steps) {
   std::vector<size_t> order(units.size());

@@ -57,6 +57,13 @@ struct MuonUnit {
   bool spans_tp() const { return tp_end - tp_first > 1; }
 };
 
+// Every Newton–Schulz block of `params` (this rank's shards; block_rows per slot as
+// optim::split_by_optimizer gives them) as units over `layout` and tp, in processing order: what a
+// DistributedMuon on that layout runs, known without its group.
+std::vector<MuonUnit> muon_units(const optim::ParamSet& params,
+                                 const std::vector<int64_t>& block_rows, const ShardLayout& layout,
+                                 int tp);
+
 // Owner of each unit: greedy, largest Newton–Schulz cost first, onto the least loaded of the
 // group ranks on the unit's tp coordinates (ties: the earlier unit, the lower rank).
 // Deterministic, so every rank agrees.

@@ -1,0 +1,55 @@
+#include "k3/planner/cluster.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "k3/base/error.h"
+
+namespace k3::planner {
+namespace {
+
+constexpr double kTera = 1e12, kGB = 1e9, kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// 400 Gb/s per GPU (one ConnectX-7 NDR port each) is 50 GB/s a direction.
+constexpr double kNdrPerGpu = 400e9 / 8;
+
+std::vector<Cluster> make_presets() {
+  std::vector<Cluster> p;
+  p.push_back({"H100", "HGX/DGX H100 SXM5, 8 GPUs, NVLink 4, 8x NDR 400G", 8, 989 * kTera, 80 * kGB,
+               3.35e12, 450 * kGB, kNdrPerGpu, 2048 * kGB, Precision{}, false});
+  p.push_back({"H200", "HGX H200 SXM, 8 GPUs, NVLink 4, 8x NDR 400G", 8, 989 * kTera, 141 * kGB,
+               4.8e12, 450 * kGB, kNdrPerGpu, 2048 * kGB, Precision{}, false});
+  p.push_back({"B200", "HGX B200, 8 GPUs, NVLink 5, 8x NDR 400G", 8, 2250 * kTera, 180 * kGB, 7.7e12,
+               900 * kGB, kNdrPerGpu, 4096 * kGB, Precision{}, false});
+  p.push_back({"H20", "HGX H20, 8 GPUs, NVLink 4, 8x NDR 400G", 8, 148 * kTera, 96 * kGB, 4e12,
+               450 * kGB, kNdrPerGpu, 2048 * kGB, Precision{}, false});
+  // k3lab's MPI ranks share one machine: every group is "inside the node", and everything is
+  // fp32 (the payloads its counters report). The speed figures are nominal: a CPU plan is for
+  // its memory and bytes, not its time.
+  p.push_back({"cpu", "k3lab's MPI ranks on one machine, fp32", 1 << 20, 50e9, 64 * kGiB, 20e9,
+               10e9, 10e9, 64 * kGiB, Precision{4, 0, 4, 4, 4}, true});
+  return p;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+}  // namespace
+
+const std::vector<Cluster>& cluster_presets() {
+  static const std::vector<Cluster> presets = make_presets();
+  return presets;
+}
+
+const Cluster& cluster_preset(const std::string& name) {
+  std::string names;
+  for (const Cluster& c : cluster_presets()) {
+    if (lower(c.name) == lower(name)) return c;
+    names += (names.empty() ? "" : ", ") + c.name;
+  }
+  throw Error("--cluster: unknown preset '" + name + "' (one of " + names + ")");
+}
+
+}  // namespace k3::planner

@@ -1,0 +1,242 @@
+#include "k3/planner/plan.h"
+
+#include <algorithm>
+#include <numeric>
+#include <set>
+
+#include "k3/base/error.h"
+#include "k3/base/format.h"
+#include "k3/model/inventory.h"
+#include "k3/model/layer_factory.h"
+#include "k3/planner/plan_internal.h"
+#include "k3/train/session.h"
+
+namespace k3::planner {
+
+double pipeline_bubble(int64_t pp, int64_t vp, int64_t micro_batches) {
+  return static_cast<double>(pp - 1) / static_cast<double>(vp * micro_batches);
+}
+
+BytesPerParam bytes_per_param(const Precision& p, double state_bytes, int zero, int64_t dp) {
+  const double shards = static_cast<double>(dp);
+  return {p.weight, zero >= 1 ? p.master / shards : p.master,
+          zero >= 2 ? p.gradient / shards : p.gradient,
+          zero >= 1 ? state_bytes / shards : state_bytes};
+}
+
+double Transfer::wire_bytes() const {
+  const double n = static_cast<double>(group_size), share = (n - 1) / n;
+  switch (op) {
+    case dist::Op::all_reduce:
+      return 2 * share * bytes;  // ring: reduce-scatter + all-gather
+    case dist::Op::reduce_scatter:
+    case dist::Op::all_gather:
+    case dist::Op::all_to_all:
+      return share * bytes;  // the payload less this rank's own block
+    case dist::Op::broadcast:
+    case dist::Op::send:
+      return bytes;
+    default:
+      return 0;  // a receive comes in on the other direction, beside the sends
+  }
+}
+
+double Plan::hbm_bytes() const {
+  double b = 0;
+  for (const MemoryPart& m : memory) b += m.host ? 0 : m.bytes;
+  return b;
+}
+
+double Plan::host_bytes() const {
+  double b = 0;
+  for (const MemoryPart& m : memory) b += m.host ? m.bytes : 0;
+  return b;
+}
+
+bool Plan::fits() const {
+  const Cluster& c = request.cluster;
+  const double gpus_on_node =
+      static_cast<double>(std::min<int64_t>(c.gpus_per_node, request.layout.gpus()));
+  return hbm_bytes() <= c.hbm_bytes && host_bytes() * gpus_on_node <= c.host_bytes;
+}
+
+double Plan::comm_bytes() const {
+  double b = 0;
+  for (const Transfer& t : traffic) b += t.bytes;
+  return b;
+}
+
+double Plan::comm_bytes(const std::string& group) const {
+  double b = 0;
+  for (const Transfer& t : traffic) b += t.group == group ? t.bytes : 0;
+  return b;
+}
+
+double Plan::tokens_per_second() const {
+  return static_cast<double>(sequences * request.seq) / step_seconds;
+}
+
+namespace {
+
+void check_request(const PlanRequest& r) {
+  const Layout& l = r.layout;
+  const model::ModelConfig& c = r.model;
+  K3_CHECK(l.zero >= 0 && l.zero <= 2, "--zero ", l.zero, ": one of 0, 1, 2");
+  K3_CHECK(r.optimizer == "muon" || r.optimizer == "adamw", "--optimizer '", r.optimizer,
+           "': one of muon, adamw");
+  K3_CHECK(r.seq > 0 && r.micro_rows > 0, "--seq and --micro-batch must be positive");
+  K3_CHECK(l.cp == 1 || r.seq % (2 * l.cp) == 0, "--seq ", r.seq,
+           " does not cut into 2·cp = ", 2 * l.cp, " zig-zag chunks");
+  K3_CHECK(l.ep == 1 || (c.num_experts > 0 && c.num_experts % l.ep == 0), "--layout: ep=", l.ep,
+           " does not divide the model's ", c.num_experts, " routed experts");
+  K3_CHECK(l.pp * l.vp <= c.num_hidden_layers, "--layout: pp·vp = ", l.pp * l.vp, " stages for ",
+           c.num_hidden_layers, " layers");
+  K3_CHECK(!l.moonep || l.ep > 1, "--moe-dispatch moonep needs expert parallelism (ep > 1)");
+  model::check_tensor_parallel(c, static_cast<int>(l.tp));
+}
+
+// Sequences per step, and micro-batches per reader.
+std::pair<int64_t, int64_t> batch_shape(const PlanRequest& r) {
+  const int64_t per_micro = r.layout.dp * r.layout.ep * r.micro_rows;
+  if (r.global_batch_tokens == 0) return {per_micro, 1};
+  K3_CHECK(r.global_batch_tokens % r.seq == 0, "--global-batch ", r.global_batch_tokens,
+           " tokens is not a whole number of --seq ", r.seq, " sequences");
+  const int64_t sequences = r.global_batch_tokens / r.seq;
+  K3_CHECK(sequences % per_micro == 0, "--global-batch: ", sequences,
+           " sequences do not split over dp·ep = ", r.layout.dp * r.layout.ep,
+           " readers of --micro-batch ", r.micro_rows, " sequences");
+  return {sequences, sequences / per_micro};
+}
+
+}  // namespace
+
+namespace detail {
+
+train::RunConfig run_config(const PlanRequest& r, int64_t micro_batches) {
+  train::RunConfig c;
+  const Layout& l = r.layout;
+  train::ParallelSection& p = c.parallel;
+  p.dp = l.dp, p.tp = l.tp, p.pp = l.pp, p.vp = l.vp, p.ep = l.ep, p.cp = l.cp;
+  p.zero = l.zero;
+  p.sequence_parallel = l.sequence_parallel && l.tp > 1;
+  p.moe_dispatch = l.moonep ? "moonep" : "alltoall";
+  p.moonep_slots = l.moonep_slots;
+  p.bucket_mib = r.bucket_mib;
+  if (l.pp > 1) {  // the remainder one layer each to the stages after the first
+    const int64_t stages = l.pp * l.vp, layers = r.model.num_hidden_layers;
+    for (int64_t s = 0; s < stages; ++s) {
+      if (s > 0) p.pp_layers += ',';
+      p.pp_layers += std::to_string(layers / stages + (s >= 1 && s <= layers % stages ? 1 : 0));
+    }
+  }
+  c.train.batch_size = l.dp * l.ep * r.micro_rows;
+  c.train.grad_accum = micro_batches;
+  c.train.optimizer = r.optimizer;
+  c.data.seq_len = r.seq;
+  c.activation.policy = r.activation;
+  return c;
+}
+
+std::unique_ptr<model::Model> describe_rank(const PlanRequest& r, const train::RunConfig& c,
+                                            int pp_rank) {
+  const Layout& l = r.layout;
+  return std::make_unique<model::Model>(
+      r.model,
+      model::GroupPlaces{{"tp", {static_cast<int>(l.tp), 0}},
+                         {"ep", {static_cast<int>(l.ep), 0}},
+                         {"pp", {static_cast<int>(l.pp), pp_rank}}},
+      train::pipeline_split(c.parallel, r.model.num_hidden_layers), c.parallel.sequence_parallel);
+}
+
+std::vector<MemoryPart> memory_parts(const PlanRequest& r, const train::RunMemory& m) {
+  const Precision& p = r.cluster.precision;
+  const Layout& l = r.layout;
+  const double n = m.model.parameter_bytes / sizeof(float);  // this rank's values (flat buffer)
+  std::vector<MemoryPart> parts;
+  if (r.cluster.is_cpu) {  // k3lab's own run: the estimate as it stands
+    parts.push_back({"weights", m.model.parameter_bytes, false, "fp32 flat buffer"});
+    parts.push_back({"gradients", m.model.gradient_bytes, false, "fp32 flat buffer"});
+  } else {
+    const BytesPerParam b = bytes_per_param(p, 0, l.zero, l.dp);
+    parts.push_back({"weights", n * b.weight, false, "bf16 working copy"});
+    parts.push_back({"master weights", n * b.master, r.optimizer_on_host,
+                     l.zero >= 1 ? "fp32, sharded over dp (ZeRO)" : "fp32"});
+    parts.push_back(
+        {"gradients", n * b.gradient, true,
+         l.zero >= 2 ? "fp32, sharded over dp (ZeRO-2), host memory" : "fp32, host memory"});
+  }
+  const bool host = r.optimizer_on_host && !r.cluster.is_cpu;
+  parts.push_back(
+      {"optimizer states", m.optimizer_state, host,
+       strprintf("fp32: AdamW m+v of %lld values, Muon momentum of %lld%s",
+                 static_cast<long long>(m.adamw_values), static_cast<long long>(m.muon_values),
+                 l.zero >= 1 ? ", sharded over dp" : "")});
+  parts.push_back({"optimizer scratch", m.optimizer_workspace, host,
+                   "Muon's packed blocks and Newton-Schulz work"});
+  parts.push_back(
+      {"activations", m.model.activation_bytes * p.activation / 4, false,
+       strprintf("%s, %d micro-batch chunk%s in flight of %lld x %lld tokens%s%s",
+                 r.activation.c_str(), m.layout.in_flight, m.layout.in_flight == 1 ? "" : "s",
+                 static_cast<long long>(m.layout.rows), static_cast<long long>(m.layout.tokens),
+                 l.cp > 1 ? ", KCP and ring buffers" : "", l.moonep ? ", MoonEP replicas" : "")});
+  parts.push_back(
+      {"expert balancing", m.model.balancing_bytes, false, "Quantile Balancing histograms"});
+  if (!r.cluster.is_cpu) {
+    const model::ModelConfig& c = r.model;
+    const double rows =
+        static_cast<double>(m.layout.rows * m.layout.tokens * c.num_experts_per_token);
+    const double a2a =
+        l.ep > 1 ? 2 * rows * static_cast<double>(c.routed_expert_hidden_size) * p.activation : 0;
+    parts.push_back({"communication buffers", 2 * r.bucket_mib * 1024 * 1024 + a2a, false,
+                     "two gradient buckets in flight, one MoE layer's all-to-all send + receive"});
+  }
+  return parts;
+}
+
+}  // namespace detail
+
+std::vector<model::ComponentCount> parameter_counts(const model::ModelConfig& c) {
+  return model::parameter_counts(model::Model(c, /*allocate=*/false));
+}
+
+Plan make_plan(const PlanRequest& r) { return make_plan(r, parameter_counts(r.model)); }
+
+Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
+               bool every_memory_rank) {
+  check_request(r);
+  Plan plan;
+  plan.request = r;
+  std::tie(plan.sequences, plan.micro_batches) = batch_shape(r);
+  const train::RunConfig c = detail::run_config(r, plan.micro_batches);
+  // Memory: the pipeline rank needing the most of the first (the embedding, the most
+  // micro-batches in flight), the second (the first given a remainder layer) and the last (the
+  // head); traffic: the lead's (pp rank 0).
+  std::unique_ptr<model::Model> lead;
+  const int last = static_cast<int>(r.layout.pp) - 1;
+  const std::set<int> ranks =
+      every_memory_rank ? std::set<int>{0, std::min(1, last), last} : std::set<int>{0};
+  for (int rank : ranks) {
+    std::unique_ptr<model::Model> described = detail::describe_rank(r, c, rank);
+    std::vector<MemoryPart> parts =
+        detail::memory_parts(r, train::estimate_run_memory(*described, c, 0));
+    auto sum = [](const std::vector<MemoryPart>& v) {
+      return std::accumulate(v.begin(), v.end(), 0.0,
+                             [](double s, const MemoryPart& m) { return s + m.bytes; });
+    };
+    if (rank == 0 || sum(parts) > sum(plan.memory)) {
+      plan.memory = std::move(parts);
+      plan.worst_pp_rank = rank;
+    }
+    if (rank == 0) lead = std::move(described);
+  }
+  plan.params_total = counts.back().total;
+  plan.params_active = counts.back().active;
+  for (const model::ComponentCount& cc : counts)
+    if (cc.component == "embedding") plan.params_embedding = cc.total;
+  plan.traffic = detail::step_traffic(r, *lead, plan.micro_batches);
+  plan.bubble = r.layout.pp > 1 ? pipeline_bubble(r.layout.pp, r.layout.vp, plan.micro_batches) : 0;
+  detail::roofline(plan);
+  return plan;
+}
+
+}  // namespace k3::planner

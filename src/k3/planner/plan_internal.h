@@ -1,0 +1,31 @@
+// The planner's parts, shared between its files: the run configuration a request stands for and
+// the ranks it describes, the memory and traffic of one pipeline rank, the roofline.
+#pragma once
+
+#include <memory>
+
+#include "k3/model/model.h"
+#include "k3/planner/plan.h"
+#include "k3/train/preflight.h"
+#include "k3/train/run_config.h"
+
+namespace k3::planner::detail {
+
+// The request as a k3lab run configuration: train.batch_size = dp·ep·micro_rows sequences per
+// micro-batch, train.grad_accum = m, the layers as evenly over pp·vp stages as they go.
+train::RunConfig run_config(const PlanRequest& r, int64_t micro_batches);
+
+// What pipeline rank PP_RANK holds (its tp and ep shards), without allocating.
+std::unique_ptr<model::Model> describe_rank(const PlanRequest& r, const train::RunConfig& c,
+                                            int pp_rank);
+
+// One GPU's memory by part, from the run's estimate for that rank.
+std::vector<MemoryPart> memory_parts(const PlanRequest& r, const train::RunMemory& m);
+
+// The lead rank's transfers in one step of m micro-batches.
+std::vector<Transfer> step_traffic(const PlanRequest& r, const model::Model& lead, int64_t m);
+
+// The roofline: compute, bubble, communication by link class, the exposed part, step and MFU.
+void roofline(Plan& p);
+
+}  // namespace k3::planner::detail

@@ -1,0 +1,69 @@
+// --search: layouts of a GPU count, planned, the ones that fit ranked by step time. The space:
+// tp within a node (with sequence parallelism), cp 1 or 2 beside it, ep a power of two dividing
+// the experts, pp up to 16 with 1 or 2 chunks a rank. A layout whose weights and optimizer share
+// alone cannot fit (the dense parameters over tp·pp, the routed experts over tp·ep·pp) is passed
+// over unplanned; the others are screened with pipeline rank 0's memory, and the fastest 3·top
+// that fit planned in full.
+#include <algorithm>
+
+#include "k3/base/error.h"
+#include "k3/planner/plan.h"
+
+namespace k3::planner {
+
+std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top) {
+  const model::ModelConfig& c = r.model;
+  const int64_t node = r.cluster.gpus_per_node;
+  const std::vector<model::ComponentCount> counts = parameter_counts(c);
+  double experts = 0;
+  for (const model::ComponentCount& cc : counts)
+    if (cc.component == "moe.routed_experts") experts = static_cast<double>(cc.total);
+  const double dense = static_cast<double>(counts.back().total) - experts;
+  std::vector<Plan> fitting;
+  auto powers = [](int64_t most) {
+    std::vector<int64_t> v;
+    for (int64_t n = 1; n <= most; n *= 2) v.push_back(n);
+    return v;
+  };
+  for (int64_t tp : powers(node))
+    for (int64_t cp : powers(std::min<int64_t>(2, node / tp)))
+      for (int64_t ep : powers(c.num_experts > 0 ? std::min(c.num_experts, gpus) : 1))
+        for (int64_t pp : powers(std::min<int64_t>(16, c.num_hidden_layers)))
+          for (int64_t vp = 1; vp <= (pp > 1 ? 2 : 1); ++vp) {
+            const int64_t cell = tp * cp * ep * pp;
+            if (gpus % cell != 0 || pp * vp > c.num_hidden_layers ||
+                (ep > 1 && c.num_experts % ep != 0))
+              continue;
+            const Precision& pr = r.cluster.precision;
+            const double shards = r.layout.zero >= 1 ? static_cast<double>(gpus / cell) : 1.0;
+            const double values =
+                dense / static_cast<double>(tp * pp) + experts / static_cast<double>(tp * ep * pp);
+            const double optimizer = r.optimizer_on_host ? 0 : (pr.master + 4) / shards;
+            if (values * (pr.weight + optimizer) > r.cluster.hbm_bytes) continue;
+            PlanRequest q = r;
+            q.layout.tp = tp, q.layout.cp = cp, q.layout.ep = ep, q.layout.pp = pp;
+            q.layout.vp = vp, q.layout.dp = gpus / cell;
+            q.layout.sequence_parallel = tp > 1;
+            q.layout.moonep = r.layout.moonep && ep > 1;
+            try {
+              Plan p = make_plan(q, counts, /*every_memory_rank=*/false);
+              if (p.fits()) fitting.push_back(std::move(p));
+            } catch (const Error&) {
+              // a layout the model or the batch does not admit
+            }
+          }
+  auto faster = [](const Plan& a, const Plan& b) { return a.step_seconds < b.step_seconds; };
+  std::stable_sort(fitting.begin(), fitting.end(), faster);
+  std::vector<Plan> best;
+  for (size_t i = 0; i < fitting.size() && i < 3 * top; ++i) {
+    Plan p = make_plan(fitting[i].request, counts);
+    if (p.fits()) best.push_back(std::move(p));
+  }
+  K3_CHECK(!best.empty(), "--search: no layout of ", gpus,
+           " GPUs fits the model in memory with these settings");
+  std::stable_sort(best.begin(), best.end(), faster);
+  if (best.size() > top) best.resize(top);
+  return best;
+}
+
+}  // namespace k3::planner

@@ -1,0 +1,228 @@
+// The lead rank's transfers in one step (math §10): what each process group moves, counted as
+// dist/comm.h counts payloads. The k3lab collectives behind each line:
+//   replica  the step's token count and loss (parallel/zero/data_parallel.cpp);
+//   dp       the gradients' all-reduce (ZeRO-2: reduce-scatter) by bucket, ZeRO's parameter
+//            all-gather, ZeRO-2's norm (parallel/zero/grad_sync.cpp, sharded_optimizer.cpp);
+//            distributed Muon's blocks to their owners and back (over dp, tp or tp_dp);
+//   tp       the tensor-parallel regions (parallel/tensor/traffic.h);
+//   cp       the gradients' sum over cp; KCP's state gathers and ring attention's blocks;
+//   ep       the norm, the dense gradients' sum over ep, the routed rows there and back;
+//   pp       the loss, the norm, each stage boundary's payload forward and its gradient back.
+#include "k3/parallel/tensor/traffic.h"
+
+#include <algorithm>
+
+#include "k3/model/layer_factory.h"
+#include "k3/model/quantile_balancing.h"
+#include "k3/optim/optimizer.h"
+#include "k3/parallel/optim_adapters.h"
+#include "k3/parallel/zero/distributed_muon.h"
+#include "k3/parallel/zero/shard_layout.h"
+#include "k3/planner/plan_internal.h"
+
+namespace k3::planner::detail {
+namespace {
+
+using dist::Op;
+
+class Recorder {
+ public:
+  Recorder(const PlanRequest& r) : r_(r) {}
+
+  // A group of `size` ranks `stride` apart in the grid's rank order crosses nodes when its span
+  // does not fit in one.
+  void add(const std::string& group, int64_t size, int64_t stride, Op op, const std::string& what,
+           double bytes) {
+    if (size <= 1 || bytes <= 0) return;
+    Transfer t{group, op, what, bytes, size, stride * size > r_.cluster.gpus_per_node};
+    if (op == Op::send || op == Op::recv) t.across_nodes = stride >= r_.cluster.gpus_per_node;
+    out_.push_back(t);
+  }
+  std::vector<Transfer> take() { return std::move(out_); }
+
+ private:
+  const PlanRequest& r_;
+  std::vector<Transfer> out_;
+};
+
+constexpr double kScalar = 8;  // an int64 or double
+
+int64_t layers_held(const model::Model& m) {
+  int64_t n = 0;
+  for (int64_t l = 0; l < m.config().num_hidden_layers; ++l) n += m.holds_layer(l) ? 1 : 0;
+  return n;
+}
+
+// Distributed Muon's point-to-point bytes (sent plus received) of group rank 0 in one step: its
+// units and owners as the sharded optimizer makes them on this layout.
+double muon_p2p_bytes(const PlanRequest& r, const model::Model& lead, int64_t m) {
+  const Layout& l = r.layout;
+  const optim::ParamSet params = parallel::param_set(lead.params());
+  const optim::OptimizerParts parts = optim::split_by_optimizer(
+      params, train::optimizer_plan(params.slots, r.model, run_config(r, m).train));
+  const parallel::ShardLayout layout(lead.params(), static_cast<int>(l.dp), 0,
+                                     static_cast<size_t>(r.bucket_mib * 1024 * 1024 / 4));
+  const parallel::ShardLayout held = l.zero == 0 ? layout.alone() : layout;
+  const int tp = static_cast<int>(l.tp);
+  const std::vector<parallel::MuonUnit> units =
+      parallel::muon_units(parts.muon, parts.block_rows, held, tp);
+  const std::vector<int> owners =
+      parallel::assign_unit_owners(units, tp, held.ranks(), optim::MuonConfig{}.ns_steps);
+  return static_cast<double>(parallel::muon_p2p_bytes(units, owners, tp, l.zero, 0));
+}
+
+}  // namespace
+
+std::vector<Transfer> step_traffic(const PlanRequest& r, const model::Model& lead, int64_t m) {
+  const Layout& l = r.layout;
+  const Precision& p = r.cluster.precision;
+  const model::ModelConfig& c = r.model;
+  const model::ParamRegistry& reg = lead.params();
+  const double micro = static_cast<double>(m);
+  const int64_t tokens = r.micro_rows * r.seq / l.cp;  // one micro-batch on one rank
+  const int64_t tp_stride = 1, cp_stride = l.tp, ep_stride = l.tp * l.cp,
+                dp_stride = ep_stride * l.ep, pp_stride = dp_stride * l.dp;
+  // Floats of the flat buffer (padding included), of its dense part, of all parameters held.
+  const double flat = static_cast<double>(reg.flat_size());
+  double dense = 0, held = 0;
+  for (int i = 0; i < reg.size(); ++i) {
+    held += static_cast<double>(reg.info(i).local_numel());
+    if (!reg.info(i).shard.expert_owned()) dense += static_cast<double>(reg.info(i).local_numel());
+  }
+  const double layer_share =
+      static_cast<double>(layers_held(lead)) / static_cast<double>(c.num_hidden_layers);
+  Recorder rec(r);
+
+  const int64_t readers = l.cp * l.ep * l.dp;
+  rec.add("replica", readers, l.tp, Op::all_reduce, "token count", kScalar);
+  rec.add("replica", readers, l.tp, Op::all_reduce, "loss", kScalar);
+  // Quantile Balancing sums each MoE layer's histograms (E·bins), loads (E) and token count.
+  double moe_layers = 0;
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+    moe_layers += lead.holds_layer(i) && model::ffn_kind(c, i) == model::FfnKind::LatentMoE;
+  rec.add("replica", readers, l.tp, Op::all_reduce, "expert-balancing counts",
+          moe_layers * kScalar *
+              static_cast<double>(c.num_experts * (model::QuantileBalancer::kBins + 1) + 1));
+
+  rec.add("dp", l.dp, dp_stride, l.zero == 2 ? Op::reduce_scatter : Op::all_reduce, "gradients",
+          flat * p.gradient);
+  if (l.zero >= 1) rec.add("dp", l.dp, dp_stride, Op::all_gather, "parameters", flat * p.gather);
+  if (l.zero == 2) rec.add("dp", l.dp, dp_stride, Op::all_reduce, "gradient norm", kScalar);
+  if (r.optimizer == "muon" && (l.tp > 1 || (l.zero >= 1 && l.dp > 1))) {
+    // The optimizer's group: dp when tp is 1, else tp under ZeRO 0 and tp_dp under 1 and 2.
+    const double p2p = muon_p2p_bytes(r, lead, m) * p.gradient / 4;
+    const bool over_dp = l.tp == 1, over_tp = !over_dp && l.zero == 0;
+    const std::string group = over_dp ? "dp" : over_tp ? "tp" : "tp_dp";
+    const int64_t size = over_dp ? l.dp : over_tp ? l.tp : l.tp * l.dp;
+    const int64_t stride = over_dp ? dp_stride : over_tp ? tp_stride : dp_stride / l.tp;
+    rec.add(group, size, stride, Op::send, "Muon blocks to their owners, X back (half)", p2p / 2);
+    rec.add(group, size, stride, Op::recv, "Muon blocks to their owners, X back (half)", p2p / 2);
+  }
+
+  if (l.tp > 1) {
+    // Per micro-batch over the whole model; a pipeline rank runs its share of the layers.
+    parallel::TpTraffic t =
+        parallel::tp_micro_batch_traffic(c, static_cast<int>(l.tp), l.sequence_parallel, tokens);
+    const double scale = micro * p.activation / 4 * (l.pp > 1 ? layer_share : 1.0);
+    rec.add("tp", l.tp, tp_stride, Op::all_reduce, "regions' partial sums",
+            static_cast<double>(t.all_reduce) * scale);
+    rec.add("tp", l.tp, tp_stride, Op::all_gather, "regions' inputs (sp), head statistics",
+            static_cast<double>(t.all_gather) * scale);
+    rec.add("tp", l.tp, tp_stride, Op::reduce_scatter, "regions' outputs (sp)",
+            static_cast<double>(t.reduce_scatter) * scale);
+    const parallel::TpTraffic s = parallel::tp_step_traffic(lead, static_cast<int>(l.tp));
+    rec.add("tp", l.tp, tp_stride, Op::all_reduce, "summed gradients, norm",
+            static_cast<double>(s.all_reduce - static_cast<int64_t>(kScalar)) * p.gradient / 4 +
+                kScalar);
+  }
+
+  if (l.cp > 1) {
+    rec.add("cp", l.cp, cp_stride, Op::all_reduce, "gradients", held * p.gradient);
+    // Modelled, not yet measured: ring attention passes each rank's keys and values round the
+    // ring (cp - 1 hops forward; backward their gradients too), KCP gathers each rank's
+    // end-of-span states (forward, and their gradients backward).
+    double ring = 0, kcp = 0;
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+      if (!lead.holds_layer(i)) continue;
+      const model::MixerKind k = model::mixer_kind(c, i);
+      if (k == model::MixerKind::GatedMLA)
+        ring += 3 * static_cast<double>((l.cp - 1) * tokens * c.num_attention_heads / l.tp *
+                                        (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim));
+      else if (k == model::MixerKind::KDA)
+        kcp += 2 *
+               static_cast<double>(l.cp * c.kda_num_heads / l.tp * c.kda_head_dim * c.kda_head_dim);
+    }
+    rec.add("cp", l.cp, cp_stride, Op::send, "ring attention keys and values",
+            ring * micro * p.activation);
+    rec.add("cp", l.cp, cp_stride, Op::recv, "ring attention keys and values",
+            ring * micro * p.activation);
+    rec.add("cp", l.cp, cp_stride, Op::all_gather, "KCP span states", kcp * micro * 4);
+  }
+
+  if (l.ep > 1) {
+    rec.add("ep", l.ep, ep_stride, Op::all_reduce, "gradient norm", 2 * kScalar);
+    rec.add("ep", l.ep, ep_stride, Op::all_reduce, "dense gradients", dense * p.gradient);
+    // Each MoE layer sends its k rows a token to the experts' ranks and back, forward and
+    // backward (the rows each rank computes vary with the routing: their mean), and its loads.
+    const double pairs = static_cast<double>(tokens * c.num_experts_per_token);
+    rec.add("ep", l.ep, ep_stride, Op::all_to_all, "routed rows, there and back",
+            moe_layers * micro * 4 * pairs * static_cast<double>(c.routed_expert_hidden_size) *
+                p.activation);
+    const double expert =
+        3.0 * static_cast<double>(c.moe_intermediate_size * c.routed_expert_hidden_size);
+    if (l.moonep) {
+      rec.add("ep", l.ep, ep_stride, Op::all_gather, "expert loads",
+              moe_layers * micro * kScalar * static_cast<double>(l.ep * c.num_experts));
+      rec.add("ep", l.ep, ep_stride, Op::all_to_all, "replica weights and their gradients",
+              moe_layers * micro * 2 * static_cast<double>(l.moonep_slots) * expert * p.weight);
+    } else {
+      rec.add("ep", l.ep, ep_stride, Op::all_to_all, "expert loads",
+              moe_layers * micro * kScalar * static_cast<double>(c.num_experts));
+    }
+  }
+
+  if (l.pp > 1) {
+    rec.add("pp", l.pp, pp_stride, Op::all_reduce, "loss", kScalar);
+    rec.add("pp", l.pp, pp_stride, Op::all_reduce, "gradient norm", kScalar);
+    // The step's expert-load records gathered to the lead (train/expert_load_gather.h): their
+    // lengths, then per rank a layer count and a dispatch count, per MoE layer its number, tokens,
+    // expert count and loads, and under ep its rows by rank before and after, replicas, overflow
+    // and bytes.
+    double all_moe = 0;
+    for (int64_t i = 0; i < c.num_hidden_layers; ++i)
+      all_moe += model::ffn_kind(c, i) == model::FfnKind::LatentMoE;
+    if (all_moe > 0) {
+      rec.add("pp", l.pp, pp_stride, Op::all_reduce, "expert-load record lengths",
+              kScalar * static_cast<double>(l.pp));
+      const double per_layer = static_cast<double>(3 + c.num_experts) +
+                               (l.ep > 1 ? static_cast<double>(5 + 2 * l.ep) : 0.0);
+      rec.add("pp", l.pp, pp_stride, Op::all_gather, "expert-load records",
+              kScalar * (2 * static_cast<double>(l.pp) + all_moe * per_layer));
+    }
+    // Each chunk receives its input and sends its input's gradient back; sends its output and
+    // receives the output's gradient (model payload: the bank entries and the residual stream).
+    const model::PipelineSplit& split = lead.pipeline();
+    const int64_t rows = l.sequence_parallel && l.tp > 1 ? tokens / l.tp : tokens;
+    double sent = 0, received = 0;
+    for (int chunk = 0; chunk < split.vp; ++chunk) {
+      const int stage = split.pp * chunk;  // pp rank 0's chunks
+      const int64_t first = split.first_layer(stage);
+      const int64_t end = first + split.layers[static_cast<size_t>(stage)];
+      if (stage > 0) {
+        const double in = static_cast<double>(lead.payload_floats(first, rows));
+        received += in, sent += in;
+      }
+      if (stage + 1 < split.stages()) {
+        const double out = static_cast<double>(lead.payload_floats(end, rows));
+        sent += out, received += out;
+      }
+    }
+    rec.add("pp", l.pp, pp_stride, Op::send, "stage outputs, input gradients",
+            sent * micro * p.activation);
+    rec.add("pp", l.pp, pp_stride, Op::recv, "stage inputs, output gradients",
+            received * micro * p.activation);
+  }
+  return rec.take();
+}
+
+}  // namespace k3::planner::detail

@@ -1,0 +1,134 @@
+// The planner's formulas (math §10) against the code they describe: the bubble against the
+// simulated schedule, ZeRO's bytes per parameter, the memory against the run's own estimate, the
+// data-parallel bytes against the flat buffer, the link classes, the search.
+#include "k3/planner/plan.h"
+
+#include <gtest/gtest.h>
+
+#include "common/test_util.h"
+#include "k3/base/error.h"
+#include "k3/model/model.h"
+#include "k3/parallel/pipeline/simulate.h"
+#include "k3/planner/plan_internal.h"
+
+namespace k3::planner {
+namespace {
+
+PlanRequest cpu_request(const std::string& config, const std::string& layout) {
+  PlanRequest r;
+  r.model = model::load_model_config(testing::source_dir() + "/configs/" + config);
+  r.cluster = cluster_preset("cpu");
+  r.layout = parse_layout(layout);
+  r.seq = 64;
+  return r;
+}
+
+TEST(Planner, BubbleIsTheSimulatedScheduleWithEqualStages) {
+  for (int pp : {2, 4})
+    for (int vp : {1, 2})
+      for (int m : {4, 8}) {
+        parallel::pipeline::ScheduleShape shape;
+        shape.kind = vp > 1 ? parallel::pipeline::ScheduleKind::interleaved
+                            : parallel::pipeline::ScheduleKind::one_f_one_b;
+        shape.pp = pp, shape.vp = vp, shape.microbatches = m;
+        const double simulated =
+            parallel::pipeline::simulate(parallel::pipeline::make_schedule(shape)).bubble_ratio();
+        EXPECT_NEAR(pipeline_bubble(pp, vp, m), simulated, 1e-12)
+            << "pp " << pp << " vp " << vp << " m " << m;
+      }
+}
+
+// math §10's table: bf16 weights, fp32 master, gradients and AdamW's m and v (8 bytes).
+TEST(Planner, ZeroBytesPerParameter) {
+  const Precision gpu;
+  EXPECT_DOUBLE_EQ(bytes_per_param(gpu, 8, 0, 8).total(), 2 + 4 + 4 + 8);
+  EXPECT_DOUBLE_EQ(bytes_per_param(gpu, 8, 1, 8).total(), 2 + 4 + (4 + 8) / 8.0);
+  EXPECT_DOUBLE_EQ(bytes_per_param(gpu, 8, 2, 8).total(), 2 + (4 + 4 + 8) / 8.0);
+  EXPECT_DOUBLE_EQ(bytes_per_param(gpu, 4, 1, 4).total(), 2 + (4 + 4) / 4.0 + 4);  // Muon
+}
+
+// On the cpu preset the plan's memory is the pre-flight estimate of the same run, part by part.
+TEST(Planner, CpuMemoryIsThePreflightEstimate) {
+  PlanRequest r = cpu_request("k3-nano.json", "dp=2,tp=2,pp=2");
+  r.layout.zero = 1;
+  const Plan p = make_plan(r);
+  double want = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    const train::RunConfig c = detail::run_config(r, p.micro_batches);
+    const std::unique_ptr<model::Model> m = detail::describe_rank(r, c, rank);
+    const train::RunMemory mem = train::estimate_run_memory(*m, c, 0);
+    want = std::max(want, mem.total());
+  }
+  EXPECT_DOUBLE_EQ(p.hbm_bytes(), want);
+  EXPECT_EQ(p.host_bytes(), 0);
+}
+
+// Data parallelism moves the flat buffer: all-reduced (ZeRO 0, 1) or reduce-scattered (2), and
+// all-gathered under ZeRO 1 and 2 (with AdamW: Muon adds its blocks' point-to-point traffic).
+TEST(Planner, DataParallelBytesAreTheFlatBuffer) {
+  PlanRequest r = cpu_request("dense-tiny.json", "dp=4");
+  r.optimizer = "adamw";
+  const double flat = static_cast<double>(model::Model(r.model, false).params().flat_size());
+  for (int zero : {0, 1, 2}) {
+    r.layout.zero = zero;
+    const Plan p = make_plan(r);
+    EXPECT_DOUBLE_EQ(p.comm_bytes("dp"), 4 * flat * (zero >= 1 ? 2 : 1) + (zero == 2 ? 8 : 0))
+        << "zero " << zero;
+    EXPECT_DOUBLE_EQ(p.comm_bytes("replica"), 16);
+  }
+}
+
+TEST(Planner, TensorParallelStaysInTheNodeDataParallelCrossesIt) {
+  PlanRequest r;
+  r.model = model::load_model_config(testing::source_dir() + "/configs/k3-small.json");
+  r.cluster = cluster_preset("H200");
+  r.layout = parse_layout("dp=4,tp=4");
+  r.seq = 1024;
+  r.global_batch_tokens = 1024 * 16;
+  const Plan p = make_plan(r);
+  bool saw_tp = false, saw_dp = false;
+  for (const Transfer& t : p.traffic) {
+    if (t.group == "tp") {
+      EXPECT_FALSE(t.across_nodes);
+      saw_tp = true;
+    }
+    if (t.group == "dp") {
+      EXPECT_TRUE(t.across_nodes);
+      saw_dp = true;
+    }
+  }
+  EXPECT_TRUE(saw_tp && saw_dp);
+  EXPECT_EQ(p.micro_batches, 4);
+  EXPECT_GT(p.mfu, 0);
+  EXPECT_LT(p.mfu, r.efficiency);
+}
+
+TEST(Planner, SearchRanksFittingLayoutsOfTheGpuCount) {
+  PlanRequest r;
+  r.model = model::load_model_config(testing::source_dir() + "/configs/k3-small.json");
+  r.cluster = cluster_preset("H100");
+  r.seq = 2048;
+  r.global_batch_tokens = 2048 * 64;
+  const std::vector<Plan> best = search_layouts(r, 16, 4);
+  ASSERT_FALSE(best.empty());
+  for (size_t i = 0; i < best.size(); ++i) {
+    EXPECT_EQ(best[i].request.layout.gpus(), 16);
+    EXPECT_TRUE(best[i].fits());
+    if (i > 0) {
+      EXPECT_LE(best[i - 1].step_seconds, best[i].step_seconds);
+    }
+  }
+}
+
+TEST(Planner, RefusesWhatDoesNotSplit) {
+  PlanRequest r = cpu_request("dense-tiny.json", "dp=3");
+  r.global_batch_tokens = 64 * 4;
+  EXPECT_THROW(make_plan(r), Error);
+  EXPECT_THROW(parse_layout("dp=2,xp=2"), Error);
+  EXPECT_THROW(parse_layout("dp=0"), Error);
+  EXPECT_THROW(parse_layout("tp"), Error);
+  EXPECT_THROW(cluster_preset("A100"), Error);
+}
+
+}  // namespace
+}  // namespace k3::planner
