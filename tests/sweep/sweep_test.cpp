@@ -80,16 +80,16 @@ TEST(SweepShapes, ShapeForSizeIsTheNearest) {
 
 // A line through the last quarter is read exactly at the last step; short curves give the last.
 TEST(SweepResults, SmoothedFinalFollowsTheLastQuarter) {
-  ValidationCurve c;
+  train::MetricSeries c;
   for (int64_t s = 10; s <= 120; s += 10) {
-    c.steps.push_back(s);
-    c.loss.push_back(s <= 80 ? 9.0 : 3.0 - 0.01 * static_cast<double>(s));
+    c.steps.push_back(static_cast<double>(s));
+    c.values.push_back(s <= 80 ? 9.0 : 3.0 - 0.01 * static_cast<double>(s));
   }
   EXPECT_NEAR(smoothed_final(c), 3.0 - 1.2, 1e-12);
-  c.loss.back() += 0.3;  // one noisy evaluation moves the smoothed value by a fraction of it
+  c.values.back() += 0.3;  // one noisy evaluation moves the smoothed value by a fraction of it
   EXPECT_GT(smoothed_final(c), 1.8);
   EXPECT_LT(smoothed_final(c), 1.8 + 0.3);
-  ValidationCurve two{{5, 10}, {2.0, 1.5}};
+  train::MetricSeries two{{5, 10}, {2.0, 1.5}};
   EXPECT_EQ(smoothed_final(two), 1.5);
 }
 

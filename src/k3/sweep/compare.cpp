@@ -29,12 +29,14 @@ double loss_of(const JobResult& r, const std::string& column) {
 std::vector<std::pair<std::string, std::vector<Optimum>>> find_optima(
     const std::vector<Job>& jobs, const std::vector<JobResult>& results,
     const std::string& column) {
-  // (arm, target, budget) -> (lr, batch) -> losses over seeds
+  // (arm, target, budget) -> (lr, batch) -> the losses over seeds, and one of those jobs
+  struct Runs {
+    std::vector<double> losses;
+    const Job* job = nullptr;
+  };
   using Point = std::tuple<double, int64_t>;
   std::vector<std::string> arms;
-  std::map<std::string, std::map<std::pair<double, double>, std::map<Point, std::vector<double>>>>
-      runs;
-  std::map<std::pair<std::string, std::pair<double, double>>, const Job*> any_job;
+  std::map<std::string, std::map<std::pair<double, double>, std::map<Point, Runs>>> runs;
   std::map<std::string, std::set<double>> lrs_tried;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& j = jobs[i];
@@ -42,9 +44,9 @@ std::vector<std::pair<std::string, std::vector<Optimum>>> find_optima(
     lrs_tried[j.arm].insert(j.lr);
     const double loss = loss_of(results[i], column);
     if (results[i].status != "done" || !std::isfinite(loss)) continue;
-    const auto key = std::pair{j.target, j.budget};
-    runs[j.arm][key][{j.lr, j.batch_size}].push_back(loss);
-    any_job[{j.arm, key}] = &j;
+    Runs& r = runs[j.arm][{j.target, j.budget}][{j.lr, j.batch_size}];
+    r.losses.push_back(loss);
+    r.job = &j;
   }
   std::vector<std::pair<std::string, std::vector<Optimum>>> out;
   for (const std::string& arm : arms) {
@@ -52,21 +54,19 @@ std::vector<std::pair<std::string, std::vector<Optimum>>> find_optima(
     for (const auto& [key, points] : runs[arm]) {
       Optimum o;
       o.loss = INFINITY;
-      for (const auto& [point, losses] : points) {
+      const Job* best = nullptr;
+      for (const auto& [point, r] : points) {
         double mean = 0;
-        for (double l : losses) mean += l / static_cast<double>(losses.size());
-        if (mean < o.loss)
-          o.loss = mean, o.lr = std::get<0>(point), o.batch_size = std::get<1>(point);
+        for (double l : r.losses) mean += l / static_cast<double>(r.losses.size());
+        if (mean < o.loss) o.loss = mean, best = r.job;
       }
-      const Job& j = *any_job[{arm, key}];
       o.target = key.first;
       o.budget = key.second;
-      o.params = static_cast<double>(j.shape.params);
-      // D and C of the best batch size's job (D depends on the batch only through rounding).
-      for (const Job& k : jobs)
-        if (k.arm == arm && k.target == o.target && k.budget == o.budget && k.lr == o.lr &&
-            k.batch_size == o.batch_size)
-          o.tokens = static_cast<double>(k.tokens);
+      o.lr = best->lr;
+      o.batch_size = best->batch_size;
+      o.params = static_cast<double>(best->shape.params);
+      // D of the best batch size's job (D depends on the batch only through rounding).
+      o.tokens = static_cast<double>(best->tokens);
       o.compute = 6.0 * o.params * o.tokens;
       o.lr_at_edge = lrs_tried[arm].size() > 1 &&
                      (o.lr == *lrs_tried[arm].begin() || o.lr == *lrs_tried[arm].rbegin());
@@ -141,9 +141,8 @@ Comparison compare_arms(const std::vector<Job>& jobs, const std::vector<JobResul
     // One tokens-per-parameter budget moves N and D together: only L(C) can be fitted.
     std::set<double> budgets;
     for (const Optimum& o : a.optima) budgets.insert(o.budget);
-    const bool by_flops =
-        std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.budget_is_flops; });
-    a.form = by_flops || budgets.size() > 1 ? LawForm::kParamsTokens : LawForm::kCompute;
+    a.form = jobs.front().budget_is_flops || budgets.size() > 1 ? LawForm::kParamsTokens
+                                                                : LawForm::kCompute;
     const size_t needed = static_cast<size_t>(free_variables(a.form)) + 1;
     K3_CHECK(a.optima.size() >= needed, "arm ", arm, ": ", a.optima.size(),
              " sizes have finished runs with a finite ", column, "; the fit of L",

@@ -1,8 +1,6 @@
 #include "k3/sweep/results.h"
 
 #include <algorithm>
-#include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "k3/base/error.h"
@@ -54,35 +52,14 @@ void write_job_result(const std::string& job_dir, const JobResult& r) {
   write_file_atomic(job_dir + "/result.json", j.dump(2) + "\n");
 }
 
-ValidationCurve read_validation_curve(const std::string& run_dir) {
-  const std::string path = run_dir + "/metrics.jsonl";
-  std::ifstream in(path);
-  K3_CHECK_CTX(in, (ErrorContext{path, "", -1}), "cannot open the run's metrics");
-  std::map<int64_t, double> by_step;
-  std::string line;
-  for (int64_t n = 1; std::getline(in, line); ++n) {
-    if (line.empty()) continue;
-    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    K3_CHECK_CTX(j.is_object(), (ErrorContext{path, "line " + std::to_string(n), -1}),
-                 "not a JSON object");
-    if (j.contains("val_loss") && j.contains("step")) by_step[j.at("step")] = j.at("val_loss");
-  }
-  ValidationCurve c;
-  for (auto [step, loss] : by_step) {
-    c.steps.push_back(step);
-    c.loss.push_back(loss);
-  }
-  return c;
-}
-
-double smoothed_final(const ValidationCurve& c) {
-  const size_t n = c.loss.size();
+double smoothed_final(const train::MetricSeries& c) {
+  const size_t n = c.values.size();
   if (n == 0) return NAN;
-  if (n < 3) return c.loss.back();
+  if (n < 3) return c.values.back();
   const size_t m = std::max<size_t>(3, (n + 3) / 4);
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (size_t i = n - m; i < n; ++i) {
-    const double x = static_cast<double>(c.steps[i]), y = c.loss[i];
+    const double x = c.steps[i], y = c.values[i];
     sx += x;
     sy += y;
     sxx += x * x;
@@ -91,7 +68,7 @@ double smoothed_final(const ValidationCurve& c) {
   const double k = static_cast<double>(m);
   const double slope = (k * sxy - sx * sy) / (k * sxx - sx * sx);
   const double mean_x = sx / k, mean_y = sy / k;
-  return mean_y + slope * (static_cast<double>(c.steps.back()) - mean_x);
+  return mean_y + slope * (c.steps.back() - mean_x);
 }
 
 std::string results_csv(const std::vector<Job>& jobs, const std::vector<JobResult>& results) {

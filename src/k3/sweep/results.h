@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "k3/sweep/jobs.h"
+#include "k3/train/metrics.h"
 
 namespace k3::sweep {
 
@@ -23,17 +24,10 @@ struct JobResult {
 JobResult read_job_result(const std::string& job_dir);  // status "" when there is none yet
 void write_job_result(const std::string& job_dir, const JobResult& result);
 
-// The validation losses RUN_DIR/metrics.jsonl recorded, by step (a step recorded twice, as a
-// resumed run does, counts once: its last record).
-struct ValidationCurve {
-  std::vector<int64_t> steps;
-  std::vector<double> loss;
-};
-ValidationCurve read_validation_curve(const std::string& run_dir);
-
 // The final validation loss with less of one evaluation's wobble: a least-squares line through
 // the last quarter of the evaluations (at least three when there are), read at the last one.
-double smoothed_final(const ValidationCurve& curve);
+// CURVE: the run's "val_loss" series (train::read_metrics).
+double smoothed_final(const train::MetricSeries& curve);
 
 // One row per job: its coordinates, N, D, FLOPs (6ND and the model's exact count), the losses.
 std::string results_csv(const std::vector<Job>& jobs, const std::vector<JobResult>& results);

@@ -251,8 +251,9 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
     } else {
       JobResult d;
       d.status = "done";
-      const ValidationCurve curve = read_validation_curve(j.config.run.dir);
-      d.val_loss = curve.loss.empty() ? NAN : curve.loss.back();
+      const train::MetricSeries curve =
+          train::read_metrics(train::metrics_path(j.config.run.dir))["val_loss"];
+      d.val_loss = curve.values.empty() ? NAN : curve.values.back();
       d.val_loss_smoothed = smoothed_final(curve);
       if (r.evaluating) d.ood_loss = eval_loss_from_log(dir + "/eval.log");
       finish(r.job, d);
