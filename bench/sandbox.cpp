@@ -1,9 +1,11 @@
-// Sandbox start latency and throughput, namespaces backend (docs/sandbox.md): create -> exec
+// Sandbox start latency and throughput (docs/sandbox.md). Namespaces backend: create -> exec
 // `true` -> destroy, cold and from the pool; exec alone in a live sandbox; sandboxes per second
 // sustained; memory per idle sandbox; beside bubblewrap alone and crun on the same files (the
-// host's /usr read-only), measured in one run.
+// host's /usr read-only), measured in one run. MicroVM backend (where it can run), on a busybox
+// image: the same rows, microVMs per second, and many idle guests alive at once.
 //
 //   build/release/bench/bench_sandbox [--iterations 100] [--seconds 5] [--idle 50] [--threads 4]
+//       [--vm-iterations 20] [--vm-idle 8] [--backends namespaces,microvm]
 // Run as root (the overlays and cgroups).
 #include "k3/sandbox/sandbox.h"
 
@@ -72,9 +74,12 @@ void spawn_and_wait(const std::vector<std::string>& argv) {
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error(argv[0] + " failed");
 }
 
-// The processes below this one, and their proportional set size (kB).
-uint64_t children_pss_kb() {
-  uint64_t total = 0;
+// The processes below this one: their proportional and resident set sizes (kB).
+struct Memory {
+  uint64_t pss_kb = 0, rss_kb = 0;
+};
+Memory children_memory() {
+  Memory total;
   const pid_t self = getpid();
   for (const auto& e : fs::directory_iterator("/proc")) {
     const std::string pid = e.path().filename();
@@ -102,10 +107,8 @@ uint64_t children_pss_kb() {
     std::ifstream rollup(e.path() / "smaps_rollup");
     for (std::string key; rollup >> key;) {
       uint64_t kb = 0;
-      if (key == "Pss:" && rollup >> kb) {
-        total += kb;
-        break;
-      }
+      if (key == "Rss:" && rollup >> kb) total.rss_kb += kb;
+      if (key == "Pss:" && rollup >> kb) total.pss_kb += kb;
     }
   }
   return total;
@@ -154,17 +157,220 @@ std::string crun_bundle(const std::string& dir) {
   return crun;
 }
 
+// SECONDS of THREADS clients each doing create + exec `true` + destroy: sandboxes per second.
+double sustained_rate(Backend& backend, const Image& image, const Limits& limits, int threads,
+                      int seconds) {
+  ExecRequest t;
+  t.argv = {"/bin/true"};
+  std::atomic<int> done{0};
+  const auto end = Clock::now() + std::chrono::seconds(seconds);
+  std::vector<std::thread> workers;
+  for (int i = 0; i < threads; ++i) {
+    workers.emplace_back([&] {
+      while (Clock::now() < end) {
+        auto s = backend.create(image, limits);
+        s->exec(t);
+        s->destroy();
+        ++done;
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  return done.load() / double(seconds);
+}
+
+// COUNT idle sandboxes alive at once: each one's share of the processes' PSS and RSS and of the
+// fall in MemAvailable (which includes the kernel's side). Started by THREADS threads; each must
+// answer an exec of `true` before the figures are taken.
+void idle_memory(Backend& backend, const Image& image, const Limits& limits, int count,
+                 int threads, const char* what) {
+  ExecRequest t;
+  t.argv = {"/bin/true"};
+  const Memory before = children_memory();
+  const uint64_t avail_before = mem_available_kb();
+  std::vector<std::unique_ptr<Sandbox>> idle(static_cast<size_t>(count));
+  std::atomic<int> answered{0};
+  const auto t0 = Clock::now();
+  std::vector<std::thread> starters;
+  for (int k = 0; k < threads; ++k) {
+    starters.emplace_back([&, k] {
+      for (int i = k; i < count; i += threads) {
+        idle[size_t(i)] = backend.create(image, limits);
+        answered += idle[size_t(i)]->exec(t).exit_code == 0;
+      }
+    });
+  }
+  for (auto& s : starters) s.join();
+  const double start_s = ms_since(t0) / 1000;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const Memory after = children_memory();
+  const uint64_t avail_after = mem_available_kb();
+  std::printf(
+      "%d idle %s alive at once (started by %d threads in %.2f s, %d answered): each PSS %.2f "
+      "MiB, RSS %.2f MiB; MemAvailable fell %.2f MiB each\n",
+      count, what, threads, start_s, answered.load(),
+      (double(after.pss_kb) - double(before.pss_kb)) / 1024.0 / count,
+      (double(after.rss_kb) - double(before.rss_kb)) / 1024.0 / count,
+      (double(avail_before) - double(avail_after)) / 1024.0 / count);
+}
+
+struct Options {
+  int iterations, seconds, idle, threads, vm_iterations, vm_idle;
+};
+
+void bench_namespaces(ImageStore& store, const std::string& dir, const std::string& crun,
+                      const Options& o) {
+  auto backend = make_backend(BackendKind::kNamespaces, store);
+  if (const std::string why = backend->unavailable_reason(); !why.empty()) {
+    std::printf("namespaces backend: not measured (%s)\n", why.c_str());
+    return;
+  }
+  const Image host = store.resolve("host");
+  const Limits limits;
+  ExecRequest t;
+  t.argv = {"/bin/true"};
+  const int iterations = o.iterations;
+
+  std::printf(
+      "| namespaces backend, image host (ms)          |      p50 |      p99 |     n |\n");
+  std::printf("|----------------------------------------------|----------|----------|-------|\n");
+  {
+    std::vector<double> total, create, exec, destroy;
+    for (int i = 0; i < iterations; ++i) {
+      const auto t0 = Clock::now();
+      auto s = backend->create(host, limits);
+      const auto t1 = Clock::now();
+      s->exec(t);
+      const auto t2 = Clock::now();
+      s->destroy();
+      destroy.push_back(ms_since(t2));
+      total.push_back(ms_since(t0));
+      create.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      exec.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    }
+    row("k3lab cold: create + exec true + destroy", total);
+    row("  of which create", create);
+    row("  of which the first exec", exec);
+    row("  of which destroy", destroy);
+  }
+  {
+    Pool pool(*backend, host, limits, 8, 2);
+    std::vector<double> user_ms, destroy_ms;
+    for (int i = 0; i < iterations; ++i) {
+      pool.wait_until_full();  // a pool keeping up (see the throughput lines for one that cannot)
+      const auto t0 = Clock::now();
+      auto s = pool.acquire();
+      s->exec(t);
+      user_ms.push_back(ms_since(t0));
+      const auto t1 = Clock::now();
+      s->destroy();
+      destroy_ms.push_back(ms_since(t1));
+    }
+    row("k3lab pool: acquire + exec true", user_ms);
+    row("k3lab pool: destroy (after the reply)", destroy_ms);
+  }
+  {
+    auto s = backend->create(host, limits);
+    row("k3lab exec true in a live sandbox", repeat(iterations, [&] { s->exec(t); }));
+  }
+  row("host: posix_spawn /bin/true (no sandbox)",
+      repeat(iterations, [&] { spawn_and_wait({"/bin/true"}); }));
+  const auto bw = bwrap_alone(find_program("bwrap"));
+  row("bwrap alone: run /bin/true", repeat(iterations, [&] { spawn_and_wait(bw); }));
+  if (!crun.empty()) {
+    int n = 0;
+    row("crun: run /bin/true", repeat(iterations, [&] {
+          spawn_and_wait({crun, "run", "--bundle", dir + "/bundle",
+                          "k3bench-" + std::to_string(getpid()) + "-" + std::to_string(n++)});
+        }));
+  } else {
+    std::printf("| crun: not installed                          |          |          |       |\n");
+  }
+  std::printf("\nsustained, %d clients, cold: %.1f sandboxes/s (create + exec + destroy)\n",
+              o.threads, sustained_rate(*backend, host, limits, o.threads, o.seconds));
+  idle_memory(*backend, host, limits, o.idle, o.threads, "namespace sandboxes");
+}
+
+// The microVM backend on a busybox image (under software emulation only with
+// K3LAB_MICROVM_TCG=1, where the figures say nothing of KVM's).
+void bench_microvm(ImageStore& store, const std::string& dir, const Options& o) {
+  auto vm = make_backend(BackendKind::kMicrovm, store);
+  if (!vm->unavailable_reason().empty() || access("/bin/busybox", X_OK) != 0) {
+    std::printf("\nmicrovm: not measured (%s)\n", vm->unavailable_reason().empty()
+                                                      ? "no /bin/busybox"
+                                                      : vm->unavailable_reason().c_str());
+    return;
+  }
+  fs::create_directories(dir + "/busybox/bin");
+  fs::copy_file("/bin/busybox", dir + "/busybox/bin/busybox");
+  fs::create_symlink("busybox", dir + "/busybox/bin/true");
+  const Image busybox = store.resolve(store.import_directory(dir + "/busybox", "busybox"));
+  Limits small;
+  small.memory_bytes = 128ull << 20;
+  ExecRequest t;
+  t.argv = {"/bin/true"};
+  vm->create(busybox, small)->destroy();  // builds the initramfs and the layer's disk
+  std::printf(
+      "\n| microvm backend, busybox image, 128 MiB (ms) |      p50 |      p99 |     n |\n");
+  std::printf("|----------------------------------------------|----------|----------|-------|\n");
+  const int n = o.vm_iterations;
+  {
+    std::vector<double> total, create, exec, destroy;
+    for (int i = 0; i < n; ++i) {
+      const auto t0 = Clock::now();
+      auto s = vm->create(busybox, small);
+      const auto t1 = Clock::now();
+      s->exec(t);
+      const auto t2 = Clock::now();
+      s->destroy();
+      destroy.push_back(ms_since(t2));
+      total.push_back(ms_since(t0));
+      create.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      exec.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    }
+    row("microvm cold: boot + exec true + destroy", total);
+    row("  of which boot (create)", create);
+    row("  of which the first exec", exec);
+    row("  of which destroy", destroy);
+  }
+  {
+    Pool pool(*vm, busybox, small, 4, 2);
+    std::vector<double> warm_ms, destroy_ms;
+    for (int i = 0; i < n; ++i) {
+      pool.wait_until_full();
+      const auto t0 = Clock::now();
+      auto s = pool.acquire();
+      s->exec(t);
+      warm_ms.push_back(ms_since(t0));
+      const auto t1 = Clock::now();
+      s->destroy();
+      destroy_ms.push_back(ms_since(t1));
+    }
+    row("microvm pool: acquire + exec true", warm_ms);
+    row("microvm pool: destroy (after the reply)", destroy_ms);
+  }
+  {
+    auto s = vm->create(busybox, small);
+    row("microvm exec true in a live guest", repeat(n, [&] { s->exec(t); }));
+  }
+  std::printf("\nmicrovm sustained, %d clients, cold: %.1f microVMs/s (boot + exec + destroy)\n",
+              o.threads, sustained_rate(*vm, busybox, small, o.threads, o.seconds));
+  idle_memory(*vm, busybox, small, o.vm_idle, o.threads, "microVMs (128 MiB guests)");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto flags = k3::bench::parse_flags(
-      argc, argv, {"--iterations", "--seconds", "--idle", "--threads", "--vm-iterations"});
+  const auto flags = k3::bench::parse_flags(argc, argv,
+                                            {"--iterations", "--seconds", "--idle", "--threads",
+                                             "--vm-iterations", "--vm-idle", "--backends"});
   auto flag = [&](const char* name, int fallback) {
     return flags.count(name) ? std::stoi(flags.at(name)) : fallback;
   };
-  const int iterations = flag("--iterations", 100), seconds = flag("--seconds", 5),
-            idle_count = flag("--idle", 50), threads = flag("--threads", 4),
-            vm_iterations = flag("--vm-iterations", 20);
+  const Options o{flag("--iterations", 100), flag("--seconds", 5),         flag("--idle", 50),
+                  flag("--threads", 4),      flag("--vm-iterations", 20), flag("--vm-idle", 8)};
+  const std::string backends =
+      flags.count("--backends") ? flags.at("--backends") : "namespaces,microvm";
   // The agent is built beside k3lab, one directory up.
   if (!getenv("K3LAB_SANDBOX_AGENT"))
     setenv("K3LAB_SANDBOX_AGENT",
@@ -174,143 +380,22 @@ int main(int argc, char** argv) {
   char tmpl[] = "/tmp/k3sbx-bench-XXXXXX";
   const std::string dir = mkdtemp(tmpl);
   fs::permissions(dir, fs::perms(0755));
-  const std::string crun = crun_bundle(dir + "/bundle");
+  int status = 0;
   {
     ImageStore store(dir + "/store");
-    auto backend = make_backend(BackendKind::kNamespaces, store);
-    if (const std::string why = backend->unavailable_reason(); !why.empty()) {
-      std::fprintf(stderr, "namespaces backend unavailable: %s\n", why.c_str());
-      return 1;
-    }
-    const Image host = store.resolve("host");
-    const Limits limits;
-    ExecRequest t;
-    t.argv = {"/bin/true"};
-
-    std::printf(
-        "| namespaces backend, image host (ms)              |      p50 |      p99 |     n |\n");
-    std::printf("|----------------------------------------------|----------|----------|-------|\n");
-    {
-      std::vector<double> total, create, exec, destroy;
-      for (int i = 0; i < iterations; ++i) {
-        const auto t0 = Clock::now();
-        auto s = backend->create(host, limits);
-        const auto t1 = Clock::now();
-        s->exec(t);
-        const auto t2 = Clock::now();
-        s->destroy();
-        destroy.push_back(ms_since(t2));
-        total.push_back(ms_since(t0));
-        create.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-        exec.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    auto section = [&](const char* name, const std::function<void()>& run) {
+      if (backends.find(name) == std::string::npos) return;
+      try {
+        run();
+      } catch (const std::exception& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "%s: %s\n", name, e.what());
+        status = 1;
       }
-      row("k3lab cold: create + exec true + destroy", total);
-      row("  of which create", create);
-      row("  of which the first exec", exec);
-      row("  of which destroy", destroy);
-    }
-    {
-      Pool pool(*backend, host, limits, 8, 2);
-      std::vector<double> user_ms, destroy_ms;
-      for (int i = 0; i < iterations; ++i) {
-        pool.wait_until_full();  // a pool keeping up (see the throughput lines for one that cannot)
-        const auto t0 = Clock::now();
-        auto s = pool.acquire();
-        s->exec(t);
-        user_ms.push_back(ms_since(t0));
-        const auto t1 = Clock::now();
-        s->destroy();
-        destroy_ms.push_back(ms_since(t1));
-      }
-      row("k3lab pool: acquire + exec true", user_ms);
-      row("k3lab pool: destroy (after the reply)", destroy_ms);
-    }
-    {
-      auto s = backend->create(host, limits);
-      row("k3lab exec true in a live sandbox", repeat(iterations, [&] { s->exec(t); }));
-    }
-    row("host: posix_spawn /bin/true (no sandbox)",
-        repeat(iterations, [&] { spawn_and_wait({"/bin/true"}); }));
-    const auto bw = bwrap_alone(find_program("bwrap"));
-    row("bwrap alone: run /bin/true", repeat(iterations, [&] { spawn_and_wait(bw); }));
-    if (!crun.empty()) {
-      int n = 0;
-      row("crun: run /bin/true", repeat(iterations, [&] {
-            spawn_and_wait({crun, "run", "--bundle", dir + "/bundle",
-                            "k3bench-" + std::to_string(getpid()) + "-" + std::to_string(n++)});
-          }));
-    } else {
-      std::printf(
-          "| crun: not installed                          |          |          |       |\n");
-    }
-
-    // Sustained: THREADS clients each doing create + exec + destroy, for SECONDS.
-    std::atomic<int> done{0};
-    const auto end = Clock::now() + std::chrono::seconds(seconds);
-    std::vector<std::thread> workers;
-    for (int i = 0; i < threads; ++i) {
-      workers.emplace_back([&] {
-        while (Clock::now() < end) {
-          auto s = backend->create(host, limits);
-          s->exec(t);
-          s->destroy();
-          ++done;
-        }
-      });
-    }
-    for (auto& w : workers) w.join();
-    std::printf("\nsustained, %d clients, cold: %.1f sandboxes/s (create + exec + destroy)\n",
-                threads, done.load() / double(seconds));
-
-    // The microVM backend on a busybox image (under software emulation only with
-    // K3LAB_MICROVM_TCG=1, where the figures say nothing of KVM's).
-    auto vm = make_backend(BackendKind::kMicrovm, store);
-    if (!vm->unavailable_reason().empty() || access("/bin/busybox", X_OK) != 0) {
-      std::printf("\nmicrovm: not measured (%s)\n", vm->unavailable_reason().c_str());
-    } else {
-      fs::create_directories(dir + "/busybox/bin");
-      fs::copy_file("/bin/busybox", dir + "/busybox/bin/busybox");
-      fs::create_symlink("busybox", dir + "/busybox/bin/true");
-      const Image busybox = store.resolve(store.import_directory(dir + "/busybox", "busybox"));
-      Limits small;
-      small.memory_bytes = 128ull << 20;
-      vm->create(busybox, small)->destroy();  // builds the initramfs and the layer's disk
-      std::printf(
-          "\n| microvm backend, busybox image (ms)          |      p50 |      p99 |     n |\n");
-      const int n = vm_iterations;
-      row("microvm cold: boot + exec true + destroy", repeat(n, [&] {
-            auto s = vm->create(busybox, small);
-            s->exec(t);
-            s->destroy();
-          }));
-      Pool pool(*vm, busybox, small, 2, 1);
-      std::vector<double> warm_ms;
-      for (int i = 0; i < n; ++i) {
-        pool.wait_until_full();
-        const auto t0 = Clock::now();
-        pool.acquire()->exec(t);
-        warm_ms.push_back(ms_since(t0));
-      }
-      row("microvm pool: acquire + exec true", warm_ms);
-      const uint64_t before = children_pss_kb();
-      std::vector<std::unique_ptr<Sandbox>> vms;
-      for (int i = 0; i < 4; ++i) vms.push_back(vm->create(busybox, small));
-      std::printf("idle microVMs (128 MiB guests): QEMU's PSS %.1f MiB each\n",
-                  (double(children_pss_kb()) - double(before)) / 1024.0 / 4);
-    }
-
-    // Memory of idle sandboxes.
-    const uint64_t avail_before = mem_available_kb();
-    std::vector<std::unique_ptr<Sandbox>> idle;
-    for (int i = 0; i < idle_count; ++i) idle.push_back(backend->create(host, limits));
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    const uint64_t pss = children_pss_kb(), avail_after = mem_available_kb();
-    std::printf(
-        "idle sandboxes: %d; processes' PSS %.2f MiB each; MemAvailable fell %.2f MiB each\n",
-        idle_count, pss / 1024.0 / idle_count,
-        (double(avail_before) - double(avail_after)) / 1024.0 / idle_count);
-    idle.clear();
+    };
+    section("namespaces", [&] { bench_namespaces(store, dir, crun_bundle(dir + "/bundle"), o); });
+    section("microvm", [&] { bench_microvm(store, dir, o); });
   }
   fs::remove_all(dir);
-  return 0;
+  return status;
 }

@@ -78,7 +78,7 @@ inline int count_cgroups_named(const std::string& name) {
 class SandboxTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    setenv("K3LAB_SANDBOX_AGENT", K3_SANDBOX_AGENT, 1);
+    setenv("K3LAB_SANDBOX_AGENT", K3_SANDBOX_AGENT, 0);  // one given in the environment wins
     char tmpl[] = "/tmp/k3sbx-test-XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;

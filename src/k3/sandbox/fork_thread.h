@@ -12,6 +12,7 @@
 #include <future>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace k3::sandbox {
 
@@ -22,8 +23,10 @@ class ForkThread {
   ForkThread(const ForkThread&) = delete;
   ForkThread& operator=(const ForkThread&) = delete;
 
-  // Forks on the thread; the child runs CHILD (which must exec or _exit). Returns the child's pid,
-  // or -1 with errno from fork.
+  // Starts a child process from the thread; the child runs CHILD (which must exec or _exit). The
+  // child shares this process's memory until then (vfork): CHILD may make plain system calls only
+  // (no allocation, no C library call that takes a lock or signals other threads, such as glibc's
+  // setuid family). Returns the child's pid, or -1 with errno.
   pid_t fork(const std::function<void()>& child);
 
  private:
@@ -36,6 +39,7 @@ class ForkThread {
   std::condition_variable wake_;
   std::deque<Job*> jobs_;
   bool stopping_ = false;
+  std::vector<char> stack_ = std::vector<char>(256 << 10);  // the child's, until it execs
   std::thread thread_;
 };
 

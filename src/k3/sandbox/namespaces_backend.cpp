@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -84,9 +85,11 @@ struct SetupPlan {
     setup_failed("mounting the overlay");
   }
   // From here on, the sandbox's own unprivileged host user: bubblewrap maps it to uid 1000 inside.
+  // Raw system calls: glibc's wrappers would signal the threads of the process whose memory this
+  // child borrows (ForkThread).
   const gid_t gid = kSandboxUid;
-  if (setgroups(1, &gid) != 0 || setresgid(gid, gid, gid) != 0 ||
-      setresuid(kSandboxUid, kSandboxUid, kSandboxUid) != 0)
+  if (syscall(SYS_setgroups, 1, &gid) != 0 || syscall(SYS_setresgid, gid, gid, gid) != 0 ||
+      syscall(SYS_setresuid, kSandboxUid, kSandboxUid, kSandboxUid) != 0)
     setup_failed("dropping to the sandbox user");
   execv(p.argv[0], p.argv.data());
   setup_failed("exec bwrap");

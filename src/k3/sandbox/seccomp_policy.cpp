@@ -2,7 +2,10 @@
 
 #include <sched.h>
 #include <seccomp.h>
+#include <linux/seccomp.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -28,7 +31,7 @@ const std::vector<std::string>& denied_syscalls() {
   return names;
 }
 
-std::string install_seccomp_filter() {
+std::string compile_seccomp_filter(std::vector<sock_filter>& program) {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx) return "seccomp_init failed";
   auto fail = [&](const std::string& what, int rc) {
@@ -52,13 +55,31 @@ std::string install_seccomp_filter() {
                                     SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag));
     if (rc < 0) return fail("deny clone flags", rc);
   }
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
-    seccomp_release(ctx);
-    return std::string("no_new_privs: ") + std::strerror(errno);
+  // libseccomp (2.5) exports to a file descriptor only: through a memory file.
+  const int fd = memfd_create("k3lab-seccomp", MFD_CLOEXEC);
+  if (fd < 0) return fail("memfd_create", -errno);
+  std::string bytes;
+  if (const int rc = seccomp_export_bpf(ctx, fd); rc < 0) {
+    close(fd);
+    return fail("seccomp_export_bpf", rc);
   }
-  if (const int rc = seccomp_load(ctx); rc < 0) return fail("seccomp_load", rc);
   seccomp_release(ctx);
+  char buf[4096];
+  for (ssize_t n; (n = pread(fd, buf, sizeof buf, off_t(bytes.size()))) > 0;) bytes.append(buf, size_t(n));
+  close(fd);
+  if (bytes.empty() || bytes.size() % sizeof(sock_filter) != 0) return "seccomp_export_bpf: no program";
+  program.resize(bytes.size() / sizeof(sock_filter));
+  std::memcpy(program.data(), bytes.data(), bytes.size());
   return "";
+}
+
+int install_seccomp_program(const std::vector<sock_filter>& program) {
+  if (program.empty()) return EINVAL;
+  const sock_fprog prog{static_cast<unsigned short>(program.size()),
+                        const_cast<sock_filter*>(program.data())};
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return errno;
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0) return errno;
+  return 0;
 }
 
 }  // namespace k3::sandbox

@@ -1,7 +1,10 @@
 // The system calls a sandboxed command may not make (docs/sandbox.md lists them with the why).
-// The agent installs the filter in each command's process just before exec; every denied call
-// fails with EPERM, and any other architecture's calls (32-bit int 0x80, x32) kill the process.
+// The agent compiles the filter once, when it starts, and installs the compiled program in each
+// command's process just before exec; every denied call fails with EPERM, and any other
+// architecture's calls (32-bit int 0x80, x32) kill the process.
 #pragma once
+
+#include <linux/filter.h>
 
 #include <string>
 #include <vector>
@@ -11,8 +14,12 @@ namespace k3::sandbox {
 // The names of the denied calls, as libseccomp knows them.
 const std::vector<std::string>& denied_syscalls();
 
-// Installs the filter on the calling thread (after PR_SET_NO_NEW_PRIVS). Returns "" or the reason
-// it failed (the caller must then not run the command).
-std::string install_seccomp_filter();
+// Compiles the filter (libseccomp) into PROGRAM. Returns "" or the reason it failed.
+std::string compile_seccomp_filter(std::vector<sock_filter>& program);
+
+// Installs PROGRAM on the calling thread after PR_SET_NO_NEW_PRIVS. Plain system calls only, so a
+// child that shares its parent's memory (vfork) may call it. Returns 0 or the errno of the
+// failure (the caller must then not run the command).
+int install_seccomp_program(const std::vector<sock_filter>& program);
 
 }  // namespace k3::sandbox

@@ -66,6 +66,7 @@ int main() {
   const int null = open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
   signal(SIGPIPE, SIG_IGN);
+  agent::prepare_commands();  // before "ready": a pooled sandbox's first command waits for nothing
   try {
     // Ready: k3lab sends nothing before this (a console is in raw mode only from here on).
     wire::write_frame(replies, reply(""));

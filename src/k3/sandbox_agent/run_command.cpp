@@ -1,6 +1,7 @@
 #include "run_command.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -29,46 +30,74 @@ void set_limit(int resource, uint64_t value) {
   setrlimit(resource, &r);
 }
 
-// In the forked child: why it could not run the command, as text on ERR_FD, then exit 127.
-[[noreturn]] void child_failed(int err_fd, const std::string& what) {
-  const std::string text = what + ": " + std::strerror(errno);
-  [[maybe_unused]] ssize_t w = write(err_fd, text.data(), text.size());
+// The filter every command gets, compiled once (prepare_commands).
+std::vector<sock_filter> g_filter;
+std::string g_filter_error = "the agent has not compiled its seccomp filter";
+
+// What the command's child needs, all of it made before the child exists: the child shares the
+// agent's memory until it execs (clone with CLONE_VM | CLONE_VFORK, much cheaper than fork), so it
+// may make system calls only, and allocate nothing.
+struct ChildPlan {
+  const wire::ExecRequest* request;
+  std::vector<std::string> candidates;  // the program's paths to try, in $PATH order
+  std::vector<char*> argv, envp;
+  int in, out, err, status_fd;
+};
+
+// In the child: why it could not run the command, as text on the status pipe, then exit 127.
+[[noreturn]] void child_failed(int status_fd, const char* what, const char* detail, int error) {
+  for (const char* part : {what, detail, ": ", static_cast<const char*>(strerror(error))}) {
+    [[maybe_unused]] ssize_t w = write(status_fd, part, strlen(part));
+  }
   _exit(127);
 }
 
-// In the forked child: never returns.
-[[noreturn]] void exec_child(const wire::ExecRequest& q, int in, int out, int err, int err_fd) {
-  auto die = [&](const std::string& what) { child_failed(err_fd, what); };
+int exec_child(void* arg) {
+  const ChildPlan& p = *static_cast<const ChildPlan*>(arg);
+  const wire::ExecRequest& q = *p.request;
   setpgid(0, 0);
   join_command_cgroup();
-  if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0) die("dup2");
+  if (dup2(p.in, 0) < 0 || dup2(p.out, 1) < 0 || dup2(p.err, 2) < 0)
+    child_failed(p.status_fd, "dup2", "", errno);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  if (chdir(q.cwd.c_str()) != 0) die("cwd " + q.cwd);
+  signal(SIGPIPE, SIG_DFL);  // the agent ignores it; an ignored signal would stay so across exec
+  if (chdir(q.cwd.c_str()) != 0) child_failed(p.status_fd, "cwd ", q.cwd.c_str(), errno);
   set_limit(RLIMIT_AS, q.rlimits.address_space_bytes);
   set_limit(RLIMIT_NPROC, q.rlimits.processes);
   set_limit(RLIMIT_CPU, q.rlimits.cpu_seconds);
   set_limit(RLIMIT_FSIZE, q.rlimits.file_size_bytes);
   set_limit(RLIMIT_NOFILE, q.rlimits.open_files);
   set_limit(RLIMIT_CORE, 1);  // no core files (0 means "not set" on the wire)
-  std::vector<char*> argv, envp;
-  for (const auto& a : q.argv) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  static const std::vector<std::string> default_env = {
-      "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/tmp", "LANG=C.UTF-8"};
-  const auto& env = q.env.empty() ? default_env : q.env;
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  for (const auto& e : env) {
-    if (e.rfind("PATH=", 0) == 0) setenv("PATH", e.c_str() + 5, 1);  // execvpe searches this
+  if (const int error = install_seccomp_program(g_filter); error != 0)
+    child_failed(p.status_fd, "seccomp", "", error);
+  // As execvpe would: the first candidate that exists; a missing one lets the search go on.
+  int error = ENOENT;
+  for (const auto& path : p.candidates) {
+    execve(path.c_str(), p.argv.data(), p.envp.data());
+    if (errno != ENOENT && errno != ENOTDIR) error = errno;
+    if (errno != ENOENT && errno != ENOTDIR && errno != EACCES) break;
   }
-  if (const std::string why = install_seccomp_filter(); !why.empty()) {
-    errno = EPERM;
-    die("seccomp: " + why);
+  child_failed(p.status_fd, q.argv[0].c_str(), "", error);
+}
+
+// The paths to try for PROGRAM: itself if it names a directory, else each directory of PATH.
+std::vector<std::string> program_candidates(const std::string& program,
+                                            const std::vector<std::string>& env) {
+  if (program.find('/') != std::string::npos) return {program};
+  std::string path = "/usr/local/bin:/usr/bin:/bin";
+  for (const auto& e : env)
+    if (e.rfind("PATH=", 0) == 0) path = e.substr(5);
+  std::vector<std::string> out;
+  for (size_t start = 0; start <= path.size();) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    const std::string dir = end > start ? path.substr(start, end - start) : ".";
+    out.push_back(dir + "/" + program);
+    start = end + 1;
   }
-  execvpe(argv[0], argv.data(), envp.data());
-  child_failed(err_fd, q.argv[0]);
+  return out;
 }
 
 // Appends what FD has to OUT up to CAP bytes (the rest is read and dropped). False at end of file.
@@ -89,6 +118,8 @@ void reap_children() {
 }
 
 }  // namespace
+
+void prepare_commands() { g_filter_error = compile_seccomp_filter(g_filter); }
 
 void kill_all_others() {
   // kill(-1) reaches every process of this PID namespace but PID 1 and the caller. A fork bomb can
@@ -115,15 +146,28 @@ wire::ExecResult run_command(const wire::ExecRequest& q) {
     return r;
   }
   set_command_cgroup_limit(q.rlimits.processes);
+  static const std::vector<std::string> default_env = {
+      "PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=/tmp", "LANG=C.UTF-8"};
+  ChildPlan plan{&q, {}, {}, {}, in[0], out[1], err[1], status_pipe[1]};
+  const auto& env = q.env.empty() ? default_env : q.env;
+  plan.candidates = program_candidates(q.argv[0], env);
+  for (const auto& a : q.argv) plan.argv.push_back(const_cast<char*>(a.c_str()));
+  plan.argv.push_back(nullptr);
+  for (const auto& e : env) plan.envp.push_back(const_cast<char*>(e.c_str()));
+  plan.envp.push_back(nullptr);
+  // The child's stack; the agent waits (CLONE_VFORK) until the child has exec'd or exited.
+  static std::vector<char> child_stack(256 << 10);
   const int64_t start = now_ms();
-  const pid_t pid = fork();
-  if (pid == 0) exec_child(q, in[0], out[1], err[1], status_pipe[1]);
+  const pid_t pid = g_filter.empty() ? (errno = EINVAL, -1)
+                                     : clone(exec_child, child_stack.data() + child_stack.size(),
+                                             CLONE_VM | CLONE_VFORK | SIGCHLD, &plan);
   close(in[0]);
   close(out[1]);
   close(err[1]);
   close(status_pipe[1]);
   if (pid < 0) {
-    r.error = std::string("fork: ") + std::strerror(errno);
+    r.error = g_filter.empty() ? "seccomp: " + g_filter_error
+                               : std::string("clone: ") + std::strerror(errno);
     for (int fd : {in[1], out[0], err[0], status_pipe[0]}) close(fd);
     return r;
   }

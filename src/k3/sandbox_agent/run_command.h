@@ -8,6 +8,9 @@
 
 namespace k3::sandbox::agent {
 
+// Compiles the seccomp filter once, when the agent starts; commands fail until it is done.
+void prepare_commands();
+
 wire::ExecResult run_command(const wire::ExecRequest& request);
 
 // SIGKILLs every process of this PID namespace but the caller and PID 1, until none is left.
