@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `k3lab sandbox serve` with the Python client (clients/k3lab_sandbox.py): sandboxes made, used and
 # destroyed over HTTP; the token required; bad requests answered with one error line; a sandbox
-# that kills its own agent does not take the service down; loopback only.
+# whose commands kill all they can see keeps its agent; one whose agent dies does not take the
+# service down; loopback only.
 source "$(dirname "$0")/common.sh"
 [ "$(id -u)" -eq 0 ] && command -v bwrap >/dev/null || { echo "skipped: needs root and bwrap"; exit 77; }
 export K3LAB_SANDBOX_STORE=$(mktemp -d /tmp/k3sbx-cli.XXXXXX)
@@ -13,7 +14,7 @@ for _ in $(seq 100); do grep -q "service on" "$WORK/serve.log" && break; sleep 0
 url=$(grep -o 'http://[0-9.:]*' "$WORK/serve.log") || fail "the service did not start: $(cat "$WORK/serve.log")"
 
 PYTHONPATH="$ROOT/clients" /usr/bin/python3 - "$url" "$(cat "$WORK/token")" <<'PY'
-import sys
+import os, signal, sys
 from k3lab_sandbox import Client, SandboxError
 
 url, token = sys.argv[1], sys.argv[2]
@@ -52,10 +53,28 @@ assert error_of(lambda: c.sandbox(limits={"bogus": 1}))[1] == "unknown field 'bo
 assert error_of(lambda: c.request("POST", "/v1/sandboxes", raw=b"{not json"))[1] == "the request body is not valid JSON"
 assert error_of(lambda: c.request("POST", "/v1/sandboxes/ns-none/exec", {"argv": ["true"]}))[0] == 404
 
-# A sandbox that kills everything it can see, its own agent included: that sandbox is gone, the
-# service is not.
+# A sandbox that kills everything it can see: its command ends, its agent (the PID namespace's
+# init, which signals from inside cannot reach) does not.
 s = c.sandbox("host")
-status, message = error_of(lambda: s.exec(["sh", "-c", "kill -9 -1; sleep 5"]))
+r = s.exec(["sh", "-c", "kill -9 -1; sleep 5"])
+assert r["signal"] == 9, r
+assert s.exec(["echo", "still here"])["stdout"] == "still here\n"
+
+# An agent that dies all the same (killed from the host here): that sandbox is destroyed and
+# forgotten, the service goes on.
+def agent_of(sandbox_id):
+    procs = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        procs[int(pid)] = (cmd, ppid)
+    bwraps = {p for p, (cmd, _) in procs.items() if any(sandbox_id.encode() in a for a in cmd)}
+    return next(p for p, (cmd, ppid) in procs.items() if cmd[0] == b"/.k3lab-agent" and ppid in bwraps)
+os.kill(agent_of(s.id), signal.SIGKILL)
+status, message = error_of(lambda: s.exec(["true"]))
 assert "stopped answering" in message, message
 assert error_of(lambda: s.exec(["true"]))[0] == 404
 assert c.run(["echo", "still serving"])["stdout"] == "still serving\n"

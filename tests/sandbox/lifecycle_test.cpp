@@ -85,7 +85,7 @@ TEST_F(SandboxTest, ImageWithoutHostSystemRunsTheStaticAgentOnly) {
   // An image of one static program: the sandbox has nothing of the host.
   const std::string src = dir_ + "/tiny";
   std::filesystem::create_directories(src + "/bin");
-  std::filesystem::copy_file(K3_SANDBOX_AGENT, src + "/bin/agent-copy");
+  std::filesystem::copy_file(agent_path(), src + "/bin/agent-copy");
   auto s = make(store_->resolve(store_->import_directory(src, "tiny")).digest);
   ExecRequest q;
   q.argv = {"/bin/sh", "-c", "true"};

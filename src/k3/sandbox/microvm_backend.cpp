@@ -89,6 +89,13 @@ std::vector<std::string> module_files(const std::string& modules_dir) {
   return order;
 }
 
+// /dev/kvm comes from PVM (a shadow-paging hypervisor that runs inside a virtual machine without
+// hardware virtualization): its guests must be kernels built for it, as Debian's are not.
+bool kvm_is_pvm_only() {
+  return fs::exists("/sys/module/kvm_pvm") && !fs::exists("/sys/module/kvm_intel") &&
+         !fs::exists("/sys/module/kvm_amd");
+}
+
 uint64_t tree_bytes(const std::string& dir) {
   uint64_t total = 0;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
@@ -150,6 +157,10 @@ MicrovmBackend::MicrovmBackend(ImageStore& store)
     why_unavailable_ =
         "no usable /dev/kvm on this machine (K3LAB_MICROVM_TCG=1 runs guests under slow software "
         "emulation)";
+  } else if (accel_ == "kvm" && kvm_is_pvm_only() && !std::getenv("K3LAB_MICROVM_KERNEL")) {
+    why_unavailable_ =
+        "/dev/kvm here is PVM (kvm_pvm, no hardware virtualization), which boots only kernels built "
+        "as PVM guests, not " + kernel_ + " (set K3LAB_MICROVM_KERNEL to a PVM guest kernel)";
   }
   remove_stale_cgroups("k3lab-vm-", 60);
 }

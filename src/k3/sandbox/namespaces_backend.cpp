@@ -129,7 +129,8 @@ class NamespacesSandbox : public AgentSandbox {
     if (image_.host_system) add_host_system(args_, &mount_points_);
     args_.insert(args_.end(),
                  {"--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--dir", "/tmp",
-                  "--ro-bind", run_ + "/agent", kAgentInside, "--chdir", "/", "--", kAgentInside});
+                  "--ro-bind", run_ + "/agent", kAgentInside, "--chdir", "/", "--", kAgentInside,
+                  "--stdio"});
     mount_points_.insert(mount_points_.end(), {"/proc", "/dev", kAgentInside});
     SetupPlan plan;
     plan.run = run_;
@@ -170,6 +171,7 @@ std::vector<std::string> bwrap_isolation_flags(const std::string& bwrap) {
           "1000",
           "--disable-userns",
           "--unshare-pid",
+          "--as-pid-1",  // no init of bubblewrap's own: one process fewer to start
           "--unshare-net",
           "--unshare-ipc",
           "--unshare-uts",

@@ -20,17 +20,38 @@ Pool::~Pool() {
   }
   changed_.notify_all();
   for (auto& t : threads_) t.join();
-  idle_.clear();  // each sandbox's destructor destroys it
+  retired_.clear();  // each sandbox's destructor destroys it
+  idle_.clear();
+}
+
+void Pool::retire(std::unique_ptr<Sandbox> sandbox) {
+  if (threads_.empty()) return;  // no background threads: destroyed here, now
+  {
+    std::lock_guard lock(mutex_);
+    retired_.push_back(std::move(sandbox));
+  }
+  changed_.notify_all();
 }
 
 void Pool::refill() {
   std::unique_lock lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] {
-      return stopping_ ||
+      return stopping_ || !retired_.empty() ||
              (idle_.size() + starting_ < warm_ && failures_in_a_row_ < kGiveUpAfterFailures);
     });
     if (stopping_) return;
+    if (!retired_.empty()) {
+      auto s = std::move(retired_.front());
+      retired_.pop_front();
+      ++destroying_;
+      lock.unlock();
+      s.reset();  // destroys it
+      lock.lock();
+      --destroying_;
+      changed_.notify_all();
+      continue;
+    }
     ++starting_;
     lock.unlock();
     std::unique_ptr<Sandbox> s;
@@ -73,7 +94,9 @@ std::unique_ptr<Sandbox> Pool::acquire() {
 void Pool::wait_until_full() {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] {
-    return idle_.size() >= warm_ || failures_in_a_row_ >= kGiveUpAfterFailures || stopping_;
+    return (retired_.empty() && destroying_ == 0 &&
+            (idle_.size() >= warm_ || failures_in_a_row_ >= kGiveUpAfterFailures)) ||
+           stopping_;
   });
 }
 

@@ -1,7 +1,8 @@
 // A pool of pre-warmed sandboxes of one image, backend and limits: started ahead of time by
 // background threads, so that the latency a user sees is the exec, not the setup. A sandbox
 // leaves the pool for good when acquired (never reused after someone ran in it); the pool starts
-// another in its place.
+// another in its place. A used sandbox may be handed back to be destroyed by the same background
+// threads, so that the teardown is not on the caller's path either.
 #pragma once
 
 #include <condition_variable>
@@ -27,7 +28,11 @@ class Pool {
 
   // A warm sandbox if one is ready, else one started now (a "miss").
   std::unique_ptr<Sandbox> acquire();
-  // Waits until WARM sandboxes are idle (or the pool fails to start them); for benchmarks/tests.
+  // Destroys SANDBOX in the background (before any new sandbox is started); the pool's
+  // destructor waits for it.
+  void retire(std::unique_ptr<Sandbox> sandbox);
+  // Waits until WARM sandboxes are idle (or the pool fails to start them) and every retired one
+  // is destroyed; for benchmarks and tests.
   void wait_until_full();
 
   const Image& image() const { return image_; }
@@ -45,8 +50,8 @@ class Pool {
   size_t warm_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<std::unique_ptr<Sandbox>> idle_;
-  size_t starting_ = 0, hits_ = 0, misses_ = 0, failures_in_a_row_ = 0;
+  std::deque<std::unique_ptr<Sandbox>> idle_, retired_;
+  size_t starting_ = 0, destroying_ = 0, hits_ = 0, misses_ = 0, failures_in_a_row_ = 0;
   std::string last_error_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;

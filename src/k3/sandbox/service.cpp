@@ -152,12 +152,13 @@ std::shared_ptr<Sandbox> Service::find(const std::string& id) {
 }
 
 std::unique_ptr<Sandbox> Service::start(const std::string& image_ref, BackendKind kind,
-                                        const Limits& limits, bool pooled) {
+                                        const Limits& limits, Pool** from) {
   Backend& b = backend(kind);
   if (const std::string why = b.unavailable_reason(); !why.empty())
     throw Error(std::string("backend ") + backend_name(kind) + " is unavailable: " + why);
   const Image image = store_.resolve(image_ref);
-  if (!pooled || options_.warm == 0) return b.create(image, limits);
+  if (from) *from = nullptr;
+  if (!from || options_.warm == 0) return b.create(image, limits);
   Pool* pool = nullptr;
   {
     std::lock_guard lock(mutex_);
@@ -165,6 +166,7 @@ std::unique_ptr<Sandbox> Service::start(const std::string& image_ref, BackendKin
     if (!p) p = std::make_unique<Pool>(b, image, limits, options_.warm, 2);
     pool = p.get();
   }
+  *from = pool;
   return pool->acquire();
 }
 
@@ -236,8 +238,10 @@ void Service::routes() {
                  throw TooMany("too many sandboxes (" + std::to_string(options_.max_sandboxes) +
                                " alive)");
              }
+             Pool* pool = nullptr;  // a sandbox that lives on is never retired to it
              std::shared_ptr<Sandbox> s =
-                 start(text(body, "image", "host"), kind, limits, !body.contains("limits"));
+                 start(text(body, "image", "host"), kind, limits,
+                       body.contains("limits") ? nullptr : &pool);
              const std::string id = s->id();
              {
                std::lock_guard lock(mutex_);
@@ -303,8 +307,10 @@ void Service::routes() {
              const BackendKind kind = parse_backend(text(body, "backend", "namespaces"));
              body.erase("image");
              body.erase("backend");
-             auto s = start(image, kind, options_.limits, true);
+             Pool* pool = nullptr;
+             auto s = start(image, kind, options_.limits, &pool);
              reply(res, 200, exec(*s, body));
+             if (pool) pool->retire(std::move(s));  // destroyed after the reply, not before
            }));
 }
 

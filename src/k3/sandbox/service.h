@@ -47,8 +47,10 @@ class Service {
   void routes();
   Backend& backend(BackendKind kind);
   std::shared_ptr<Sandbox> find(const std::string& id);
+  // A new sandbox; with POOL, from the pool of its backend and image when the service keeps one
+  // (*POOL is then that pool, else null).
   std::unique_ptr<Sandbox> start(const std::string& image, BackendKind kind, const Limits& limits,
-                                 bool pooled);
+                                 Pool** pool = nullptr);
   nlohmann::json exec(Sandbox& s, const nlohmann::json& body);
 
   ImageStore& store_;

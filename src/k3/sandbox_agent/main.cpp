@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 
 #include "files.h"
 #include "guest_init.h"
@@ -51,11 +52,12 @@ std::string serve(const std::string& frame) {
 
 }  // namespace
 
-int main() {
-  // Under bubblewrap, requests arrive on fd 0 and replies leave on fd 1; as a microVM's init
-  // (PID 1), both go over the virtio console. Commands get pipes of their own, so move the channel
-  // out of the way and give the standard descriptors /dev/null.
-  const bool vm_init = getpid() == 1;
+int main(int argc, char** argv) {
+  // Under bubblewrap (`--stdio`, where the agent is its PID namespace's PID 1), requests arrive on
+  // fd 0 and replies leave on fd 1; as a microVM's init (PID 1, no arguments), both go over the
+  // virtio console. Commands get pipes of their own, so move the channel out of the way and give
+  // the standard descriptors /dev/null.
+  const bool vm_init = getpid() == 1 && !(argc > 1 && std::strcmp(argv[1], "--stdio") == 0);
   int requests, replies;
   if (vm_init) {
     requests = replies = agent::guest_init();
