@@ -2,6 +2,7 @@
 // on an image of busybox alone. Without /dev/kvm every test skips with one line saying so.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
@@ -95,6 +96,58 @@ TEST_F(Microvm, BombsTimeoutsAndOutputStayInside) {
   const ExecResult y = s->exec(q);
   EXPECT_TRUE(y.timed_out);
   EXPECT_EQ(y.stdout_data.size(), 64u << 10);
+  EXPECT_EQ(sh(*s, "echo alive").stdout_data, "alive\n");
+}
+
+TEST_F(Microvm, SymlinksAndDotDotInFileTransfersStayInTheGuest) {
+  const std::string secret = dir_ + "/host-secret";
+  std::ofstream(secret) << "host secret\n";
+  auto s = boot();
+  s->put("/../../.." + dir_ + "/escaped", "x");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/escaped"));
+  EXPECT_EQ(s->get(dir_ + "/escaped"), "x");
+  ASSERT_EQ(sh(*s, "busybox ln -s " + secret + " /tmp/link && busybox ln -s " + dir_ +
+                       " /tmp/dirlink")
+                .exit_code,
+            0);
+  EXPECT_THROW(s->get("/tmp/link"), Error);
+  EXPECT_THROW(s->put("/tmp/link", "overwritten"), Error) << "put never follows a final symlink";
+  s->put("/tmp/dirlink/planted", "y");
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/planted"));
+  EXPECT_EQ(read_file(secret), "host secret\n");
+}
+
+TEST_F(Microvm, MemoryBombAndASecondGuestStayApart) {
+  auto a = boot();
+  auto b = boot();
+  // Far more than the guest's 128 MiB: the command fails inside, the guest goes on.
+  const ExecResult r =
+      sh(*a, "x=$(head -c 400000000 /dev/zero | busybox tr '\\0' a); echo ${#x}");
+  EXPECT_NE(r.stdout_data, "400000000\n");
+  EXPECT_EQ(sh(*a, "echo alive").stdout_data, "alive\n");
+  a->put("/tmp/a-secret", "mine");
+  EXPECT_THROW(b->get("/tmp/a-secret"), Error);
+  EXPECT_EQ(sh(*b, "find / -xdev -name a-secret 2>/dev/null").stdout_data, "");
+}
+
+TEST_F(Microvm, SignalsAndMountsReachOnlyTheGuest) {
+  const pid_t host_child = fork();
+  if (host_child == 0) {
+    pause();
+    _exit(0);
+  }
+  const int host_mounts = count_mounts_naming("/mnt");
+  auto s = boot();
+  // Root in the guest: its own kernel's processes and mounts, none of the host's.
+  const ExecResult r = sh(*s, "kill -9 " + std::to_string(host_child) + " 2>&1; kill -9 " +
+                                  std::to_string(getpid()) +
+                                  " 2>&1; busybox mkdir -p /mnt && busybox mount -t tmpfs none "
+                                  "/mnt && echo MOUNTED; kill -9 -1; sleep 1; echo done");
+  EXPECT_NE(r.stdout_data.find("No such process"), std::string::npos) << r.stdout_data;
+  EXPECT_EQ(waitpid(host_child, nullptr, WNOHANG), 0) << "a host process was killed";
+  kill(host_child, SIGKILL);
+  waitpid(host_child, nullptr, 0);
+  EXPECT_EQ(count_mounts_naming("/mnt"), host_mounts);
   EXPECT_EQ(sh(*s, "echo alive").stdout_data, "alive\n");
 }
 
