@@ -182,8 +182,8 @@ double sustained_rate(Backend& backend, const Image& image, const Limits& limits
 // COUNT idle sandboxes alive at once: each one's share of the processes' PSS and RSS and of the
 // fall in MemAvailable (which includes the kernel's side). Started by THREADS threads; each must
 // answer an exec of `true` before the figures are taken.
-void idle_memory(Backend& backend, const Image& image, const Limits& limits, int count,
-                 int threads, const char* what) {
+void idle_memory(Backend& backend, const Image& image, const Limits& limits, int count, int threads,
+                 const char* what) {
   ExecRequest t;
   t.argv = {"/bin/true"};
   const Memory before = children_memory();
@@ -231,8 +231,7 @@ void bench_namespaces(ImageStore& store, const std::string& dir, const std::stri
   t.argv = {"/bin/true"};
   const int iterations = o.iterations;
 
-  std::printf(
-      "| namespaces backend, image host (ms)          |      p50 |      p99 |     n |\n");
+  std::printf("| namespaces backend, image host (ms)          |      p50 |      p99 |     n |\n");
   std::printf("|----------------------------------------------|----------|----------|-------|\n");
   {
     std::vector<double> total, create, exec, destroy;
@@ -330,8 +329,7 @@ void bench_microvm(ImageStore& store, const std::string& dir, const Options& o) 
   ExecRequest t;
   t.argv = {"/bin/true"};
   vm->create(busybox, small)->destroy();  // builds the initramfs and the layer's disk
-  std::printf(
-      "\n| microvm backend, busybox image, 128 MiB (ms) |      p50 |      p99 |     n |\n");
+  std::printf("\n| microvm backend, busybox image, 128 MiB (ms) |      p50 |      p99 |     n |\n");
   std::printf("|----------------------------------------------|----------|----------|-------|\n");
   const int n = o.vm_iterations;
   {
@@ -393,7 +391,7 @@ int main(int argc, char** argv) {
   auto flag = [&](const char* name, int fallback) {
     return flags.count(name) ? std::stoi(flags.at(name)) : fallback;
   };
-  const Options o{flag("--iterations", 100), flag("--seconds", 5),         flag("--idle", 50),
+  const Options o{flag("--iterations", 100), flag("--seconds", 5),        flag("--idle", 50),
                   flag("--threads", 4),      flag("--vm-iterations", 20), flag("--vm-idle", 8)};
   const std::string backends =
       flags.count("--backends") ? flags.at("--backends") : "namespaces,microvm";

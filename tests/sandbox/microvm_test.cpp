@@ -106,10 +106,10 @@ TEST_F(Microvm, SymlinksAndDotDotInFileTransfersStayInTheGuest) {
   s->put("/../../.." + dir_ + "/escaped", "x");
   EXPECT_FALSE(std::filesystem::exists(dir_ + "/escaped"));
   EXPECT_EQ(s->get(dir_ + "/escaped"), "x");
-  ASSERT_EQ(sh(*s, "busybox ln -s " + secret + " /tmp/link && busybox ln -s " + dir_ +
-                       " /tmp/dirlink")
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      sh(*s, "busybox ln -s " + secret + " /tmp/link && busybox ln -s " + dir_ + " /tmp/dirlink")
+          .exit_code,
+      0);
   EXPECT_THROW(s->get("/tmp/link"), Error);
   EXPECT_THROW(s->put("/tmp/link", "overwritten"), Error) << "put never follows a final symlink";
   s->put("/tmp/dirlink/planted", "y");
@@ -121,8 +121,7 @@ TEST_F(Microvm, MemoryBombAndASecondGuestStayApart) {
   auto a = boot();
   auto b = boot();
   // Far more than the guest's 128 MiB: the command fails inside, the guest goes on.
-  const ExecResult r =
-      sh(*a, "x=$(head -c 400000000 /dev/zero | busybox tr '\\0' a); echo ${#x}");
+  const ExecResult r = sh(*a, "x=$(head -c 400000000 /dev/zero | busybox tr '\\0' a); echo ${#x}");
   EXPECT_NE(r.stdout_data, "400000000\n");
   EXPECT_EQ(sh(*a, "echo alive").stdout_data, "alive\n");
   a->put("/tmp/a-secret", "mine");

@@ -49,8 +49,9 @@ void ForkThread::run() {
     lock.unlock();
     // The child borrows this process's memory until it execs (no copy of a large process's page
     // tables, as fork would make), and this thread waits until then.
-    const pid_t pid = clone(run_child, stack_.data() + stack_.size(), CLONE_VM | CLONE_VFORK | SIGCHLD,
-                            const_cast<std::function<void()>*>(job->child));
+    const pid_t pid =
+        clone(run_child, stack_.data() + stack_.size(), CLONE_VM | CLONE_VFORK | SIGCHLD,
+              const_cast<std::function<void()>*>(job->child));
     job->done.set_value({pid, pid < 0 ? errno : 0});
     lock.lock();
   }

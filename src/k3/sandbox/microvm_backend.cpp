@@ -159,8 +159,10 @@ MicrovmBackend::MicrovmBackend(ImageStore& store)
         "emulation)";
   } else if (accel_ == "kvm" && kvm_is_pvm_only() && !std::getenv("K3LAB_MICROVM_KERNEL")) {
     why_unavailable_ =
-        "/dev/kvm here is PVM (kvm_pvm, no hardware virtualization), which boots only kernels built "
-        "as PVM guests, not " + kernel_ + " (set K3LAB_MICROVM_KERNEL to a PVM guest kernel)";
+        "/dev/kvm here is PVM (kvm_pvm, no hardware virtualization), which boots only kernels "
+        "built "
+        "as PVM guests, not " +
+        kernel_ + " (set K3LAB_MICROVM_KERNEL to a PVM guest kernel)";
   }
   remove_stale_cgroups("k3lab-vm-", 60);
 }

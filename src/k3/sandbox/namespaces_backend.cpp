@@ -127,10 +127,9 @@ class NamespacesSandbox : public AgentSandbox {
     args_ = bwrap_isolation_flags(bwrap);
     args_.insert(args_.end(), {"--hostname", "sandbox", "--bind", run_ + "/root", "/"});
     if (image_.host_system) add_host_system(args_, &mount_points_);
-    args_.insert(args_.end(),
-                 {"--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--dir", "/tmp",
-                  "--ro-bind", run_ + "/agent", kAgentInside, "--chdir", "/", "--", kAgentInside,
-                  "--stdio"});
+    args_.insert(args_.end(), {"--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--dir",
+                               "/tmp", "--ro-bind", run_ + "/agent", kAgentInside, "--chdir", "/",
+                               "--", kAgentInside, "--stdio"});
     mount_points_.insert(mount_points_.end(), {"/proc", "/dev", kAgentInside});
     SetupPlan plan;
     plan.run = run_;

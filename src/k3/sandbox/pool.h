@@ -28,7 +28,8 @@ class Pool {
 
   // A warm sandbox if one is ready, else one started now (a "miss").
   std::unique_ptr<Sandbox> acquire();
-  // Destroys SANDBOX in the background (before any new sandbox is started); the pool's
+  // Destroys SANDBOX in the background (before any new sandbox is started; at once, in the
+  // caller, for a pool without warm sandboxes, which has no background threads); the pool's
   // destructor waits for it.
   void retire(std::unique_ptr<Sandbox> sandbox);
   // Waits until WARM sandboxes are idle (or the pool fails to start them) and every retired one

@@ -1,8 +1,8 @@
 #include "k3/sandbox/seccomp_policy.h"
 
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
-#include <linux/seccomp.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <unistd.h>
@@ -65,9 +65,11 @@ std::string compile_seccomp_filter(std::vector<sock_filter>& program) {
   }
   seccomp_release(ctx);
   char buf[4096];
-  for (ssize_t n; (n = pread(fd, buf, sizeof buf, off_t(bytes.size()))) > 0;) bytes.append(buf, size_t(n));
+  for (ssize_t n; (n = pread(fd, buf, sizeof buf, off_t(bytes.size()))) > 0;)
+    bytes.append(buf, size_t(n));
   close(fd);
-  if (bytes.empty() || bytes.size() % sizeof(sock_filter) != 0) return "seccomp_export_bpf: no program";
+  if (bytes.empty() || bytes.size() % sizeof(sock_filter) != 0)
+    return "seccomp_export_bpf: no program";
   program.resize(bytes.size() / sizeof(sock_filter));
   std::memcpy(program.data(), bytes.data(), bytes.size());
   return "";

@@ -239,9 +239,8 @@ void Service::routes() {
                                " alive)");
              }
              Pool* pool = nullptr;  // a sandbox that lives on is never retired to it
-             std::shared_ptr<Sandbox> s =
-                 start(text(body, "image", "host"), kind, limits,
-                       body.contains("limits") ? nullptr : &pool);
+             std::shared_ptr<Sandbox> s = start(text(body, "image", "host"), kind, limits,
+                                                body.contains("limits") ? nullptr : &pool);
              const std::string id = s->id();
              {
                std::lock_guard lock(mutex_);
