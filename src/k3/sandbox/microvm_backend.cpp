@@ -149,6 +149,10 @@ MicrovmBackend::MicrovmBackend(ImageStore& store)
   has_9p_ = !modules_.empty() && fs::exists(modules_ + "/kernel/fs/9p");
   if (qemu_.empty()) {
     why_unavailable_ = "qemu-system-x86_64 is not installed (Debian package qemu-system-x86)";
+  } else if (accel_ == "kvm" && kvm_is_pvm_only() && !std::getenv("K3LAB_MICROVM_KERNEL")) {
+    why_unavailable_ =
+        "/dev/kvm here is PVM (kvm_pvm, no hardware virtualization), which boots only kernels "
+        "built as PVM guests, as Debian's are not (set K3LAB_MICROVM_KERNEL to such a kernel)";
   } else if (kernel_.empty()) {
     why_unavailable_ = "no guest kernel in /boot (Debian package linux-image-cloud-amd64)";
   } else if (!fs::is_directory(modules_)) {
@@ -157,12 +161,6 @@ MicrovmBackend::MicrovmBackend(ImageStore& store)
     why_unavailable_ =
         "no usable /dev/kvm on this machine (K3LAB_MICROVM_TCG=1 runs guests under slow software "
         "emulation)";
-  } else if (accel_ == "kvm" && kvm_is_pvm_only() && !std::getenv("K3LAB_MICROVM_KERNEL")) {
-    why_unavailable_ =
-        "/dev/kvm here is PVM (kvm_pvm, no hardware virtualization), which boots only kernels "
-        "built "
-        "as PVM guests, not " +
-        kernel_ + " (set K3LAB_MICROVM_KERNEL to a PVM guest kernel)";
   }
   remove_stale_cgroups("k3lab-vm-", 60);
 }
