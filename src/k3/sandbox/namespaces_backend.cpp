@@ -22,6 +22,7 @@
 #include "k3/sandbox/agent_sandbox.h"
 #include "k3/sandbox/cgroups.h"
 #include "k3/sandbox/host_process.h"
+#include "k3/sandbox/seccomp_policy.h"
 
 namespace fs = std::filesystem;
 
@@ -46,8 +47,11 @@ constexpr const char* kAgentInside = "/.k3lab-agent";
 struct SetupPlan {
   std::string run, upper, work, root, agent, agent_copy;
   std::string tmpfs_options, overlay_options;  // overlay_options "": no layers, bind upper as root
+  int filter_fd = -1;                          // the compiled seccomp filter, for the agent
   std::vector<char*> argv;
 };
+
+constexpr int kFilterFdInside = 3;  // where the agent finds the filter
 
 [[noreturn]] void setup_failed(const char* what) {
   const char* why = std::strerror(errno);
@@ -91,6 +95,10 @@ struct SetupPlan {
   if (syscall(SYS_setgroups, 1, &gid) != 0 || syscall(SYS_setresgid, gid, gid, gid) != 0 ||
       syscall(SYS_setresuid, kSandboxUid, kSandboxUid, kSandboxUid) != 0)
     setup_failed("dropping to the sandbox user");
+  // The filter, open across the execs of bubblewrap and the agent (dup2 clears close-on-exec).
+  if (p.filter_fd >= 0 && (p.filter_fd == kFilterFdInside ? fcntl(p.filter_fd, F_SETFD, 0)
+                                                          : dup2(p.filter_fd, kFilterFdInside)) < 0)
+    setup_failed("passing the seccomp filter");
   execv(p.argv[0], p.argv.data());
   setup_failed("exec bwrap");
 }
@@ -98,13 +106,14 @@ struct SetupPlan {
 class NamespacesSandbox : public AgentSandbox {
  public:
   NamespacesSandbox(ImageStore& store, ForkThread& forker, Image image, const Limits& limits,
-                    const std::string& bwrap, const std::string& agent, const std::string& id)
+                    const std::string& bwrap, const std::string& agent, int filter_fd,
+                    const std::string& id)
       : AgentSandbox(id, limits, store.make_run_dir(id), kStartDeadlineMs),
         store_(store),
         image_(std::move(image)) {
     try {
       cgroups_ = Cgroups("k3lab-" + id_, {limits_.memory_bytes, limits_.processes, limits_.cpus});
-      const SetupPlan plan = plan_setup(bwrap, agent);
+      const SetupPlan plan = plan_setup(bwrap, agent, filter_fd);
       start(
           forker, [&] { become_sandbox(plan); }, "sandbox");
     } catch (...) {
@@ -123,16 +132,18 @@ class NamespacesSandbox : public AgentSandbox {
   }
 
  private:
-  SetupPlan plan_setup(const std::string& bwrap, const std::string& agent) {
+  SetupPlan plan_setup(const std::string& bwrap, const std::string& agent, int filter_fd) {
     args_ = bwrap_isolation_flags(bwrap);
     args_.insert(args_.end(), {"--hostname", "sandbox", "--bind", run_ + "/root", "/"});
     if (image_.host_system) add_host_system(args_, &mount_points_);
     args_.insert(args_.end(), {"--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--dir",
                                "/tmp", "--ro-bind", run_ + "/agent", kAgentInside, "--chdir", "/",
                                "--", kAgentInside, "--stdio"});
+    if (filter_fd >= 0) args_.insert(args_.end(), {"--filter-fd", std::to_string(kFilterFdInside)});
     mount_points_.insert(mount_points_.end(), {"/proc", "/dev", kAgentInside});
     SetupPlan plan;
     plan.run = run_;
+    plan.filter_fd = filter_fd;
     plan.upper = run_ + "/upper";
     plan.work = run_ + "/work";
     plan.root = run_ + "/root";
@@ -203,6 +214,13 @@ NamespacesBackend::NamespacesBackend(ImageStore& store)
   } catch (const Error& e) {
     agent_error_ = e.message();
   }
+  // Compiled once here rather than by each sandbox's agent (which does so itself without it).
+  std::vector<sock_filter> program;
+  if (compile_seccomp_filter(program).empty()) filter_fd_ = seccomp_program_fd(program);
+}
+
+NamespacesBackend::~NamespacesBackend() {
+  if (filter_fd_ >= 0) close(filter_fd_);
 }
 
 std::string NamespacesBackend::unavailable_reason() const {
@@ -216,7 +234,7 @@ std::string NamespacesBackend::unavailable_reason() const {
 std::unique_ptr<Sandbox> NamespacesBackend::create(const Image& image, const Limits& limits) {
   if (const std::string why = unavailable_reason(); !why.empty()) throw Error(why);
   return std::make_unique<NamespacesSandbox>(store_, forker_, image, limits, bwrap_, agent_,
-                                             new_sandbox_id("ns-"));
+                                             filter_fd_, new_sandbox_id("ns-"));
 }
 
 }  // namespace k3::sandbox

@@ -14,6 +14,7 @@ namespace k3::sandbox {
 class NamespacesBackend : public Backend {
  public:
   explicit NamespacesBackend(ImageStore& store);
+  ~NamespacesBackend() override;
   std::unique_ptr<Sandbox> create(const Image& image, const Limits& limits) override;
   std::string unavailable_reason() const override;
 
@@ -21,6 +22,7 @@ class NamespacesBackend : public Backend {
   ImageStore& store_;
   ForkThread forker_;  // every sandbox's bubblewrap is its child; they end when it does
   std::string bwrap_, agent_, agent_error_;
+  int filter_fd_ = -1;  // the seccomp filter, compiled once, handed to every agent (or -1)
 };
 
 // The namespaces and restrictions of every sandbox's bubblewrap command (its start: no root and

@@ -1,5 +1,6 @@
 #include "k3/sandbox/seccomp_policy.h"
 
+#include <fcntl.h>
 #include <linux/seccomp.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -58,21 +59,37 @@ std::string compile_seccomp_filter(std::vector<sock_filter>& program) {
   // libseccomp (2.5) exports to a file descriptor only: through a memory file.
   const int fd = memfd_create("k3lab-seccomp", MFD_CLOEXEC);
   if (fd < 0) return fail("memfd_create", -errno);
-  std::string bytes;
   if (const int rc = seccomp_export_bpf(ctx, fd); rc < 0) {
     close(fd);
     return fail("seccomp_export_bpf", rc);
   }
   seccomp_release(ctx);
+  const std::string why = read_seccomp_program(fd, program);
+  close(fd);
+  return why.empty() ? "" : "seccomp_export_bpf: " + why;
+}
+
+std::string read_seccomp_program(int fd, std::vector<sock_filter>& program) {
+  std::string bytes;
   char buf[4096];
   for (ssize_t n; (n = pread(fd, buf, sizeof buf, off_t(bytes.size()))) > 0;)
     bytes.append(buf, size_t(n));
-  close(fd);
-  if (bytes.empty() || bytes.size() % sizeof(sock_filter) != 0)
-    return "seccomp_export_bpf: no program";
+  if (bytes.empty() || bytes.size() % sizeof(sock_filter) != 0) return "no program";
   program.resize(bytes.size() / sizeof(sock_filter));
   std::memcpy(program.data(), bytes.data(), bytes.size());
   return "";
+}
+
+int seccomp_program_fd(const std::vector<sock_filter>& program) {
+  const int fd = memfd_create("k3lab-seccomp", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  const size_t size = program.size() * sizeof(sock_filter);
+  if (program.empty() || write(fd, program.data(), size) != ssize_t(size) ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 int install_seccomp_program(const std::vector<sock_filter>& program) {

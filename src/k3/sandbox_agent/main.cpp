@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "files.h"
@@ -53,11 +54,14 @@ std::string serve(const std::string& frame) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Under bubblewrap (`--stdio`, where the agent is its PID namespace's PID 1), requests arrive on
-  // fd 0 and replies leave on fd 1; as a microVM's init (PID 1, no arguments), both go over the
-  // virtio console. Commands get pipes of their own, so move the channel out of the way and give
-  // the standard descriptors /dev/null.
+  // Under bubblewrap (`--stdio [--filter-fd N]`, where the agent is its PID namespace's PID 1),
+  // requests arrive on fd 0 and replies leave on fd 1, and k3lab's compiled seccomp filter on fd
+  // N; as a microVM's init (PID 1, no arguments), both go over the virtio console. Commands get
+  // pipes of their own, so move the channel out of the way and give the standard descriptors
+  // /dev/null.
   const bool vm_init = getpid() == 1 && !(argc > 1 && std::strcmp(argv[1], "--stdio") == 0);
+  const int filter_fd =
+      argc > 3 && std::strcmp(argv[2], "--filter-fd") == 0 ? std::atoi(argv[3]) : -1;
   int requests, replies;
   if (vm_init) {
     requests = replies = agent::guest_init();
@@ -68,7 +72,8 @@ int main(int argc, char** argv) {
   const int null = open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
   signal(SIGPIPE, SIG_IGN);
-  agent::prepare_commands();  // before "ready": a pooled sandbox's first command waits for nothing
+  agent::prepare_commands(
+      filter_fd);  // before "ready": a pooled sandbox's first command waits for nothing
   try {
     // Ready: k3lab sends nothing before this (a console is in raw mode only from here on).
     wire::write_frame(replies, reply(""));

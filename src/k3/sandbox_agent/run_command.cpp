@@ -119,7 +119,15 @@ void reap_children() {
 
 }  // namespace
 
-void prepare_commands() { g_filter_error = compile_seccomp_filter(g_filter); }
+void prepare_commands(int filter_fd) {
+  if (filter_fd >= 0) {
+    const std::string why = read_seccomp_program(filter_fd, g_filter);
+    close(filter_fd);  // nothing a command runs sees it
+    if (why.empty()) return;
+    g_filter.clear();
+  }
+  g_filter_error = compile_seccomp_filter(g_filter);
+}
 
 void kill_all_others() {
   // kill(-1) reaches every process of this PID namespace but PID 1 and the caller. A fork bomb can

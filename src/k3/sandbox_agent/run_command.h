@@ -8,8 +8,10 @@
 
 namespace k3::sandbox::agent {
 
-// Compiles the seccomp filter once, when the agent starts; commands fail until it is done.
-void prepare_commands();
+// Gets the seccomp filter once, when the agent starts: read from FILTER_FD (k3lab's compiled
+// program, which is then closed) when it is >= 0 and holds one, else compiled here. Commands fail
+// until it is done.
+void prepare_commands(int filter_fd);
 
 wire::ExecResult run_command(const wire::ExecRequest& request);
 
