@@ -1,7 +1,8 @@
 // The system calls a sandboxed command may not make (docs/sandbox.md lists them with the why).
 // The filter is compiled once (by k3lab for every namespaces sandbox, by the agent in a microVM),
-// and the agent installs the compiled program in each command's process just before exec; every denied call fails with EPERM, and any other
-// architecture's calls (32-bit int 0x80, x32) kill the process.
+// and the agent installs the compiled program in each command's process just before exec; every
+// denied call fails with EPERM, and any other architecture's calls (32-bit int 0x80, x32) kill
+// the process.
 #pragma once
 
 #include <linux/filter.h>
