@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   k3::apps::add_train(app);
   k3::apps::add_eval(app);
   k3::apps::add_sample(app);
+  k3::apps::add_bench(app);
   k3::apps::add_schedule(app);
   k3::apps::add_op(app);
   k3::apps::add_model(app);
