@@ -8,7 +8,9 @@
 // The ceiling of batch-1 decoding is the memory bandwidth: every step reads every weight once
 // (embedding row aside), so the weights' bytes over the bandwidth bound the step time from below.
 //
-//   bench_decode_vs_torch [--warmup N] [--reps N] [--prompt P] [--tokens N] [--bench-dir DIR]
+//   bench_decode_vs_torch [--warmup N] [--reps N] [--prompt P] [--tokens N] [--model NAME]
+//                         [--bench-dir DIR]
+// --model NAME runs only bench/configs/NAME (e.g. l6-d384.json).
 #include <unistd.h>
 
 #include <cstdio>
@@ -40,6 +42,7 @@ constexpr const char* kTorchPrecisions[] = {"fp32", "bf16"};
 struct Options {
   int warmup = 1, reps = 5;
   int64_t prompt = 128, tokens = 64;
+  std::string model;  // empty: every config
   std::filesystem::path bench_dir = K3_BENCH_DIR;
 };
 
@@ -82,11 +85,12 @@ std::string torch_command(const std::filesystem::path& config, int64_t B, const 
 Options parse(int argc, char** argv) {
   Options o;
   for (const auto& [flag, value] : k3::bench::parse_flags(
-           argc, argv, {"--warmup", "--reps", "--prompt", "--tokens", "--bench-dir"})) {
+           argc, argv, {"--warmup", "--reps", "--prompt", "--tokens", "--model", "--bench-dir"})) {
     if (flag == "--warmup") o.warmup = std::stoi(value);
     if (flag == "--reps") o.reps = std::stoi(value);
     if (flag == "--prompt") o.prompt = std::stoll(value);
     if (flag == "--tokens") o.tokens = std::stoll(value);
+    if (flag == "--model") o.model = value;
     if (flag == "--bench-dir") o.bench_dir = value;
   }
   if (o.warmup < 0 || o.reps < 1 || o.prompt < 1 || o.tokens < 2)
@@ -113,6 +117,7 @@ int main(int argc, char** argv) {
                 "pt prefill t/s", "MB/token");
     std::string blas;
     for (const char* name : kConfigs) {
+      if (!o.model.empty() && o.model != name) continue;
       const std::filesystem::path config = o.bench_dir / "configs" / name;
       k3::model::Model model(k3::model::load_model_config(config.string()));
       model.initialize(1);
