@@ -66,6 +66,9 @@ void run_decode_bench(const DecodeArgs& a) {
     own_arena = train::step_arena();
   }
   const model::ModelConfig& c = model->config();
+  // The fp32 weights a batch-1 step reads: every matrix but the embedding table, routed experts
+  // counted for the k a token visits. Over the memory bandwidth, the floor of its time.
+  const double weight_mb = 4.0 * static_cast<double>(model->matmul_params()) / 1e6;
   model::check_prompt_fits(a.prompt, a.tokens, c.max_position_embeddings);
 
   nlohmann::json rows = nlohmann::json::array();
@@ -109,15 +112,17 @@ void run_decode_bench(const DecodeArgs& a) {
                                        {"tokens", a.tokens},
                                        {"precision", a.precision},
                                        {"threads", num_threads()},
+                                       {"weights_mb_per_token", weight_mb},
                                        {"repeats", a.repeats},
                                        {"results", rows}}
                             .dump()
                             .c_str());
   } else {
     std::printf("prompt %ld tokens, %ld generated per sequence (greedy), %s, %d threads; median "
-                "[min-max] of %ld runs after one warm-up\n",
+                "[min-max] of %ld runs after one warm-up; a batch-1 step reads %.1f MB of "
+                "weights\n",
                 static_cast<long>(a.prompt), static_cast<long>(a.tokens), a.precision.c_str(),
-                num_threads(), static_cast<long>(a.repeats));
+                num_threads(), static_cast<long>(a.repeats), weight_mb);
   }
 }
 
