@@ -109,9 +109,10 @@ int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
     k3::set_num_threads(kThreads);
-    std::printf("greedy generation, prompt %ld, %ld tokens per sequence, %d threads, alternating "
-                "runs, median of %d after %d warm-up; k3lab fp32\n",
-                long(o.prompt), long(o.tokens), kThreads, o.reps, o.warmup);
+    std::printf(
+        "greedy generation, prompt %ld, %ld tokens per sequence, %d threads, alternating "
+        "runs, median of %d after %d warm-up; k3lab fp32\n",
+        long(o.prompt), long(o.tokens), kThreads, o.reps, o.warmup);
     std::printf("%-22s %5s %6s %14s %14s %20s %14s %14s %9s\n", "model", "batch", "torch",
                 "k3 decode t/s", "pt decode t/s", "decode ratio", "k3 prefill t/s",
                 "pt prefill t/s", "MB/token");
@@ -149,8 +150,8 @@ int main(int argc, char** argv) {
           const double decoded = static_cast<double>(B * (o.tokens - 1)),
                        prompts = static_cast<double>(B * o.prompt);
           char model_name[64];
-          std::snprintf(model_name, sizeof model_name, "L%ld d%ld V%ld",
-                        long(c.num_hidden_layers), long(c.hidden_size), long(c.vocab_size));
+          std::snprintf(model_name, sizeof model_name, "L%ld d%ld V%ld", long(c.num_hidden_layers),
+                        long(c.hidden_size), long(c.vocab_size));
           std::printf("%-22s %5ld %6s %14.1f %14.1f %19sx %14.0f %14.0f %9.1f\n", model_name,
                       long(B), precision, decoded / k3::bench::spread(times.ours).median,
                       decoded / k3::bench::spread(times.torch).median,

@@ -1,11 +1,10 @@
 // `k3lab bench decode --model CONFIG | --checkpoint DIR [--batch 1,8] [--prompt N] [--tokens N]`:
 // prompt processing (prefill) and per-token decoding speed, measured apart, for each batch size:
 // B prompts of random tokens are prefilled one by one, then decoded together greedily.
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "k3/apps/commands.h"
 #include "k3/base/error.h"
@@ -39,8 +38,8 @@ Range range_of(std::vector<double> v) {
 void run_decode_bench(const DecodeArgs& a) {
   K3_CHECK_CTX(a.model.empty() != a.checkpoint.empty(), (ErrorContext{"", "model", -1}),
                "give either --model CONFIG or --checkpoint DIR");
-  K3_CHECK_CTX(a.precision == "fp32", (ErrorContext{"", "precision", -1}),
-               "expected fp32, got ", a.precision);
+  K3_CHECK_CTX(a.precision == "fp32", (ErrorContext{"", "precision", -1}), "expected fp32, got ",
+               a.precision);
   K3_CHECK_CTX(a.prompt >= 1, (ErrorContext{"", "prompt", -1}), "expected at least 1, got ",
                a.prompt);
   K3_CHECK_CTX(a.tokens >= 2, (ErrorContext{"", "tokens", -1}),
@@ -73,16 +72,15 @@ void run_decode_bench(const DecodeArgs& a) {
 
   nlohmann::json rows = nlohmann::json::array();
   if (!a.json)
-    std::printf("%-8s %28s %28s %12s\n", "batch", "prefill tok/s", "decode tok/s",
-                "ms/step");
+    std::printf("%-8s %28s %28s %12s\n", "batch", "prefill tok/s", "decode tok/s", "ms/step");
   for (int64_t B : a.batch) {
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(B));
     for (int64_t b = 0; b < B; ++b)
       for (int64_t t = 0; t < a.prompt; ++t)
-        prompts[static_cast<size_t>(b)].push_back(static_cast<int32_t>(
-            philox_uniform(a.seed, stream_of("bench prompt"),
-                           static_cast<uint64_t>(b * a.prompt + t)) *
-            static_cast<float>(c.vocab_size - 1)));
+        prompts[static_cast<size_t>(b)].push_back(
+            static_cast<int32_t>(philox_uniform(a.seed, stream_of("bench prompt"),
+                                                static_cast<uint64_t>(b * a.prompt + t)) *
+                                 static_cast<float>(c.vocab_size - 1)));
     std::vector<double> prefill, decode, step_ms;
     for (int64_t r = 0; r <= a.repeats; ++r) {  // the first run warms up
       model::GenerationTimes t;
@@ -94,10 +92,11 @@ void run_decode_bench(const DecodeArgs& a) {
     }
     const Range p = range_of(prefill), d = range_of(decode), s = range_of(step_ms);
     if (a.json) {
-      rows.push_back({{"batch", B},
-                      {"prefill_tokens_per_s", {{"median", p.median}, {"min", p.min}, {"max", p.max}}},
-                      {"decode_tokens_per_s", {{"median", d.median}, {"min", d.min}, {"max", d.max}}},
-                      {"ms_per_step", {{"median", s.median}, {"min", s.min}, {"max", s.max}}}});
+      rows.push_back(
+          {{"batch", B},
+           {"prefill_tokens_per_s", {{"median", p.median}, {"min", p.min}, {"max", p.max}}},
+           {"decode_tokens_per_s", {{"median", d.median}, {"min", d.min}, {"max", d.max}}},
+           {"ms_per_step", {{"median", s.median}, {"min", s.min}, {"max", s.max}}}});
       continue;
     }
     char pt[64], dt[64], st[64];
@@ -118,11 +117,12 @@ void run_decode_bench(const DecodeArgs& a) {
                             .dump()
                             .c_str());
   } else {
-    std::printf("prompt %ld tokens, %ld generated per sequence (greedy), %s, %d threads; median "
-                "[min-max] of %ld runs after one warm-up; a batch-1 step reads %.1f MB of "
-                "weights\n",
-                static_cast<long>(a.prompt), static_cast<long>(a.tokens), a.precision.c_str(),
-                num_threads(), static_cast<long>(a.repeats), weight_mb);
+    std::printf(
+        "prompt %ld tokens, %ld generated per sequence (greedy), %s, %d threads; median "
+        "[min-max] of %ld runs after one warm-up; a batch-1 step reads %.1f MB of "
+        "weights\n",
+        static_cast<long>(a.prompt), static_cast<long>(a.tokens), a.precision.c_str(),
+        num_threads(), static_cast<long>(a.repeats), weight_mb);
   }
 }
 

@@ -3,9 +3,9 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <string_view>
 #include <exception>
 #include <ostream>
+#include <string_view>
 
 #include "k3/apps/commands.h"
 #include "k3/base/error.h"

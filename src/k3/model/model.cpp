@@ -550,9 +550,10 @@ void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64
   K3_CHECK(n > 0, "decode needs at least one token");
   K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len,
            " tokens");
-  run_decode(arena, tokens, n, logits, [&](const Step& s, const Layer& L, const float* a_in, float* A) {
-    L.mixer->decode(s, a_in, n, *cache.layers[static_cast<size_t>(L.index)], A);
-  });
+  run_decode(arena, tokens, n, logits,
+             [&](const Step& s, const Layer& L, const float* a_in, float* A) {
+               L.mixer->decode(s, a_in, n, *cache.layers[static_cast<size_t>(L.index)], A);
+             });
   cache.length += n;
 }
 
@@ -564,12 +565,15 @@ void Model::decode_batch(Arena& arena, std::span<ModelCache* const> caches, cons
     K3_CHECK(c->length + 1 <= c->max_len, "generation exceeds the cache of ", c->max_len,
              " tokens");
   std::vector<DecodeCache*> layer_caches(static_cast<size_t>(B));
-  run_decode(arena, tokens, B, logits, [&](const Step& s, const Layer& L, const float* a_in, float* A) {
-    for (int64_t b = 0; b < B; ++b)
-      layer_caches[static_cast<size_t>(b)] =
-          caches[static_cast<size_t>(b)]->layers[static_cast<size_t>(L.index)].get();
-    L.mixer->decode_batch(s, a_in, layer_caches, A);
-  }, true);
+  run_decode(
+      arena, tokens, B, logits,
+      [&](const Step& s, const Layer& L, const float* a_in, float* A) {
+        for (int64_t b = 0; b < B; ++b)
+          layer_caches[static_cast<size_t>(b)] =
+              caches[static_cast<size_t>(b)]->layers[static_cast<size_t>(L.index)].get();
+        L.mixer->decode_batch(s, a_in, layer_caches, A);
+      },
+      true);
   for (ModelCache* c : caches) c->length += 1;
 }
 

@@ -197,7 +197,8 @@ class Model {
   using MixerCall = std::function<void(const float* a_in, float* out)>;
 
   // Decoding: layer L's mixer on (normalized input, output) [rows, hidden] with its caches.
-  using DecodeMixer = std::function<void(const Step& s, const Layer& L, const float* a_in, float* out)>;
+  using DecodeMixer =
+      std::function<void(const Step& s, const Layer& L, const float* a_in, float* out)>;
   void run_decode(Arena& arena, const int32_t* tokens, int64_t n, float* logits,
                   const DecodeMixer& mix, bool every_row = false);
   // One decoder layer on n tokens, advancing x; `mix` runs the layer's mixer (forward or decode).

@@ -126,7 +126,8 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Arena& arena,
       const std::span<const float> row(logits.data() + static_cast<int64_t>(r) * V,
                                        static_cast<size_t>(V));
       const int32_t next = sample_token(
-          row, p, philox_uniform(p.seed, stream_of("sample"), static_cast<uint64_t>(b * max_new + i)));
+          row, p,
+          philox_uniform(p.seed, stream_of("sample"), static_cast<uint64_t>(b * max_new + i)));
       out[static_cast<size_t>(b)].push_back(next);
       if (next == stop_token || i + 1 == max_new) continue;
       step_caches.push_back(&caches[static_cast<size_t>(b)]);

@@ -31,8 +31,7 @@ void conv_step(const float* w, float* window, const float* x, int64_t K, int64_t
 // o = (S + β k uᵀ)ᵀ q = Sᵀq + β (k·q) u.
 void decode_step(const DecodeParams& p, const DecodeToken& in, std::span<const DecodeState> st,
                  float* y) {
-  const int64_t B = static_cast<int64_t>(st.size()), H = p.H, D = p.D, K = p.conv_kernel,
-                P = H * D;
+  const int64_t B = static_cast<int64_t>(st.size()), H = p.H, D = p.D, K = p.conv_kernel, P = H * D;
   const GateParams gp{1, H, D, p.bounded_gate, p.gate_lower_bound};
 #pragma omp parallel if (B * H * D * D > 65536)
   {

@@ -110,7 +110,6 @@ void GatedAttention::backward(const Step& s, const float* dout, int64_t B, int64
   region.enter_backward(partial, dx);
 }
 
-
 std::unique_ptr<DecodeCache> GatedAttention::make_cache(int64_t max_len) const {
   auto c = std::make_unique<KVCache>();
   c->max_len = max_len;

@@ -340,8 +340,8 @@ void GatedMLA::decode_rows(const Step& s, const float* x, std::span<DecodeCache*
                            std::span<const int64_t> positions, float* out) const {
   ArenaScope scope(s.arena);
   const Step infer = s.inference();  // decode saves nothing for backward
-  const int64_t rows = static_cast<int64_t>(positions.size()), r_q = q_a_.out(),
-                dqk = d_n_ + d_r_, p = heads_ * d_v_;
+  const int64_t rows = static_cast<int64_t>(positions.size()), r_q = q_a_.out(), dqk = d_n_ + d_r_,
+                p = heads_ * d_v_;
   auto cache_of = [&](int64_t r) -> MlaCache& {
     return static_cast<MlaCache&>(*caches[static_cast<size_t>(r)]);
   };
