@@ -57,10 +57,11 @@ TEST(KdaDecode, StepsMatchComposedReferences) {
       const float *q = tok, *k = q + B * P, *v = k + B * P, *f = v + B * P, *gate = f + B * P,
                   *bl = gate + B * P;
       std::vector<float> y(B * P);
-      kda::decode_step(
-          p, B, {q, k, v, f, gate, bl},
-          {windows.data(), windows.data() + pb.W(), windows.data() + 2 * pb.W(), S.data()},
-          y.data());
+      std::vector<kda::DecodeState> states;
+      for (int64_t b = 0; b < B; ++b)  // each sequence's windows and state in the batch's buffers
+        states.push_back({windows.data() + b * pb.W() / B, windows.data() + pb.W() + b * pb.W() / B,
+                          windows.data() + 2 * pb.W() + b * pb.W() / B, S.data() + b * H * D * D});
+      kda::decode_step(p, {q, k, v, f, gate, bl}, states, y.data());
 
       // The same token through the references.
       const kda::ShortConvShape cs{B, 1, P, Kc, {}};

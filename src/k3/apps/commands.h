@@ -19,6 +19,7 @@ void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_eval_longctx(CLI::App& eval);  // `eval longctx`
 void add_sample(CLI::App& app);
+void add_bench(CLI::App& app);  // `bench decode`
 void add_schedule(CLI::App& app);
 void add_pipeline_schedule(CLI::App& schedule);  // `schedule pipeline`
 void add_op(CLI::App& app);

@@ -1,7 +1,11 @@
 // k3lab: train and inspect Kimi-K3-style models.
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <ostream>
+#include <string_view>
 
 #include "k3/apps/commands.h"
 #include "k3/base/error.h"
@@ -10,7 +14,21 @@
 #include "k3/base/threads.h"
 #include "k3/dist/runtime.h"
 
+// Decoding runs hundreds of small parallel regions per token. Between them libgomp's threads spin
+// by default, and on cores shared with other processes a spinning thread starves the one with the
+// work: batch-1 decoding measured 10-30x slower on a loaded 2-core host (k3lab bench decode, L6
+// d384: 4-7 against 128-150 tokens/s). libgomp reads its wait policy once, at load, so the
+// decoding commands restart with the passive one unless OMP_WAIT_POLICY is set.
+static void wait_passively_when_decoding(char** argv) {
+  if (!argv[1] || std::getenv("OMP_WAIT_POLICY")) return;
+  const std::string_view command = argv[1];
+  if (command != "sample" && command != "bench") return;
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", argv);  // returns only when it fails: then run as we are
+}
+
 int main(int argc, char** argv) {
+  wait_passively_when_decoding(argv);
   k3::route_stop_signals();  // before any thread starts (MPI's, OpenMP's)
   // Under mpirun or srun every rank runs this; without a launcher it is a world of one.
   k3::dist::Runtime mpi(&argc, &argv);
@@ -23,6 +41,7 @@ int main(int argc, char** argv) {
   k3::apps::add_train(app);
   k3::apps::add_eval(app);
   k3::apps::add_sample(app);
+  k3::apps::add_bench(app);
   k3::apps::add_schedule(app);
   k3::apps::add_op(app);
   k3::apps::add_model(app);

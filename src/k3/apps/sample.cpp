@@ -13,7 +13,7 @@ void add_sample(CLI::App& app) {
     int64_t max_tokens = 200, top_k = 40;
     double temperature = 0.8, top_p = 0.95;
     uint64_t seed = 1;
-    bool truncate_prompt = false;
+    bool truncate_prompt = false, timing = false;
     int64_t tp = 0;
   };
   auto a = std::make_shared<Args>();
@@ -33,6 +33,8 @@ void add_sample(CLI::App& app) {
       "--truncate-prompt", a->truncate_prompt,
       "Keep the last prompt tokens that fit the model's context (max_position_embeddings) "
       "with --max-tokens new ones; without it such a prompt is refused");
+  cmd->add_flag("--timing", a->timing,
+                "Also print on stderr the prefill's and the decode steps' tokens per second");
   add_tp_option(cmd, a->tp);
   cmd->callback([a] {
     const model::SamplingParams p{a->temperature, a->top_k, a->top_p, a->seed};
@@ -53,6 +55,15 @@ void add_sample(CLI::App& app) {
       log_warn("sample: the prompt of ", out.prompt_tokens, " tokens was truncated to its last ",
                out.prompt_tokens - out.dropped_tokens, " to fit the model's context");
     std::printf("%s\n", out.text.c_str());
+    if (a->timing) {
+      const model::GenerationTimes& t = out.times;
+      std::fprintf(stderr,
+                   "prefill: %ld tokens in %.3f s, %.1f tokens/s; decode: %ld tokens in %.3f s, "
+                   "%.1f tokens/s\n",
+                   static_cast<long>(t.prefill_tokens), t.prefill_seconds,
+                   t.prefill_tokens_per_second(), static_cast<long>(t.decode_tokens),
+                   t.decode_seconds, t.decode_tokens_per_second());
+    }
   });
 }
 

@@ -145,6 +145,11 @@ class Model {
   // Feeds n tokens of one sequence at positions cache.length..; writes the logits of the last one
   // [vocab]. Runs the same per-layer steps as the forward, with each mixer's decode.
   void decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n, float* logits);
+  // One token of each of caches.size() sequences, each at its own position (its cache's length):
+  // tokens [B], logits [B, vocab]. Every matrix product runs once for all B rows; each sequence's
+  // attention and recurrence read only its own cache.
+  void decode_batch(Arena& arena, std::span<ModelCache* const> caches, const int32_t* tokens,
+                    float* logits);
 
   // Router balancing, once per global batch after the optimizer step: every MoE layer updates
   // its router bias from the counts of the training forwards; returns the load statistics by
@@ -191,6 +196,11 @@ class Model {
   // The sequence mixing of one layer: (normalized input, output), both [n, hidden].
   using MixerCall = std::function<void(const float* a_in, float* out)>;
 
+  // Decoding: layer L's mixer on (normalized input, output) [rows, hidden] with its caches.
+  using DecodeMixer =
+      std::function<void(const Step& s, const Layer& L, const float* a_in, float* out)>;
+  void run_decode(Arena& arena, const int32_t* tokens, int64_t n, float* logits,
+                  const DecodeMixer& mix, bool every_row = false);
   // One decoder layer on n tokens, advancing x; `mix` runs the layer's mixer (forward or decode).
   // Under the activation manager each layer is a segment, or each half of one (its granularity):
   // the layer's forward, and any re-run of it before its backward, is this code.

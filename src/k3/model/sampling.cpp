@@ -6,6 +6,7 @@
 
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
+#include "k3/base/timer.h"
 #include "k3/model/model.h"
 
 namespace k3::model {
@@ -80,22 +81,66 @@ int32_t sample_token(std::span<const float> logits, const SamplingParams& p, flo
 }
 
 std::vector<int32_t> generate(Model& model, Arena& arena, const std::vector<int32_t>& prompt,
-                              int64_t max_new, const SamplingParams& p, int32_t stop_token) {
-  K3_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
+                              int64_t max_new, const SamplingParams& p, int32_t stop_token,
+                              GenerationTimes* times) {
+  return generate_batch(model, arena, {prompt}, max_new, p, stop_token, times)[0];
+}
+
+std::vector<std::vector<int32_t>> generate_batch(Model& model, Arena& arena,
+                                                 const std::vector<std::vector<int32_t>>& prompts,
+                                                 int64_t max_new, const SamplingParams& p,
+                                                 int32_t stop_token, GenerationTimes* times) {
+  K3_CHECK(!prompts.empty(), "generation needs at least one prompt");
   check_sampling_params(p);
-  check_prompt_fits(static_cast<int64_t>(prompt.size()), max_new,
-                    model.config().max_position_embeddings);
-  ModelCache cache = model.make_cache(static_cast<int64_t>(prompt.size()) + max_new);
-  std::vector<float> logits(static_cast<size_t>(model.config().vocab_size));
-  model.decode(arena, cache, prompt.data(), static_cast<int64_t>(prompt.size()), logits.data());
-  std::vector<int32_t> out;
-  for (int64_t i = 0; i < max_new; ++i) {
-    int32_t next = sample_token(
-        logits, p, philox_uniform(p.seed, stream_of("sample"), static_cast<uint64_t>(i)));
-    out.push_back(next);
-    if (next == stop_token || i + 1 == max_new) break;
-    model.decode(arena, cache, &next, 1, logits.data());
+  for (const std::vector<int32_t>& prompt : prompts) {
+    K3_CHECK(!prompt.empty(), "generation needs a prompt of at least one token");
+    check_prompt_fits(static_cast<int64_t>(prompt.size()), max_new,
+                      model.config().max_position_embeddings);
   }
+  const int64_t B = static_cast<int64_t>(prompts.size()), V = model.config().vocab_size;
+  GenerationTimes t;
+  std::vector<ModelCache> caches;
+  std::vector<float> logits(static_cast<size_t>(B * V));
+  Timer prefill;
+  for (int64_t b = 0; b < B; ++b) {
+    const std::vector<int32_t>& prompt = prompts[static_cast<size_t>(b)];
+    const int64_t n = static_cast<int64_t>(prompt.size());
+    caches.push_back(model.make_cache(n + max_new));
+    model.decode(arena, caches.back(), prompt.data(), n, logits.data() + b * V);
+    t.prefill_tokens += n;
+  }
+  t.prefill_seconds = prefill.seconds();
+
+  std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
+  std::vector<int64_t> active(static_cast<size_t>(B));  // unfinished sequences, by index
+  for (int64_t b = 0; b < B; ++b) active[static_cast<size_t>(b)] = b;
+  std::vector<ModelCache*> step_caches;
+  std::vector<int32_t> step_tokens;
+  Timer decode;
+  for (int64_t i = 0; !active.empty(); ++i) {
+    // Row r of logits belongs to active[r].
+    step_caches.clear();
+    step_tokens.clear();
+    for (size_t r = 0; r < active.size(); ++r) {
+      const int64_t b = active[r];
+      const std::span<const float> row(logits.data() + static_cast<int64_t>(r) * V,
+                                       static_cast<size_t>(V));
+      const int32_t next = sample_token(
+          row, p,
+          philox_uniform(p.seed, stream_of("sample"), static_cast<uint64_t>(b * max_new + i)));
+      out[static_cast<size_t>(b)].push_back(next);
+      if (next == stop_token || i + 1 == max_new) continue;
+      step_caches.push_back(&caches[static_cast<size_t>(b)]);
+      step_tokens.push_back(next);
+    }
+    active.clear();
+    for (ModelCache* c : step_caches) active.push_back(c - caches.data());
+    if (active.empty()) break;
+    model.decode_batch(arena, step_caches, step_tokens.data(), logits.data());
+    t.decode_tokens += static_cast<int64_t>(active.size());
+  }
+  t.decode_seconds = decode.seconds();
+  if (times) *times = t;
   return out;
 }
 

@@ -35,10 +35,30 @@ void check_prompt_fits(int64_t prompt_len, int64_t max_new, int64_t context);
 // Picks a token from finite logits using uniform draw u in [0, 1].
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, float u);
 
+// Where a generation's time went: the prompts' prefill, and the decode steps after it (each
+// feeding one token of every unfinished sequence).
+struct GenerationTimes {
+  double prefill_seconds = 0, decode_seconds = 0;
+  int64_t prefill_tokens = 0, decode_tokens = 0;
+  double prefill_tokens_per_second() const { return prefill_tokens / prefill_seconds; }
+  double decode_tokens_per_second() const { return decode_tokens / decode_seconds; }
+};
+
 // Feeds the prompt, then samples up to max_new tokens (stopping after stop_token when >= 0).
 // The parameters are checked, and the prompt and max_new must fit the model's context, before
-// any work is done.
+// any work is done. The draw of token i comes from Philox counter i.
 std::vector<int32_t> generate(Model& model, Arena& arena, const std::vector<int32_t>& prompt,
-                              int64_t max_new, const SamplingParams& p, int32_t stop_token = -1);
+                              int64_t max_new, const SamplingParams& p, int32_t stop_token = -1,
+                              GenerationTimes* times = nullptr);
+
+// Continues several prompts (of any lengths) at once: each prompt is prefilled alone, then every
+// decode step feeds one token of each unfinished sequence through one batched decode. Sequence
+// b's token i is drawn with Philox counter b·max_new + i, so the first sequence's tokens are
+// generate()'s.
+std::vector<std::vector<int32_t>> generate_batch(Model& model, Arena& arena,
+                                                 const std::vector<std::vector<int32_t>>& prompts,
+                                                 int64_t max_new, const SamplingParams& p,
+                                                 int32_t stop_token = -1,
+                                                 GenerationTimes* times = nullptr);
 
 }  // namespace k3::model

@@ -79,7 +79,7 @@ Sample sample_text(Session& s, const std::string& prompt, int64_t max_tokens,
     ids.erase(ids.begin(), ids.begin() + out.dropped_tokens);
   }
   std::vector<int32_t> continuation =
-      model::generate(*s.model, s.arena, ids, max_tokens, p, s.tokenizer->eos_id());
+      model::generate(*s.model, s.arena, ids, max_tokens, p, s.tokenizer->eos_id(), &out.times);
   if (!continuation.empty() && continuation.back() == s.tokenizer->eos_id())
     continuation.pop_back();
   out.text = prompt + s.tokenizer->decode(continuation);

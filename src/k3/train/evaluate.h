@@ -30,6 +30,7 @@ struct Sample {
   std::string text;            // the prompt and its continuation
   int64_t prompt_tokens = 0;   // the prompt's length in tokens
   int64_t dropped_tokens = 0;  // leading prompt tokens the model did not see (truncate_prompt)
+  model::GenerationTimes times;  // the prefill's and the decode steps'
 };
 
 // A sample of up to max_tokens tokens continuing PROMPT. A prompt too long for the model's context

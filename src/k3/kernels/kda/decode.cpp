@@ -29,9 +29,9 @@ void conv_step(const float* w, float* window, const float* x, int64_t K, int64_t
 // The state update and readout in two passes over S: first decay the rows by e^g while collecting
 // kᵀS and qᵀS, then add β k uᵀ with u = v − kᵀS. The output needs no third pass:
 // o = (S + β k uᵀ)ᵀ q = Sᵀq + β (k·q) u.
-void decode_step(const DecodeParams& p, int64_t B, const DecodeToken& in, const DecodeState& st,
+void decode_step(const DecodeParams& p, const DecodeToken& in, std::span<const DecodeState> st,
                  float* y) {
-  const int64_t H = p.H, D = p.D, K = p.conv_kernel, P = H * D, W = (K - 1) * P;
+  const int64_t B = static_cast<int64_t>(st.size()), H = p.H, D = p.D, K = p.conv_kernel, P = H * D;
   const GateParams gp{1, H, D, p.bounded_gate, p.gate_lower_bound};
 #pragma omp parallel if (B * H * D * D > 65536)
   {
@@ -42,15 +42,16 @@ void decode_step(const DecodeParams& p, int64_t B, const DecodeToken& in, const 
     for (int64_t b = 0; b < B; ++b)
       for (int64_t h = 0; h < H; ++h) {
         const int64_t c0 = h * D, row = b * P + c0;
-        conv_step(p.q_conv, st.q_window + b * W, in.q + b * P, K, P, c0, D, q);
-        conv_step(p.k_conv, st.k_window + b * W, in.k + b * P, K, P, c0, D, k);
-        conv_step(p.v_conv, st.v_window + b * W, in.v + b * P, K, P, c0, D, v);
+        const DecodeState& sb = st[static_cast<size_t>(b)];
+        conv_step(p.q_conv, sb.q_window, in.q + b * P, K, P, c0, D, q);
+        conv_step(p.k_conv, sb.k_window, in.k + b * P, K, P, c0, D, k);
+        conv_step(p.v_conv, sb.v_window, in.v + b * P, K, P, c0, D, v);
         rows::l2norm_row(q, q, D, 1.0f / std::sqrt(static_cast<float>(D)), kL2NormEps);
         rows::l2norm_row(k, k, D, 1.0f, kL2NormEps);
         rows::gate_row(gp, std::exp(p.A_log[h]), in.f + row, p.dt_bias + c0, g);
         const float beta = fast::sigmoid(in.beta_logit[b * H + h]);
 
-        float* S = st.S + (b * H + h) * D * D;
+        float* S = sb.S + h * D * D;
         float kq = 0;
         for (int64_t j = 0; j < D; ++j) kS[j] = qS[j] = 0;
         for (int64_t i = 0; i < D; ++i) {

@@ -6,11 +6,13 @@
 //
 // Per sequence b (B sequences, P = H·D channels):
 //   token:  q, k, v, f, gate [B, P] projections of the token; beta_logit [B, H]
-//   state:  q/k/v windows [B, K_c−1, P] (short_conv.h layout), S [B, H, D, D] (delta_rule.h)
+//   state:  one DecodeState per sequence: its q/k/v windows [K_c−1, P] (short_conv.h layout) and
+//           S [H, D, D] (delta_rule.h), wherever each sequence keeps them
 //   out:    y [B, P], the input of o_proj
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace k3::kernels::kda {
 
@@ -34,8 +36,8 @@ struct DecodeState {
   float* S = nullptr;
 };
 
-// Advances the windows and S of every sequence by one token and writes y.
-void decode_step(const DecodeParams& p, int64_t B, const DecodeToken& in, const DecodeState& st,
+// Advances the windows and S of every sequence (st[b] for row b) by one token and writes y.
+void decode_step(const DecodeParams& p, const DecodeToken& in, std::span<const DecodeState> st,
                  float* y);
 
 }  // namespace k3::kernels::kda

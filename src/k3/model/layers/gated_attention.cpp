@@ -1,5 +1,6 @@
 #include "k3/model/layers/gated_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -26,8 +27,26 @@ GatedAttention::GatedAttention(ParamRegistry& reg, const std::string& prefix, co
   heads_ = q_.out() / head_dim_;  // this rank's
 }
 
+namespace {
+struct KVCache final : DecodeCache {
+  int64_t max_len;
+  Tensor k, v;  // [max_len, heads * head_dim]
+};
+
+KVCache& kv_cache(DecodeCache* c, const std::string& prefix) {
+  auto* kv = dynamic_cast<KVCache*>(c);
+  K3_CHECK(kv, prefix, ": decode needs the cache from this layer's make_cache");
+  return *kv;
+}
+}  // namespace
+
 void GatedAttention::forward(const Step& s, const float* x, int64_t B, int64_t T,
                              float* out) const {
+  run(s, x, B, T, nullptr, out);
+}
+
+void GatedAttention::run(const Step& s, const float* x, int64_t B, int64_t T, DecodeCache* cache,
+                         float* out) const {
   // Each cp rank would attend within its own chunks only: refused rather than wrong.
   K3_CHECK(s.grid.cp().size() == 1, "the plain gated attention has no context-parallel algorithm "
            "(cp = ", s.grid.cp().size(), "): KDA and gated MLA layers have");
@@ -42,6 +61,11 @@ void GatedAttention::forward(const Step& s, const float* x, int64_t B, int64_t T
     k_.forward(s, xa, n, k);
     v_.forward(s, xa, n, v);
     g_.forward(s, xa, n, g);
+  }
+  if (cache) {
+    KVCache& kv = kv_cache(cache, prefix_);
+    std::copy_n(k, n * p, kv.k.f32());
+    std::copy_n(v, n * p, kv.v.f32());
   }
   kernels::AttentionShape shape{B, T, heads_, head_dim_, 0, head_dim_, 0.f};
   kernels::attention_forward(shape, q, k, nullptr, v, o, lse);
@@ -86,13 +110,6 @@ void GatedAttention::backward(const Step& s, const float* dout, int64_t B, int64
   region.enter_backward(partial, dx);
 }
 
-namespace {
-struct KVCache final : DecodeCache {
-  int64_t max_len;
-  Tensor k, v;
-};
-}  // namespace
-
 std::unique_ptr<DecodeCache> GatedAttention::make_cache(int64_t max_len) const {
   auto c = std::make_unique<KVCache>();
   c->max_len = max_len;
@@ -101,50 +118,88 @@ std::unique_ptr<DecodeCache> GatedAttention::make_cache(int64_t max_len) const {
   return c;
 }
 
-// Row r is the token at position first_pos + r; it sees cache positions [0, first_pos + r].
 void GatedAttention::decode(const Step& s, const float* x, int64_t rows, DecodeCache& base,
                             float* out) const {
-  auto& cache = static_cast<KVCache&>(base);
-  K3_CHECK(cache.length + rows <= cache.max_len, "generation exceeds the cache of ", cache.max_len,
-           " tokens");
-  const int64_t first_pos = cache.length;
-  const float *k_cache = cache.k.f32(), *v_cache = cache.v.f32();
-  k_.forward(s, x, rows, cache.k.f32() + first_pos * heads_ * head_dim_);
-  v_.forward(s, x, rows, cache.v.f32() + first_pos * heads_ * head_dim_);
+  KVCache& cache = kv_cache(&base, prefix_);
+  K3_CHECK(rows > 0 && cache.length + rows <= cache.max_len, prefix_, ": decoding ", rows,
+           " tokens at position ", cache.length, " overflows the cache of ", cache.max_len);
+  if (cache.length == 0 && rows > 1 && s.grid.cp().size() == 1) {  // a prefill
+    run(s.inference(), x, 1, rows, &cache, out);
+  } else {
+    std::vector<DecodeCache*> caches(static_cast<size_t>(rows), &cache);
+    std::vector<int64_t> positions(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) positions[static_cast<size_t>(r)] = cache.length + r;
+    decode_rows(s, x, caches, positions, out);
+  }
   cache.length += rows;
+}
+
+void GatedAttention::decode_batch(const Step& s, const float* x,
+                                  std::span<DecodeCache* const> caches, float* out) const {
+  std::vector<int64_t> positions;
+  for (DecodeCache* c : caches) {
+    KVCache& cache = kv_cache(c, prefix_);
+    K3_CHECK(cache.length < cache.max_len, prefix_, ": decoding at position ", cache.length,
+             " overflows the cache of ", cache.max_len);
+    positions.push_back(cache.length);
+  }
+  decode_rows(s, x, caches, positions, out);
+  for (DecodeCache* c : caches) c->length += 1;
+}
+
+void GatedAttention::decode_rows(const Step& s, const float* x,
+                                 std::span<DecodeCache* const> caches,
+                                 std::span<const int64_t> positions, float* out) const {
   ArenaScope scope(s.arena);
-  const int64_t p = heads_ * head_dim_;
-  float *q = s.alloc(rows * p), *g = s.alloc(rows * p), *o = s.alloc(rows * p);
-  q_.forward(s, x, rows, q);
-  g_.forward(s, x, rows, g);
+  const Step infer = s.inference();
+  const int64_t rows = static_cast<int64_t>(positions.size()), p = heads_ * head_dim_;
+  float *q = s.alloc(rows * p), *k = s.alloc(rows * p), *v = s.alloc(rows * p),
+        *g = s.alloc(rows * p), *o = s.alloc(rows * p);
+  q_.forward(infer, x, rows, q);
+  k_.forward(infer, x, rows, k);
+  v_.forward(infer, x, rows, v);
+  g_.forward(infer, x, rows, g);
+  int64_t max_ctx = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    KVCache& c = kv_cache(caches[static_cast<size_t>(r)], prefix_);
+    const int64_t at = positions[static_cast<size_t>(r)];
+    std::copy_n(k + r * p, p, c.k.f32() + at * p);
+    std::copy_n(v + r * p, p, c.v.f32() + at * p);
+    max_ctx = std::max(max_ctx, at + 1);
+  }
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim_));
-#pragma omp parallel for collapse(2) schedule(static)
+  float* weights = s.alloc(rows * heads_ * max_ctx);  // each (row, head)'s attention weights
+#pragma omp parallel for collapse(2) schedule(static) if (rows * heads_ * max_ctx > 4096)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t h = 0; h < heads_; ++h) {
-      const int64_t ctx = first_pos + r + 1;
+      const auto& c = static_cast<const KVCache&>(*caches[static_cast<size_t>(r)]);
+      const float *k_cache = c.k.f32(), *v_cache = c.v.f32();
+      const int64_t ctx = positions[static_cast<size_t>(r)] + 1;
       const float* qh = q + r * p + h * head_dim_;
-      std::vector<float> w(static_cast<size_t>(ctx));
+      float* w = weights + (r * heads_ + h) * max_ctx;
       float mx = -INFINITY;
       for (int64_t t = 0; t < ctx; ++t) {
         const float* kt = k_cache + t * p + h * head_dim_;
         float dot = 0;
+#pragma omp simd reduction(+ : dot)
         for (int64_t i = 0; i < head_dim_; ++i) dot += qh[i] * kt[i];
-        w[static_cast<size_t>(t)] = dot * scale;
-        mx = std::max(mx, w[static_cast<size_t>(t)]);
+        w[t] = dot * scale;
+        mx = std::max(mx, w[t]);
       }
       float sum = 0;
-      for (auto& wt : w) sum += (wt = std::exp(wt - mx));
+      for (int64_t t = 0; t < ctx; ++t) sum += (w[t] = std::exp(w[t] - mx));
       float* oh = o + r * p + h * head_dim_;
       for (int64_t i = 0; i < head_dim_; ++i) oh[i] = 0;
       for (int64_t t = 0; t < ctx; ++t) {
         const float* vt = v_cache + t * p + h * head_dim_;
-        const float a = w[static_cast<size_t>(t)] / sum;
+        const float a = w[t] / sum;
+#pragma omp simd
         for (int64_t i = 0; i < head_dim_; ++i) oh[i] += a * vt[i];
       }
     }
   kernels::sigmoid_gate_forward(o, g, o, rows * p);
-  o_.forward(s, o, rows, out);
-  TpRegion(s, rows, hidden_).leave(out, out);
+  o_.forward(infer, o, rows, out);
+  TpRegion(infer, rows, hidden_).leave(out, out);
 }
 
 }  // namespace k3::model

@@ -23,8 +23,17 @@ class GatedAttention final : public Mixer {
   std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const override;
   void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache,
               float* out) const override;
+  void decode_batch(const Step& s, const float* x, std::span<DecodeCache* const> caches,
+                    float* out) const override;
 
  private:
+  // forward, and a prefill when cache is not null: its first B·T rows receive k and v (B = 1).
+  void run(const Step& s, const float* x, int64_t B, int64_t T, DecodeCache* cache,
+           float* out) const;
+  // Row r of x is the token at position positions[r] of the sequence of caches[r]: its k and v
+  // are appended there, then it attends to that cache's positions [0, positions[r]].
+  void decode_rows(const Step& s, const float* x, std::span<DecodeCache* const> caches,
+                   std::span<const int64_t> positions, float* out) const;
   std::string prefix_;
   int64_t heads_ = 0, head_dim_ = 0, hidden_ = 0;  // heads_: this rank's (split over tp)
   Linear q_, k_, v_, g_, o_;

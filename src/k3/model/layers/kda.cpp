@@ -402,10 +402,28 @@ void KimiDeltaAttention::prefill(const Step& s, const float* x, int64_t T, KdaCa
   cache.length += T;
 }
 
+// The windows and state of sequence b of a cache.
+kda::DecodeState KimiDeltaAttention::sequence_state(KdaCache& cache, int64_t b) const {
+  const int64_t P = heads_ * head_dim_, W = (conv_kernel_ - 1) * P;
+  return {cache.q_window.f32() + b * W, cache.k_window.f32() + b * W, cache.v_window.f32() + b * W,
+          cache.state.f32() + b * heads_ * head_dim_ * head_dim_};
+}
+
 void KimiDeltaAttention::decode_step(const Step& s, const float* x, KdaCache& cache,
                                      float* out) const {
+  std::vector<kda::DecodeState> states;
+  for (int64_t b = 0; b < cache.batch; ++b) states.push_back(sequence_state(cache, b));
+  step_sequences(s, x, states, out);
+  cache.length += 1;
+}
+
+// The projections of all rows at once (matrix products), the fused step per sequence and head,
+// then o_proj for all rows.
+void KimiDeltaAttention::step_sequences(const Step& s, const float* x,
+                                        std::span<const kda::DecodeState> states,
+                                        float* out) const {
   ArenaScope scope(s.arena);
-  const int64_t B = cache.batch, H = heads_, D = head_dim_, P = H * D;
+  const int64_t B = static_cast<int64_t>(states.size()), H = heads_, D = head_dim_, P = H * D;
   const ParamRegistry& pr = s.params;
   float *q = s.alloc(B * P), *k = s.alloc(B * P), *v = s.alloc(B * P), *fa = s.alloc(B * D);
   float *f = s.alloc(B * P), *beta_logit = s.alloc(B * H), *gate = s.alloc(B * P),
@@ -425,12 +443,22 @@ void KimiDeltaAttention::decode_step(const Step& s, const float* x, KdaCache& ca
   p.A_log = pr.value(A_log_).f32();
   p.dt_bias = pr.value(dt_bias_).f32();
   p.o_norm = pr.value(o_norm_).f32();
-  kda::decode_step(
-      p, B, {q, k, v, f, gate, beta_logit},
-      {cache.q_window.f32(), cache.k_window.f32(), cache.v_window.f32(), cache.state.f32()}, y);
+  kda::decode_step(p, {q, k, v, f, gate, beta_logit}, states, y);
   o_.forward(s, y, B, out);
   TpRegion(s, B, hidden_).leave(out, out);
-  cache.length += 1;
+}
+
+void KimiDeltaAttention::decode_batch(const Step& s, const float* x,
+                                      std::span<DecodeCache* const> caches, float* out) const {
+  std::vector<kda::DecodeState> states;
+  for (DecodeCache* c : caches) {
+    auto* cache = dynamic_cast<KdaCache*>(c);
+    K3_CHECK(cache && cache->batch == 1, prefix_,
+             ": batched decoding needs one sequence's cache from make_cache per row");
+    states.push_back(sequence_state(*cache, 0));
+  }
+  step_sequences(s, x, states, out);
+  for (DecodeCache* c : caches) c->length += 1;
 }
 
 void KimiDeltaAttention::decode(const Step& s, const float* x, int64_t rows, DecodeCache& base,

@@ -18,6 +18,7 @@
 #include <span>
 #include <string>
 
+#include "k3/kernels/kda/decode.h"
 #include "k3/model/config.h"
 #include "k3/model/layers/linear.h"
 #include "k3/model/layers/mixer.h"
@@ -61,6 +62,9 @@ class KimiDeltaAttention final : public Mixer {
   // `rows` tokens of one sequence (a KdaCache of batch 1): decode_step for one, prefill for more.
   void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache,
               float* out) const override;
+  // One token of each of several sequences, each with its own cache from make_cache.
+  void decode_batch(const Step& s, const float* x, std::span<DecodeCache* const> caches,
+                    float* out) const override;
 
  private:
   // Every projection of x [n, hidden] (the gate's first half, f_a, not yet f_b).
@@ -74,6 +78,10 @@ class KimiDeltaAttention final : public Mixer {
            KdaCache* cache, float* out) const;
   void run_backward(const Step& s, const float* dout, int64_t B, int64_t T,
                     std::span<const int64_t> doc_starts, float* dx) const;
+  kernels::kda::DecodeState sequence_state(KdaCache& cache, int64_t b) const;
+  // One token of each sequence whose state is states[b]: x, out [states.size(), hidden].
+  void step_sequences(const Step& s, const float* x,
+                      std::span<const kernels::kda::DecodeState> states, float* out) const;
 
   std::string prefix_;
   int64_t hidden_ = 0, heads_ = 0, head_dim_ = 0, conv_kernel_ = 0;  // heads_: this rank's

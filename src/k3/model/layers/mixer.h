@@ -38,9 +38,15 @@ class Mixer {
   virtual void backward(const Step& s, const float* dout, int64_t T,
                         std::span<const int64_t> doc_starts, float* dx) const;
   virtual std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const = 0;
-  // Feeds `rows` tokens of one sequence at positions cache.length..; advances cache.length.
+  // Feeds `rows` tokens of one sequence at positions cache.length..; advances cache.length. A
+  // prefill (rows > 1 into an empty cache) runs the layer's forward, keeping what decoding needs.
   virtual void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache,
                       float* out) const = 0;
+  // One token of each of caches.size() sequences, each at its own position (its cache's length):
+  // x, out [caches.size(), hidden]. The projections run for all rows at once. Each cache comes
+  // from make_cache and advances by one.
+  virtual void decode_batch(const Step& s, const float* x, std::span<DecodeCache* const> caches,
+                            float* out) const = 0;
 };
 
 class FeedForward {

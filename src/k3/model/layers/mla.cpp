@@ -123,11 +123,11 @@ GatedMLA::GatedMLA(ParamRegistry& reg, const std::string& prefix, const ModelCon
 }
 
 void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const {
-  run(s, x, B, T, {}, out);
+  run(s, x, B, T, {}, nullptr, out);
 }
 void GatedMLA::forward(const Step& s, const float* x, int64_t T,
                        std::span<const int64_t> doc_starts, float* out) const {
-  run(s, x, 1, T, doc_starts, out);
+  run(s, x, 1, T, doc_starts, nullptr, out);
 }
 void GatedMLA::backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const {
   run_backward(s, dout, B, T, {}, dx);
@@ -138,7 +138,7 @@ void GatedMLA::backward(const Step& s, const float* dout, int64_t T,
 }
 
 void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
-                   std::span<const int64_t> doc_starts, float* out) const {
+                   std::span<const int64_t> doc_starts, MlaCache* cache, float* out) const {
   kernels::kda::check_doc_starts(B, s.grid.cp().size() * T, doc_starts, prefix_);
   const TpRegion region(s, B * T, hidden_);
   const int64_t n = B * T, r_q = q_a_.out(), dqk = d_n_ + d_r_, p = heads_ * d_v_;
@@ -165,6 +165,10 @@ void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
   q_norm_.forward(s, q_lat, n, q_lat_n);  // saves q_lat and its rstd
   q_b_.forward(s, q_lat_n, n, q);
   kv_norm_.forward(s, c_kv, n, c_kv_n);  // saves c_kv and its rstd
+  if (cache) {
+    std::copy_n(c_kv_n, n * r_kv_, cache->c_kv.f32());
+    std::copy_n(k_r, n * d_r_, cache->k_r.f32());
+  }
   if (ring) {
     ArenaScope scratch(s.arena);
     float* latent = s.alloc(n * (r_kv_ + d_r_));
@@ -292,27 +296,69 @@ std::unique_ptr<DecodeCache> GatedMLA::make_cache(int64_t max_len) const {
   return cache;
 }
 
+static MlaCache& mla_cache(DecodeCache* c, const std::string& prefix) {
+  auto* latent = dynamic_cast<MlaCache*>(c);
+  K3_CHECK(latent, prefix, ": decode needs the cache from this layer's make_cache");
+  return *latent;
+}
+
+void GatedMLA::decode(const Step& s, const float* x, int64_t rows, DecodeCache& base,
+                      float* out) const {
+  MlaCache& cache = mla_cache(&base, prefix_);
+  K3_CHECK(rows >= 0 && cache.length + rows <= cache.max_len, prefix_, ": decoding ", rows,
+           " tokens at position ", cache.length, " overflows the cache of ", cache.max_len);
+  if (cache.length == 0 && rows > 1 && s.grid.cp().size() == 1) {  // a prefill: full attention
+    ArenaScope scope(s.arena);
+    run(s.inference(), x, 1, rows, {}, &cache, out);
+  } else {
+    std::vector<DecodeCache*> caches(static_cast<size_t>(rows), &cache);
+    std::vector<int64_t> positions(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) positions[static_cast<size_t>(r)] = cache.length + r;
+    decode_rows(s, x, caches, positions, out);
+  }
+  cache.length += rows;
+}
+
+void GatedMLA::decode_batch(const Step& s, const float* x, std::span<DecodeCache* const> caches,
+                            float* out) const {
+  std::vector<int64_t> positions;
+  for (DecodeCache* c : caches) {
+    MlaCache& cache = mla_cache(c, prefix_);
+    K3_CHECK(cache.length < cache.max_len, prefix_, ": decoding at position ", cache.length,
+             " overflows the cache of ", cache.max_len);
+    positions.push_back(cache.length);
+  }
+  decode_rows(s, x, caches, positions, out);
+  for (DecodeCache* c : caches) c->length += 1;
+}
+
 // Weight absorption: with W_kb,h [d_n, r_kv] and W_vb,h [d_v, r_kv] the rows of kv_b_proj that
 // make head h's k_n and v, q_n·k_n,t = (W_kb,hᵀ q_n)·c_t and Σ_t α_t v_t = W_vb,h Σ_t α_t c_t,
 // where c_t is the cached normalized latent. So per-head keys and values are never formed, and each
 // query reads the cache once for all heads: O(ctx · H · (r_kv + d_r)) per token.
-void GatedMLA::decode(const Step& s, const float* x, int64_t rows, DecodeCache& base,
-                      float* out) const {
-  auto* latent = dynamic_cast<MlaCache*>(&base);
-  K3_CHECK(latent, prefix_, ": decode needs the cache from this layer's make_cache");
-  MlaCache& cache = *latent;
-  K3_CHECK(rows >= 0 && cache.length + rows <= cache.max_len, prefix_, ": decoding ", rows,
-           " tokens at position ", cache.length, " overflows the cache of ", cache.max_len);
+void GatedMLA::decode_rows(const Step& s, const float* x, std::span<DecodeCache* const> caches,
+                           std::span<const int64_t> positions, float* out) const {
   ArenaScope scope(s.arena);
   const Step infer = s.inference();  // decode saves nothing for backward
-  const int64_t start = cache.length, r_q = q_a_.out(), dqk = d_n_ + d_r_, p = heads_ * d_v_;
-  float *ckv = cache.c_kv.f32(), *kr = cache.k_r.f32();
+  const int64_t rows = static_cast<int64_t>(positions.size()), r_q = q_a_.out(), dqk = d_n_ + d_r_,
+                p = heads_ * d_v_;
+  auto cache_of = [&](int64_t r) -> MlaCache& {
+    return static_cast<MlaCache&>(*caches[static_cast<size_t>(r)]);
+  };
 
   // Append the new tokens first: each one attends to itself.
-  float *c = s.alloc(rows * (r_kv_ + d_r_)), *c_kv = s.alloc(rows * r_kv_);
+  float *c = s.alloc(rows * (r_kv_ + d_r_)), *c_kv = s.alloc(rows * r_kv_),
+        *k_r = s.alloc(rows * d_r_), *c_kv_n = s.alloc(rows * r_kv_);
   kv_a_.forward(infer, x, rows, c);
-  split_columns(c, rows, r_kv_, d_r_, c_kv, kr + start * d_r_);
-  kv_norm_.forward(infer, c_kv, rows, ckv + start * r_kv_);
+  split_columns(c, rows, r_kv_, d_r_, c_kv, k_r);
+  kv_norm_.forward(infer, c_kv, rows, c_kv_n);
+  int64_t max_ctx = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t at = positions[static_cast<size_t>(r)];
+    std::copy_n(c_kv_n + r * r_kv_, r_kv_, cache_of(r).c_kv.f32() + at * r_kv_);
+    std::copy_n(k_r + r * d_r_, d_r_, cache_of(r).k_r.f32() + at * d_r_);
+    max_ctx = std::max(max_ctx, at + 1);
+  }
 
   float *q_lat = s.alloc(rows * r_q), *q_lat_n = s.alloc(rows * r_q),
         *q = s.alloc(rows * heads_ * dqk);
@@ -329,9 +375,10 @@ void GatedMLA::decode(const Step& s, const float* x, int64_t rows, DecodeCache& 
                         heads_, dqk, head_rows, r_kv_);
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(dqk));
-  float *scores = s.alloc(heads_ * (start + rows)), *ctx_lat = s.alloc(rows * heads_ * r_kv_);
+  float *scores = s.alloc(heads_ * max_ctx), *ctx_lat = s.alloc(rows * heads_ * r_kv_);
   for (int64_t r = 0; r < rows; ++r) {
-    const int64_t ctx = start + r + 1;
+    const int64_t ctx = positions[static_cast<size_t>(r)] + 1;
+    const float *ckv = cache_of(r).c_kv.f32(), *kr = cache_of(r).k_r.f32();
     // scores [H, ctx] = scale (qc·c_t + q_r·k_r,t), then the weighted latent [H, r_kv].
     kernels::gemm({false, true, heads_, ctx, r_kv_, scale, qc + r * heads_ * r_kv_, r_kv_, ckv,
                    r_kv_, 0.f, scores, ctx});
@@ -350,7 +397,6 @@ void GatedMLA::decode(const Step& s, const float* x, int64_t rows, DecodeCache& 
   kernels::sigmoid_gate_forward(o, g, o, rows * p);
   o_.forward(infer, o, rows, out);
   TpRegion(infer, rows, hidden_).leave(out, out);
-  cache.length += rows;
 }
 
 }  // namespace k3::model

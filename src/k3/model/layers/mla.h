@@ -54,13 +54,20 @@ class GatedMLA final : public Mixer {
   // x, out: [rows, hidden]. Saves nothing.
   void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache,
               float* out) const override;
+  void decode_batch(const Step& s, const float* x, std::span<DecodeCache* const> caches,
+                    float* out) const override;
 
  private:
+  // Row r of x is the token at position positions[r] of the sequence of caches[r]: its latents
+  // are appended there, then it attends to that cache's positions [0, positions[r]].
+  void decode_rows(const Step& s, const float* x, std::span<DecodeCache* const> caches,
+                   std::span<const int64_t> positions, float* out) const;
   // Under context parallelism (ring attention, context/ring_attention.h): this rank's T tokens
   // of each row are two zig-zag chunks; kv_b_proj expands the blocks the ring brings.
   RingShape ring_shape(int64_t B, int64_t T, std::span<const int64_t> doc_starts) const;
+  // forward, and a prefill when cache is not null: its first B·T rows receive the latents (B = 1).
   void run(const Step& s, const float* x, int64_t B, int64_t T, std::span<const int64_t> doc_starts,
-           float* out) const;
+           MlaCache* cache, float* out) const;
   void run_backward(const Step& s, const float* dout, int64_t B, int64_t T,
                     std::span<const int64_t> doc_starts, float* dx) const;
   ExpandKv expand_kv(const Step& s) const;
