@@ -2,12 +2,15 @@
 
 #include <omp.h>
 
+#include <algorithm>
+
 #include <dnnl.h>
 #include <dnnl.hpp>
 #include <unordered_map>
 #include <vector>
 
 #include "k3/base/error.h"
+#include "k3/base/profile.h"
 #include "k3/tensor/bf16.h"
 
 namespace k3::kernels {
@@ -119,37 +122,101 @@ static void run_matmul(const GemmArgs& g, const void* a, const void* b) {
   }
 }
 
-// A bf16 copy of the rows x cols matrix at `in` (leading dimension ld), packed (leading dimension
-// cols) into this thread's scratch, which grows to the largest operand and is then reused.
+// A bf16 copy of the rows x cols matrix at `in` (leading dimension ld), packed into this thread's
+// scratch (which grows to the largest operand and is then reused): as it is (leading dimension
+// cols) or transposed (cols x rows, leading dimension rows), in 32 x 32 tiles.
 static const uint16_t* to_bf16(const float* in, int64_t ld, int64_t rows, int64_t cols,
-                               std::vector<uint16_t>& scratch) {
+                               bool transpose, std::vector<uint16_t>& scratch) {
   K3_CHECK(in != nullptr, "gemm: a bf16 product needs an fp32 or a bf16 pointer for each operand");
   if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(static_cast<size_t>(rows * cols));
   uint16_t* out = scratch.data();
-  if (ld == cols) {
+  if (ld == cols && !transpose) {
     float_to_bf16(in, out, rows * cols);
-  } else {
-#pragma omp parallel for schedule(static) if (rows * cols > 65536 && !omp_in_parallel())
-    for (int64_t r = 0; r < rows; ++r) float_to_bf16(in + r * ld, out + r * cols, cols);
+    return out;
+  }
+  constexpr int64_t kTile = 32;
+  const bool threaded = rows * cols > 65536 && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (threaded)
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const int64_t nr = std::min(kTile, rows - r0);
+    if (!transpose) {
+      for (int64_t r = r0; r < r0 + nr; ++r) float_to_bf16(in + r * ld, out + r * cols, cols);
+      continue;
+    }
+    uint16_t tile[kTile][kTile];
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t nc = std::min(kTile, cols - c0);
+      for (int64_t r = 0; r < nr; ++r) float_to_bf16(in + (r0 + r) * ld + c0, tile[r], nc);
+      for (int64_t c = 0; c < nc; ++c)
+        for (int64_t r = 0; r < nr; ++r) out[(c0 + c) * rows + r0 + r] = tile[r][c];
+    }
   }
   return out;
 }
 
+static void run_one(const GemmArgs& g);
+
+// Whether oneDNN builds bf16 matmuls here: not where its instruction set is held below AVX-512
+// (ONEDNN_MAX_CPU_ISA=AVX2) or the CPU lacks it.
+static bool bf16_matmul_available() {
+  static const bool available = [] {
+    try {
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const auto bf16 = dnnl::memory::data_type::bf16;
+      const dnnl::memory::desc a({16, 16}, bf16, dnnl::memory::format_tag::ab),
+          c({16, 16}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, c), engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+// Without bf16 matmuls, the same arithmetic in fp32: each operand rounded to bf16 and held as
+// fp32 (a product of two bf16 values is exact in fp32), multiplied by the fp32 path.
+static void run_bf16_as_f32(const GemmArgs& g) {
+  thread_local std::vector<float> scratch_a, scratch_b;
+  auto rounded = [](const float* x, const uint16_t* x_bf16, int64_t ld, int64_t rows,
+                    int64_t cols, std::vector<float>& scratch) {
+    K3_CHECK(x || x_bf16, "gemm: a bf16 product needs an fp32 or a bf16 pointer for each operand");
+    if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        scratch[r * cols + c] = bf16_to_float(x_bf16 ? x_bf16[r * ld + c] : float_to_bf16(x[r * ld + c]));
+    return scratch.data();
+  };
+  GemmArgs p = g;
+  p.precision = Precision::F32;
+  p.A_bf16 = p.B_bf16 = nullptr;
+  p.lda = g.trans_a ? g.M : g.K;
+  p.ldb = g.trans_b ? g.K : g.N;
+  p.A = rounded(g.A, g.A_bf16, g.lda, g.trans_a ? g.K : g.M, p.lda, scratch_a);
+  p.B = rounded(g.B, g.B_bf16, g.ldb, g.trans_b ? g.N : g.K, p.ldb, scratch_b);
+  run_one(p);
+}
+
 // Every bf16 product runs on the matmul primitive (oneDNN has no bf16 gemm call), its operands
-// converted here unless given in bf16.
+// converted here unless given in bf16. A stored transposed is converted into [M, K]: oneDNN's
+// bf16 matmul runs Aᵀ·B (the weight gradients) at a third of A·B's rate.
 static void run_bf16(const GemmArgs& g) {
+  if (!bf16_matmul_available()) return run_bf16_as_f32(g);
   thread_local std::vector<uint16_t> scratch_a, scratch_b;
   GemmArgs p = g;
   const uint16_t* a = g.A_bf16;
   const uint16_t* b = g.B_bf16;
+  ProfileScope time(omp_in_parallel() ? nullptr : "gemm: operands to bf16");
   if (!a) {
-    p.lda = g.trans_a ? g.M : g.K;
-    a = to_bf16(g.A, g.lda, g.trans_a ? g.K : g.M, p.lda, scratch_a);
+    p.trans_a = false;
+    p.lda = g.K;
+    a = to_bf16(g.A, g.lda, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.trans_a, scratch_a);
   }
   if (!b) {
     p.ldb = g.trans_b ? g.K : g.N;
-    b = to_bf16(g.B, g.ldb, g.trans_b ? g.N : g.K, p.ldb, scratch_b);
+    b = to_bf16(g.B, g.ldb, g.trans_b ? g.N : g.K, p.ldb, false, scratch_b);
   }
+  time.stop();
   run_matmul(p, a, b);
 }
 
@@ -183,6 +250,7 @@ static void run_one(const GemmArgs& g) {
 
 void gemm(const GemmArgs& g) {
   check_args(g);
+  ProfileScope time(omp_in_parallel() ? nullptr : "gemm");
   run_one(g);
 }
 
