@@ -24,6 +24,16 @@ inline double fma_peak_gflops() {
   return peak;
 }
 
+// The bf16 dot-product peak (vdpbf16ps), cached and printed once like the FMA peak.
+inline double bf16_peak_gflops() {
+  static const double peak = [] {
+    double p = k3::measure_bf16_peak_gflops();
+    std::printf("bf16 dot-product peak measured: %.1f GFLOP/s on %d threads\n", p, num_threads());
+    return p;
+  }();
+  return peak;
+}
+
 // A multi-threaded 2048³ sgemm (fixed inputs: its time does not depend on them). Vec holds the
 // matrices, for a benchmark that allocates its memory its own way.
 template <typename Vec = std::vector<float>>

@@ -1,6 +1,8 @@
-"""PyTorch's side of bench_train_vs_torch: training steps of the k3ref dense model in float32
-(zeroed gradients, forward, backward, AdamW), timed like k3lab's. By hand it runs --warmup and
---steps steps and prints `tokens_per_s <median>` last; the bench drives it with --serve.
+"""PyTorch's side of bench_train_vs_torch: training steps of the k3ref dense model (zeroed
+gradients, forward, backward, AdamW) in float32, or under bf16 autocast (matrix products in bf16,
+float32 weights and optimizer), timed like k3lab's. By hand it runs --warmup and --steps steps at
+--precision and prints `tokens_per_s <median>` last; the bench drives it with --serve, one step per
+line "fp32" or "bf16".
 
 The bench launches it with the environment it needs (see train_vs_torch.cpp); run by hand, set
 OMP_NUM_THREADS=2 OMP_WAIT_POLICY=passive GLIBC_TUNABLES=glibc.malloc.hugetlb=1 and unset
@@ -50,6 +52,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     ap.add_argument("--serve", action="store_true",
                     help="print 'blas ...' once ready, then time one step per line read from stdin")
     args = ap.parse_args()
@@ -63,22 +66,24 @@ def main():
     opt = torch.optim.AdamW(decay_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.95), eps=1e-8,
                             foreach=False)
 
-    def step():
+    def step(precision):
         start = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        total, count = model.loss(tokens, targets)
+        # Mixed precision as PyTorch users train on CPU: autocast around the forward only.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            total, count = model.loss(tokens, targets)
         (total / count).backward()
         opt.step()
         return time.perf_counter() - start
 
     if args.serve:
         print(f"blas {blas_in_use()}", flush=True)
-        for _ in sys.stdin:
-            print(f"{step():.6f}", flush=True)
+        for line in sys.stdin:
+            print(f"{step(line.strip()):.6f}", flush=True)
         return
     for _ in range(args.warmup):
-        step()
-    times = [step() for _ in range(args.steps)]
+        step(args.precision)
+    times = [step(args.precision) for _ in range(args.steps)]
     print(f"blas {blas_in_use()}")
     print(f"step times (s): {' '.join(f'{t:.3f}' for t in times)}")
     print(f"tokens_per_s {args.batch * args.seq / statistics.median(times):.1f}")

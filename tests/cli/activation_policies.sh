@@ -9,7 +9,6 @@ source "$(dirname "$0")/common.sh"
 MPI=(mpirun --allow-run-as-root --oversubscribe -q)
 NANO=("${TINY[@]}" --set model.config=configs/k3-nano.json --set train.steps=6
       --set checkpoint.every=0 --set train.threads=1)
-field() { grep "\"step\":$2[,}]" "$1/metrics.jsonl" | grep -o "\"$3\":[^,}]*" | cut -d: -f2; }
 same_losses() {  # A B: the same loss at every step, to the last digit
   [ "$(grep -o '"loss":[^,}]*' "$1/metrics.jsonl")" = "$(grep -o '"loss":[^,}]*' "$2/metrics.jsonl")" ] ||
     fail "$(basename "$2")'s losses differ from $(basename "$1")'s"

@@ -33,6 +33,14 @@ expect_error() {
   echo "ok: $err"
 }
 
+# The value of KEY in the record of step STEP in RUN/metrics.jsonl.
+field() { grep "\"step\":$2[,}]" "$1/metrics.jsonl" | grep -o "\"$3\":[^,}]*" | cut -d: -f2; }
+
+# A B TOLERANCE: succeeds when |B - A| / A is below TOLERANCE.
+within() {
+  awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = (b - a) / a; if (d < 0) d = -d; exit !(a > 0 && d < t) }'
+}
+
 # The number of step records in RUN/metrics.jsonl.
 recorded_steps() {
   local n

@@ -31,10 +31,6 @@ source "$(dirname "$0")/common.sh"
 MICRO=("${TINY[@]}" --set model.config=configs/k3-micro.json --set data.seq_len=64
        --set train.steps=200 --set checkpoint.every=0 --set eval.every=200 --set eval.batches=32
        --set train.threads=1)
-field() { grep "\"step\":$2[,}]" "$1/metrics.jsonl" | grep -o "\"$3\":[^,}]*" | cut -d: -f2; }
-within() {  # A B TOLERANCE: |B - A| / A below TOLERANCE
-  awk -v a="$1" -v b="$2" -v t="$3" 'BEGIN { d = (b - a) / a; if (d < 0) d = -d; exit !(a > 0 && d < t) }'
-}
 
 "$K3LAB" train "${MICRO[@]}" --set run.dir="$WORK/keep" > /dev/null &
 keep=$!

@@ -6,6 +6,7 @@
 #include "common/test_util.h"
 #include "k3/base/error.h"
 #include "k3/kernels/reference.h"
+#include "k3/tensor/bf16.h"
 
 namespace k3 {
 namespace {
@@ -18,23 +19,28 @@ struct Case {
   int64_t M, N, K;
 };
 
-// Fast fp32 gemm against the double reference, with padded leading dimensions.
-void check_gemm(const Case& s, bool ta, bool tb, float alpha, float beta, uint64_t seed) {
+// Fast gemm against the double reference (under bf16, of the operands rounded to bf16), with
+// padded leading dimensions. Both accumulate in fp32, so the tolerance is fp32's under either.
+void check_gemm(const Case& s, bool ta, bool tb, float alpha, float beta, uint64_t seed,
+                kernels::Precision precision = kernels::Precision::F32) {
   const int64_t lda = (ta ? s.M : s.K) + 3, ldb = (tb ? s.K : s.N) + 5, ldc = s.N + 2;
   auto A = random_vec((ta ? s.K : s.M) * lda, seed);
   auto B = random_vec((tb ? s.N : s.K) * ldb, seed + 1);
   auto C = random_vec(s.M * ldc, seed + 2);
   if (beta == 0) C.assign(C.size(), std::numeric_limits<float>::quiet_NaN());  // must be ignored
   auto Cr = cast_vec<double>(C);
-  kernels::gemm(
-      GemmArgs{ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc});
-  ref::gemm<double>(ta, tb, s.M, s.N, s.K, alpha, cast_vec<double>(A).data(), lda,
-                    cast_vec<double>(B).data(), ldb, beta, Cr.data(), ldc);
+  kernels::gemm(GemmArgs{ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta,
+                         C.data(), ldc, precision});
+  if (precision == kernels::Precision::BF16)
+    ref::gemm_bf16(ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta, Cr.data(), ldc);
+  else
+    ref::gemm<double>(ta, tb, s.M, s.N, s.K, alpha, cast_vec<double>(A).data(), lda,
+                      cast_vec<double>(B).data(), ldb, beta, Cr.data(), ldc);
   for (int64_t i = 0; i < s.M; ++i)  // padding columns of C are not compared (NaN when beta = 0)
     for (int64_t j = 0; j < s.N; ++j)
       ASSERT_NEAR(C[i * ldc + j], Cr[i * ldc + j], 1e-5 * (1 + std::sqrt(double(s.K))))
           << "M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << ta << " tb=" << tb
-          << " i=" << i << " j=" << j;
+          << " i=" << i << " j=" << j << " " << kernels::precision_name(precision);
 }
 
 TEST(Gemm, MatchesReferenceAllTransposes) {
@@ -60,6 +66,50 @@ TEST(Gemm, LargeProductsMatchReference) {
         check_gemm(s, ta, tb, 1.0f, 0.0f, seed += 3);
         check_gemm(s, ta, tb, -0.75f, 1.0f, seed += 3);
       }
+}
+
+// Under bf16 the operands are rounded, then multiplied with fp32 accumulation: the result is the
+// rounded operands' product to fp32 accuracy, about 1e-2 away from the exact one at K = 130.
+TEST(Gemm, Bf16MatchesRoundedOperandsReference) {
+  const Case cases[] = {{1, 1, 1}, {6, 1, 11}, {31, 17, 45}, {64, 96, 130}, {300, 170, 1000}};
+  uint64_t seed = 200;
+  for (const Case& s : cases)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        check_gemm(s, ta, tb, 1.0f, 0.0f, seed += 3, kernels::Precision::BF16);
+        check_gemm(s, ta, tb, -0.75f, 1.0f, seed += 3, kernels::Precision::BF16);
+      }
+}
+
+// Operands handed over already in bf16 (a weight's copy) give the converted product bit for bit,
+// in one product and in a strided batch.
+TEST(Gemm, Bf16OperandsGivenInBf16) {
+  const int64_t batch = 3, M = 9, N = 5, K = 6, lda = 10, ldb = 7, ldc = 6;
+  const int64_t sa = K * lda + 4, sb = N * ldb + 1, sc = M * ldc + 2;  // A: [K, M]ᵀ, B: [N, K]ᵀ
+  auto A = random_vec(batch * sa, 30), B = random_vec(batch * sb, 31), C0 = random_vec(batch * sc, 32);
+  std::vector<uint16_t> Ab(A.size()), Bb(B.size());
+  float_to_bf16(A.data(), Ab.data(), static_cast<int64_t>(A.size()));
+  float_to_bf16(B.data(), Bb.data(), static_cast<int64_t>(B.size()));
+  const GemmArgs g{true, true, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, nullptr, ldc,
+                   kernels::Precision::BF16};
+  auto converted = C0, given = C0, given_a = C0;
+  GemmArgs gc = g;
+  gc.C = converted.data();
+  kernels::gemm_batched(gc, batch, sa, sb, sc);
+  GemmArgs gg = g;
+  gg.C = given.data();
+  gg.A = nullptr;
+  gg.B = nullptr;
+  gg.A_bf16 = Ab.data();
+  gg.B_bf16 = Bb.data();
+  kernels::gemm_batched(gg, batch, sa, sb, sc);
+  EXPECT_EQ(converted, given);
+  GemmArgs ga = g;  // one operand given, the other converted
+  ga.C = given_a.data();
+  ga.A_bf16 = Ab.data();
+  kernels::gemm(ga);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) EXPECT_EQ(given_a[i * ldc + j], converted[i * ldc + j]);
 }
 
 TEST(Gemm, ContiguousShorthand) {

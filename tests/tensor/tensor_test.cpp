@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
+#include <vector>
 
 #include "k3/base/error.h"
 #include "k3/tensor/bf16.h"
@@ -37,6 +39,24 @@ TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(bf16_to_float(float_to_bf16(std::numeric_limits<float>::infinity())),
             std::numeric_limits<float>::infinity());
   EXPECT_EQ(bf16_to_float(float_to_bf16(-2.5f)), -2.5f);
+}
+
+// The array conversion (vectorized, threaded above 64K elements) rounds every normal value, tie,
+// infinity and NaN as the scalar one does, in its vector body and its tail.
+TEST(Bf16, ArrayConversionMatchesScalar) {
+  std::vector<float> x = {1.0f + std::ldexp(1.0f, -8), 1.0f + 3 * std::ldexp(1.0f, -8), -0.0f,
+                          std::numeric_limits<float>::infinity(), -3e38f, 1e-37f,
+                          std::numeric_limits<float>::quiet_NaN()};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1e4f, 1e4f);
+  while (x.size() < 200003) x.push_back(u(rng));
+  std::vector<uint16_t> out(x.size());
+  float_to_bf16(x.data(), out.data(), static_cast<int64_t>(x.size()));
+  for (size_t i = 0; i < x.size(); ++i)
+    if (std::isnan(x[i]))
+      EXPECT_TRUE(std::isnan(bf16_to_float(out[i])));
+    else
+      ASSERT_EQ(out[i], float_to_bf16(x[i])) << "element " << i << " = " << x[i];
 }
 
 }  // namespace k3

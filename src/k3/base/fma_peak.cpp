@@ -3,39 +3,49 @@
 #include <immintrin.h>
 #include <omp.h>
 
-
 #include "k3/base/threads.h"
 #include "k3/base/timer.h"
 
 namespace k3 {
 namespace {
 
-// 12 independent FMA chains: enough to cover FMA latency on two FMA ports.
-__attribute__((noinline)) float fma_loop(int64_t iters, float seed) {
-  __m512 acc[12];
-  for (int i = 0; i < 12; ++i) acc[i] = _mm512_set1_ps(seed + static_cast<float>(i));
-  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+constexpr int kChains = 12;  // independent chains: enough to cover the latency on two ports
+
+// kChains chains of `step` (acc ← step(acc)), iters times; returns their sum, so that nothing is
+// optimized away.
+template <typename Step>
+__attribute__((always_inline)) inline float chain_loop(int64_t iters, float seed, Step step) {
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(seed + static_cast<float>(i));
   for (int64_t it = 0; it < iters; ++it)
-    for (int i = 0; i < 12; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  alignas(64) float lanes[16];
+    for (int i = 0; i < kChains; ++i) acc[i] = step(acc[i]);
   __m512 s = acc[0];
-  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, acc[i]);
-  _mm512_store_ps(lanes, s);
-  float total = 0;
-  for (float x : lanes) total += x;
-  return total;
+  for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
+  return _mm512_reduce_add_ps(s);
 }
 
-}  // namespace
+// fp32: one FMA, 16 lanes x 2 flops.
+__attribute__((noinline)) float fma_loop(int64_t iters, float seed) {
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+  return chain_loop(iters, seed, [&](__m512 acc) { return _mm512_fmadd_ps(acc, a, b); });
+}
 
-double measure_fma_peak_gflops(int threads, double seconds) {
+#ifdef __AVX512BF16__
+// bf16: one vdpbf16ps, 16 lanes x 2 products x 2 flops.
+__attribute__((noinline)) float bf16_dot_loop(int64_t iters, float seed) {
+  const __m512bh a = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f));
+  return chain_loop(iters, seed, [&](__m512 acc) { return _mm512_dpbf16_ps(acc, a, a); });
+}
+#endif
+
+// GFLOP/s of `loop` (flops_per_iter each iteration) on `threads` threads for ~`seconds`.
+double measure(float (*loop)(int64_t, float), double flops_per_iter, int threads, double seconds) {
   if (threads <= 0) threads = num_threads();
-  const double flops_per_iter = 12.0 * 16 * 2;
   int64_t iters = 1 << 16;
   // Calibrate on one thread so the timed run lasts about `seconds`.
   for (;;) {
     Timer t;
-    volatile float sink = fma_loop(iters, 1.0f);
+    volatile float sink = loop(iters, 1.0f);
     (void)sink;
     if (t.seconds() > seconds / 4 || iters > (int64_t{1} << 34)) {
       iters = static_cast<int64_t>(static_cast<double>(iters) * seconds / t.seconds());
@@ -48,7 +58,7 @@ double measure_fma_peak_gflops(int threads, double seconds) {
     Timer t;
     float sink = 0;
 #pragma omp parallel num_threads(threads) reduction(+ : sink)
-    sink += fma_loop(iters, static_cast<float>(omp_get_thread_num()));
+    sink += loop(iters, static_cast<float>(omp_get_thread_num()));
     double s = t.seconds();
     volatile float keep = sink;
     (void)keep;
@@ -58,9 +68,24 @@ double measure_fma_peak_gflops(int threads, double seconds) {
   return best;
 }
 
+}  // namespace
+
+double measure_fma_peak_gflops(int threads, double seconds) {
+  return measure(fma_loop, kChains * 16 * 2, threads, seconds);
+}
+
 double fma_peak_gflops() {
   static const double peak = measure_fma_peak_gflops();
   return peak;
+}
+
+double measure_bf16_peak_gflops(int threads, double seconds) {
+#ifdef __AVX512BF16__
+  return measure(bf16_dot_loop, kChains * 16 * 2 * 2, threads, seconds);
+#else
+  (void)threads, (void)seconds;
+  return 0;
+#endif
 }
 
 }  // namespace k3

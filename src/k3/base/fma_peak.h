@@ -1,4 +1,4 @@
-// The machine's fp32 FMA peak, measured with a tiny loop, so throughput can be stated as a
+// The machine's fp32 FMA peak (and its bf16 dot-product peak), measured with a tiny loop, so throughput can be stated as a
 // fraction of what this host delivers now (benchmarks, and MFU in training metrics).
 #pragma once
 
@@ -9,5 +9,9 @@ double measure_fma_peak_gflops(int threads = 0, double seconds = 0.1);
 
 // Measured once per process (all threads), then cached.
 double fma_peak_gflops();
+
+// The bf16 dot-product peak (vdpbf16ps: 2 flops per product, fp32 accumulation), measured the
+// same way; 0 where the build does not target AVX512-BF16.
+double measure_bf16_peak_gflops(int threads = 0, double seconds = 0.1);
 
 }  // namespace k3

@@ -23,9 +23,14 @@ class Profile {
 // Adds the scope's wall time to `bucket` when profiling is on.
 class ProfileScope {
  public:
-  explicit ProfileScope(const char* bucket) : bucket_(Profile::enabled() ? bucket : nullptr) {}
-  ~ProfileScope() {
+  // A null bucket times nothing.
+  explicit ProfileScope(const char* bucket)
+      : bucket_(bucket && Profile::enabled() ? bucket : nullptr) {}
+  ~ProfileScope() { stop(); }
+  // Ends the scope's time here rather than at its end.
+  void stop() {
     if (bucket_) Profile::add(bucket_, timer_.seconds());
+    bucket_ = nullptr;
   }
   ProfileScope(const ProfileScope&) = delete;
   ProfileScope& operator=(const ProfileScope&) = delete;

@@ -2,13 +2,20 @@
 
 #include <omp.h>
 
+#include <algorithm>
+
 #include <dnnl.h>
 #include <dnnl.hpp>
 #include <unordered_map>
+#include <vector>
 
 #include "k3/base/error.h"
+#include "k3/base/profile.h"
+#include "k3/tensor/bf16.h"
 
 namespace k3::kernels {
+
+const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
 
 static void check_args(const GemmArgs& g) {
   K3_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0, "gemm: negative size M=", g.M, " N=", g.N, " K=", g.K);
@@ -43,12 +50,13 @@ static Backend backend(const GemmArgs& g) {
 // cached (building one takes far longer than running it).
 class MatmulCache {
  public:
-  void run(const GemmArgs& g) {
-    const Key key{g.trans_a, g.trans_b, g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.alpha, g.beta};
+  // g's A and B are read from a and b, fp32 or bf16 by g.precision.
+  void run(const GemmArgs& g, const void* a_data, const void* b_data) {
+    const Key key{g.trans_a, g.trans_b, g.precision, g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.alpha, g.beta};
     auto it = entries_.find(key);
     if (it == entries_.end()) it = entries_.emplace(key, build(g)).first;
     Entry& e = it->second;
-    dnnl::memory a(e.a, engine_, const_cast<float*>(g.A)), b(e.b, engine_, const_cast<float*>(g.B)),
+    dnnl::memory a(e.a, engine_, const_cast<void*>(a_data)), b(e.b, engine_, const_cast<void*>(b_data)),
         c(e.c, engine_, g.C);
     e.matmul.execute(stream_, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
   }
@@ -56,6 +64,7 @@ class MatmulCache {
  private:
   struct Key {
     bool ta, tb;
+    Precision precision;
     int64_t M, N, K, lda, ldb, ldc;
     float alpha, beta;
     bool operator==(const Key&) const = default;
@@ -63,7 +72,8 @@ class MatmulCache {
   struct KeyHash {
     size_t operator()(const Key& k) const {
       size_t h = std::hash<int64_t>()(k.M);
-      for (int64_t v : {k.N, k.K, k.lda, k.ldb, k.ldc, int64_t(k.ta) * 2 + int64_t(k.tb)})
+      for (int64_t v : {k.N, k.K, k.lda, k.ldb, k.ldc,
+                        int64_t(k.ta) * 4 + int64_t(k.tb) * 2 + int64_t(k.precision)})
         h = h * 1099511628211ull ^ std::hash<int64_t>()(v);
       return h ^ std::hash<float>()(k.alpha) ^ (std::hash<float>()(k.beta) << 1);
     }
@@ -76,9 +86,10 @@ class MatmulCache {
   Entry build(const GemmArgs& g) {
     using dims = dnnl::memory::dims;
     const auto f32 = dnnl::memory::data_type::f32;
+    const auto in = g.precision == Precision::BF16 ? dnnl::memory::data_type::bf16 : f32;
     // A stored [K, M] (trans_a) is op(A) [M, K] with strides (1, lda); likewise B.
-    const dnnl::memory::desc a({g.M, g.K}, f32, g.trans_a ? dims{1, g.lda} : dims{g.lda, 1});
-    const dnnl::memory::desc b({g.K, g.N}, f32, g.trans_b ? dims{1, g.ldb} : dims{g.ldb, 1});
+    const dnnl::memory::desc a({g.M, g.K}, in, g.trans_a ? dims{1, g.lda} : dims{g.lda, 1});
+    const dnnl::memory::desc b({g.K, g.N}, in, g.trans_b ? dims{1, g.ldb} : dims{g.ldb, 1});
     const dnnl::memory::desc c({g.M, g.N}, f32, dims{g.ldc, 1});
     dnnl::primitive_attr attr;
     if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
@@ -102,13 +113,111 @@ static void run_sgemm(const GemmArgs& g) {
   K3_CHECK(st == dnnl_success, "gemm: oneDNN sgemm failed with status ", static_cast<int>(st));
 }
 
-static void run_matmul(const GemmArgs& g) {
+static void run_matmul(const GemmArgs& g, const void* a, const void* b) {
   thread_local MatmulCache cache;
   try {
-    cache.run(g);
+    cache.run(g, a, b);
   } catch (const dnnl::error& e) {
     K3_CHECK(false, "gemm: oneDNN matmul failed: ", e.what());
   }
+}
+
+// A bf16 copy of the rows x cols matrix at `in` (leading dimension ld), packed into this thread's
+// scratch (which grows to the largest operand and is then reused): as it is (leading dimension
+// cols) or transposed (cols x rows, leading dimension rows), in 32 x 32 tiles.
+static const uint16_t* to_bf16(const float* in, int64_t ld, int64_t rows, int64_t cols,
+                               bool transpose, std::vector<uint16_t>& scratch) {
+  K3_CHECK(in != nullptr, "gemm: a bf16 product needs an fp32 or a bf16 pointer for each operand");
+  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(static_cast<size_t>(rows * cols));
+  uint16_t* out = scratch.data();
+  if (ld == cols && !transpose) {
+    float_to_bf16(in, out, rows * cols);
+    return out;
+  }
+  constexpr int64_t kTile = 32;
+  const bool threaded = rows * cols > 65536 && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (threaded)
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const int64_t nr = std::min(kTile, rows - r0);
+    if (!transpose) {
+      for (int64_t r = r0; r < r0 + nr; ++r) float_to_bf16(in + r * ld, out + r * cols, cols);
+      continue;
+    }
+    uint16_t tile[kTile][kTile];
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t nc = std::min(kTile, cols - c0);
+      for (int64_t r = 0; r < nr; ++r) float_to_bf16(in + (r0 + r) * ld + c0, tile[r], nc);
+      for (int64_t c = 0; c < nc; ++c)
+        for (int64_t r = 0; r < nr; ++r) out[(c0 + c) * rows + r0 + r] = tile[r][c];
+    }
+  }
+  return out;
+}
+
+static void run_one(const GemmArgs& g);
+
+// Whether oneDNN builds bf16 matmuls here: not where its instruction set is held below AVX-512
+// (ONEDNN_MAX_CPU_ISA=AVX2) or the CPU lacks it.
+static bool bf16_matmul_available() {
+  static const bool available = [] {
+    try {
+      const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+      const auto bf16 = dnnl::memory::data_type::bf16;
+      const dnnl::memory::desc a({16, 16}, bf16, dnnl::memory::format_tag::ab),
+          c({16, 16}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(a, a, c), engine);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+// Without bf16 matmuls, the same arithmetic in fp32: each operand rounded to bf16 and held as
+// fp32 (a product of two bf16 values is exact in fp32), multiplied by the fp32 path.
+static void run_bf16_as_f32(const GemmArgs& g) {
+  thread_local std::vector<float> scratch_a, scratch_b;
+  auto rounded = [](const float* x, const uint16_t* x_bf16, int64_t ld, int64_t rows,
+                    int64_t cols, std::vector<float>& scratch) {
+    K3_CHECK(x || x_bf16, "gemm: a bf16 product needs an fp32 or a bf16 pointer for each operand");
+    if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        scratch[r * cols + c] = bf16_to_float(x_bf16 ? x_bf16[r * ld + c] : float_to_bf16(x[r * ld + c]));
+    return scratch.data();
+  };
+  GemmArgs p = g;
+  p.precision = Precision::F32;
+  p.A_bf16 = p.B_bf16 = nullptr;
+  p.lda = g.trans_a ? g.M : g.K;
+  p.ldb = g.trans_b ? g.K : g.N;
+  p.A = rounded(g.A, g.A_bf16, g.lda, g.trans_a ? g.K : g.M, p.lda, scratch_a);
+  p.B = rounded(g.B, g.B_bf16, g.ldb, g.trans_b ? g.N : g.K, p.ldb, scratch_b);
+  run_one(p);
+}
+
+// Every bf16 product runs on the matmul primitive (oneDNN has no bf16 gemm call), its operands
+// converted here unless given in bf16. A stored transposed is converted into [M, K]: oneDNN's
+// bf16 matmul runs Aᵀ·B (the weight gradients) at a third of A·B's rate.
+static void run_bf16(const GemmArgs& g) {
+  if (!bf16_matmul_available()) return run_bf16_as_f32(g);
+  thread_local std::vector<uint16_t> scratch_a, scratch_b;
+  GemmArgs p = g;
+  const uint16_t* a = g.A_bf16;
+  const uint16_t* b = g.B_bf16;
+  ProfileScope time(omp_in_parallel() ? nullptr : "gemm: operands to bf16");
+  if (!a) {
+    p.trans_a = false;
+    p.lda = g.K;
+    a = to_bf16(g.A, g.lda, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.trans_a, scratch_a);
+  }
+  if (!b) {
+    p.ldb = g.trans_b ? g.K : g.N;
+    b = to_bf16(g.B, g.ldb, g.trans_b ? g.N : g.K, p.ldb, false, scratch_b);
+  }
+  time.stop();
+  run_matmul(p, a, b);
 }
 
 // oneDNN runs multi-threaded when called from serial code and single-threaded inside an OpenMP
@@ -120,6 +229,7 @@ static void run_one(const GemmArgs& g) {
       for (int64_t j = 0; j < g.N; ++j) g.C[i * g.ldc + j] = g.beta == 0 ? 0 : g.beta * g.C[i * g.ldc + j];
     return;
   }
+  if (g.precision == Precision::BF16) return run_bf16(g);
   if (backend(g) == Backend::Sgemm) return run_sgemm(g);
   GemmArgs bulk = g, rest = g;
   if (g.trans_b) {  // A·Bᵀ: rows of A and C
@@ -134,12 +244,13 @@ static void run_one(const GemmArgs& g) {
     rest.B = g.B + bulk.K * g.ldb;
     rest.beta = 1.0f;
   }
-  run_matmul(bulk);
+  run_matmul(bulk, bulk.A, bulk.B);
   if (rest.M > 0 && rest.K > 0) run_sgemm(rest);
 }
 
 void gemm(const GemmArgs& g) {
   check_args(g);
+  ProfileScope time(omp_in_parallel() ? nullptr : "gemm");
   run_one(g);
 }
 
@@ -148,8 +259,10 @@ void gemm_batched(const GemmArgs& g, int64_t batch, int64_t stride_a, int64_t st
   check_args(g);
   auto item = [&](int64_t i) {
     GemmArgs gi = g;
-    gi.A = g.A + i * stride_a;
-    gi.B = g.B + i * stride_b;
+    if (g.A) gi.A = g.A + i * stride_a;
+    if (g.B) gi.B = g.B + i * stride_b;
+    if (g.A_bf16) gi.A_bf16 = g.A_bf16 + i * stride_a;
+    if (g.B_bf16) gi.B_bf16 = g.B_bf16 + i * stride_b;
     gi.C = g.C + i * stride_c;
     run_one(gi);
   };
@@ -164,8 +277,9 @@ void gemm_batched(const GemmArgs& g, int64_t batch, int64_t stride_a, int64_t st
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-          const float* B, float beta, float* C) {
-  gemm(GemmArgs{trans_a, trans_b, M, N, K, alpha, A, trans_a ? M : K, B, trans_b ? K : N, beta, C, N});
+          const float* B, float beta, float* C, Precision precision) {
+  gemm(GemmArgs{trans_a, trans_b, M, N, K, alpha, A, trans_a ? M : K, B, trans_b ? K : N, beta, C, N,
+                precision});
 }
 
 }  // namespace k3::kernels

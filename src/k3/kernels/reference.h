@@ -22,6 +22,12 @@ template <typename T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
           int64_t lda, const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
+// The bf16 product's reference (kernels::Precision::BF16): the elements of A and B that the
+// product reads rounded to bf16, then multiplied and summed in double.
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, double beta, double* C,
+               int64_t ldc);
+
 template <typename T>
 void embedding_forward(const int32_t* tokens, int64_t n, const T* table, int64_t dim, T* out);
 template <typename T>

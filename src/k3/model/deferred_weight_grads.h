@@ -11,12 +11,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "k3/kernels/gemm.h"
+
 namespace k3::model {
 
 class DeferredWeightGrads {
  public:
   // dy [rows, out], x [rows, in], dw [out, in]: copies dy and x, keeps dw's address.
-  void defer(const float* dy, const float* x, int64_t rows, int64_t out, int64_t in, float* dw);
+  void defer(const float* dy, const float* x, int64_t rows, int64_t out, int64_t in, float* dw,
+             kernels::Precision precision);
   // Every queued product, in order; then empty (the copies' memory is kept for reuse).
   void run();
   bool empty() const { return products_.empty(); }
@@ -27,6 +30,7 @@ class DeferredWeightGrads {
     size_t dy, x;  // offsets into operands_
     int64_t rows, out, in;
     float* dw;
+    kernels::Precision precision;
   };
   std::vector<float> operands_;
   std::vector<Product> products_;
@@ -34,6 +38,7 @@ class DeferredWeightGrads {
 
 // dW += dyᵀ x: now, or queued in `deferred` when it is set.
 void weight_grad(DeferredWeightGrads* deferred, const float* dy, const float* x, int64_t rows,
-                 int64_t out, int64_t in, float* dw);
+                 int64_t out, int64_t in, float* dw,
+                 kernels::Precision precision = kernels::Precision::F32);
 
 }  // namespace k3::model

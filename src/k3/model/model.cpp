@@ -93,9 +93,15 @@ bool Model::holds_layer(int64_t layer) const {
   return owner < 0 || owner == params_.place("pp").rank;
 }
 
+void Model::weights_changed() {
+  if (precision_ != kernels::Precision::BF16) return;
+  ProfileScope time("bf16 copy of the weights");
+  params_.refresh_bf16();
+}
+
 Step Model::step(const MicroBatch& mb, bool training) {
   return {mb.arena, mb.acts, params_, training, grid_, mb.id, sequence_parallel_,
-          mb.deferred_weight_grads};
+          mb.deferred_weight_grads, precision_};
 }
 
 int64_t Model::local_rows(int64_t tokens) const {

@@ -93,7 +93,19 @@ class Model {
   // as under sequence parallelism (gradients summed over tp), as the grid would make them.
   Model(ModelConfig config, const GroupPlaces& places, PipelineSplit split = {},
         bool sequence_parallel = false);
-  void initialize(uint64_t seed) { params_.initialize(seed); }
+  void initialize(uint64_t seed) {
+    params_.initialize(seed);
+    weights_changed();
+  }
+  // The matrix products' precision (train.precision; fp32 by default). Under bf16 they read the
+  // parameters' bf16 copy, which weights_changed() refreshes: call it after every change of the
+  // values (an optimizer step, a checkpoint load) before the next forward.
+  void set_precision(kernels::Precision p) {
+    precision_ = p;
+    weights_changed();
+  }
+  kernels::Precision precision() const { return precision_; }
+  void weights_changed();
 
   const ModelConfig& config() const { return config_; }
   const dist::ProcessGrid& grid() const { return grid_; }
@@ -244,6 +256,7 @@ class Model {
   PipelineSplit split_;
   bool sequence_parallel_;
   ParamRegistry params_;
+  kernels::Precision precision_ = kernels::Precision::F32;
   VocabEmbedding embedding_;
   std::optional<VisionTower> vision_;
   LmHead head_;

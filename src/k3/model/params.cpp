@@ -7,6 +7,7 @@
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
 #include "k3/dist/grid.h"
+#include "k3/tensor/bf16.h"
 
 namespace k3::model {
 
@@ -148,6 +149,16 @@ int ParamRegistry::find(const std::string& name) const {
 Tensor ParamRegistry::value(int i) const {
   const ParamInfo& p = info(i);
   return Tensor::view(values_ + p.offset, p.local_shape);
+}
+
+void ParamRegistry::refresh_bf16() {
+  K3_CHECK(values_, "bf16 copy of parameters before allocation");
+  values_bf16_.resize(flat_size_);
+  float_to_bf16(values_, values_bf16_.data(), static_cast<int64_t>(flat_size_));
+}
+
+const uint16_t* ParamRegistry::value_bf16(int i) const {
+  return values_bf16_.empty() ? nullptr : values_bf16_.data() + info(i).offset;
 }
 
 Tensor ParamRegistry::grad(int i) const {

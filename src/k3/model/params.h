@@ -128,6 +128,11 @@ class ParamRegistry {
   float* grads() const { return grads_; }
   size_t flat_size() const { return flat_size_; }  // floats, including alignment padding
   int64_t total_numel() const;                     // elements of the global tensors
+  // A bf16 copy of the values in the same layout, read by bf16 products instead of converting a
+  // weight at every use: refresh_bf16() makes it, and must follow every change of the values
+  // that the products are to see (Model::weights_changed). value_bf16 is null before that.
+  void refresh_bf16();
+  const uint16_t* value_bf16(int i) const;
 
  private:
   GroupPlaces places_;
@@ -137,6 +142,7 @@ class ParamRegistry {
   size_t flat_size_ = 0;
   float* values_ = nullptr;
   float* grads_ = nullptr;
+  std::vector<uint16_t> values_bf16_;
 };
 
 }  // namespace k3::model

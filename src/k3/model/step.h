@@ -10,6 +10,7 @@
 #include "k3/activation/manager.h"
 #include "k3/base/arena.h"
 #include "k3/dist/grid.h"
+#include "k3/kernels/gemm.h"
 #include "k3/model/deferred_weight_grads.h"
 #include "k3/model/params.h"
 
@@ -28,10 +29,18 @@ struct Step {
   // Set by zero-bubble pipeline schedules: weight-gradient products are queued there, to run
   // after the input-gradient half of the backward (deferred_weight_grads.h).
   DeferredWeightGrads* deferred_weight_grads = nullptr;
+  // The matrix products' precision (train.precision): under bf16 their operands are rounded to
+  // bf16, weights read from the registry's bf16 copy, and accumulated in fp32.
+  kernels::Precision precision = kernels::Precision::F32;
 
   // The same step without saving anything for a backward (decoding, prefill).
   Step inference() const {
-    return {arena, acts, params, false, grid, micro_batch, sequence_parallel};
+    return {arena, acts, params, false, grid, micro_batch, sequence_parallel, nullptr, precision};
+  }
+
+  // Parameter i's bf16 copy when the products run in bf16, else null: GemmArgs::A_bf16 / B_bf16.
+  const uint16_t* weight_bf16(int i) const {
+    return precision == kernels::Precision::BF16 ? params.value_bf16(i) : nullptr;
   }
 
   float* alloc(int64_t n) const { return arena.allocate_array<float>(static_cast<size_t>(n)); }
@@ -51,7 +60,7 @@ struct Step {
   // dW += dyᵀ x, or queued while the weight gradients are deferred.
   void weight_grad(const float* dy, const float* x, int64_t rows, int64_t out, int64_t in,
                    float* dw) const {
-    model::weight_grad(deferred_weight_grads, dy, x, rows, out, in, dw);
+    model::weight_grad(deferred_weight_grads, dy, x, rows, out, in, dw, precision);
   }
 };
 

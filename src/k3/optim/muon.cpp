@@ -109,8 +109,9 @@ void muon_apply(float* w, const float* x, int64_t n, float lr, float scale, floa
   for (int64_t i = 0; i < n; ++i) w[i] -= lr * (scale * x[i] + weight_decay * w[i]);
 }
 
-MuonOrthogonalizer::MuonOrthogonalizer(float momentum, int ns_steps)
-    : momentum_(momentum), ns_(ns_steps) {}
+MuonOrthogonalizer::MuonOrthogonalizer(float momentum, int ns_steps,
+                                       kernels::Precision ns_precision)
+    : momentum_(momentum), ns_(ns_steps, {}, ns_precision) {}
 
 int64_t MuonOrthogonalizer::workspace_bytes() const {
   return static_cast<int64_t>(pack_.nbytes()) + ns_.workspace_bytes();
@@ -153,7 +154,7 @@ Muon::Muon(ParamSet params, std::vector<int64_t> block_rows, MuonConfig config)
       momentum_(params_.slots),
       blocks_(muon_blocks(params_, block_rows)),
       groups_(group_by_shape(blocks_)),
-      orthogonalizer_(config.momentum, config.ns_steps) {}
+      orthogonalizer_(config.momentum, config.ns_steps, config.ns_precision) {}
 
 void Muon::step(float lr, float grad_scale) {
   std::vector<MuonOrthogonalizer::Input> inputs;

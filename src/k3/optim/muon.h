@@ -29,6 +29,7 @@ struct MuonConfig {
   float momentum = 0.95f;
   float weight_decay = 0.1f;
   int ns_steps = 5;
+  kernels::Precision ns_precision = kernels::Precision::F32;  // Newton–Schulz's products
 };
 
 // One orthogonalized block: rows × cols consecutive values of one parameter.
@@ -81,7 +82,8 @@ class MuonOrthogonalizer {
     const float* g;  // the block's gradient
     float* m;        // its momentum, updated in place
   };
-  MuonOrthogonalizer(float momentum, int ns_steps);
+  MuonOrthogonalizer(float momentum, int ns_steps,
+                     kernels::Precision ns_precision = kernels::Precision::F32);
   void run(int64_t rows, int64_t cols, std::span<const Input> blocks, float grad_scale, float* x,
            int64_t panel_cols = 0);
   int64_t workspace_bytes() const;

@@ -63,7 +63,7 @@ void mirror_lower(float* C, int64_t m, int64_t batch) {
 // C = alpha·L·Rᵀ + beta·C for `batch` m×m results that are symmetric by construction; L and R are
 // [m, k] row-major, item i at offset i·stride.
 void symmetric_product(const float* L, const float* R, int64_t k, int64_t stride, float alpha,
-                       float beta, float* C, int64_t m, int64_t batch) {
+                       float beta, float* C, int64_t m, int64_t batch, kernels::Precision precision) {
   const int64_t p = tiles_per_side(m), per_item = p * (p + 1) / 2;
   run_gemms(batch * per_item, [&](int64_t task) {
     const int64_t item = task / per_item, t = task % per_item;
@@ -74,18 +74,19 @@ void symmetric_product(const float* L, const float* R, int64_t k, int64_t stride
                              .N = std::min(m, c0 + kTile) - c0, .K = k, .alpha = alpha,
                              .A = L + item * stride + r0 * k, .lda = k,
                              .B = R + item * stride + c0 * k, .ldb = k, .beta = beta,
-                             .C = C + item * m * m + r0 * m + c0, .ldc = m};
+                             .C = C + item * m * m + r0 * m + c0, .ldc = m,
+                             .precision = precision};
   });
   mirror_lower(C, m, batch);
 }
 
 // out = S·X + beta·out for `batch` items: S [m, m], X and out [m, n].
 void apply(const float* S, const float* X, float beta, float* out, int64_t batch, int64_t m,
-           int64_t n) {
+           int64_t n, kernels::Precision precision) {
   run_gemms(batch, [&](int64_t i) {
     return kernels::GemmArgs{.M = m, .N = n, .K = m, .A = S + i * m * m, .lda = m,
                              .B = X + i * m * n, .ldb = n, .beta = beta, .C = out + i * m * n,
-                             .ldc = n};
+                             .ldc = n, .precision = precision};
   });
 }
 
@@ -95,12 +96,16 @@ void copy(float* dst, const float* src, int64_t count) {
 
 }  // namespace
 
-NewtonSchulz::NewtonSchulz(int steps, NewtonSchulzCoefficients coefficients)
-    : steps_(steps), coef_(coefficients) {
+NewtonSchulz::NewtonSchulz(int steps, NewtonSchulzCoefficients coefficients,
+                           kernels::Precision precision)
+    : steps_(steps), coef_(coefficients), precision_(precision) {
   K3_CHECK(steps >= 1, "Newton-Schulz needs at least one step, got ", steps);
 }
 
 bool NewtonSchulz::uses_gram(int64_t m, int64_t n) const {
+  // The Gram form's accuracy rests on fp32 rounding (the header); bf16 runs step by step, the
+  // form Muon's authors run in bf16.
+  if (precision_ == kernels::Precision::BF16) return false;
   // Multiply-adds in units of m²: an m×m·m×n product costs n, an m×m·m×m one m.
   const double s = lower_tile_fraction(m), dm = static_cast<double>(m), dn = static_cast<double>(n);
   const double direct = steps_ * (s * dn + s * dm + dn);
@@ -140,12 +145,12 @@ void NewtonSchulz::run_direct(float* x, float* out, int64_t batch, int64_t m, in
   float *A = work_.f32(), *B = A + batch * mm;
   float *cur = x, *next = out;
   for (int step = 0; step < steps_; ++step) {
-    symmetric_product(cur, cur, n, mn, 1.0f, 0.0f, A, m, batch);  // A = XXᵀ
+    symmetric_product(cur, cur, n, mn, 1.0f, 0.0f, A, m, batch, precision_);  // A = XXᵀ
     copy(B, A, batch * mm);
     symmetric_product(A, A, m, mm, static_cast<float>(coef_.c), static_cast<float>(coef_.b), B, m,
-                      batch);
+                      batch, precision_);
     copy(next, cur, batch * mn);
-    apply(B, cur, static_cast<float>(coef_.a), next, batch, m, n);  // X ← aX + (bA + cA²)X
+    apply(B, cur, static_cast<float>(coef_.a), next, batch, m, n, precision_);  // X ← aX + (bA + cA²)X
     std::swap(cur, next);
   }
   if (cur != out) copy(out, cur, batch * mn);
@@ -160,25 +165,25 @@ void NewtonSchulz::run_gram(float* x, float* out, int64_t batch, int64_t m, int6
   for (int step = 0; step < steps_; ++step) {
     const bool first = step % kGramSegment == 0;
     const bool last = step % kGramSegment == kGramSegment - 1 || step == steps_ - 1;
-    if (first) symmetric_product(cur, cur, n, mn, 1.0f, 0.0f, A, m, batch);  // A = XXᵀ
+    if (first) symmetric_product(cur, cur, n, mn, 1.0f, 0.0f, A, m, batch, precision_);  // A = XXᵀ
     // P = p(A) = aI + bA + cA²
     copy(P, A, batch * mm);
-    symmetric_product(A, A, m, mm, c, b, P, m, batch);
+    symmetric_product(A, A, m, mm, c, b, P, m, batch, precision_);
 #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t i = 0; i < batch; ++i)
       for (int64_t d = 0; d < m; ++d) P[i * mm + d * m + d] += a;
     if (first) {  // Q ← P·Q
       copy(Q, P, batch * mm);
     } else {
-      symmetric_product(P, Q, m, mm, 1.0f, 0.0f, T, m, batch);
+      symmetric_product(P, Q, m, mm, 1.0f, 0.0f, T, m, batch, precision_);
       std::swap(Q, T);
     }
     if (last) {  // X ← Q·X; the next segment forms A from it again
-      apply(Q, cur, 0.0f, next, batch, m, n);
+      apply(Q, cur, 0.0f, next, batch, m, n, precision_);
       std::swap(cur, next);
     } else {  // A ← A·P·P
-      symmetric_product(A, P, m, mm, 1.0f, 0.0f, T, m, batch);
-      symmetric_product(T, P, m, mm, 1.0f, 0.0f, A, m, batch);
+      symmetric_product(A, P, m, mm, 1.0f, 0.0f, T, m, batch, precision_);
+      symmetric_product(T, P, m, mm, 1.0f, 0.0f, A, m, batch, precision_);
     }
   }
   if (cur != out) copy(out, cur, batch * mn);

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "k3/kernels/gemm.h"
 #include "k3/tensor/tensor.h"
 
 namespace k3::optim {
@@ -30,14 +31,16 @@ struct NewtonSchulzCoefficients {
 // Reusable workspace (grown on demand): a training step allocates nothing once warm.
 class NewtonSchulz {
  public:
-  explicit NewtonSchulz(int steps = 5, NewtonSchulzCoefficients coefficients = {});
+  // precision: of every product (bf16 rounds their operands; norms and sums stay fp32).
+  explicit NewtonSchulz(int steps = 5, NewtonSchulzCoefficients coefficients = {},
+                        kernels::Precision precision = kernels::Precision::F32);
 
   // Orthogonalizes `batch` matrices [m, n] with m <= n (the wide orientation), stored one after
   // another: x holds V on entry and is overwritten (scratch); out receives the result. x and out
   // must not overlap.
   void run(float* x, float* out, int64_t batch, int64_t m, int64_t n);
 
-  // Whether [m, n] runs through the Gram matrix (cheaper) rather than step by step.
+  // Whether [m, n] runs through the Gram matrix (cheaper) rather than step by step (never in bf16).
   bool uses_gram(int64_t m, int64_t n) const;
 
   int64_t workspace_bytes() const { return static_cast<int64_t>(work_.nbytes()); }
@@ -48,6 +51,7 @@ class NewtonSchulz {
 
   int steps_;
   NewtonSchulzCoefficients coef_;
+  kernels::Precision precision_;
   Tensor work_;  // four m×m matrices per batch item
 };
 

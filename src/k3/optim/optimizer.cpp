@@ -43,7 +43,7 @@ AdamWConfig adamw_config(const OptimizerConfig& c) {
 }
 
 MuonConfig muon_config(const OptimizerConfig& c) {
-  return {c.muon_momentum, c.weight_decay, c.ns_steps};
+  return {c.muon_momentum, c.weight_decay, c.ns_steps, c.ns_precision};
 }
 
 Optimizer::Optimizer(const ParamSet& params, const std::vector<Assignment>& plan,

@@ -20,6 +20,7 @@ struct OptimizerConfig {
   float weight_decay = 0.1f;                       // λ, both
   float muon_momentum = 0.95f;
   int ns_steps = 5;
+  kernels::Precision ns_precision = kernels::Precision::F32;
 };
 
 // The parameters of each optimizer, as a plan assigns them (checked against the ParamSet by

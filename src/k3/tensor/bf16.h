@@ -15,6 +15,8 @@ inline uint16_t float_to_bf16(float f) {
 
 inline float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
 
+// Vectorized (AVX512-BF16 where the build targets it; denormal inputs then become zero) and
+// multi-threaded above 64K elements unless called inside a parallel region.
 void float_to_bf16(const float* in, uint16_t* out, int64_t n);
 void bf16_to_float(const uint16_t* in, float* out, int64_t n);
 

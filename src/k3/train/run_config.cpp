@@ -284,6 +284,8 @@ const std::vector<Field>& fields() {
     field("train.decay_shape", &R::train, &T::decay_shape, one_of({"linear", "sqrt", "exp"}),
           "wsd: shape of the decay"),
     field("train.threads", &R::train, &T::threads, at_least<I>(0), "worker threads; 0: all cores"),
+    field("train.precision", &R::train, &T::precision, one_of({"fp32", "bf16"}),
+          "matrix products: fp32, or bf16 with fp32 accumulation and fp32 master weights"),
     field("eval.every", &R::eval, &E::every, at_least<I>(0), "steps between evaluations; 0: off"),
     field("eval.batches", &R::eval, &E::batches, above<I>(0), "validation batches per evaluation"),
     field("checkpoint.every", &R::checkpoint, &C::every, at_least<I>(0),

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "k3/kernels/gemm.h"
 #include "k3/optim/schedule.h"
 
 namespace k3::train {
@@ -53,7 +54,13 @@ struct TrainSection {
   double decay_fraction = 0.2;         // wsd: share of the steps spent decaying
   std::string decay_shape = "linear";  // wsd: linear, sqrt or exp
   int64_t threads = 0;                 // 0: all cores
+  // Matrix products: "fp32", or "bf16" (operands rounded to bf16, fp32 accumulation; fp32 master
+  // weights, optimizer states, reductions and everything elementwise; docs/precision.md).
+  std::string precision = "fp32";
 
+  kernels::Precision gemm_precision() const {
+    return precision == "bf16" ? kernels::Precision::BF16 : kernels::Precision::F32;
+  }
   // Warmup length in steps: warmup_fraction * steps when set, else warmup_steps; at most steps.
   int64_t warmup() const;
   optim::Schedule lr_schedule() const;  // the learning-rate schedule these fields describe

@@ -86,6 +86,7 @@ std::unique_ptr<Session> open_session(const RunConfig& config, const model::Mode
       model, /*allocate=*/true, grid,
       grid.dims().pp == config.parallel.pp ? pipeline_split(config.parallel, layers)
                                            : model::PipelineSplit::make(layers, grid.dims().pp));
+  s->model->set_precision(config.train.gemm_precision());
   s->arena = step_arena();
   s->loss_floor = data_loss_floor(config);
   return s;
@@ -357,6 +358,7 @@ void restore_weights(model::Model& model, const Checkpoint& ck, const std::strin
     ck.model.read(*entries[static_cast<size_t>(i)], global.data());
     model::copy_shard_from_global(p, global.data(), params.values() + p.offset);
   }
+  model.weights_changed();
   // The ranges are [2] each: read whole, and only where the file's entry has that shape.
   std::vector<std::pair<std::string, Tensor>> ranges;
   for (const auto& [name, now] : model.balancer_state())

@@ -62,7 +62,8 @@ parallel::DataParallel make_data_parallel(model::Model& model, const RunConfig& 
       optim::OptimizerConfig{.beta1 = static_cast<float>(t.beta1),
                              .beta2 = static_cast<float>(t.beta2),
                              .eps = static_cast<float>(t.eps),
-                             .weight_decay = static_cast<float>(t.weight_decay)},
+                             .weight_decay = static_cast<float>(t.weight_decay),
+                             .ns_precision = t.gemm_precision()},
       parallel::DataParallelOptions{
           .zero = static_cast<int>(p.zero),
           .bucket_floats = static_cast<size_t>(p.bucket_mib * 1024 * 1024 / sizeof(float)),

@@ -1,5 +1,9 @@
 #include "k3/kernels/reference.h"
 
+#include <vector>
+
+#include "k3/tensor/bf16.h"
+
 namespace k3::ref {
 
 template <typename T>
@@ -22,5 +26,18 @@ template void gemm<float>(bool, bool, int64_t, int64_t, int64_t, float, const fl
                           const float*, int64_t, float, float*, int64_t);
 template void gemm<double>(bool, bool, int64_t, int64_t, int64_t, double, const double*, int64_t,
                            const double*, int64_t, double, double*, int64_t);
+
+void gemm_bf16(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, double beta, double* C,
+               int64_t ldc) {
+  auto rounded = [](const float* x, int64_t rows, int64_t ld) {
+    std::vector<double> r(static_cast<size_t>(rows * ld));
+    for (size_t i = 0; i < r.size(); ++i) r[i] = bf16_to_float(float_to_bf16(x[i]));
+    return r;
+  };
+  // A has rows of length lda: K rows when stored transposed, M otherwise; likewise B.
+  const auto a = rounded(A, trans_a ? K : M, lda), b = rounded(B, trans_b ? N : K, ldb);
+  gemm<double>(trans_a, trans_b, M, N, K, alpha, a.data(), lda, b.data(), ldb, beta, C, ldc);
+}
 
 }  // namespace k3::ref

@@ -39,14 +39,18 @@ void for_each_slot(int slots, const int64_t* first, int64_t gemm_flops_per_row, 
   }
 }
 
-// y = x Wᵀ, W [out, in]; and its backward (dW += dyᵀ x; dx = dy W, or += when accumulate).
-void linear(const float* w, const float* x, int64_t rows, int64_t in, int64_t out, float* y) {
-  kernels::gemm(false, true, rows, out, in, 1.f, x, w, 0.f, y);
+// y = x Wᵀ, W [out, in]; and its backward (dW += dyᵀ x; dx = dy W, or += when accumulate). Under
+// bf16 the weights are converted at each product: a slot's weights may be a replica received
+// from another rank, which has no bf16 copy.
+void linear(kernels::Precision p, const float* w, const float* x, int64_t rows, int64_t in,
+            int64_t out, float* y) {
+  kernels::gemm(false, true, rows, out, in, 1.f, x, w, 0.f, y, p);
 }
-void linear_backward(const float* w, float* dw, const float* x, const float* dy, int64_t rows,
-                     int64_t in, int64_t out, float* dx, bool accumulate) {
-  kernels::gemm(true, false, out, in, rows, 1.f, dy, x, 1.f, dw);
-  kernels::gemm(false, false, rows, in, out, 1.f, dy, w, accumulate ? 1.f : 0.f, dx);
+void linear_backward(kernels::Precision p, const float* w, float* dw, const float* x,
+                     const float* dy, int64_t rows, int64_t in, int64_t out, float* dx,
+                     bool accumulate) {
+  kernels::gemm(true, false, out, in, rows, 1.f, dy, x, 1.f, dw, p);
+  kernels::gemm(false, false, rows, in, out, 1.f, dy, w, accumulate ? 1.f : 0.f, dx, p);
 }
 
 std::vector<int64_t> loads_of(const float* saved, int64_t n) {
@@ -164,10 +168,10 @@ void RoutedExperts::compute(const Step& s, const ExpertExchange& x, const int64_
   float* h = s.alloc(first[x.slots()] * F);
   for_each_slot(x.slots(), first, 2 * F * L, [&](int k, int64_t at, int64_t n) {
     const Weights w = slot_weights(s, x, k, replicas, nullptr);
-    linear(w.w1, zc + at * L, n, L, F, g + at * F);
-    linear(w.w3, zc + at * L, n, L, F, u + at * F);
+    linear(s.precision, w.w1, zc + at * L, n, L, F, g + at * F);
+    linear(s.precision, w.w3, zc + at * L, n, L, F, u + at * F);
     kernels::glu_forward(act_, g + at * F, u + at * F, h + at * F, n * F);
-    linear(w.w2, h + at * F, n, F, L, y + at * L);
+    linear(s.precision, w.w2, h + at * F, n, F, L, y + at * L);
   });
 }
 
@@ -184,10 +188,10 @@ void RoutedExperts::compute_backward(const Step& s, const ExpertExchange& x, con
     const int64_t a = at * F, b = at * L;
     // h is recomputed rather than saved: one cheap elementwise pass for a quarter of the memory.
     kernels::glu_forward(act_, g + a, u + a, h + a, n * F);
-    linear_backward(w.w2, w.g2, h + a, dy + b, n, F, L, dh + a, false);
+    linear_backward(s.precision, w.w2, w.g2, h + a, dy + b, n, F, L, dh + a, false);
     kernels::glu_backward(act_, g + a, u + a, dh + a, dg + a, du + a, n * F);
-    linear_backward(w.w1, w.g1, zc + b, dg + a, n, L, F, dz + b, false);
-    linear_backward(w.w3, w.g3, zc + b, du + a, n, L, F, dz + b, true);
+    linear_backward(s.precision, w.w1, w.g1, zc + b, dg + a, n, L, F, dz + b, false);
+    linear_backward(s.precision, w.w3, w.g3, zc + b, du + a, n, L, F, dz + b, true);
   });
 }
 

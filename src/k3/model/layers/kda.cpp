@@ -106,6 +106,7 @@ KimiDeltaAttention::KimiDeltaAttention(ParamRegistry& reg, const std::string& pr
   f_a_ = Linear(reg, prefix + ".f_a_proj", hidden_, D, std, LinearMode::summed);
   f_b_ = Linear(reg, prefix + ".f_b_proj", D, P, std, LinearMode::column);
   b_ = Linear(reg, prefix + ".b_proj", hidden_, heads_, std, LinearMode::column);
+  for (Linear* fp32 : {&f_a_, &f_b_, &b_}) fp32->keep_fp32();
   A_log_ = reg.add(prefix + ".A_log", {heads_}, ParamInit::zeros(), by_heads);
   dt_bias_ = reg.add(prefix + ".dt_bias", {P}, dt_bias_init(), by_heads);
   o_norm_ = reg.add(prefix + ".o_norm.weight", {D}, ParamInit::ones(), ShardSpec::summed("tp"));

@@ -52,6 +52,7 @@ LatentMoE::LatentMoE(ParamRegistry& reg, const std::string& prefix, const ModelC
   // The router and the latent down-projection are replicated and feed only this rank's slices
   // (summed); the latent norm and up-projection are replicated and see whole values.
   router_ = Linear(reg, prefix + ".gate", hidden_, experts_, std, LinearMode::summed);
+  router_.keep_fp32();
   bias_ = reg.add(prefix + ".gate.e_score_correction_bias", {experts_}, ParamInit::zeros());
   if (latent_space_) {
     latent_down_ =

@@ -29,15 +29,19 @@ Linear::Linear(ParamRegistry& reg, const std::string& name, int64_t in, int64_t 
 }
 
 void Linear::forward(const Step& s, const float* x, int64_t rows, float* y) const {
-  kernels::gemm(false, true, rows, out_, in_, 1.f, x, s.params.value(w_).f32(), 0.f, y);
+  const kernels::Precision p = precision(s);
+  kernels::gemm({false, true, rows, out_, in_, 1.f, x, in_, s.params.value(w_).f32(), in_, 0.f, y,
+                 out_, p, nullptr, p == s.precision ? s.weight_bf16(w_) : nullptr});
 }
 
 void Linear::backward(const Step& s, const float* x, const float* dy, int64_t rows, float* dx,
                       bool accumulate_dx) const {
-  s.weight_grad(dy, x, rows, out_, in_, s.params.grad(w_).f32());
-  if (dx)
-    kernels::gemm(false, false, rows, in_, out_, 1.f, dy, s.params.value(w_).f32(),
-                  accumulate_dx ? 1.f : 0.f, dx);
+  const kernels::Precision p = precision(s);
+  weight_grad(s.deferred_weight_grads, dy, x, rows, out_, in_, s.params.grad(w_).f32(), p);
+  if (!dx) return;
+  kernels::gemm({false, false, rows, in_, out_, 1.f, dy, out_, s.params.value(w_).f32(), in_,
+                 accumulate_dx ? 1.f : 0.f, dx, in_, p, nullptr,
+                 p == s.precision ? s.weight_bf16(w_) : nullptr});
 }
 
 }  // namespace k3::model

@@ -36,6 +36,10 @@ class Linear {
   void backward(const Step& s, const float* x, const float* dy, int64_t rows, float* dx,
                 bool accumulate_dx) const;
 
+  // Keeps this layer's products in fp32 when the step's are bf16: the projections whose outputs
+  // choose experts (the router) or enter an exponential (KDA's decay and β), docs/precision.md.
+  void keep_fp32() { fp32_ = true; }
+
   int64_t in() const { return in_; }
   int64_t out() const { return out_; }
   int weight() const { return w_; }
@@ -45,6 +49,10 @@ class Linear {
   int w_ = -1;
   int64_t in_ = 0, out_ = 0;
   LinearMode mode_ = LinearMode::replicated;
+  bool fp32_ = false;
+  kernels::Precision precision(const Step& s) const {
+    return fp32_ ? kernels::Precision::F32 : s.precision;
+  }
 };
 
 }  // namespace k3::model

@@ -78,6 +78,7 @@ kernels::LossSum LmHead::sharded_loss(const Step& s, const float* h, const int32
   float* partial = dh ? region.partial(dh) : nullptr;
   const int64_t V = range_.size, chunk = chunk_rows(V);
   const float* w = s.params.value(w_).f32();
+  const uint16_t* w_bf16 = s.weight_bf16(w_);
   float *logits = s.alloc(chunk * V), *stats = s.alloc(tp.size() * chunk * kernels::kCeStats);
   float* norm = s.alloc(chunk * 2);
   kernels::LossSum total;
@@ -85,7 +86,8 @@ kernels::LossSum LmHead::sharded_loss(const Step& s, const float* h, const int32
     const int64_t rows = std::min(chunk, n - c0);
     const float* hc = ha + c0 * hidden_;
     const int32_t* tc = targets + c0;
-    kernels::gemm(false, true, rows, V, hidden_, 1.f, hc, w, 0.f, logits);
+    kernels::gemm({false, true, rows, V, hidden_, 1.f, hc, hidden_, w, hidden_, 0.f, logits, V,
+                   s.precision, nullptr, w_bf16});
     kernels::ce_shard_stats(logits, tc, rows, range_, ignore_index,
                             stats + tp.rank() * rows * kernels::kCeStats);
     tp.all_gather(stats,
@@ -96,8 +98,10 @@ kernels::LossSum LmHead::sharded_loss(const Step& s, const float* h, const int32
     total.count += part.count;
     if (!partial) continue;
     kernels::ce_shard_grad(logits, tc, rows, range_, norm, ignore_index, grad_scale);
-    kernels::gemm(false, false, rows, hidden_, V, 1.f, logits, w, 0.f, partial + c0 * hidden_);
-    kernels::gemm(true, false, V, hidden_, rows, 1.f, logits, hc, 1.f, s.params.grad(w_).f32());
+    kernels::gemm({false, false, rows, hidden_, V, 1.f, logits, V, w, hidden_, 0.f,
+                   partial + c0 * hidden_, hidden_, s.precision, nullptr, w_bf16});
+    kernels::gemm(true, false, V, hidden_, rows, 1.f, logits, hc, 1.f, s.params.grad(w_).f32(),
+                  s.precision);
   }
   if (partial) region.enter_backward(partial, dh);
   return total;
@@ -107,13 +111,14 @@ void LmHead::logits(const Step& s, const float* h, int64_t rows, float* out) con
   const dist::Comm& tp = s.grid.tp();
   const int64_t V = range_.size;
   if (tp.size() == 1) {
-    kernels::gemm(false, true, rows, vocab_, hidden_, 1.f, h, s.params.value(w_).f32(), 0.f, out);
+    kernels::gemm({false, true, rows, vocab_, hidden_, 1.f, h, hidden_, s.params.value(w_).f32(),
+                   hidden_, 0.f, out, vocab_, s.precision, nullptr, s.weight_bf16(w_)});
     return;
   }
   ArenaScope scratch(s.arena);
   float* blocks = s.alloc(rows * vocab_);  // [tp][rows][V]: each rank's columns, gathered
-  kernels::gemm(false, true, rows, V, hidden_, 1.f, h, s.params.value(w_).f32(), 0.f,
-                blocks + tp.rank() * rows * V);
+  kernels::gemm({false, true, rows, V, hidden_, 1.f, h, hidden_, s.params.value(w_).f32(), hidden_,
+                 0.f, blocks + tp.rank() * rows * V, V, s.precision, nullptr, s.weight_bf16(w_)});
   tp.all_gather(blocks, std::vector<int64_t>(static_cast<size_t>(tp.size()), rows * V));
   for (int64_t k = 0; k < tp.size(); ++k)
     for (int64_t r = 0; r < rows; ++r)

@@ -69,7 +69,11 @@ class DataParallel {
   StepTotals forward_backward(Arena& arena, activation::ActivationManager& acts,
                               std::span<const model::TokenBatch> micro_batches);
   // Applies the step to every parameter (each rank updates its shard; all end equal).
-  void apply(float lr, float grad_scale) { optimizer_.step(lr, grad_scale); }
+  // Under bf16 products the model's bf16 copy of the weights is refreshed from the new values.
+  void apply(float lr, float grad_scale) {
+    optimizer_.step(lr, grad_scale);
+    model_.weights_changed();
+  }
 
   // The sum of routing counts over dp × ep, for Quantile Balancing.
   model::CountReducer count_reducer() const;

@@ -153,7 +153,7 @@ DistributedMuon::DistributedMuon(optim::ParamSet params, const std::vector<int64
       group_(std::move(group)),
       tp_(tp),
       zero_stage_(zero_stage),
-      orthogonalizer_(config.momentum, config.ns_steps) {
+      orthogonalizer_(config.momentum, config.ns_steps, config.ns_precision) {
   K3_CHECK(zero_stage >= 0 && zero_stage <= 2, "distributed Muon: ZeRO stage ", zero_stage);
   K3_CHECK(tp >= 1 && group_.size() == tp * layout.ranks() && group_.rank() / tp == layout.rank(),
            "distributed Muon: rank ", group_.rank(), " of a group of ", group_.size(),
