@@ -123,20 +123,23 @@ TEST(Planner, ExpertBytesFollowTheMeasuredRouting) {
 
   r.layout.moonep = true;
   r.layout.moonep_slots = 2;
-  const double with_slots = make_plan(r).comm_bytes("ep");
   const double weights = 3.0 * static_cast<double>(r.model.moe_intermediate_size *
                                                    r.model.expert_dim()) * 4;
+  const double layers = static_cast<double>(r.routing.size());
+  const double even_moonep = make_plan(r).comm_bytes("ep");  // balanced: no replica
+  const std::map<int64_t, MoeRouting> measured = r.routing;
+  r.routing.clear();  // no routing: every slot used, as many replicas sent as hosted
+  EXPECT_DOUBLE_EQ(make_plan(r).comm_bytes("ep"), even_moonep + layers * weights * 2 * 2);
+  r.routing = measured;
   for (auto& [layer, routing] : r.routing) routing.plan_loads = skewed;
-  const model::MoonEpPlan plan =
-      model::plan_moonep({2, static_cast<int>(E), 2, pairs}, skewed);
+  const model::MoonEpPlan plan = model::plan_moonep({2, static_cast<int>(E), 2, pairs}, skewed);
   int64_t sent = 0;
   for (int64_t e = 0; e < E / 2; ++e) sent += static_cast<int64_t>(plan.hosts[e].size()) - 1;
-  ASSERT_GT(sent, 0);  // rank 0's hot expert is replicated
+  ASSERT_GT(sent, 0);  // rank 0's hot expert is replicated on rank 1, which hosts it
   EXPECT_EQ(plan.replicas[0], 0);
-  const double layers = static_cast<double>(r.routing.size());
-  // The upper bound (every slot used both ways) less what this routing's plans leave unused.
+  EXPECT_TRUE(plan.balanced());
   EXPECT_DOUBLE_EQ(make_plan(r).comm_bytes("ep"),
-                   with_slots - layers * weights * static_cast<double>(2 * 2 - sent));
+                   even_moonep + layers * weights * static_cast<double>(sent));
   r.routing.begin()->second.plan_loads.pop_back();
   EXPECT_THROW(make_plan(r), Error);
 }
