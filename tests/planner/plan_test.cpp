@@ -117,14 +117,13 @@ TEST(Planner, ExpertBytesFollowTheMeasuredRouting) {
   std::vector<int64_t> even(static_cast<size_t>(E), 2 * pairs / E), skewed = even;
   skewed[0] += skewed[E - 1], skewed[E - 1] = 0;  // expert 0 (ep rank 0's) takes E−1's rows
   for (int64_t l = 0; l < r.model.num_hidden_layers; ++l)
-    if (model::ffn_kind(r.model, l) == model::FfnKind::LatentMoE)
-      r.routing[l] = {pairs, even};
+    if (model::ffn_kind(r.model, l) == model::FfnKind::LatentMoE) r.routing[l] = {pairs, even};
   EXPECT_DOUBLE_EQ(make_plan(r).comm_bytes("ep"), balanced.comm_bytes("ep"));
 
   r.layout.moonep = true;
   r.layout.moonep_slots = 2;
-  const double weights = 3.0 * static_cast<double>(r.model.moe_intermediate_size *
-                                                   r.model.expert_dim()) * 4;
+  const double weights =
+      3.0 * static_cast<double>(r.model.moe_intermediate_size * r.model.expert_dim()) * 4;
   const double layers = static_cast<double>(r.routing.size());
   const double even_moonep = make_plan(r).comm_bytes("ep");  // balanced: no replica
   const std::map<int64_t, MoeRouting> measured = r.routing;

@@ -123,7 +123,7 @@ void print_plan(const Plan& p) {
 void add_plan(CLI::App& app) {
   struct Args {
     std::string model, cluster = "H200", layout, dispatch = "alltoall", optimizer_in = "gpu",
-                                           routing;
+                       routing;
     int64_t routing_step = -1;
     planner::PlanRequest r;
     bool json = false, search = false;

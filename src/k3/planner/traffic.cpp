@@ -155,7 +155,8 @@ void expert_traffic(Recorder& rec, const PlanRequest& r, const model::Model& lea
   const Layout& l = r.layout;
   const Precision& p = r.cluster.precision;
   const model::ModelConfig& c = r.model;
-  const int64_t ep_stride = l.tp * l.cp, E = c.num_experts, pairs = tokens * c.num_experts_per_token;
+  const int64_t ep_stride = l.tp * l.cp, E = c.num_experts,
+                pairs = tokens * c.num_experts_per_token;
   const double L = static_cast<double>(c.expert_dim()),
                weights = 3.0 * static_cast<double>(c.moe_intermediate_size / l.tp) * L;
   rec.add("ep", l.ep, ep_stride, Op::all_reduce, "gradient norm", 2 * kScalar);
@@ -272,8 +273,7 @@ std::vector<Transfer> step_traffic(const PlanRequest& r, const model::Model& lea
               kScalar * static_cast<double>(l.pp));
       const double per_layer =
           static_cast<double>(3 + c.num_experts) +
-          (l.ep > 1 ? static_cast<double>(6 + 2 * l.ep + (l.moonep ? m * c.num_experts : 0))
-                    : 0.0);
+          (l.ep > 1 ? static_cast<double>(6 + 2 * l.ep + (l.moonep ? m * c.num_experts : 0)) : 0.0);
       rec.add("pp", l.pp, pp_stride, Op::all_gather, "expert-load records",
               kScalar * (2 * static_cast<double>(l.pp) + all_moe * per_layer));
     }

@@ -139,8 +139,9 @@ void append_expert_load(const std::string& run_dir, int64_t step,
     const size_t experts = it->second.load.size();
     nlohmann::ordered_json micro = nlohmann::ordered_json::array();
     for (size_t at = 0; at < d.plan_loads.size(); at += experts)
-      micro.push_back(std::vector<int64_t>(d.plan_loads.begin() + static_cast<ptrdiff_t>(at),
-                                           d.plan_loads.begin() + static_cast<ptrdiff_t>(at + experts)));
+      micro.push_back(
+          std::vector<int64_t>(d.plan_loads.begin() + static_cast<ptrdiff_t>(at),
+                               d.plan_loads.begin() + static_cast<ptrdiff_t>(at + experts)));
     ranks["plan_loads"] = micro;
   }
   const std::string line = (ends_mid_line(path) ? "\n" : "") + record.dump() + "\n";
