@@ -4,7 +4,8 @@
 // alone cannot fit (the dense parameters over tp·pp, the routed experts over tp·ep·pp) is passed
 // over unplanned; the others are screened with pipeline rank 0's memory, and the fastest 3·top
 // that fit planned in full. Layouts that differ only in dp and cp share the description of their
-// pipeline ranks (what a rank holds), and the plans run side by side on the OpenMP threads.
+// pipeline ranks (what a rank holds), and the groups are planned side by side on the OpenMP
+// threads.
 #include <algorithm>
 #include <array>
 #include <map>
@@ -59,34 +60,31 @@ std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top)
   for (auto& [key, requests] : groups) work.push_back(&requests);
   // Screened with pipeline rank 0's memory, the groups side by side.
   std::vector<std::vector<std::pair<size_t, Plan>>> screened(work.size());
-  std::vector<detail::DescribedRanks> described(work.size());
 #pragma omp parallel for schedule(dynamic)
-  for (size_t g = 0; g < work.size(); ++g)
+  for (size_t g = 0; g < work.size(); ++g) {
+    // A described K3 rank takes hundreds of MB: a thread holds one group's at a time.
+    detail::DescribedRanks described;
     for (const auto& [tried, q] : *work[g]) {
       try {
-        Plan p = detail::make_plan(q, counts, /*every_memory_rank=*/false, described[g]);
+        Plan p = detail::make_plan(q, counts, /*every_memory_rank=*/false, described);
         if (p.fits()) screened[g].emplace_back(tried, std::move(p));
       } catch (const Error&) {
         // a layout the model or the batch does not admit
       }
     }
-  struct Fitting {
-    Plan plan;
-    size_t group, tried;
-  };
-  std::vector<Fitting> fitting;
-  for (size_t g = 0; g < work.size(); ++g)
-    for (auto& [tried, p] : screened[g]) fitting.push_back({std::move(p), g, tried});
-  std::sort(fitting.begin(), fitting.end(), [](const Fitting& a, const Fitting& b) {
-    return std::pair{a.plan.step_seconds, a.tried} < std::pair{b.plan.step_seconds, b.tried};
+  }
+  std::vector<std::pair<size_t, Plan>> fitting;  // with the order tried
+  for (auto& plans : screened)
+    for (auto& p : plans) fitting.push_back(std::move(p));
+  std::sort(fitting.begin(), fitting.end(), [](const auto& a, const auto& b) {
+    return std::pair{a.second.step_seconds, a.first} < std::pair{b.second.step_seconds, b.first};
   });
   // The fastest 3·top planned in full (every memory rank).
   fitting.resize(std::min(fitting.size(), 3 * top));
   std::vector<std::optional<Plan>> full(fitting.size());
 #pragma omp parallel for schedule(dynamic)
   for (size_t i = 0; i < fitting.size(); ++i) {
-    detail::DescribedRanks ranks = described[fitting[i].group];  // shares rank 0
-    Plan p = detail::make_plan(fitting[i].plan.request, counts, true, ranks);
+    Plan p = make_plan(fitting[i].second.request, counts);
     if (p.fits()) full[i] = std::move(p);
   }
   std::vector<Plan> best;
