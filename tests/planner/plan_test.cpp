@@ -7,6 +7,8 @@
 
 #include "common/test_util.h"
 #include "k3/base/error.h"
+#include "k3/model/experts/moonep_plan.h"
+#include "k3/model/layer_factory.h"
 #include "k3/model/model.h"
 #include "k3/parallel/pipeline/simulate.h"
 #include "k3/planner/plan_internal.h"
@@ -101,6 +103,44 @@ TEST(Planner, TensorParallelStaysInTheNodeDataParallelCrossesIt) {
   EXPECT_EQ(p.micro_batches, 4);
   EXPECT_GT(p.mfu, 0);
   EXPECT_LT(p.mfu, r.efficiency);
+}
+
+// Measured routing (--routing): balanced loads give the balanced plan's bytes; under MoonEP a
+// skewed micro-batch's plan is made again, its replicas (weights out, gradients home) counted.
+TEST(Planner, ExpertBytesFollowTheMeasuredRouting) {
+  PlanRequest r = cpu_request("k3-nano.json", "ep=2");
+  r.optimizer = "adamw";
+  r.micro_rows = 2;
+  const int64_t E = r.model.num_experts, k = r.model.num_experts_per_token;
+  const int64_t pairs = r.micro_rows * r.seq * k;  // rows a rank routes in one micro-batch
+  const Plan balanced = make_plan(r);
+  std::vector<int64_t> even(static_cast<size_t>(E), 2 * pairs / E), skewed = even;
+  skewed[0] += skewed[E - 1], skewed[E - 1] = 0;  // expert 0 (ep rank 0's) takes E−1's rows
+  for (int64_t l = 0; l < r.model.num_hidden_layers; ++l)
+    if (model::ffn_kind(r.model, l) == model::FfnKind::LatentMoE) r.routing[l] = {pairs, even};
+  EXPECT_DOUBLE_EQ(make_plan(r).comm_bytes("ep"), balanced.comm_bytes("ep"));
+
+  r.layout.moonep = true;
+  r.layout.moonep_slots = 2;
+  const double weights =
+      3.0 * static_cast<double>(r.model.moe_intermediate_size * r.model.expert_dim()) * 4;
+  const double layers = static_cast<double>(r.routing.size());
+  const double even_moonep = make_plan(r).comm_bytes("ep");  // balanced: no replica
+  const std::map<int64_t, MoeRouting> measured = r.routing;
+  r.routing.clear();  // no routing: every slot used, as many replicas sent as hosted
+  EXPECT_DOUBLE_EQ(make_plan(r).comm_bytes("ep"), even_moonep + layers * weights * 2 * 2);
+  r.routing = measured;
+  for (auto& [layer, routing] : r.routing) routing.plan_loads = skewed;
+  const model::MoonEpPlan plan = model::plan_moonep({2, static_cast<int>(E), 2, pairs}, skewed);
+  int64_t sent = 0;
+  for (int64_t e = 0; e < E / 2; ++e) sent += static_cast<int64_t>(plan.hosts[e].size()) - 1;
+  ASSERT_GT(sent, 0);  // rank 0's hot expert is replicated on rank 1, which hosts it
+  EXPECT_EQ(plan.replicas[0], 0);
+  EXPECT_TRUE(plan.balanced());
+  EXPECT_DOUBLE_EQ(make_plan(r).comm_bytes("ep"),
+                   even_moonep + layers * weights * static_cast<double>(sent));
+  r.routing.begin()->second.plan_loads.pop_back();
+  EXPECT_THROW(make_plan(r), Error);
 }
 
 TEST(Planner, SearchRanksFittingLayoutsOfTheGpuCount) {

@@ -6,6 +6,7 @@
 #include "k3/planner/plan.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -13,6 +14,7 @@
 #include "k3/base/error.h"
 #include "k3/base/format.h"
 #include "k3/model/config.h"
+#include "k3/train/expert_load.h"
 
 namespace k3::apps {
 namespace {
@@ -120,7 +122,9 @@ void print_plan(const Plan& p) {
 
 void add_plan(CLI::App& app) {
   struct Args {
-    std::string model, cluster = "H200", layout, dispatch = "alltoall", optimizer_in = "gpu";
+    std::string model, cluster = "H200", layout, dispatch = "alltoall", optimizer_in = "gpu",
+                       routing;
+    int64_t routing_step = -1;
     planner::PlanRequest r;
     bool json = false, search = false;
     int64_t gpus = 0;
@@ -151,6 +155,10 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--optimizer-in", a->optimizer_in,
                   "Where master weights and optimizer states live: gpu or host")
       ->capture_default_str();
+  cmd->add_option("--routing", a->routing,
+                  "A run's expert_load.jsonl (or its run directory): plan the expert-parallel "
+                  "bytes with that run's routing");
+  cmd->add_option("--routing-step", a->routing_step, "--routing: the step (default: the last)");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->add_flag("--search", a->search, "Rank the layouts that fit by predicted step time");
   cmd->add_option("--gpus", a->gpus, "--search: GPUs (default: the --layout's product)");
@@ -171,6 +179,13 @@ void add_plan(CLI::App& app) {
     r.optimizer_on_host = a->optimizer_in == "host";
     r.cluster = planner::cluster_preset(a->cluster);
     r.model = model::load_model_config(a->model);
+    K3_CHECK(!a->search || a->routing.empty(), "--routing plans one layout, not a --search");
+    if (!a->routing.empty()) {
+      const std::string file = std::filesystem::is_directory(a->routing)
+                                   ? train::expert_load_path(a->routing)
+                                   : a->routing;
+      r.routing = planner::read_routing(file, a->routing_step);
+    }
     if (!a->search) {
       const Plan p = planner::make_plan(r);
       if (a->json)

@@ -28,7 +28,7 @@ ExpertLoadStats ExpertLoadStats::of(std::vector<int64_t> load, int64_t tokens) {
 }
 
 RouterBalancer::RouterBalancer(int64_t experts, int64_t k, size_t counts)
-    : experts_(experts), k_(k), counts_(counts, 0) {
+    : experts_(experts), k_(k), size_(counts) {
   K3_CHECK(k >= 1 && experts > k, "router balancing needs num_experts > num_experts_per_token >= 1",
            " (got ", experts, " experts, k = ", k, ")");
   last_ = ExpertLoadStats::of(std::vector<int64_t>(static_cast<size_t>(experts), 0), 0);

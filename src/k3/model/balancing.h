@@ -42,8 +42,11 @@ class RouterBalancer {
 
   // Everything observe() gathered since the last update, as one buffer of integer counts that
   // ends with the token count m. A rank-local sum, until reduced.
-  std::span<int64_t> counts() { return counts_; }
-  int64_t tokens() const { return counts_.back(); }
+  std::span<int64_t> counts() {
+    allocate();
+    return counts_;
+  }
+  int64_t tokens() const { return counts_.empty() ? 0 : counts_.back(); }
 
   // Once per global batch, after the optimizer step: reduce(counts()) (the hook for data- and
   // context-parallel ranks; none means one rank), then the update of bias [E], and the counts
@@ -62,8 +65,16 @@ class RouterBalancer {
   // The load statistics of the counts' load [E] (at `load_at`) and token count.
   const ExpertLoadStats& record_stats(size_t load_at);
 
+  // The counts are zeroed at first use, not at construction: a model described without
+  // allocation (a plan, a pre-flight estimate) never touches them, and for K3 they are 7 MB a
+  // layer. observe() and update() call it first.
+  void allocate() {
+    if (counts_.empty()) counts_.assign(size_, 0);
+  }
+
   int64_t experts_ = 0, k_ = 0;
-  std::vector<int64_t> counts_;
+  size_t size_ = 0;              // the counts' length
+  std::vector<int64_t> counts_;  // empty until allocate()
   ExpertLoadStats last_;
 };
 

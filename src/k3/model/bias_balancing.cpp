@@ -15,11 +15,13 @@ BiasBalancer::BiasBalancer(int64_t experts, int64_t k, double rate)
 }
 
 void BiasBalancer::observe(const float*, const float*, const int32_t* ids, int64_t rows) {
+  allocate();
   for (int64_t p = 0; p < rows * k_; ++p) ++counts_[static_cast<size_t>(ids[p])];
   counts_.back() += rows;
 }
 
 const ExpertLoadStats& BiasBalancer::update(float* bias, const CountReducer& reduce) {
+  allocate();
   if (reduce) reduce(counts_);
   record_stats(0);
   const int64_t m = tokens();

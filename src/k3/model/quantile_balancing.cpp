@@ -44,6 +44,7 @@ int64_t QuantileBalancer::bin(double r, double lo, double hi) {
 
 void QuantileBalancer::observe(const float* scores, const float* alpha, const int32_t* ids,
                                int64_t rows) {
+  allocate();
   const int64_t E = experts_;
   const double lo = lo_, hi = hi_;
   int64_t* hist = counts_.data();
@@ -61,6 +62,7 @@ void QuantileBalancer::observe(const float* scores, const float* alpha, const in
 }
 
 const ExpertLoadStats& QuantileBalancer::update(float* bias, const CountReducer& reduce) {
+  allocate();
   if (reduce) reduce(counts_);
   const int64_t E = experts_, m = tokens();
   record_stats(static_cast<size_t>(E * kBins));

@@ -31,7 +31,7 @@ class QuantileBalancer final : public RouterBalancer {
   // Counts: the histogram [E × 1000], then the load [E], then the token count m.
   void observe(const float* scores, const float* alpha, const int32_t* ids, int64_t rows) override;
   int64_t histogram(int64_t expert, int64_t bin) const {
-    return counts_[static_cast<size_t>(expert * kBins + bin)];
+    return counts_.empty() ? 0 : counts_[static_cast<size_t>(expert * kBins + bin)];
   }
 
   // The math §6 update of bias [E] and of the range (see RouterBalancer::update).

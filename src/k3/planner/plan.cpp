@@ -203,6 +203,12 @@ Plan make_plan(const PlanRequest& r) { return make_plan(r, parameter_counts(r.mo
 
 Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
                bool every_memory_rank) {
+  detail::DescribedRanks described;
+  return detail::make_plan(r, counts, every_memory_rank, described);
+}
+
+Plan detail::make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
+                       bool every_memory_rank, DescribedRanks& described) {
   check_request(r);
   Plan plan;
   plan.request = r;
@@ -211,14 +217,14 @@ Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& c
   // Memory: the pipeline rank needing the most of the first (the embedding, the most
   // micro-batches in flight), the second (the first given a remainder layer) and the last (the
   // head); traffic: the lead's (pp rank 0).
-  std::unique_ptr<model::Model> lead;
   const int last = static_cast<int>(r.layout.pp) - 1;
   const std::set<int> ranks =
       every_memory_rank ? std::set<int>{0, std::min(1, last), last} : std::set<int>{0};
   for (int rank : ranks) {
-    std::unique_ptr<model::Model> described = detail::describe_rank(r, c, rank);
+    std::shared_ptr<const model::Model>& d = described[rank];
+    if (!d) d = detail::describe_rank(r, c, rank);
     std::vector<MemoryPart> parts =
-        detail::memory_parts(r, train::estimate_run_memory(*described, c, 0));
+        detail::memory_parts(r, train::estimate_run_memory(*d, c, 0));
     auto sum = [](const std::vector<MemoryPart>& v) {
       return std::accumulate(v.begin(), v.end(), 0.0,
                              [](double s, const MemoryPart& m) { return s + m.bytes; });
@@ -227,13 +233,12 @@ Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& c
       plan.memory = std::move(parts);
       plan.worst_pp_rank = rank;
     }
-    if (rank == 0) lead = std::move(described);
   }
   plan.params_total = counts.back().total;
   plan.params_active = counts.back().active;
   for (const model::ComponentCount& cc : counts)
     if (cc.component == "embedding") plan.params_embedding = cc.total;
-  plan.traffic = detail::step_traffic(r, *lead, plan.micro_batches);
+  plan.traffic = detail::step_traffic(r, *described.at(0), plan.micro_batches);
   plan.bubble = r.layout.pp > 1 ? pipeline_bubble(r.layout.pp, r.layout.vp, plan.micro_batches) : 0;
   detail::roofline(plan);
   return plan;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,14 @@
 #include "k3/planner/layout.h"
 
 namespace k3::planner {
+
+// One MoE layer's routing in one step, as a run measured it (RUN_DIR/expert_load.jsonl): the rows
+// its tokens routed to the lead ep rank's experts over the step, and under MoonEP the loads each
+// micro-batch's plan was made from (each expert's rows over the ep group, experts × micro-batches).
+struct MoeRouting {
+  int64_t home_rows = 0;
+  std::vector<int64_t> plan_loads;
+};
 
 struct PlanRequest {
   model::ModelConfig model;
@@ -34,7 +43,14 @@ struct PlanRequest {
   double efficiency = 0.5;          // achieved over peak compute, for the roofline
   double bucket_mib = 4;            // the gradient reduction's bucket
   bool optimizer_on_host = false;   // master weights and optimizer states in host memory
+  // By decoder layer; empty: balanced routing (every ep rank computes its share of the rows,
+  // and MoonEP fills every replica slot).
+  std::map<int64_t, MoeRouting> routing;
 };
+
+// The routing of step `step` (< 0: the last) of a run's expert-load records (`--routing`,
+// `--routing-step`); throws one line naming what is missing.
+std::map<int64_t, MoeRouting> read_routing(const std::string& expert_load_jsonl, int64_t step);
 
 struct MemoryPart {
   std::string name;

@@ -2,6 +2,7 @@
 // the ranks it describes, the memory and traffic of one pipeline rank, the roofline.
 #pragma once
 
+#include <map>
 #include <memory>
 
 #include "k3/model/model.h"
@@ -18,6 +19,13 @@ train::RunConfig run_config(const PlanRequest& r, int64_t micro_batches);
 // What pipeline rank PP_RANK holds (its tp and ep shards), without allocating.
 std::unique_ptr<model::Model> describe_rank(const PlanRequest& r, const train::RunConfig& c,
                                             int pp_rank);
+
+// The described ranks a plan reads, by pipeline rank. What a rank holds depends on tp, ep, pp, vp
+// and sequence parallelism only, so a search shares them between layouts that differ in dp and
+// cp; a plan describes the ranks missing here and adds them.
+using DescribedRanks = std::map<int, std::shared_ptr<const model::Model>>;
+Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
+               bool every_memory_rank, DescribedRanks& described);
 
 // One GPU's memory by part, from the run's estimate for that rank.
 std::vector<MemoryPart> memory_parts(const PlanRequest& r, const train::RunMemory& m);

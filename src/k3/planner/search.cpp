@@ -3,11 +3,17 @@
 // the experts, pp up to 16 with 1 or 2 chunks a rank. A layout whose weights and optimizer share
 // alone cannot fit (the dense parameters over tp·pp, the routed experts over tp·ep·pp) is passed
 // over unplanned; the others are screened with pipeline rank 0's memory, and the fastest 3·top
-// that fit planned in full.
+// that fit planned in full. Layouts that differ only in dp and cp share the description of their
+// pipeline ranks (what a rank holds), and the groups are planned side by side on the OpenMP
+// threads.
 #include <algorithm>
+#include <array>
+#include <map>
+#include <optional>
 
 #include "k3/base/error.h"
 #include "k3/planner/plan.h"
+#include "k3/planner/plan_internal.h"
 
 namespace k3::planner {
 
@@ -19,7 +25,10 @@ std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top)
   for (const model::ComponentCount& cc : counts)
     if (cc.component == "moe.routed_experts") experts = static_cast<double>(cc.total);
   const double dense = static_cast<double>(counts.back().total) - experts;
-  std::vector<Plan> fitting;
+  // The candidates, grouped by what their ranks hold (tp, ep, pp, vp): a group's layouts differ
+  // in cp and dp only and share one description of each pipeline rank.
+  std::map<std::array<int64_t, 4>, std::vector<std::pair<size_t, PlanRequest>>> groups;
+  size_t order = 0;  // ties keep the order tried
   auto powers = [](int64_t most) {
     std::vector<int64_t> v;
     for (int64_t n = 1; n <= most; n *= 2) v.push_back(n);
@@ -45,20 +54,43 @@ std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top)
             q.layout.vp = vp, q.layout.dp = gpus / cell;
             q.layout.sequence_parallel = tp > 1;
             q.layout.moonep = r.layout.moonep && ep > 1;
-            try {
-              Plan p = make_plan(q, counts, /*every_memory_rank=*/false);
-              if (p.fits()) fitting.push_back(std::move(p));
-            } catch (const Error&) {
-              // a layout the model or the batch does not admit
-            }
+            groups[{tp, ep, pp, vp}].emplace_back(order++, q);
           }
-  auto faster = [](const Plan& a, const Plan& b) { return a.step_seconds < b.step_seconds; };
-  std::stable_sort(fitting.begin(), fitting.end(), faster);
-  std::vector<Plan> best;
-  for (size_t i = 0; i < fitting.size() && i < 3 * top; ++i) {
-    Plan p = make_plan(fitting[i].request, counts);
-    if (p.fits()) best.push_back(std::move(p));
+  std::vector<std::vector<std::pair<size_t, PlanRequest>>*> work;
+  for (auto& [key, requests] : groups) work.push_back(&requests);
+  // Screened with pipeline rank 0's memory, the groups side by side.
+  std::vector<std::vector<std::pair<size_t, Plan>>> screened(work.size());
+#pragma omp parallel for schedule(dynamic)
+  for (size_t g = 0; g < work.size(); ++g) {
+    // A described K3 rank takes hundreds of MB: a thread holds one group's at a time.
+    detail::DescribedRanks described;
+    for (const auto& [tried, q] : *work[g]) {
+      try {
+        Plan p = detail::make_plan(q, counts, /*every_memory_rank=*/false, described);
+        if (p.fits()) screened[g].emplace_back(tried, std::move(p));
+      } catch (const Error&) {
+        // a layout the model or the batch does not admit
+      }
+    }
   }
+  std::vector<std::pair<size_t, Plan>> fitting;  // with the order tried
+  for (auto& plans : screened)
+    for (auto& p : plans) fitting.push_back(std::move(p));
+  std::sort(fitting.begin(), fitting.end(), [](const auto& a, const auto& b) {
+    return std::pair{a.second.step_seconds, a.first} < std::pair{b.second.step_seconds, b.first};
+  });
+  // The fastest 3·top planned in full (every memory rank).
+  fitting.resize(std::min(fitting.size(), 3 * top));
+  std::vector<std::optional<Plan>> full(fitting.size());
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < fitting.size(); ++i) {
+    Plan p = make_plan(fitting[i].second.request, counts);
+    if (p.fits()) full[i] = std::move(p);
+  }
+  std::vector<Plan> best;
+  for (std::optional<Plan>& p : full)
+    if (p) best.push_back(std::move(*p));
+  auto faster = [](const Plan& a, const Plan& b) { return a.step_seconds < b.step_seconds; };
   K3_CHECK(!best.empty(), "--search: no layout of ", gpus,
            " GPUs fits the model in memory with these settings");
   std::stable_sort(best.begin(), best.end(), faster);

@@ -5,13 +5,20 @@
 //            all-gather, ZeRO-2's norm (parallel/zero/grad_sync.cpp, sharded_optimizer.cpp);
 //            distributed Muon's blocks to their owners and back (over dp, tp or tp_dp);
 //   tp       the tensor-parallel regions (parallel/tensor/traffic.h);
-//   cp       the gradients' sum over cp; KCP's state gathers and ring attention's blocks;
-//   ep       the norm, the dense gradients' sum over ep, the routed rows there and back;
+//   cp       the gradients' sum over cp; ring attention's blocks, the short convolutions' halos,
+//            KCP's state gathers (model/context/);
+//   ep       the norm, the dense gradients' sum over ep; the loads, the routed rows there and
+//            back, MoonEP's replicas, the dispatch figures (model/experts/);
 //   pp       the loss, the norm, each stage boundary's payload forward and its gradient back.
 #include "k3/parallel/tensor/traffic.h"
 
 #include <algorithm>
+#include <numeric>
+#include <span>
+#include <tuple>
 
+#include "k3/base/error.h"
+#include "k3/model/experts/moonep_plan.h"
 #include "k3/model/layer_factory.h"
 #include "k3/model/quantile_balancing.h"
 #include "k3/optim/optimizer.h"
@@ -71,6 +78,119 @@ double muon_p2p_bytes(const PlanRequest& r, const model::Model& lead, int64_t m)
   return static_cast<double>(parallel::muon_p2p_bytes(units, owners, tp, l.zero, 0));
 }
 
+// One MoE layer's step under measured routing, for ep rank 0: rows computed, replicas of its
+// experts sent out, replicas it hosted. Baseline: the rows routed to its experts; MoonEP: each
+// micro-batch's plan made again from the loads the run made it from.
+std::tuple<int64_t, int64_t, int64_t> measured_dispatch(const PlanRequest& r, const MoeRouting& d,
+                                                        int64_t layer, int64_t m, int64_t pairs) {
+  const Layout& l = r.layout;
+  if (!l.moonep) return {d.home_rows, 0, 0};
+  const int64_t E = r.model.num_experts;
+  K3_CHECK(static_cast<int64_t>(d.plan_loads.size()) == m * E, "--routing: MoE layer ", layer,
+           " has ", d.plan_loads.size(), " MoonEP plan loads, not ", m, " micro-batches x ", E,
+           " experts (a run with --moe-dispatch moonep and this batch records them)");
+  const model::MoonEpShape shape{static_cast<int>(l.ep), static_cast<int>(E),
+                                 static_cast<int>(l.moonep_slots), pairs};
+  int64_t computed = 0, sent_out = 0, hosted = 0;
+  for (int64_t micro = 0; micro < m; ++micro) {
+    const std::span<const int64_t> loads(d.plan_loads.data() + micro * E, static_cast<size_t>(E));
+    const int64_t total = std::accumulate(loads.begin(), loads.end(), int64_t{0});
+    K3_CHECK(total == l.ep * pairs, "--routing: MoE layer ", layer, ", micro-batch ", micro,
+             ": the loads sum to ", total, " rows, not ep x tokens x k = ", l.ep * pairs);
+    const model::MoonEpPlan plan = model::plan_moonep(shape, loads);
+    computed += plan.rows[0];
+    hosted += plan.replicas[0];
+    for (int64_t e = 0; e < E / l.ep; ++e)
+      sent_out += static_cast<int64_t>(plan.hosts[static_cast<size_t>(e)].size()) - 1;
+  }
+  return {computed, sent_out, hosted};
+}
+
+// Context parallelism (model/context/), for cp rank 0 of a zig-zag layout: the gradients' sum
+// over cp; per micro-batch and gated MLA layer ring attention's compressed blocks [c_kv | k_r]
+// (cp − 1 hops forward; backward cp − 1 hops of the blocks and cp of their gradients, each hop a
+// send and a receive); per KDA layer the short convolutions' halos (q, k, v: one window of
+// kernel − 1 inputs a piece to the next rank and one from it, forward and backward) and KCP's
+// two all-gathers, the span pairs [K, V + K] forward and the incoming states' gradients [K, V]
+// backward, two spans a rank, in fp32.
+void context_traffic(Recorder& rec, const PlanRequest& r, const model::Model& lead, int64_t m,
+                     int64_t tokens, double held) {
+  const Layout& l = r.layout;
+  const Precision& p = r.cluster.precision;
+  const model::ModelConfig& c = r.model;
+  const int64_t cp_stride = l.tp, rows = r.micro_rows;
+  rec.add("cp", l.cp, cp_stride, Op::all_reduce, "gradients", held * p.gradient);
+  double ring = 0, halo = 0, kcp = 0;  // values, per micro-batch
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    if (!lead.holds_layer(i)) continue;
+    const model::MixerKind k = model::mixer_kind(c, i);
+    if (k == model::MixerKind::GatedMLA) {
+      ring += static_cast<double>((3 * l.cp - 2) * tokens * (c.kv_lora_rank + c.qk_rope_head_dim));
+    } else if (k == model::MixerKind::KDA) {
+      const int64_t width = c.kda_num_heads / l.tp * c.kda_head_dim;  // this rank's H·D
+      halo += static_cast<double>(2 * 3 * rows * (c.kda_short_conv_kernel_size - 1) * width);
+      kcp += static_cast<double>(l.cp * 2 * rows * width * c.kda_head_dim * 3);
+    }
+  }
+  const double micro = static_cast<double>(m);
+  for (Op op : {Op::send, Op::recv}) {
+    rec.add("cp", l.cp, cp_stride, op, "ring attention's latent blocks and their gradients",
+            ring * micro * p.activation);
+    rec.add("cp", l.cp, cp_stride, op, "short convolutions' halos and their gradients",
+            halo * micro * p.activation);
+  }
+  rec.add("cp", l.cp, cp_stride, Op::all_gather, "KCP span pairs, state gradients",
+          kcp * micro * 4);
+}
+
+// Expert parallelism (model/experts/routed_experts.cpp), for ep rank 0: the norm and the dense
+// gradients' sum over ep; per MoE layer and micro-batch the loads (baseline: E counts to the
+// experts' homes; MoonEP: every rank's ep·E gathered), the rows to their hosts and back, forward
+// and backward (each rank sends all its k rows a token and returns the rows it computed), MoonEP's
+// replica weights out and their gradients home; per MoE layer and step the dispatch figures
+// (five a rank). The rows computed and the replicas follow the routing: measured with
+// --routing (MoonEP's plans replayed from their loads), else balanced.
+void expert_traffic(Recorder& rec, const PlanRequest& r, const model::Model& lead, int64_t m,
+                    int64_t tokens, double dense) {
+  const Layout& l = r.layout;
+  const Precision& p = r.cluster.precision;
+  const model::ModelConfig& c = r.model;
+  const int64_t ep_stride = l.tp * l.cp, E = c.num_experts,
+                pairs = tokens * c.num_experts_per_token;
+  const double L = static_cast<double>(c.expert_dim()),
+               weights = 3.0 * static_cast<double>(c.moe_intermediate_size / l.tp) * L;
+  rec.add("ep", l.ep, ep_stride, Op::all_reduce, "gradient norm", 2 * kScalar);
+  rec.add("ep", l.ep, ep_stride, Op::all_reduce, "dense gradients", dense * p.gradient);
+  double layers = 0, rows = 0, out = 0, in = 0;  // rows sent + computed; replicas sent, hosted
+  for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
+    if (!lead.holds_layer(i) || model::ffn_kind(c, i) != model::FfnKind::LatentMoE) continue;
+    ++layers;
+    int64_t computed = m * pairs, sent_out = m * l.moonep_slots, hosted = m * l.moonep_slots;
+    if (!r.routing.empty()) {
+      const auto it = r.routing.find(i);
+      K3_CHECK(it != r.routing.end(), "--routing: no dispatch figures for MoE layer ", i);
+      std::tie(computed, sent_out, hosted) = measured_dispatch(r, it->second, i, m, pairs);
+    }
+    if (!l.moonep) sent_out = hosted = 0;
+    rows += static_cast<double>(m * pairs + computed);
+    out += static_cast<double>(sent_out);
+    in += static_cast<double>(hosted);
+  }
+  const double micro = static_cast<double>(m);
+  if (l.moonep)
+    rec.add("ep", l.ep, ep_stride, Op::all_gather, "expert loads, every rank's",
+            layers * micro * kScalar * static_cast<double>(l.ep * E));
+  else
+    rec.add("ep", l.ep, ep_stride, Op::all_to_all, "expert loads",
+            layers * micro * kScalar * static_cast<double>(E));
+  rec.add("ep", l.ep, ep_stride, Op::all_to_all, "routed rows, there and back",
+          2 * rows * L * p.activation);
+  rec.add("ep", l.ep, ep_stride, Op::all_to_all, "replica weights out, their gradients home",
+          weights * (out * p.weight + in * p.gradient));
+  rec.add("ep", l.ep, ep_stride, Op::all_gather, "dispatch figures",
+          layers * kScalar * 5 * static_cast<double>(l.ep));
+}
+
 }  // namespace
 
 std::vector<Transfer> step_traffic(const PlanRequest& r, const model::Model& lead, int64_t m) {
@@ -80,8 +200,7 @@ std::vector<Transfer> step_traffic(const PlanRequest& r, const model::Model& lea
   const model::ParamRegistry& reg = lead.params();
   const double micro = static_cast<double>(m);
   const int64_t tokens = r.micro_rows * r.seq / l.cp;  // one micro-batch on one rank
-  const int64_t tp_stride = 1, cp_stride = l.tp, ep_stride = l.tp * l.cp,
-                dp_stride = ep_stride * l.ep, pp_stride = dp_stride * l.dp;
+  const int64_t tp_stride = 1, dp_stride = l.tp * l.cp * l.ep, pp_stride = dp_stride * l.dp;
   // Floats of the flat buffer (padding included), of its dense part, of all parameters held.
   const double flat = static_cast<double>(reg.flat_size());
   double dense = 0, held = 0;
@@ -136,66 +255,25 @@ std::vector<Transfer> step_traffic(const PlanRequest& r, const model::Model& lea
                 kScalar);
   }
 
-  if (l.cp > 1) {
-    rec.add("cp", l.cp, cp_stride, Op::all_reduce, "gradients", held * p.gradient);
-    // Modelled, not yet measured: ring attention passes each rank's keys and values round the
-    // ring (cp - 1 hops forward; backward their gradients too), KCP gathers each rank's
-    // end-of-span states (forward, and their gradients backward).
-    double ring = 0, kcp = 0;
-    for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
-      if (!lead.holds_layer(i)) continue;
-      const model::MixerKind k = model::mixer_kind(c, i);
-      if (k == model::MixerKind::GatedMLA)
-        ring += 3 * static_cast<double>((l.cp - 1) * tokens * c.num_attention_heads / l.tp *
-                                        (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim));
-      else if (k == model::MixerKind::KDA)
-        kcp += 2 *
-               static_cast<double>(l.cp * c.kda_num_heads / l.tp * c.kda_head_dim * c.kda_head_dim);
-    }
-    rec.add("cp", l.cp, cp_stride, Op::send, "ring attention keys and values",
-            ring * micro * p.activation);
-    rec.add("cp", l.cp, cp_stride, Op::recv, "ring attention keys and values",
-            ring * micro * p.activation);
-    rec.add("cp", l.cp, cp_stride, Op::all_gather, "KCP span states", kcp * micro * 4);
-  }
-
-  if (l.ep > 1) {
-    rec.add("ep", l.ep, ep_stride, Op::all_reduce, "gradient norm", 2 * kScalar);
-    rec.add("ep", l.ep, ep_stride, Op::all_reduce, "dense gradients", dense * p.gradient);
-    // Each MoE layer sends its k rows a token to the experts' ranks and back, forward and
-    // backward (the rows each rank computes vary with the routing: their mean), and its loads.
-    const double pairs = static_cast<double>(tokens * c.num_experts_per_token);
-    rec.add("ep", l.ep, ep_stride, Op::all_to_all, "routed rows, there and back",
-            moe_layers * micro * 4 * pairs * static_cast<double>(c.routed_expert_hidden_size) *
-                p.activation);
-    const double expert =
-        3.0 * static_cast<double>(c.moe_intermediate_size * c.routed_expert_hidden_size);
-    if (l.moonep) {
-      rec.add("ep", l.ep, ep_stride, Op::all_gather, "expert loads",
-              moe_layers * micro * kScalar * static_cast<double>(l.ep * c.num_experts));
-      rec.add("ep", l.ep, ep_stride, Op::all_to_all, "replica weights and their gradients",
-              moe_layers * micro * 2 * static_cast<double>(l.moonep_slots) * expert * p.weight);
-    } else {
-      rec.add("ep", l.ep, ep_stride, Op::all_to_all, "expert loads",
-              moe_layers * micro * kScalar * static_cast<double>(c.num_experts));
-    }
-  }
+  if (l.cp > 1) context_traffic(rec, r, lead, m, tokens, held);
+  if (l.ep > 1) expert_traffic(rec, r, lead, m, tokens, dense);
 
   if (l.pp > 1) {
     rec.add("pp", l.pp, pp_stride, Op::all_reduce, "loss", kScalar);
     rec.add("pp", l.pp, pp_stride, Op::all_reduce, "gradient norm", kScalar);
     // The step's expert-load records gathered to the lead (train/expert_load_gather.h): their
     // lengths, then per rank a layer count and a dispatch count, per MoE layer its number, tokens,
-    // expert count and loads, and under ep its rows by rank before and after, replicas, overflow
-    // and bytes.
+    // expert count and loads, and under ep its rows by rank before and after, replicas, overflow,
+    // bytes and MoonEP's plan loads (their count, then per micro-batch each expert's).
     double all_moe = 0;
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
       all_moe += model::ffn_kind(c, i) == model::FfnKind::LatentMoE;
     if (all_moe > 0) {
       rec.add("pp", l.pp, pp_stride, Op::all_reduce, "expert-load record lengths",
               kScalar * static_cast<double>(l.pp));
-      const double per_layer = static_cast<double>(3 + c.num_experts) +
-                               (l.ep > 1 ? static_cast<double>(5 + 2 * l.ep) : 0.0);
+      const double per_layer =
+          static_cast<double>(3 + c.num_experts) +
+          (l.ep > 1 ? static_cast<double>(6 + 2 * l.ep + (l.moonep ? m * c.num_experts : 0)) : 0.0);
       rec.add("pp", l.pp, pp_stride, Op::all_gather, "expert-load records",
               kScalar * (2 * static_cast<double>(l.pp) + all_moe * per_layer));
     }

@@ -48,6 +48,19 @@ model::DispatchStats parse_ranks(const json& j, const ErrorContext& ctx, int64_t
   d.rows = counts("rows");
   K3_CHECK_CTX(d.rows.size() == d.home_rows.size(), ctx, "line ", line, ", layer ", layer, ": ",
                d.rows.size(), " ranks' rows but ", d.home_rows.size(), " ranks' home rows");
+  if (j.contains("plan_loads")) {  // MoonEP: one array of loads per micro-batch
+    K3_CHECK_CTX(j["plan_loads"].is_array(), ctx, "line ", line, ", layer ", layer,
+                 ": \"plan_loads\" must be an array of per-micro-batch loads");
+    for (const json& micro : j["plan_loads"]) {
+      K3_CHECK_CTX(micro.is_array(), ctx, "line ", line, ", layer ", layer,
+                   ": \"plan_loads\" must hold one array of loads per micro-batch");
+      for (const json& v : micro) {
+        K3_CHECK_CTX(v.is_number_unsigned(), ctx, "line ", line, ", layer ", layer,
+                     ": plan_loads must hold non-negative integers, found ", v.dump());
+        d.plan_loads.push_back(v.get<int64_t>());
+      }
+    }
+  }
   d.replicas = count("replicas");
   d.overflow = count("overflow");
   d.bytes = count("bytes");
@@ -112,12 +125,25 @@ void append_expert_load(const std::string& run_dir, int64_t step,
     record["layers"][std::to_string(layer)] = {{"tokens", st.tokens}, {"load", st.load},
                                                {"maxvio", st.maxvio}, {"min", st.min_load},
                                                {"max", st.max_load},  {"idle", st.idle}};
-  for (const auto& [layer, d] : dispatch)
-    record["layers"][std::to_string(layer)]["ranks"] = {{"home_rows", d.home_rows},
-                                                        {"rows", d.rows},
-                                                        {"replicas", d.replicas},
-                                                        {"overflow", d.overflow},
-                                                        {"bytes", d.bytes}};
+  for (const auto& [layer, d] : dispatch) {
+    auto& ranks = record["layers"][std::to_string(layer)]["ranks"];
+    ranks = {{"home_rows", d.home_rows},
+             {"rows", d.rows},
+             {"replicas", d.replicas},
+             {"overflow", d.overflow},
+             {"bytes", d.bytes}};
+    if (d.plan_loads.empty()) continue;
+    const auto it = layers.find(layer);
+    K3_CHECK(it != layers.end() && !it->second.load.empty(), "expert load: layer ", layer,
+             " has dispatch figures but no loads");
+    const size_t experts = it->second.load.size();
+    nlohmann::ordered_json micro = nlohmann::ordered_json::array();
+    for (size_t at = 0; at < d.plan_loads.size(); at += experts)
+      micro.push_back(
+          std::vector<int64_t>(d.plan_loads.begin() + static_cast<ptrdiff_t>(at),
+                               d.plan_loads.begin() + static_cast<ptrdiff_t>(at + experts)));
+    ranks["plan_loads"] = micro;
+  }
   const std::string line = (ends_mid_line(path) ? "\n" : "") + record.dump() + "\n";
   std::ofstream out(path, std::ios::app | std::ios::binary);
   K3_CHECK_CTX(out, (ErrorContext{path, "", -1}), "cannot open for appending");

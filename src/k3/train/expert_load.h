@@ -6,7 +6,10 @@
 // from it and are written for readers of the raw file. Under expert parallelism a layer also has
 //   "ranks": {"home_rows": [...], "rows": [...], "replicas": 6, "overflow": 0, "bytes": 81920}
 // per ep rank: the rows routed to its home experts (what it computes without MoonEP) and the
-// rows it computed; replica slots used, the largest plan overflow and bytes sent, over all ranks.
+// rows it computed; replica slots used, the largest plan overflow and bytes sent, over all ranks;
+// under MoonEP also "plan_loads": [[...], ...], per micro-batch each expert's rows over the ep
+// group of the record's rank (the loads that micro-batch's plan was made from; `k3lab plan
+// --routing` replays them).
 #pragma once
 
 #include <cstddef>

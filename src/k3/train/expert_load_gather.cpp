@@ -8,7 +8,8 @@ namespace {
 
 // A record's figures as int64s: the layer count, then per layer (layer, tokens, experts,
 // load...); the dispatch count, then per layer (layer, ranks, rows..., home rows..., replicas,
-// overflow, bytes). maxvio, min, max and idle follow from the load.
+// overflow, bytes, the plan loads' count, plan loads...). maxvio, min, max and idle follow from
+// the load.
 std::vector<int64_t> encode(const ExpertLoadRecord& r) {
   std::vector<int64_t> out{static_cast<int64_t>(r.layers.size())};
   for (const auto& [layer, st] : r.layers) {
@@ -21,6 +22,8 @@ std::vector<int64_t> encode(const ExpertLoadRecord& r) {
     out.insert(out.end(), d.rows.begin(), d.rows.end());
     out.insert(out.end(), d.home_rows.begin(), d.home_rows.end());
     out.insert(out.end(), {d.replicas, d.overflow, d.bytes});
+    out.push_back(static_cast<int64_t>(d.plan_loads.size()));
+    out.insert(out.end(), d.plan_loads.begin(), d.plan_loads.end());
   }
   return out;
 }
@@ -47,6 +50,7 @@ void decode(const int64_t*& at, ExpertLoadRecord& out) {
     d.overflow = at[1];
     d.bytes = at[2];
     at += 3;
+    d.plan_loads = take(*at++);
   }
 }
 

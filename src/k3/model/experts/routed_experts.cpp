@@ -59,6 +59,13 @@ std::vector<int64_t> loads_of(const float* saved, int64_t n) {
   return out;
 }
 
+// Each expert's rows over the ep group, from the loads table [ranks × experts].
+std::vector<int64_t> column_sums(const std::vector<int64_t>& loads, int64_t experts) {
+  std::vector<int64_t> total(static_cast<size_t>(experts), 0);
+  for (size_t i = 0; i < loads.size(); ++i) total[i % static_cast<size_t>(experts)] += loads[i];
+  return total;
+}
+
 }  // namespace
 
 kernels::MoePermutePlan plan_rows(Arena& arena, const float* ids, int64_t tokens, int64_t k,
@@ -131,10 +138,7 @@ ExpertExchange RoutedExperts::exchange(const Step& s, const std::vector<int64_t>
                                        int64_t rows) const {
   const MoonEpShape sh = shape(s, rows);
   if (!s.grid.dims().moonep) return make_exchange(sh, loads, nullptr, s.grid.ep().rank());
-  std::vector<int64_t> total(static_cast<size_t>(experts_), 0);
-  for (int r = 0; r < sh.ranks; ++r)
-    for (int64_t e = 0; e < experts_; ++e) total[e] += loads[static_cast<size_t>(r * experts_ + e)];
-  const MoonEpPlan plan = plan_moonep(sh, total);
+  const MoonEpPlan plan = plan_moonep(sh, column_sums(loads, experts_));
   return make_exchange(sh, loads, &plan, s.grid.ep().rank());
 }
 
@@ -280,12 +284,14 @@ void RoutedExperts::forward(const Step& s, const float* ids, int64_t tokens, con
   }
   float *zc, *g, *u, *rw, *saved_loads;
   ExpertExchange x;
+  std::vector<int64_t> plan_loads;  // MoonEP: each expert's rows over the group
   int64_t rows = 0, replicas = 0, nloads = 0;
   {
     ArenaScope scratch(s.arena);
     const kernels::MoePermutePlan plan = plan_rows(s.arena, ids, tokens, k_, experts_);
     const std::vector<int64_t> loads = share_loads(s, plan);
     x = exchange(s, loads, tokens);
+    if (s.grid.dims().moonep) plan_loads = column_sums(loads, experts_);
     rows = x.computed_rows();
     replicas = x.slots() - x.home_slots;
     nloads = static_cast<int64_t>(loads.size());
@@ -317,7 +323,10 @@ void RoutedExperts::forward(const Step& s, const float* ids, int64_t tokens, con
   totals_.computed_rows += rows;
   totals_.home_rows += x.home_rows;
   totals_.replicas += replicas;
-  if (s.grid.dims().moonep) totals_.overflow = std::max(totals_.overflow, rows - pairs);
+  if (s.grid.dims().moonep) {
+    totals_.overflow = std::max(totals_.overflow, rows - pairs);
+    totals_.plan_loads.insert(totals_.plan_loads.end(), plan_loads.begin(), plan_loads.end());
+  }
   const int64_t P = x.ranks, counts = s.grid.dims().moonep ? P * experts_ : experts_;
   // Forward: the counts, the replica weights, the rows there and back; backward: the rows there
   // and back, the replica gradients.
@@ -360,8 +369,9 @@ DispatchStats RoutedExperts::take_stats(const dist::Comm& ep) const {
       std::array<int64_t, 5>{t.computed_rows, t.home_rows, t.replicas, t.overflow, t.bytes}.begin(),
       5, all.begin() + 5 * ep.rank());
   ep.all_gather(all.data(), std::vector<int64_t>(static_cast<size_t>(P), 5));
-  totals_ = {};
   DispatchStats out;
+  out.plan_loads = std::move(totals_.plan_loads);  // the same on every rank of the group
+  totals_ = {};
   for (int r = 0; r < P; ++r) {
     const int64_t* v = all.data() + 5 * r;
     out.rows.push_back(v[0]);

@@ -43,6 +43,7 @@ struct DispatchTotals {
   int64_t replicas = 0;       // replica slots used
   int64_t overflow = 0;       // the largest overflow of a MoonEP plan (rows above S·K)
   int64_t bytes = 0;          // sent over ep: rows, replica weights and gradients, counts
+  std::vector<int64_t> plan_loads;  // MoonEP: per micro-batch, the loads its plan was made from
 };
 
 // The same, gathered over the ep group at the end of a global batch.
@@ -52,6 +53,9 @@ struct DispatchStats {
   int64_t replicas = 0;            // replica slots used, over ranks and micro-batches
   int64_t overflow = 0;            // the largest MoonEP plan overflow (0: always balanced)
   int64_t bytes = 0;               // sent over ep, over ranks
+  // MoonEP: per micro-batch, each expert's rows over the ep group (what every rank made the
+  // micro-batch's plan from), experts × micro-batches; empty under the baseline dispatch.
+  std::vector<int64_t> plan_loads;
 };
 
 class RoutedExperts {
