@@ -11,7 +11,7 @@ namespace {
 
 // A batch's Nesterov inputs plus results stay under this size; larger groups run in batches.
 constexpr int64_t kBatchBytes = int64_t{256} << 20;
-constexpr int64_t kTile = 32;
+constexpr int64_t kWalkTile = 32;
 
 // How a [rows, cols] block is walked: its element (r, c) has index i = r·cols + c row-major, s
 // in column panels `panel` wide (s = i when panel = cols), p in the wide orientation ([cols,
@@ -30,8 +30,8 @@ void for_rows(int64_t r0, int64_t r1, const Walk& w, F f) {
     for (int64_t i = r0 * w.cols; i < r1 * w.cols; ++i) f(i, i, i);
     return;
   }
-  for (int64_t c0 = 0; c0 < w.cols; c0 += kTile) {
-    const int64_t c1 = std::min(w.cols, c0 + kTile);
+  for (int64_t c0 = 0; c0 < w.cols; c0 += kWalkTile) {
+    const int64_t c1 = std::min(w.cols, c0 + kWalkTile);
     for (int64_t r = r0; r < r1; ++r)
       for (int64_t c = c0; c < c1; ++c) {
         const int64_t i = r * w.cols + c;
@@ -45,11 +45,11 @@ void for_rows(int64_t r0, int64_t r1, const Walk& w, F f) {
 // f(b, i, s, p) for every element of `count` blocks, in parallel over row tiles.
 template <typename F>
 void for_blocks(int64_t count, const Walk& w, F f) {
-  const int64_t row_tiles = (w.rows + kTile - 1) / kTile;
+  const int64_t row_tiles = (w.rows + kWalkTile - 1) / kWalkTile;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t b = 0; b < count; ++b)
     for (int64_t t = 0; t < row_tiles; ++t)
-      for_rows(t * kTile, std::min(w.rows, (t + 1) * kTile), w,
+      for_rows(t * kWalkTile, std::min(w.rows, (t + 1) * kWalkTile), w,
                [&](int64_t i, int64_t s, int64_t p) { f(b, i, s, p); });
 }
 
