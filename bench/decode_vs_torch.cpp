@@ -101,11 +101,7 @@ Options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // libgomp reads its wait policy once, at load: restart with the passive one.
-  if (const char* p = std::getenv("OMP_WAIT_POLICY"); !p || std::strcmp(p, "passive") != 0) {
-    setenv("OMP_WAIT_POLICY", "passive", 1);
-    execv("/proc/self/exe", argv);
-  }
+  k3::restart_with_passive_omp_wait(argv);
   try {
     const Options o = parse(argc, argv);
     k3::set_num_threads(kThreads);

@@ -14,17 +14,13 @@
 #include "k3/base/threads.h"
 #include "k3/dist/runtime.h"
 
-// Decoding runs hundreds of small parallel regions per token. Between them libgomp's threads spin
-// by default, and on cores shared with other processes a spinning thread starves the one with the
-// work: batch-1 decoding measured 10-30x slower on a loaded 2-core host (k3lab bench decode, L6
-// d384: 4-7 against 128-150 tokens/s). libgomp reads its wait policy once, at load, so the
-// decoding commands restart with the passive one unless OMP_WAIT_POLICY is set.
+// Decoding runs hundreds of small parallel regions per token: batch-1 decoding measured 10-30x
+// slower with spinning OpenMP threads on a loaded 2-core host (k3lab bench decode, L6 d384: 4-7
+// against 128-150 tokens/s), so the decoding commands wait passively.
 static void wait_passively_when_decoding(char** argv) {
-  if (!argv[1] || std::getenv("OMP_WAIT_POLICY")) return;
+  if (!argv[1]) return;
   const std::string_view command = argv[1];
-  if (command != "sample" && command != "bench") return;
-  setenv("OMP_WAIT_POLICY", "passive", 1);
-  execv("/proc/self/exe", argv);  // returns only when it fails: then run as we are
+  if (command == "sample" || command == "bench") k3::restart_with_passive_omp_wait(argv);
 }
 
 int main(int argc, char** argv) {

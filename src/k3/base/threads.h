@@ -21,4 +21,11 @@ void share_cores(int processes_on_machine);
 // only slow every loop down, so the count is capped to the cores with a warning on stderr.
 int user_thread_count(int64_t requested, const char* setting);
 
+// libgomp reads its wait policy once, at load, and by default its idle threads spin: on cores
+// shared with other processes a spinning thread starves the one with the work (many small
+// parallel regions, as in decoding, measured 10-30x slower on a loaded 2-core host). Unless
+// OMP_WAIT_POLICY is set, restarts this program (argv as given to main) with the passive policy;
+// returns only when the policy is already chosen or the restart fails.
+void restart_with_passive_omp_wait(char** argv);
+
 }  // namespace k3
