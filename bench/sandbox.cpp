@@ -218,6 +218,60 @@ struct Options {
   int iterations, seconds, idle, threads, vm_iterations, vm_idle;
 };
 
+// The labels of latency_rows' rows that name the backend (the rest are the same for both).
+struct LatencyLabels {
+  const char *cold, *create, *pool, *pool_destroy, *live;
+};
+
+// Cold create + exec + destroy (and each part), the same from a pool of `pool_size` (what the
+// user waits for, and a destroy in the caller for comparison), and exec in a live sandbox.
+void latency_rows(Backend& backend, const Image& image, const Limits& limits, const ExecRequest& t,
+                  int n, int pool_size, const LatencyLabels& label) {
+  {
+    std::vector<double> total, create, exec, destroy;
+    for (int i = 0; i < n; ++i) {
+      const auto t0 = Clock::now();
+      auto s = backend.create(image, limits);
+      const auto t1 = Clock::now();
+      s->exec(t);
+      const auto t2 = Clock::now();
+      s->destroy();
+      destroy.push_back(ms_since(t2));
+      total.push_back(ms_since(t0));
+      create.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+      exec.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
+    }
+    row(label.cold, total);
+    row(label.create, create);
+    row("  of which the first exec", exec);
+    row("  of which destroy", destroy);
+  }
+  {
+    Pool pool(backend, image, limits, pool_size, 2);
+    std::vector<double> user_ms, destroy_ms;
+    for (int i = 0; i < n; ++i) {
+      pool.wait_until_full();  // a pool keeping up (see the throughput lines for one that cannot)
+      const auto t0 = Clock::now();
+      auto s = pool.acquire();
+      s->exec(t);
+      pool.retire(std::move(s));
+      user_ms.push_back(ms_since(t0));
+    }
+    row(label.pool, user_ms);
+    for (int i = 0; i < n; ++i) {
+      pool.wait_until_full();
+      auto s = pool.acquire();
+      s->exec(t);
+      const auto t1 = Clock::now();
+      s->destroy();
+      destroy_ms.push_back(ms_since(t1));
+    }
+    row(label.pool_destroy, destroy_ms);
+  }
+  auto s = backend.create(image, limits);
+  row(label.live, repeat(n, [&] { s->exec(t); }));
+}
+
 void bench_namespaces(ImageStore& store, const std::string& dir, const std::string& crun,
                       const Options& o) {
   auto backend = make_backend(BackendKind::kNamespaces, store);
@@ -233,51 +287,10 @@ void bench_namespaces(ImageStore& store, const std::string& dir, const std::stri
 
   std::printf("| namespaces backend, image host (ms)          |      p50 |      p99 |     n |\n");
   std::printf("|----------------------------------------------|----------|----------|-------|\n");
-  {
-    std::vector<double> total, create, exec, destroy;
-    for (int i = 0; i < iterations; ++i) {
-      const auto t0 = Clock::now();
-      auto s = backend->create(host, limits);
-      const auto t1 = Clock::now();
-      s->exec(t);
-      const auto t2 = Clock::now();
-      s->destroy();
-      destroy.push_back(ms_since(t2));
-      total.push_back(ms_since(t0));
-      create.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      exec.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
-    }
-    row("k3lab cold: create + exec true + destroy", total);
-    row("  of which create", create);
-    row("  of which the first exec", exec);
-    row("  of which destroy", destroy);
-  }
-  {
-    Pool pool(*backend, host, limits, 8, 2);
-    std::vector<double> user_ms, destroy_ms;
-    for (int i = 0; i < iterations; ++i) {
-      pool.wait_until_full();  // a pool keeping up (see the throughput lines for one that cannot)
-      const auto t0 = Clock::now();
-      auto s = pool.acquire();
-      s->exec(t);
-      pool.retire(std::move(s));
-      user_ms.push_back(ms_since(t0));
-    }
-    row("k3lab pool: acquire + exec true + retire", user_ms);
-    for (int i = 0; i < iterations; ++i) {
-      pool.wait_until_full();
-      auto s = pool.acquire();
-      s->exec(t);
-      const auto t1 = Clock::now();
-      s->destroy();
-      destroy_ms.push_back(ms_since(t1));
-    }
-    row("k3lab pool: destroy in the caller instead", destroy_ms);
-  }
-  {
-    auto s = backend->create(host, limits);
-    row("k3lab exec true in a live sandbox", repeat(iterations, [&] { s->exec(t); }));
-  }
+  latency_rows(*backend, host, limits, t, iterations, /*pool_size=*/8,
+               {"k3lab cold: create + exec true + destroy", "  of which create",
+                "k3lab pool: acquire + exec true + retire",
+                "k3lab pool: destroy in the caller instead", "k3lab exec true in a live sandbox"});
   row("host: posix_spawn /bin/true (no sandbox)",
       repeat(iterations, [&] { spawn_and_wait({"/bin/true"}); }));
   const auto bw = bwrap_alone(find_program("bwrap"));
@@ -332,51 +345,10 @@ void bench_microvm(ImageStore& store, const std::string& dir, const Options& o) 
   std::printf("\n| microvm backend, busybox image, 128 MiB (ms) |      p50 |      p99 |     n |\n");
   std::printf("|----------------------------------------------|----------|----------|-------|\n");
   const int n = o.vm_iterations;
-  {
-    std::vector<double> total, create, exec, destroy;
-    for (int i = 0; i < n; ++i) {
-      const auto t0 = Clock::now();
-      auto s = vm->create(busybox, small);
-      const auto t1 = Clock::now();
-      s->exec(t);
-      const auto t2 = Clock::now();
-      s->destroy();
-      destroy.push_back(ms_since(t2));
-      total.push_back(ms_since(t0));
-      create.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-      exec.push_back(std::chrono::duration<double, std::milli>(t2 - t1).count());
-    }
-    row("microvm cold: boot + exec true + destroy", total);
-    row("  of which boot (create)", create);
-    row("  of which the first exec", exec);
-    row("  of which destroy", destroy);
-  }
-  {
-    Pool pool(*vm, busybox, small, 4, 2);
-    std::vector<double> warm_ms, destroy_ms;
-    for (int i = 0; i < n; ++i) {
-      pool.wait_until_full();
-      const auto t0 = Clock::now();
-      auto s = pool.acquire();
-      s->exec(t);
-      pool.retire(std::move(s));
-      warm_ms.push_back(ms_since(t0));
-    }
-    row("microvm pool: acquire + exec true + retire", warm_ms);
-    for (int i = 0; i < n; ++i) {
-      pool.wait_until_full();
-      auto s = pool.acquire();
-      s->exec(t);
-      const auto t1 = Clock::now();
-      s->destroy();
-      destroy_ms.push_back(ms_since(t1));
-    }
-    row("microvm pool: destroy in the caller instead", destroy_ms);
-  }
-  {
-    auto s = vm->create(busybox, small);
-    row("microvm exec true in a live guest", repeat(n, [&] { s->exec(t); }));
-  }
+  latency_rows(*vm, busybox, small, t, n, /*pool_size=*/4,
+               {"microvm cold: boot + exec true + destroy", "  of which boot (create)",
+                "microvm pool: acquire + exec true + retire",
+                "microvm pool: destroy in the caller instead", "microvm exec true in a live guest"});
   std::printf("\nmicrovm sustained, %d clients, cold: %.1f microVMs/s (boot + exec + destroy)\n",
               o.threads, sustained_rate(*vm, busybox, small, o.threads, o.seconds));
   idle_memory(*vm, busybox, small, o.vm_idle, o.threads, "microVMs (128 MiB guests)");
