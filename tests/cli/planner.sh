@@ -22,13 +22,13 @@ STEPS=(--quiet --set data.builtin_tokens=200000 --set data.seq_len=32 --set trai
        --set train.warmup_steps=5 --set eval.every=0 --set train.threads=1 --set checkpoint.every=0
        --set sample.every=0 --set train.steps=4)
 TABLE="$WORK/table.txt"
-# compare CONFIG OPTIMIZER ZERO LAYOUT MICRO_BATCHES [DISPATCH]. Under expert parallelism the
-# plan takes the run's routing of step 3 (--routing): the rows each rank computes, and MoonEP's
-# replicas, follow from it.
+# compare CONFIG OPTIMIZER ZERO LAYOUT MICRO_BATCHES [DISPATCH [ACTIVATION]]. Under expert
+# parallelism the plan takes the run's routing of step 3 (--routing): the rows each rank computes,
+# and MoonEP's replicas, follow from it. Under recompute the layers' forward collectives run twice.
 compare() {
-  local config=$1 optimizer=$2 zero=$3 layout=$4 m=$5 dispatch=${6:-alltoall}
+  local config=$1 optimizer=$2 zero=$3 layout=$4 m=$5 dispatch=${6:-alltoall} activation=${7:-keep}
   local name np=1 readers=1 sets=() routing=() part key value
-  name=$(tr ',=' '_-' <<< "$config-$optimizer-z$zero-$layout-$dispatch")
+  name=$(tr ',=' '_-' <<< "$config-$optimizer-z$zero-$layout-$dispatch-$activation")
   IFS=, read -ra parts <<< "$layout"
   for part in "${parts[@]}"; do
     key=${part%=*} value=${part#*=}
@@ -40,13 +40,14 @@ compare() {
   done
   "${MPI[@]}" -np "$np" "$K3LAB" train "${STEPS[@]}" "${sets[@]}" --set model.config="configs/$config" \
     --set train.optimizer="$optimizer" --set parallel.zero="$zero" --set train.grad_accum="$m" \
-    --set parallel.moe_dispatch="$dispatch" --set run.dir="$WORK/$name" > "$WORK/$name.log" 2>&1 ||
+    --set parallel.moe_dispatch="$dispatch" --set activation.policy="$activation" \
+    --set run.dir="$WORK/$name" > "$WORK/$name.log" 2>&1 ||
     fail "$name: the run failed: $(tail -n 3 "$WORK/$name.log")"
   "$K3LAB" plan --cluster cpu --model "configs/$config" --layout "$layout" --zero "$zero" \
     --optimizer "$optimizer" --seq 32 --micro-batch $((4 / readers)) --global-batch $((32 * 4 * m)) \
-    --moe-dispatch "$dispatch" "${routing[@]}" --json > "$WORK/$name.plan.json" ||
+    --moe-dispatch "$dispatch" --activation "$activation" "${routing[@]}" --json > "$WORK/$name.plan.json" ||
     fail "$name: the plan failed"
-  python3 - "$WORK/$name/metrics.jsonl" "$WORK/$name.plan.json" "$config $optimizer ZeRO-$zero $layout $dispatch" >> "$TABLE" <<'PY' || fail "$name: planned and measured bytes differ: $(tail -n 3 "$TABLE")"
+  python3 - "$WORK/$name/metrics.jsonl" "$WORK/$name.plan.json" "$config $optimizer ZeRO-$zero $layout $dispatch $activation" >> "$TABLE" <<'PY' || fail "$name: planned and measured bytes differ: $(tail -n 3 "$TABLE")"
 import json, sys
 metrics, plan, what = sys.argv[1:]
 step = next(r for r in map(json.loads, open(metrics)) if r.get("step") == 3)
@@ -91,5 +92,10 @@ compare k3-nano.json adamw 0 pp=2 4
 compare k3-nano.json adamw 0 ep=2 1 alltoall
 compare k3-nano.json adamw 0 ep=2 2 moonep
 compare k3-nano.json adamw 0 cp=2 1
+compare k3-nano.json adamw 0 tp=2 1 alltoall recompute
+compare k3-nano.json adamw 0 tp=2,sp=1 1 alltoall recompute
+compare k3-nano.json adamw 0 ep=2 1 alltoall recompute
+compare k3-nano.json adamw 0 ep=2 2 moonep recompute
+compare k3-nano.json adamw 0 cp=2 1 alltoall recompute
 cat "$TABLE"
 echo "ok: planned bytes per step equal the measured counters"

@@ -10,6 +10,9 @@
 //   ep       the norm, the dense gradients' sum over ep; the loads, the routed rows there and
 //            back, MoonEP's replicas, the dispatch figures (model/experts/);
 //   pp       the loss, the norm, each stage boundary's payload forward and its gradient back.
+// Under recomputed activations a layer's forward runs again before its backward, and with it the
+// forward's collectives (tp regions, cp's blocks, halos and gathers, ep's loads, rows and
+// replicas); the step's figures, norms and the stage boundaries' payloads are not re-sent.
 #include "k3/parallel/tensor/traffic.h"
 
 #include <algorithm>
@@ -53,6 +56,9 @@ class Recorder {
 };
 
 constexpr double kScalar = 8;  // an int64 or double
+
+// How many times each layer's forward runs in a step: twice when its activations are recomputed.
+double forwards(const PlanRequest& r) { return r.activation == "recompute" ? 2.0 : 1.0; }
 
 int64_t layers_held(const model::Model& m) {
   int64_t n = 0;
@@ -108,11 +114,11 @@ std::tuple<int64_t, int64_t, int64_t> measured_dispatch(const PlanRequest& r, co
 
 // Context parallelism (model/context/), for cp rank 0 of a zig-zag layout: the gradients' sum
 // over cp; per micro-batch and gated MLA layer ring attention's compressed blocks [c_kv | k_r]
-// (cp − 1 hops forward; backward cp − 1 hops of the blocks and cp of their gradients, each hop a
-// send and a receive); per KDA layer the short convolutions' halos (q, k, v: one window of
-// kernel − 1 inputs a piece to the next rank and one from it, forward and backward) and KCP's
-// two all-gathers, the span pairs [K, V + K] forward and the incoming states' gradients [K, V]
-// backward, two spans a rank, in fp32.
+// (cp − 1 hops a forward; backward cp − 1 hops of the blocks and cp of their gradients, each hop
+// a send and a receive); per KDA layer the short convolutions' halos (q, k, v: one window of
+// kernel − 1 inputs a piece to the next rank and one from it, each forward and the backward) and
+// KCP's all-gathers, the span pairs [K, V + K] each forward and the incoming states' gradients
+// [K, V] backward, two spans a rank, in fp32.
 void context_traffic(Recorder& rec, const PlanRequest& r, const model::Model& lead, int64_t m,
                      int64_t tokens, double held) {
   const Layout& l = r.layout;
@@ -120,16 +126,18 @@ void context_traffic(Recorder& rec, const PlanRequest& r, const model::Model& le
   const model::ModelConfig& c = r.model;
   const int64_t cp_stride = l.tp, rows = r.micro_rows;
   rec.add("cp", l.cp, cp_stride, Op::all_reduce, "gradients", held * p.gradient);
+  const double F = forwards(r);
   double ring = 0, halo = 0, kcp = 0;  // values, per micro-batch
   for (int64_t i = 0; i < c.num_hidden_layers; ++i) {
     if (!lead.holds_layer(i)) continue;
     const model::MixerKind k = model::mixer_kind(c, i);
     if (k == model::MixerKind::GatedMLA) {
-      ring += static_cast<double>((3 * l.cp - 2) * tokens * (c.kv_lora_rank + c.qk_rope_head_dim));
+      ring += (F * static_cast<double>(l.cp - 1) + static_cast<double>(2 * l.cp - 1)) *
+              static_cast<double>(tokens * (c.kv_lora_rank + c.qk_rope_head_dim));
     } else if (k == model::MixerKind::KDA) {
       const int64_t width = c.kda_num_heads / l.tp * c.kda_head_dim;  // this rank's H·D
-      halo += static_cast<double>(2 * 3 * rows * (c.kda_short_conv_kernel_size - 1) * width);
-      kcp += static_cast<double>(l.cp * 2 * rows * width * c.kda_head_dim * 3);
+      halo += (F + 1) * static_cast<double>(3 * rows * (c.kda_short_conv_kernel_size - 1) * width);
+      kcp += (2 * F + 1) * static_cast<double>(l.cp * 2 * rows * width * c.kda_head_dim);
     }
   }
   const double micro = static_cast<double>(m);
@@ -145,9 +153,10 @@ void context_traffic(Recorder& rec, const PlanRequest& r, const model::Model& le
 
 // Expert parallelism (model/experts/routed_experts.cpp), for ep rank 0: the norm and the dense
 // gradients' sum over ep; per MoE layer and micro-batch the loads (baseline: E counts to the
-// experts' homes; MoonEP: every rank's ep·E gathered), the rows to their hosts and back, forward
-// and backward (each rank sends all its k rows a token and returns the rows it computed), MoonEP's
-// replica weights out and their gradients home; per MoE layer and step the dispatch figures
+// experts' homes; MoonEP: every rank's ep·E gathered) each forward, the rows to their hosts and
+// back, each forward and the backward (each rank sends all its k rows a token and returns the rows
+// it computed), MoonEP's replica weights out each forward and their gradients home once; per MoE
+// layer and step the dispatch figures
 // (five a rank). The rows computed and the replicas follow the routing: measured with
 // --routing (MoonEP's plans replayed from their loads), else balanced.
 void expert_traffic(Recorder& rec, const PlanRequest& r, const model::Model& lead, int64_t m,
@@ -176,17 +185,17 @@ void expert_traffic(Recorder& rec, const PlanRequest& r, const model::Model& lea
     out += static_cast<double>(sent_out);
     in += static_cast<double>(hosted);
   }
-  const double micro = static_cast<double>(m);
+  const double micro = static_cast<double>(m), F = forwards(r);
   if (l.moonep)
     rec.add("ep", l.ep, ep_stride, Op::all_gather, "expert loads, every rank's",
-            layers * micro * kScalar * static_cast<double>(l.ep * E));
+            F * layers * micro * kScalar * static_cast<double>(l.ep * E));
   else
     rec.add("ep", l.ep, ep_stride, Op::all_to_all, "expert loads",
-            layers * micro * kScalar * static_cast<double>(E));
+            F * layers * micro * kScalar * static_cast<double>(E));
   rec.add("ep", l.ep, ep_stride, Op::all_to_all, "routed rows, there and back",
-          2 * rows * L * p.activation);
+          (F + 1) * rows * L * p.activation);
   rec.add("ep", l.ep, ep_stride, Op::all_to_all, "replica weights out, their gradients home",
-          weights * (out * p.weight + in * p.gradient));
+          weights * (F * out * p.weight + in * p.gradient));
   rec.add("ep", l.ep, ep_stride, Op::all_gather, "dispatch figures",
           layers * kScalar * 5 * static_cast<double>(l.ep));
 }
@@ -240,8 +249,8 @@ std::vector<Transfer> step_traffic(const PlanRequest& r, const model::Model& lea
 
   if (l.tp > 1) {
     // Per micro-batch over the whole model; a pipeline rank runs its share of the layers.
-    parallel::TpTraffic t =
-        parallel::tp_micro_batch_traffic(c, static_cast<int>(l.tp), l.sequence_parallel, tokens);
+    parallel::TpTraffic t = parallel::tp_micro_batch_traffic(
+        c, static_cast<int>(l.tp), l.sequence_parallel, tokens, forwards(r) == 2);
     const double scale = micro * p.activation / 4 * (l.pp > 1 ? layer_share : 1.0);
     rec.add("tp", l.tp, tp_stride, Op::all_reduce, "regions' partial sums",
             static_cast<double>(t.all_reduce) * scale);

@@ -12,22 +12,22 @@ TpTraffic& TpTraffic::operator+=(const TpTraffic& o) {
 }
 
 TpTraffic tp_micro_batch_traffic(const model::ModelConfig& c, int tp, bool sequence_parallel,
-                                 int64_t tokens) {
+                                 int64_t tokens, bool recomputed) {
   TpTraffic t;
   if (tp == 1) return t;
   const int64_t f = sizeof(float), stream = tokens * c.hidden_size * f;
-  // Every layer's two regions, forward and backward; then the embedding's end and the head's
-  // start, which under sequence parallelism regathers nothing.
-  const int64_t regions = 2 * c.num_hidden_layers;
+  // Every layer's two regions, forward (twice when recomputed) and backward; then the embedding's
+  // end and the head's start, which under sequence parallelism regathers nothing.
+  const int64_t regions = 2 * c.num_hidden_layers, forwards = recomputed ? 2 : 1;
   if (sequence_parallel) {
-    t.all_gather += (3 * regions + 2) * stream;
-    t.reduce_scatter += (2 * regions + 2) * stream;
+    t.all_gather += ((forwards + 2) * regions + 2) * stream;
+    t.reduce_scatter += ((forwards + 1) * regions + 2) * stream;
   } else {
-    t.all_reduce += (2 * regions + 2) * stream;
+    t.all_reduce += ((forwards + 1) * regions + 2) * stream;
   }
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
     if (model::ffn_kind(c, l) == model::FfnKind::LatentMoE)
-      t.all_reduce += tokens * c.expert_dim() * f;
+      t.all_reduce += forwards * tokens * c.expert_dim() * f;
   t.all_gather += tp * kernels::kCeStats * tokens * f;
   return t;
 }

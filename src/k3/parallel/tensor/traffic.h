@@ -12,7 +12,9 @@
 //   the embedding: all-reduce n·d (or reduce-scatter n·d, and an all-gather n·d backward);
 //   the LM head: all-gather of 3 floats per token and rank (tp·3·n), and the hidden states'
 //     gradient, all-reduce n·d (or an all-gather n·d forward and a reduce-scatter n·d backward);
-//     neither needs the input again in its backward.
+//     neither needs the input again in its backward;
+//   under recomputed activations, every layer's forward collectives once more (its forward runs
+//     again before its backward; the embedding and the head are not layers).
 // Per optimizer step: the replicated parameters whose gradients are partial sums, all-reduced
 // once, and the gradient norm's sum over tp (one double).
 #pragma once
@@ -30,9 +32,10 @@ struct TpTraffic {
   TpTraffic& operator+=(const TpTraffic& o);
 };
 
-// One micro-batch of `tokens` tokens through `c`'s forward and backward, on a tp group of `tp`.
+// One micro-batch of `tokens` tokens through `c`'s forward and backward, on a tp group of `tp`;
+// `recomputed`: the layers' forwards run twice.
 TpTraffic tp_micro_batch_traffic(const model::ModelConfig& c, int tp, bool sequence_parallel,
-                                 int64_t tokens);
+                                 int64_t tokens, bool recomputed = false);
 // The per-step sums: `model`'s summed gradients (ShardSpec::summed over tp) and the norm.
 TpTraffic tp_step_traffic(const model::Model& model, int tp);
 // What the counters of a group saw between two readings, in the same terms.
