@@ -10,6 +10,7 @@
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
 #include "k3/base/threads.h"
+#include "k3/kernels/gemm.h"
 #include "k3/model/model.h"
 #include "k3/model/sampling.h"
 #include "k3/train/session.h"
@@ -18,7 +19,7 @@ namespace k3::apps {
 namespace {
 
 struct DecodeArgs {
-  std::string model, checkpoint, precision = "fp32";
+  std::string model, checkpoint, precision;
   std::vector<int64_t> batch = {1, 8};
   int64_t prompt = 512, tokens = 128, repeats = 3;
   uint64_t seed = 1;
@@ -38,8 +39,6 @@ Range range_of(std::vector<double> v) {
 void run_decode_bench(const DecodeArgs& a) {
   K3_CHECK_CTX(a.model.empty() != a.checkpoint.empty(), (ErrorContext{"", "model", -1}),
                "give either --model CONFIG or --checkpoint DIR");
-  K3_CHECK_CTX(a.precision == "fp32", (ErrorContext{"", "precision", -1}), "expected fp32, got ",
-               a.precision);
   K3_CHECK_CTX(a.prompt >= 1, (ErrorContext{"", "prompt", -1}), "expected at least 1, got ",
                a.prompt);
   K3_CHECK_CTX(a.tokens >= 2, (ErrorContext{"", "tokens", -1}),
@@ -64,10 +63,14 @@ void run_decode_bench(const DecodeArgs& a) {
     model = own.get();
     own_arena = train::step_arena();
   }
+  apply_precision(*model, a.precision);
+  const char* precision = kernels::precision_name(model->precision());
   const model::ModelConfig& c = model->config();
-  // The fp32 weights a batch-1 step reads: every matrix but the embedding table, routed experts
-  // counted for the k a token visits. Over the memory bandwidth, the floor of its time.
-  const double weight_mb = 4.0 * static_cast<double>(model->matmul_params()) / 1e6;
+  // The weights a batch-1 step reads (fp32, or their bf16 copy): every matrix but the embedding
+  // table, routed experts counted for the k a token visits. Over the memory bandwidth, the floor
+  // of its time.
+  const double bytes = model->precision() == kernels::Precision::BF16 ? 2.0 : 4.0;
+  const double weight_mb = bytes * static_cast<double>(model->matmul_params()) / 1e6;
   model::check_prompt_fits(a.prompt, a.tokens, c.max_position_embeddings);
 
   nlohmann::json rows = nlohmann::json::array();
@@ -109,7 +112,7 @@ void run_decode_bench(const DecodeArgs& a) {
   if (a.json) {
     std::printf("%s\n", nlohmann::json{{"prompt", a.prompt},
                                        {"tokens", a.tokens},
-                                       {"precision", a.precision},
+                                       {"precision", precision},
                                        {"threads", num_threads()},
                                        {"weights_mb_per_token", weight_mb},
                                        {"repeats", a.repeats},
@@ -121,7 +124,7 @@ void run_decode_bench(const DecodeArgs& a) {
         "prompt %ld tokens, %ld generated per sequence (greedy), %s, %d threads; median "
         "[min-max] of %ld runs after one warm-up; a batch-1 step reads %.1f MB of "
         "weights\n",
-        static_cast<long>(a.prompt), static_cast<long>(a.tokens), a.precision.c_str(),
+        static_cast<long>(a.prompt), static_cast<long>(a.tokens), precision,
         num_threads(), static_cast<long>(a.repeats), weight_mb);
   }
 }
@@ -139,7 +142,7 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "Batch sizes, e.g. 1,8")->delimiter(',');
   cmd->add_option("--prompt", a->prompt, "Prompt tokens per sequence");
   cmd->add_option("--tokens", a->tokens, "Tokens generated per sequence");
-  cmd->add_option("--precision", a->precision, "fp32");
+  add_precision_option(cmd, a->precision);
   cmd->add_option("--repeats", a->repeats, "Timed runs per batch size (after one warm-up)");
   cmd->add_option("--seed", a->seed, "Seed of the prompts (and of --model's weights)");
   cmd->add_flag("--json", a->json, "Print one JSON object");

@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "k3/dist/grid.h"
+#include "k3/model/model.h"
 
 namespace k3::apps {
 
@@ -13,6 +14,10 @@ namespace k3::apps {
 // of it. Refuses a --tp that does not divide the job, in one line.
 void add_tp_option(CLI::App* cmd, int64_t& tp);
 dist::ParallelDims forward_dims(int64_t tp, int world_size);
+// The --precision option of the same commands: the matrix products' precision, fp32 or bf16
+// (empty: the checkpoint's train.precision, fp32 for a bare model), applied to MODEL.
+void add_precision_option(CLI::App* cmd, std::string& precision);
+void apply_precision(model::Model& model, const std::string& precision);
 
 void add_selfcheck(CLI::App& app);
 void add_train(CLI::App& app);

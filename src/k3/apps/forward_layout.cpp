@@ -1,6 +1,7 @@
-// The --tp option of the commands that only run the model forward.
+// The --tp and --precision options of the commands that only run the model forward.
 #include "k3/apps/commands.h"
 #include "k3/base/error.h"
+#include "k3/kernels/gemm.h"
 
 namespace k3::apps {
 
@@ -15,6 +16,20 @@ dist::ParallelDims forward_dims(int64_t tp, int world_size) {
   K3_CHECK_CTX(tp > 0 && world_size % tp == 0, (ErrorContext{"", "--tp", -1}), "--tp ", tp,
                " does not divide the job's ", world_size, " rank", world_size == 1 ? "" : "s");
   return {.tp = static_cast<int>(tp), .dp = world_size / static_cast<int>(tp)};
+}
+
+void add_precision_option(CLI::App* cmd, std::string& precision) {
+  cmd->add_option("--precision", precision,
+                  "Matrix products in fp32 or bf16 (fp32 accumulation); default: the "
+                  "checkpoint's train.precision, fp32 for --model");
+}
+
+void apply_precision(model::Model& model, const std::string& precision) {
+  if (precision.empty()) return;
+  const auto p = kernels::parse_precision(precision);
+  K3_CHECK_CTX(p.has_value(), (ErrorContext{"", "--precision", -1}), "expected fp32 or bf16, got \"",
+               precision, "\"");
+  model.set_precision(*p);
 }
 
 }  // namespace k3::apps

@@ -9,7 +9,7 @@ namespace k3::apps {
 
 void add_sample(CLI::App& app) {
   struct Args {
-    std::string checkpoint, prompt;
+    std::string checkpoint, prompt, precision;
     int64_t max_tokens = 200, top_k = 40;
     double temperature = 0.8, top_p = 0.95;
     uint64_t seed = 1;
@@ -36,6 +36,7 @@ void add_sample(CLI::App& app) {
   cmd->add_flag("--timing", a->timing,
                 "Also print on stderr the prefill's and the decode steps' tokens per second");
   add_tp_option(cmd, a->tp);
+  add_precision_option(cmd, a->precision);
   cmd->callback([a] {
     const model::SamplingParams p{a->temperature, a->top_k, a->top_p, a->seed};
     model::check_sampling_params(p);  // before the checkpoint loads
@@ -43,6 +44,7 @@ void add_sample(CLI::App& app) {
     const dist::Comm world = dist::Comm::world();
     const dist::ProcessGrid grid(forward_dims(a->tp, world.size()), world);
     auto s = train::open_checkpoint_session(a->checkpoint, grid);
+    apply_precision(*s->model, a->precision);
     train::Sample out;
     try {
       out = train::sample_text(*s, a->prompt, a->max_tokens, p, a->truncate_prompt);

@@ -17,6 +17,12 @@ namespace k3::kernels {
 
 const char* precision_name(Precision p) { return p == Precision::BF16 ? "bf16" : "fp32"; }
 
+std::optional<Precision> parse_precision(std::string_view name) {
+  if (name == "fp32") return Precision::F32;
+  if (name == "bf16") return Precision::BF16;
+  return std::nullopt;
+}
+
 static void check_args(const GemmArgs& g) {
   K3_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0, "gemm: negative size M=", g.M, " N=", g.N, " K=", g.K);
   K3_CHECK(g.lda >= (g.trans_a ? g.M : g.K) && g.ldb >= (g.trans_b ? g.K : g.N) && g.ldc >= g.N,

@@ -11,12 +11,15 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 
 namespace k3::kernels {
 
 enum class Precision : uint8_t { F32, BF16 };
 
 const char* precision_name(Precision p);  // "fp32", "bf16"
+std::optional<Precision> parse_precision(std::string_view name);  // its inverse
 
 struct GemmArgs {
   bool trans_a = false, trans_b = false;

@@ -366,12 +366,14 @@ void GatedMLA::decode_rows(const Step& s, const float* x, std::span<DecodeCache*
   q_norm_.forward(infer, q_lat, rows, q_lat_n);
   q_b_.forward(infer, q_lat_n, rows, q);
 
-  // Per head: qc [rows, H, r_kv] = q_n W_kb,h.
+  // Per head: qc [rows, H, r_kv] = q_n W_kb,h. The absorbed products are the weights' products,
+  // in the step's precision; those over the cache (their length grows every token) stay fp32.
   const float* w_kvb = s.params.value(kv_b_.weight()).f32();  // [H, d_n + d_v, r_kv]
+  const uint16_t* w_kvb_bf16 = s.weight_bf16(kv_b_.weight());
   const int64_t head_rows = (d_n_ + d_v_) * r_kv_;
   float* qc = s.alloc(rows * heads_ * r_kv_);
   kernels::gemm_batched({false, false, rows, r_kv_, d_n_, 1.f, q, heads_ * dqk, w_kvb, r_kv_, 0.f,
-                         qc, heads_ * r_kv_},
+                         qc, heads_ * r_kv_, s.precision, nullptr, w_kvb_bf16},
                         heads_, dqk, head_rows, r_kv_);
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(dqk));
@@ -391,7 +393,8 @@ void GatedMLA::decode_rows(const Step& s, const float* x, std::span<DecodeCache*
   // Per head: o [rows, H, d_v] = ctx_lat W_vb,hᵀ.
   float *o = s.alloc(rows * p), *g = s.alloc(rows * p);
   kernels::gemm_batched({false, true, rows, d_v_, r_kv_, 1.f, ctx_lat, heads_ * r_kv_,
-                         w_kvb + d_n_ * r_kv_, r_kv_, 0.f, o, p},
+                         w_kvb + d_n_ * r_kv_, r_kv_, 0.f, o, p, s.precision, nullptr,
+                         w_kvb_bf16 ? w_kvb_bf16 + d_n_ * r_kv_ : nullptr},
                         heads_, r_kv_, head_rows, d_v_);
   g_.forward(infer, x, rows, g);
   kernels::sigmoid_gate_forward(o, g, o, rows * p);
