@@ -3,7 +3,8 @@
 // generated per sequence. The two sides alternate generation by generation, as in
 // bench_train_vs_torch; per batch size the table gives each side's median decode tokens/s (the
 // steps after the prefill), the ratio per neighbouring pair as median [min-max], and the prefill's
-// tokens/s. PyTorch runs in fp32 and under bf16 autocast; k3lab in fp32.
+// tokens/s. Both sides run in fp32, then in bf16 (PyTorch under bf16 autocast, k3lab with
+// bf16 matrix products, train.precision's: fp32 accumulation, the weights' bf16 copy).
 //
 // The ceiling of batch-1 decoding is the memory bandwidth: every step reads every weight once
 // (embedding row aside), so the weights' bytes over the bandwidth bound the step time from below.
@@ -26,6 +27,7 @@
 #include "flags.h"
 #include "k3/base/arena.h"
 #include "k3/base/threads.h"
+#include "k3/kernels/gemm.h"
 #include "k3/model/model.h"
 #include "k3/model/sampling.h"
 #include "k3/train/session.h"
@@ -37,7 +39,7 @@ namespace {
 constexpr int kThreads = 2;
 constexpr const char* kConfigs[] = {"l6-d384.json", "l12-d768.json"};
 constexpr int64_t kBatches[] = {1, 8};
-constexpr const char* kTorchPrecisions[] = {"fp32", "bf16"};
+constexpr const char* kPrecisions[] = {"fp32", "bf16"};
 
 struct Options {
   int warmup = 1, reps = 5;
@@ -107,9 +109,9 @@ int main(int argc, char** argv) {
     k3::set_num_threads(kThreads);
     std::printf(
         "greedy generation, prompt %ld, %ld tokens per sequence, %d threads, alternating "
-        "runs, median of %d after %d warm-up; k3lab fp32\n",
+        "runs, median of %d after %d warm-up; both sides at the row's precision\n",
         long(o.prompt), long(o.tokens), kThreads, o.reps, o.warmup);
-    std::printf("%-22s %5s %6s %14s %14s %20s %14s %14s %9s\n", "model", "batch", "torch",
+    std::printf("%-22s %5s %6s %14s %14s %20s %14s %14s %9s\n", "model", "batch", "dtype",
                 "k3 decode t/s", "pt decode t/s", "decode ratio", "k3 prefill t/s",
                 "pt prefill t/s", "MB/token");
     std::string blas;
@@ -119,12 +121,13 @@ int main(int argc, char** argv) {
       k3::model::Model model(k3::model::load_model_config(config.string()));
       model.initialize(1);
       const k3::model::ModelConfig& c = model.config();
-      // Bytes of the weights one decode step reads: all but the embedding table.
-      const double weight_mb =
-          4.0 * static_cast<double>(model.params().flat_size() - c.vocab_size * c.hidden_size) /
-          1e6;
+      // Values of the weights one decode step reads: all but the embedding table.
+      const double weights =
+          static_cast<double>(model.params().flat_size() - c.vocab_size * c.hidden_size);
       for (int64_t B : kBatches)
-        for (const char* precision : kTorchPrecisions) {
+        for (const char* precision : kPrecisions) {
+          model.set_precision(*k3::kernels::parse_precision(precision));
+          const double weight_mb = weights * (std::strcmp(precision, "bf16") == 0 ? 2 : 4) / 1e6;
           k3::bench::TorchChild torch(torch_command(config, B, precision, o));
           if (torch.greeting().rfind("blas ", 0) != 0)
             throw std::runtime_error("the PyTorch side said: " + torch.greeting());
@@ -160,7 +163,8 @@ int main(int argc, char** argv) {
     }
     std::printf(
         "decode ratio: PyTorch's decode time / k3lab's of the run before it, median [min-max] (> "
-        "1: k3lab faster); MB/token: fp32 weights read per decode step\ntorch BLAS: %s\n",
+        "1: k3lab faster); MB/token: weights read per decode step at the row's precision\n"
+        "torch BLAS: %s\n",
         blas.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
