@@ -99,3 +99,22 @@ compare k3-nano.json adamw 0 ep=2 2 moonep recompute
 compare k3-nano.json adamw 0 cp=2 1 alltoall recompute
 cat "$TABLE"
 echo "ok: planned bytes per step equal the measured counters"
+
+# The released K3 on 1,024 H200s, the layout docs/planner.md details: its counts, and it fits.
+"$K3LAB" plan --model configs/k3.json --cluster H200 --layout dp=8,tp=8,pp=16,sp=1 \
+  --activation recompute --seq 8192 --global-batch 16777216 --json > "$WORK/k3.json"
+python3 - "$WORK/k3.json" <<'PY' || fail "the released K3's plan: $(head -c 600 "$WORK/k3.json")"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert (p["params_total"], p["params_active"]) == (2779484476000, 105364017760), p["params_total"]
+assert p["fits"] and p["gpus"] == 1024 and p["micro_batches"] == 256, p
+assert 0 < p["bubble"] < 0.1 and 0 < p["mfu"] < 0.5 and p["step_seconds"] > p["compute_seconds"], p
+PY
+echo "ok: the released K3 plans on 1024 H200s"
+
+expect_error "--cluster: unknown preset 'H999'" "$K3LAB" plan --model configs/k3.json --cluster H999 --layout dp=8
+expect_error "--layout: unknown part 'tq'" "$K3LAB" plan --model configs/k3.json --layout dp=8,tq=3
+expect_error "field vocab_size: .* do not split evenly over the tensor-parallel group of size 3" \
+  "$K3LAB" plan --model configs/k3.json --layout dp=8,tp=3
+expect_error "--activation 'sometimes': one of keep, recompute, fp8, offload" \
+  "$K3LAB" plan --model configs/k3.json --layout dp=8 --activation sometimes

@@ -10,6 +10,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "k3/activation/policy.h"
 #include "k3/apps/commands.h"
 #include "k3/base/error.h"
 #include "k3/base/format.h"
@@ -174,6 +175,8 @@ void add_plan(CLI::App& app) {
     K3_CHECK(a->dispatch == "alltoall" || a->dispatch == "moonep", "--moe-dispatch '", a->dispatch,
              "': one of alltoall, moonep");
     r.layout.moonep = a->dispatch == "moonep";
+    K3_CHECK(activation::parse_policy(r.activation).has_value(), "--activation '", r.activation,
+             "': one of keep, recompute, fp8, offload");
     K3_CHECK(a->optimizer_in == "gpu" || a->optimizer_in == "host", "--optimizer-in '",
              a->optimizer_in, "': one of gpu, host");
     r.optimizer_on_host = a->optimizer_in == "host";
