@@ -81,35 +81,51 @@ TEST(Gemm, Bf16MatchesRoundedOperandsReference) {
       }
 }
 
+// A·Bᵀ of up to 8 rows (decoding's products) runs on k3lab's AVX512-BF16 kernel where the build
+// has it (gemm_few_rows.h): every row count, a reduction with and without a last partial chunk of
+// 32, B's rows in blocks and one by one, over the threads (N·K ≥ 65536) or not.
+TEST(Gemm, Bf16FewRowsMatchRoundedOperandsReference) {
+  const Case shapes[] = {{0, 13, 77}, {0, 8, 64}, {0, 5, 1}, {0, 301, 400}};
+  uint64_t seed = 400;
+  for (Case s : shapes)
+    for (int64_t M = 1; M <= 9; ++M) {
+      s.M = M;
+      check_gemm(s, false, true, 1.0f, 0.0f, seed += 3, kernels::Precision::BF16);
+      check_gemm(s, true, true, -0.75f, 1.0f, seed += 3, kernels::Precision::BF16);
+    }
+}
+
 // Operands handed over already in bf16 (a weight's copy) give the converted product bit for bit,
 // in one product and in a strided batch.
 TEST(Gemm, Bf16OperandsGivenInBf16) {
-  const int64_t batch = 3, M = 9, N = 5, K = 6, lda = 10, ldb = 7, ldc = 6;
-  const int64_t sa = K * lda + 4, sb = N * ldb + 1, sc = M * ldc + 2;  // A: [K, M]ᵀ, B: [N, K]ᵀ
-  auto A = random_vec(batch * sa, 30), B = random_vec(batch * sb, 31), C0 = random_vec(batch * sc, 32);
-  std::vector<uint16_t> Ab(A.size()), Bb(B.size());
-  float_to_bf16(A.data(), Ab.data(), static_cast<int64_t>(A.size()));
-  float_to_bf16(B.data(), Bb.data(), static_cast<int64_t>(B.size()));
-  const GemmArgs g{true, true, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, nullptr, ldc,
-                   kernels::Precision::BF16};
-  auto converted = C0, given = C0, given_a = C0;
-  GemmArgs gc = g;
-  gc.C = converted.data();
-  kernels::gemm_batched(gc, batch, sa, sb, sc);
-  GemmArgs gg = g;
-  gg.C = given.data();
-  gg.A = nullptr;
-  gg.B = nullptr;
-  gg.A_bf16 = Ab.data();
-  gg.B_bf16 = Bb.data();
-  kernels::gemm_batched(gg, batch, sa, sb, sc);
-  EXPECT_EQ(converted, given);
-  GemmArgs ga = g;  // one operand given, the other converted
-  ga.C = given_a.data();
-  ga.A_bf16 = Ab.data();
-  kernels::gemm(ga);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t j = 0; j < N; ++j) EXPECT_EQ(given_a[i * ldc + j], converted[i * ldc + j]);
+  for (const int64_t M : {9, 2}) {  // on the matmul primitive, on the few-rows kernel
+    const int64_t batch = 3, N = 5, K = 70, lda = 10, ldb = 73, ldc = 6;
+    const int64_t sa = K * lda + 4, sb = N * ldb + 1, sc = M * ldc + 2;  // A: [K, M]ᵀ, B: [N, K]ᵀ
+    auto A = random_vec(batch * sa, 30), B = random_vec(batch * sb, 31), C0 = random_vec(batch * sc, 32);
+    std::vector<uint16_t> Ab(A.size()), Bb(B.size());
+    float_to_bf16(A.data(), Ab.data(), static_cast<int64_t>(A.size()));
+    float_to_bf16(B.data(), Bb.data(), static_cast<int64_t>(B.size()));
+    const GemmArgs g{true, true, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, nullptr, ldc,
+                     kernels::Precision::BF16};
+    auto converted = C0, given = C0, given_a = C0;
+    GemmArgs gc = g;
+    gc.C = converted.data();
+    kernels::gemm_batched(gc, batch, sa, sb, sc);
+    GemmArgs gg = g;
+    gg.C = given.data();
+    gg.A = nullptr;
+    gg.B = nullptr;
+    gg.A_bf16 = Ab.data();
+    gg.B_bf16 = Bb.data();
+    kernels::gemm_batched(gg, batch, sa, sb, sc);
+    EXPECT_EQ(converted, given);
+    GemmArgs ga = g;  // one operand given, the other converted
+    ga.C = given_a.data();
+    ga.A_bf16 = Ab.data();
+    kernels::gemm(ga);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) EXPECT_EQ(given_a[i * ldc + j], converted[i * ldc + j]);
+  }
 }
 
 TEST(Gemm, ContiguousShorthand) {

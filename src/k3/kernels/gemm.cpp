@@ -11,6 +11,7 @@
 
 #include "k3/base/error.h"
 #include "k3/base/profile.h"
+#include "k3/kernels/gemm_few_rows.h"
 #include "k3/tensor/bf16.h"
 
 namespace k3::kernels {
@@ -205,7 +206,8 @@ static void run_bf16_as_f32(const GemmArgs& g) {
 
 // Every bf16 product runs on the matmul primitive (oneDNN has no bf16 gemm call), its operands
 // converted here unless given in bf16. A stored transposed is converted into [M, K]: oneDNN's
-// bf16 matmul runs Aᵀ·B (the weight gradients) at a third of A·B's rate.
+// bf16 matmul runs Aᵀ·B (the weight gradients) at a third of A·B's rate. A·Bᵀ of a few rows
+// (decoding's) runs on k3lab's own kernel instead (gemm_few_rows.h).
 static void run_bf16(const GemmArgs& g) {
   if (!bf16_matmul_available()) return run_bf16_as_f32(g);
   thread_local std::vector<uint16_t> scratch_a, scratch_b;
@@ -213,16 +215,25 @@ static void run_bf16(const GemmArgs& g) {
   const uint16_t* a = g.A_bf16;
   const uint16_t* b = g.B_bf16;
   ProfileScope time(omp_in_parallel() ? nullptr : "gemm: operands to bf16");
+  const bool few_rows = g.trans_b && g.M <= kFewRows && few_rows_bf16_built();
   if (!a) {
     p.trans_a = false;
     p.lda = g.K;
     a = to_bf16(g.A, g.lda, g.trans_a ? g.K : g.M, g.trans_a ? g.M : g.K, g.trans_a, scratch_a);
+  } else if (g.trans_a && few_rows) {  // a few columns of a given bf16 Aᵀ, packed as rows
+    p.trans_a = false;
+    p.lda = g.K;
+    scratch_a.resize(static_cast<size_t>(g.M * g.K));
+    for (int64_t i = 0; i < g.M; ++i)
+      for (int64_t k = 0; k < g.K; ++k) scratch_a[i * g.K + k] = g.A_bf16[k * g.lda + i];
+    a = scratch_a.data();
   }
   if (!b) {
     p.ldb = g.trans_b ? g.K : g.N;
     b = to_bf16(g.B, g.ldb, g.trans_b ? g.N : g.K, p.ldb, false, scratch_b);
   }
   time.stop();
+  if (few_rows) return gemm_few_rows_bf16(p, a, b);
   run_matmul(p, a, b);
 }
 
