@@ -335,7 +335,8 @@ TEST_P(Attack, LeavingSomethingForTheNextUser) {
   ASSERT_TRUE(s->reset());
   EXPECT_EQ(sh(*s, "find / /dev -xdev -name .left 2>/dev/null").stdout_data, "");
   for (const char* change :
-       {"chmod 700 /tmp", "chmod 777 /dev/shm", "chmod 700 /",
+       {"chmod 700 /tmp", "chmod 777 /dev/shm", "chmod 700 /", "ln -sfn /tmp /lib32",
+        "rmdir /tmp && mkdir -m 1777 /tmp",
         "python3 -c \"import os; os.setxattr('/tmp', 'user.left', b'x')\""}) {
     auto t = make();
     const ExecResult r = sh(*t, change);

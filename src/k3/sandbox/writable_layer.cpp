@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <functional>
@@ -31,7 +32,12 @@ std::string xattr_names(const std::string& path) {
 bool read_entry(const std::string& path, LayerEntry& e) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return false;
-  e = {st.st_mode, st.st_uid, st.st_gid, xattr_names(path)};
+  e = {st.st_mode, st.st_uid, st.st_gid, st.st_ino, xattr_names(path), ""};
+  if (S_ISLNK(st.st_mode)) {
+    char target[4096];
+    const ssize_t n = readlink(path.c_str(), target, sizeof target);
+    e.target.assign(target, n > 0 ? size_t(n) : 0);
+  }
   return true;
 }
 
@@ -85,7 +91,9 @@ bool added_entries(const std::string& upper, const LayerState& start,
     if (const auto it = start.find(rel); it != start.end()) {
       if (!(e == it->second)) return false;
     } else if (in_image(rel, before)) {
-      // Only a directory the overlay copied up to hold new entries, as the image has it.
+      // Only a directory the overlay copied up to hold new entries, as the image has it (a copy:
+      // another inode).
+      before.ino = e.ino;
       if (!S_ISDIR(e.mode) || !(e == before)) return false;
     } else {
       added.push_back(rel);

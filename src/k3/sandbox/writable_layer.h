@@ -16,12 +16,15 @@
 namespace k3::sandbox {
 
 // What of an entry a reset keeps as it was: type and permission bits, owner, extended attributes
-// (names). Times are not kept: a reused sandbox's directories may show its last user's mtimes.
+// (names), a symlink's target, and (for the entries a sandbox starts with) the inode itself, so
+// that one removed and made again is told apart. Times are not kept: a reused sandbox's
+// directories may show its last user's mtimes.
 struct LayerEntry {
   mode_t mode = 0;
   uid_t uid = 0;
   gid_t gid = 0;
-  std::string xattrs;
+  ino_t ino = 0;
+  std::string xattrs, target;
   bool operator==(const LayerEntry&) const = default;
 };
 using LayerState = std::map<std::string, LayerEntry>;  // by path relative to the layer
