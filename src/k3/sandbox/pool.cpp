@@ -56,7 +56,12 @@ void Pool::refill() {
       // Back to the idle ones even past WARM: their number is still bounded by the users', and a
       // sandbox destroyed here would only be started again for the next one. A failed reset is
       // a destroy.
-      if (!(s->resets() + 1 < max_uses_ && s->reset())) s.reset();  // destroys it
+      bool clean = false;
+      try {
+        clean = s->resets() + 1 < max_uses_ && s->reset();
+      } catch (const std::exception&) {
+      }
+      if (!clean) s.reset();  // destroys it
       lock.lock();
       --recycling_;
       if (s) {
