@@ -130,8 +130,6 @@ class NamespacesSandbox : public AgentSandbox {
   std::string snapshot(const std::string& name) override {
     std::lock_guard lock(mutex_);
     K3_CHECK(child() > 0, "sandbox ", id_, " is destroyed");
-    // The writable layer is visible only in the sandbox's mount namespace: reach it through the
-    // root of its first process. No command runs meanwhile (the agent is idle between requests).
     return store_.add_layer(image_, upper(), name, mount_points_);
   }
 
