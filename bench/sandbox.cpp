@@ -36,6 +36,10 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
+struct Options {
+  int iterations, seconds, idle, threads, vm_iterations, vm_idle;
+};
+
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
@@ -158,8 +162,9 @@ std::string crun_bundle(const std::string& dir) {
 }
 
 // SECONDS of THREADS clients each doing create + exec `true` + destroy: sandboxes per second.
+// With POOL, each takes its sandbox from the pool and releases it to be reset (or destroyed).
 double sustained_rate(Backend& backend, const Image& image, const Limits& limits, int threads,
-                      int seconds) {
+                      int seconds, Pool* pool = nullptr) {
   ExecRequest t;
   t.argv = {"/bin/true"};
   std::atomic<int> done{0};
@@ -168,15 +173,32 @@ double sustained_rate(Backend& backend, const Image& image, const Limits& limits
   for (int i = 0; i < threads; ++i) {
     workers.emplace_back([&] {
       while (Clock::now() < end) {
-        auto s = backend.create(image, limits);
+        auto s = pool ? pool->acquire() : backend.create(image, limits);
         s->exec(t);
-        s->destroy();
+        if (pool) {
+          pool->release(std::move(s));
+        } else {
+          s->destroy();
+        }
         ++done;
       }
     });
   }
   for (auto& w : workers) w.join();
   return done.load() / double(seconds);
+}
+
+// The sustained rate from a pool that resets released sandboxes for their next user, with what
+// the pool did meanwhile.
+void sustained_pool_row(Backend& backend, const Image& image, const Limits& limits,
+                        const Options& o, const char* what) {
+  Pool pool(backend, image, limits, /*warm=*/size_t(2 * o.threads), 2);
+  pool.wait_until_full();
+  const double rate = sustained_rate(backend, image, limits, o.threads, o.seconds, &pool);
+  std::printf("sustained, %d clients, pool with reuse: %.1f %s/s (acquire + exec + release; %zu "
+              "hits, %zu misses, %zu reused, at most %zu uses each)\n",
+              o.threads, rate, what, pool.hits(), pool.misses(), pool.reused(),
+              Pool::kDefaultMaxUses);
 }
 
 // COUNT idle sandboxes alive at once: each one's share of the processes' PSS and RSS and of the
@@ -214,17 +236,15 @@ void idle_memory(Backend& backend, const Image& image, const Limits& limits, int
       (double(avail_before) - double(avail_after)) / 1024.0 / count);
 }
 
-struct Options {
-  int iterations, seconds, idle, threads, vm_iterations, vm_idle;
-};
 
 // The labels of latency_rows' rows that name the backend (the rest are the same for both).
 struct LatencyLabels {
-  const char *cold, *create, *pool, *pool_destroy, *live;
+  const char *cold, *create, *pool, *pool_no_reuse, *pool_destroy, *live;
 };
 
 // Cold create + exec + destroy (and each part), the same from a pool of `pool_size` (what the
-// user waits for, and a destroy in the caller for comparison), and exec in a live sandbox.
+// user waits for: with the released sandbox reset for reuse, and, for comparison, never reused and
+// destroyed in the background, or destroyed in the caller), and exec in a live sandbox.
 void latency_rows(Backend& backend, const Image& image, const Limits& limits, const ExecRequest& t,
                   int n, int pool_size, const LatencyLabels& label) {
   {
@@ -246,18 +266,22 @@ void latency_rows(Backend& backend, const Image& image, const Limits& limits, co
     row("  of which the first exec", exec);
     row("  of which destroy", destroy);
   }
-  {
-    Pool pool(backend, image, limits, pool_size, 2);
-    std::vector<double> user_ms, destroy_ms;
+  for (const size_t max_uses : {Pool::kDefaultMaxUses, size_t(1)}) {
+    Pool pool(backend, image, limits, pool_size, 2, max_uses);
+    std::vector<double> user_ms;
     for (int i = 0; i < n; ++i) {
       pool.wait_until_full();  // a pool keeping up (see the throughput lines for one that cannot)
       const auto t0 = Clock::now();
       auto s = pool.acquire();
       s->exec(t);
-      pool.retire(std::move(s));
+      pool.release(std::move(s));
       user_ms.push_back(ms_since(t0));
     }
-    row(label.pool, user_ms);
+    row(max_uses > 1 ? label.pool : label.pool_no_reuse, user_ms);
+  }
+  {
+    Pool pool(backend, image, limits, pool_size, 2, 1);
+    std::vector<double> destroy_ms;
     for (int i = 0; i < n; ++i) {
       pool.wait_until_full();
       auto s = pool.acquire();
@@ -289,7 +313,8 @@ void bench_namespaces(ImageStore& store, const std::string& dir, const std::stri
   std::printf("|----------------------------------------------|----------|----------|-------|\n");
   latency_rows(*backend, host, limits, t, iterations, /*pool_size=*/8,
                {"k3lab cold: create + exec true + destroy", "  of which create",
-                "k3lab pool: acquire + exec true + retire",
+                "k3lab pool: acquire + exec true + release",
+                "k3lab pool, no reuse: the same",
                 "k3lab pool: destroy in the caller instead", "k3lab exec true in a live sandbox"});
   row("host: posix_spawn /bin/true (no sandbox)",
       repeat(iterations, [&] { spawn_and_wait({"/bin/true"}); }));
@@ -306,6 +331,7 @@ void bench_namespaces(ImageStore& store, const std::string& dir, const std::stri
   }
   std::printf("\nsustained, %d clients, cold: %.1f sandboxes/s (create + exec + destroy)\n",
               o.threads, sustained_rate(*backend, host, limits, o.threads, o.seconds));
+  sustained_pool_row(*backend, host, limits, o, "sandboxes");
   {
     // The same clients running bubblewrap alone: the rate k3lab's sandboxes cannot pass.
     std::atomic<int> done{0};
@@ -347,7 +373,8 @@ void bench_microvm(ImageStore& store, const std::string& dir, const Options& o) 
   const int n = o.vm_iterations;
   latency_rows(*vm, busybox, small, t, n, /*pool_size=*/4,
                {"microvm cold: boot + exec true + destroy", "  of which boot (create)",
-                "microvm pool: acquire + exec true + retire",
+                "microvm pool: acquire + exec true + release",
+                "microvm pool, no reuse: the same",
                 "microvm pool: destroy in the caller instead", "microvm exec true in a live guest"});
   std::printf("\nmicrovm sustained, %d clients, cold: %.1f microVMs/s (boot + exec + destroy)\n",
               o.threads, sustained_rate(*vm, busybox, small, o.threads, o.seconds));

@@ -27,15 +27,15 @@ TEST_F(SandboxTest, PoolHandsOutWarmSandboxesAndRefills) {
   EXPECT_EQ(pool.last_error(), "");
 }
 
-TEST_F(SandboxTest, PoolDestroysRetiredSandboxesInTheBackground) {
-  Pool pool(*backend_, store_->resolve("host"), Limits{}, 2, 2);
+TEST_F(SandboxTest, PoolWithoutReuseDestroysReleasedSandboxesInTheBackground) {
+  Pool pool(*backend_, store_->resolve("host"), Limits{}, 2, 2, /*max_uses=*/1);
   pool.wait_until_full();
   auto a = pool.acquire();
   EXPECT_EQ(sh(*a, "echo used").stdout_data, "used\n");
   const std::string run = dir_ + "/store/run/" + a->id();
   ASSERT_TRUE(std::filesystem::exists(run));
-  pool.retire(std::move(a));
-  pool.wait_until_full();  // also waits for the retired one to be gone
+  pool.release(std::move(a));
+  pool.wait_until_full();  // also waits for the released one to be gone
   EXPECT_FALSE(std::filesystem::exists(run));
   EXPECT_EQ(count_agent_processes(), agents_before_ + 2) << "only the warm ones are left";
 }

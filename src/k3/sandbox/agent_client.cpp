@@ -58,6 +58,15 @@ std::string AgentClient::get(const std::string& path, int64_t deadline_ms) {
   return call(w.bytes(), deadline_ms);
 }
 
+std::string AgentClient::reset(const std::string& nonce, const std::vector<std::string>& remove,
+                               int64_t deadline_ms) {
+  wire::Writer w;
+  w.u64(uint64_t(wire::Op::kReset));
+  w.str(nonce);
+  w.strs(remove);
+  return call(w.bytes(), deadline_ms);
+}
+
 void AgentClient::attach(int to_agent, int from_agent) {
   close();
   to_ = to_agent;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "k3/sandbox/wire.h"
 
@@ -22,6 +23,9 @@ class AgentClient {
   wire::ExecResult exec(const wire::ExecRequest& request, int64_t deadline_ms);
   void put(const std::string& path, const std::string& bytes, unsigned mode, int64_t deadline_ms);
   std::string get(const std::string& path, int64_t deadline_ms);
+  // Returns the payload of the reply, which is NONCE from an agent in step with its requests.
+  std::string reset(const std::string& nonce, const std::vector<std::string>& remove,
+                    int64_t deadline_ms);
   void attach(int to_agent, int from_agent);  // takes ownership of both descriptors
   void close();
 

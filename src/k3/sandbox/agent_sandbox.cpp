@@ -12,6 +12,7 @@
 
 #include "k3/base/error.h"
 #include "k3/sandbox/host_process.h"
+#include "k3/sandbox/namespaces_backend.h"
 
 namespace fs = std::filesystem;
 
@@ -84,7 +85,20 @@ ExecResult AgentSandbox::exec(ExecRequest q) {
   if (q.output_cap_bytes == 0) q.output_cap_bytes = limits_.output_bytes;
   if (q.rlimits.processes == 0 && q.rlimits.address_space_bytes == 0)
     q.rlimits = command_rlimits(limits_);
-  return guarded([&] { return agent_.exec(q, int64_t(q.timeout_ms) + kReplyGraceMs); });
+  ExecResult r =
+      guarded([&] { return agent_.exec(q, int64_t(q.timeout_ms) + kReplyGraceMs); });
+  if (r.timed_out || r.signal == SIGKILL) tainted_ = true;
+  return r;
+}
+
+bool AgentSandbox::reset_agent(const std::vector<std::string>& remove) {
+  if (child_ <= 0 || tainted_) return false;
+  const std::string nonce = new_sandbox_id("reset-");
+  try {
+    return guarded([&] { return agent_.reset(nonce, remove, start_deadline_ms_) == nonce; });
+  } catch (const Error&) {
+    return false;  // the agent's reason: the sandbox is not clean
+  }
 }
 
 void AgentSandbox::put(const std::string& path, const std::string& bytes, unsigned mode) {

@@ -35,6 +35,11 @@ class AgentSandbox : public Sandbox {
   // Throws an Error with the log's last line if it does not come.
   void start(ForkThread& forker, const std::function<void()>& setup, const char* what);
   pid_t child() const { return child_; }
+  // The agent's part of a reset (agent/reset.h), removing REMOVE from the root; call with mutex_
+  // held. False when it reports the sandbox not clean, or answers out of step.
+  bool reset_agent(const std::vector<std::string>& remove);
+  // A command of this sandbox timed out or was killed (a limit, most likely): not to be reused.
+  bool tainted() const { return tainted_; }
 
   Limits limits_;
   std::string run_;
@@ -48,6 +53,7 @@ class AgentSandbox : public Sandbox {
   AgentClient agent_;
   int64_t start_deadline_ms_;
   std::atomic<pid_t> child_ = -1;
+  bool tainted_ = false;
   std::mutex child_mutex_;  // held to signal or reap child_
 };
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <initializer_list>
 #include <sstream>
 #include <thread>
 
@@ -156,6 +157,24 @@ std::vector<pid_t> Cgroups::pids() const {
     for (pid_t p; in >> p;) out.push_back(p);
   }
   return out;
+}
+
+uint64_t Cgroups::limit_hits() const {
+  // The named counters of a flat-keyed file ("max 3", "oom_kill 1").
+  auto count = [](const std::string& file, std::initializer_list<const char*> keys) {
+    std::istringstream in(read_text(file));
+    uint64_t total = 0, value = 0;
+    for (std::string key; in >> key >> value;)
+      for (const char* k : keys) total += key == k ? value : 0;
+    return total;
+  };
+  uint64_t hits = 0;
+  for (const auto& g : groups_) {
+    if (v2_ || g.controller == "pids") hits += count(g.dir + "/pids.events", {"max"});
+    if (v2_) hits += count(g.dir + "/memory.events", {"oom", "oom_kill"});
+    if (g.controller == "memory") hits += count(g.dir + "/memory.oom_control", {"oom_kill"});
+  }
+  return hits;
 }
 
 void Cgroups::remove() {

@@ -33,6 +33,9 @@ class Cgroups {
   std::vector<std::string> active() const;  // "memory", "pids", "cpu" (with "v1"/"v2")
   uint64_t memory_usage_bytes() const;      // 0 without a memory cgroup
   std::vector<pid_t> pids() const;
+  // How often a limit was enforced on a member: processes refused at the pids limit, and OOM
+  // kills (counters that only grow; a sandbox whose count is not 0 hit its limits).
+  uint64_t limit_hits() const;
   // SIGKILLs every member until none is left, then removes the cgroups. Idempotent.
   void remove();
 

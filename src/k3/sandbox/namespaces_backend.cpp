@@ -23,6 +23,7 @@
 #include "k3/sandbox/cgroups.h"
 #include "k3/sandbox/host_process.h"
 #include "k3/sandbox/seccomp_policy.h"
+#include "k3/sandbox/writable_layer.h"
 
 namespace fs = std::filesystem;
 
@@ -41,6 +42,8 @@ namespace {
 
 constexpr int64_t kStartDeadlineMs = 20000;  // bubblewrap and the agent answering a ping
 constexpr const char* kAgentInside = "/.k3lab-agent";
+// A writable layer with more entries than this is destroyed rather than cleaned.
+constexpr size_t kMaxEntriesToReset = 10000;
 
 // Everything the child needs, prepared before fork (a child of a threaded process should not
 // allocate).
@@ -116,6 +119,8 @@ class NamespacesSandbox : public AgentSandbox {
       const SetupPlan plan = plan_setup(bwrap, agent, filter_fd);
       start(
           forker, [&] { become_sandbox(plan); }, "sandbox");
+      start_layer_ = read_layer(upper());
+      start_processes_ = cgroups_.pids().size();
     } catch (...) {
       destroy();
       throw;
@@ -125,13 +130,32 @@ class NamespacesSandbox : public AgentSandbox {
   std::string snapshot(const std::string& name) override {
     std::lock_guard lock(mutex_);
     K3_CHECK(child() > 0, "sandbox ", id_, " is destroyed");
-    // The writable layer is visible only in the sandbox's mount namespace: reach it through the
-    // root of its first process. No command runs meanwhile (the agent is idle between requests).
-    const std::string upper = "/proc/" + std::to_string(child()) + "/root" + run_ + "/upper";
-    return store_.add_layer(image_, upper, name, mount_points_);
+    return store_.add_layer(image_, upper(), name, mount_points_);
+  }
+
+  bool reset() override {
+    std::lock_guard lock(mutex_);
+    if (child() <= 0 || tainted() || cgroups_.limit_hits() != 0) return false;
+    std::vector<std::string> added;
+    if (!added_entries(upper(), start_layer_, image_.layers, kMaxEntriesToReset, added) ||
+        !reset_agent(added))
+      return false;
+    // Proof, from outside: the writable layer as it started, and no process but the sandbox's own
+    // (bubblewrap's and the agent).
+    if (!added_entries(upper(), start_layer_, image_.layers, kMaxEntriesToReset, added) ||
+        !added.empty() || cgroups_.pids().size() != start_processes_)
+      return false;
+    ++resets_;
+    return true;
   }
 
  private:
+  // The writable layer is visible only in the sandbox's mount namespace: reach it through the
+  // root of its first process. No command runs meanwhile (the agent is idle between requests).
+  std::string upper() const {
+    return "/proc/" + std::to_string(child()) + "/root" + run_ + "/upper";
+  }
+
   SetupPlan plan_setup(const std::string& bwrap, const std::string& agent, int filter_fd) {
     args_ = bwrap_isolation_flags(bwrap);
     args_.insert(args_.end(), {"--hostname", "sandbox", "--bind", run_ + "/root", "/"});
@@ -168,6 +192,8 @@ class NamespacesSandbox : public AgentSandbox {
   Image image_;
   std::vector<std::string> args_;          // bubblewrap's command line (plan.argv points here)
   std::vector<std::string> mount_points_;  // what bubblewrap adds to the root; not in snapshots
+  LayerState start_layer_;                 // the writable layer when the sandbox was new
+  size_t start_processes_ = 0;             // in its cgroups then
 };
 
 }  // namespace

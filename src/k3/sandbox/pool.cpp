@@ -1,5 +1,6 @@
 #include "k3/sandbox/pool.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace k3::sandbox {
@@ -8,8 +9,13 @@ namespace {
 constexpr size_t kGiveUpAfterFailures = 3;  // in a row: the pool stops retrying until acquired
 }
 
-Pool::Pool(Backend& backend, Image image, Limits limits, size_t warm, int refill_threads)
-    : backend_(backend), image_(std::move(image)), limits_(limits), warm_(warm) {
+Pool::Pool(Backend& backend, Image image, Limits limits, size_t warm, int refill_threads,
+           size_t max_uses)
+    : backend_(backend),
+      image_(std::move(image)),
+      limits_(limits),
+      warm_(warm),
+      max_uses_(std::max<size_t>(max_uses, 1)) {
   for (int i = 0; i < refill_threads && warm_ > 0; ++i) threads_.emplace_back([this] { refill(); });
 }
 
@@ -20,15 +26,15 @@ Pool::~Pool() {
   }
   changed_.notify_all();
   for (auto& t : threads_) t.join();
-  retired_.clear();  // each sandbox's destructor destroys it
+  released_.clear();  // each sandbox's destructor destroys it
   idle_.clear();
 }
 
-void Pool::retire(std::unique_ptr<Sandbox> sandbox) {
+void Pool::release(std::unique_ptr<Sandbox> sandbox) {
   if (threads_.empty()) return;  // no background threads: destroyed here, now
   {
     std::lock_guard lock(mutex_);
-    retired_.push_back(std::move(sandbox));
+    released_.push_back(std::move(sandbox));
   }
   changed_.notify_all();
 }
@@ -37,18 +43,31 @@ void Pool::refill() {
   std::unique_lock lock(mutex_);
   for (;;) {
     changed_.wait(lock, [&] {
-      return stopping_ || !retired_.empty() ||
-             (idle_.size() + starting_ < warm_ && failures_in_a_row_ < kGiveUpAfterFailures);
+      return stopping_ || !released_.empty() ||
+             (idle_.size() + starting_ + recycling_ < warm_ &&
+              failures_in_a_row_ < kGiveUpAfterFailures);
     });
     if (stopping_) return;
-    if (!retired_.empty()) {
-      auto s = std::move(retired_.front());
-      retired_.pop_front();
-      ++destroying_;
+    if (!released_.empty()) {
+      auto s = std::move(released_.front());
+      released_.pop_front();
+      ++recycling_;
       lock.unlock();
-      s.reset();  // destroys it
+      // Back to the idle ones even past WARM: their number is still bounded by the users', and a
+      // sandbox destroyed here would only be started again for the next one. A failed reset is
+      // a destroy.
+      bool clean = false;
+      try {
+        clean = s->resets() + 1 < max_uses_ && s->reset();
+      } catch (const std::exception&) {
+      }
+      if (!clean) s.reset();  // destroys it
       lock.lock();
-      --destroying_;
+      --recycling_;
+      if (s) {
+        idle_.push_front(std::move(s));  // next out: no sandbox sits idle while another is used
+        ++reused_;
+      }
       changed_.notify_all();
       continue;
     }
@@ -94,7 +113,7 @@ std::unique_ptr<Sandbox> Pool::acquire() {
 void Pool::wait_until_full() {
   std::unique_lock lock(mutex_);
   changed_.wait(lock, [&] {
-    return (retired_.empty() && destroying_ == 0 &&
+    return (released_.empty() && recycling_ == 0 &&
             (idle_.size() >= warm_ || failures_in_a_row_ >= kGiveUpAfterFailures)) ||
            stopping_;
   });
@@ -113,6 +132,11 @@ size_t Pool::hits() const {
 size_t Pool::misses() const {
   std::lock_guard lock(mutex_);
   return misses_;
+}
+
+size_t Pool::reused() const {
+  std::lock_guard lock(mutex_);
+  return reused_;
 }
 
 std::string Pool::last_error() const {

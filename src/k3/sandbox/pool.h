@@ -1,8 +1,9 @@
 // A pool of pre-warmed sandboxes of one image, backend and limits: started ahead of time by
-// background threads, so that the latency a user sees is the exec, not the setup. A sandbox
-// leaves the pool for good when acquired (never reused after someone ran in it); the pool starts
-// another in its place. A used sandbox may be handed back to be destroyed by the same background
-// threads, so that the teardown is not on the caller's path either.
+// background threads, so that the latency a user sees is the exec, not the setup. An acquired
+// sandbox is its user's alone; the pool starts another in its place. A used sandbox handed back
+// (released) is reset by the same background threads and goes back to the idle ones, clean and
+// proven so (Sandbox::reset); one that cannot be reset, or that was used MAX_USES times, is
+// destroyed there instead. Neither reset nor teardown is on the caller's path.
 #pragma once
 
 #include <condition_variable>
@@ -20,20 +21,26 @@ namespace k3::sandbox {
 
 class Pool {
  public:
-  // Keeps up to WARM idle sandboxes, started by REFILL_THREADS threads.
-  Pool(Backend& backend, Image image, Limits limits, size_t warm, int refill_threads = 1);
+  // How many users a sandbox serves before it is destroyed all the same (a bound on whatever a
+  // reset might miss, and on a sandbox's age).
+  static constexpr size_t kDefaultMaxUses = 64;
+
+  // Starts sandboxes, by REFILL_THREADS threads, while fewer than WARM are idle (reset ones go
+  // back to the idle ones all the same); each serves up to MAX_USES users (1: never reused).
+  Pool(Backend& backend, Image image, Limits limits, size_t warm, int refill_threads = 1,
+       size_t max_uses = kDefaultMaxUses);
   ~Pool();  // stops refilling and destroys the idle sandboxes
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
   // A warm sandbox if one is ready, else one started now (a "miss").
   std::unique_ptr<Sandbox> acquire();
-  // Destroys SANDBOX in the background (before any new sandbox is started; at once, in the
-  // caller, for a pool without warm sandboxes, which has no background threads); the pool's
-  // destructor waits for it.
-  void retire(std::unique_ptr<Sandbox> sandbox);
-  // Waits until WARM sandboxes are idle (or the pool fails to start them) and every retired one
-  // is destroyed; for benchmarks and tests.
+  // Resets SANDBOX for its next user, or destroys it, in the background (before any new sandbox
+  // is started; destroyed at once, in the caller, by a pool without warm sandboxes, which has no
+  // background threads); the pool's destructor waits for it.
+  void release(std::unique_ptr<Sandbox> sandbox);
+  // Waits until WARM sandboxes are idle (or the pool fails to start them) and every released one
+  // is reset or destroyed; for benchmarks and tests.
   void wait_until_full();
 
   const Image& image() const { return image_; }
@@ -41,6 +48,7 @@ class Pool {
   size_t idle() const;
   size_t hits() const;
   size_t misses() const;
+  size_t reused() const;  // released sandboxes that went back to the idle ones
   std::string last_error() const;  // why the last background start failed, or ""
 
  private:
@@ -48,11 +56,12 @@ class Pool {
   Backend& backend_;
   Image image_;
   Limits limits_;
-  size_t warm_;
+  size_t warm_, max_uses_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<std::unique_ptr<Sandbox>> idle_, retired_;
-  size_t starting_ = 0, destroying_ = 0, hits_ = 0, misses_ = 0, failures_in_a_row_ = 0;
+  std::deque<std::unique_ptr<Sandbox>> idle_, released_;
+  size_t starting_ = 0, recycling_ = 0, hits_ = 0, misses_ = 0, reused_ = 0,
+         failures_in_a_row_ = 0;
   std::string last_error_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;

@@ -3,6 +3,7 @@
 // bubblewrap, and a KVM microVM with its own kernel. Both talk to the same agent inside.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,9 +54,15 @@ class Sandbox {
   // Ends every process and removes every mount, cgroup and file of the sandbox. Idempotent.
   virtual void destroy() = 0;
   virtual bool alive() const = 0;
+  // Makes the sandbox as it was when new, for another user, and proves it (docs/sandbox.md,
+  // "Reuse"). False when it cannot: a backend without reset, a sandbox that hit a limit or a
+  // timeout, or one whose cleaning could not be proven; the caller then destroys it.
+  virtual bool reset() { return false; }
+  size_t resets() const { return resets_; }  // successful ones so far
 
  protected:
   std::string id_;
+  size_t resets_ = 0;
 };
 
 enum class BackendKind { kNamespaces, kMicrovm };

@@ -238,7 +238,7 @@ void Service::routes() {
                  throw TooMany("too many sandboxes (" + std::to_string(options_.max_sandboxes) +
                                " alive)");
              }
-             Pool* pool = nullptr;  // a sandbox that lives on is never retired to it
+             Pool* pool = nullptr;  // a sandbox that lives on is never released to it
              std::shared_ptr<Sandbox> s = start(text(body, "image", "host"), kind, limits,
                                                 body.contains("limits") ? nullptr : &pool);
              const std::string id = s->id();
@@ -299,7 +299,7 @@ void Service::routes() {
                s->destroy();
                reply(res, 200, {{"destroyed", s->id()}});
              }));
-  // One command in a fresh sandbox (from the pool), destroyed after: the common RL step.
+  // One command in a clean sandbox (from the pool), released after: the common RL step.
   srv.Post("/v1/run", handle([this](const httplib::Request& req, httplib::Response& res) {
              json body = parse_body(req);
              const std::string image = text(body, "image", "host");
@@ -309,7 +309,7 @@ void Service::routes() {
              Pool* pool = nullptr;
              auto s = start(image, kind, options_.limits, &pool);
              reply(res, 200, exec(*s, body));
-             if (pool) pool->retire(std::move(s));  // destroyed after the reply, not before
+             if (pool) pool->release(std::move(s));  // reset or destroyed after the reply, not before
            }));
 }
 

@@ -48,7 +48,10 @@ class Reader {
 void write_frame(int fd, const std::string& payload);
 std::string read_frame(int fd, int64_t deadline_ms = -1);
 
-enum class Op : uint64_t { kPing = 1, kExec = 2, kPut = 3, kGet = 4 };
+enum class Op : uint64_t { kPing = 1, kExec = 2, kPut = 3, kGet = 4, kReset = 5 };
+
+// kReset: a nonce (echoed back as the reply's payload), then the paths of the root, relative to
+// it, to remove (agent/reset.h).
 
 // Resource limits of one command, applied by the agent as rlimits (0: not set).
 struct Rlimits {

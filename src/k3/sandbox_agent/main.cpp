@@ -2,6 +2,7 @@
 // microVM's init) and runs what k3lab asks, one request at a time, on its stdin and stdout.
 // Static, so it runs in any image.
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/reboot.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include "files.h"
 #include "guest_init.h"
 #include "k3/sandbox/wire.h"
+#include "reset.h"
 #include "run_command.h"
 
 namespace wire = k3::sandbox::wire;
@@ -47,6 +49,10 @@ std::string serve(const std::string& frame) {
       const std::string why = agent::get_file(path, bytes, wire::kMaxFrame - 4096);
       return reply(why, bytes);
     }
+    case wire::Op::kReset: {
+      const std::string nonce = in.str();
+      return reply(agent::reset_sandbox(in.strs()), nonce);
+    }
   }
   return reply("unknown request");
 }
@@ -72,6 +78,10 @@ int main(int argc, char** argv) {
   const int null = open("/dev/null", O_RDWR);
   for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
   signal(SIGPIPE, SIG_IGN);
+  // Commands run as the agent's own user: not dumpable, its memory, descriptors (the channel to
+  // k3lab) and environment under /proc/1 are out of their reach.
+  prctl(PR_SET_DUMPABLE, 0);
+  if (!vm_init) agent::remember_clean_state();
   agent::prepare_commands(
       filter_fd);  // before "ready": a pooled sandbox's first command waits for nothing
   try {
