@@ -204,6 +204,45 @@ static void run_bf16_as_f32(const GemmArgs& g) {
   run_one(p);
 }
 
+// The token counts change from call to call (a MoE expert's rows; the reduction of a weight
+// gradient Aᵀ·B): M, and K when A was stored transposed. Each new shape would build a primitive,
+// so a bf16 product runs on the primitive of M and K rounded up to kBf16Quantum, its operands
+// padded with zeros (nothing added to the sums) and its C through a scratch when M is padded.
+constexpr int64_t kBf16Quantum = 32;
+
+static void run_matmul_padded(const GemmArgs& p, const uint16_t* a, const uint16_t* b, bool pad_k) {
+  auto up = [](int64_t n) { return (n + kBf16Quantum - 1) / kBf16Quantum * kBf16Quantum; };
+  const int64_t M = up(p.M), K = pad_k ? up(p.K) : p.K;
+  if ((M == p.M && K == p.K) || p.trans_a) return run_matmul(p, a, b);
+  thread_local std::vector<uint16_t> padded_a, padded_b;
+  thread_local std::vector<float> padded_c;
+  padded_a.assign(static_cast<size_t>(M * K), 0);
+  for (int64_t i = 0; i < p.M; ++i) std::copy_n(a + i * p.lda, p.K, padded_a.data() + i * K);
+  GemmArgs q = p;
+  q.M = M;
+  q.K = K;
+  q.lda = K;
+  if (K > p.K) {  // B's rows (or, stored transposed, its columns) past p.K are zeros
+    const int64_t rows = p.trans_b ? p.N : K, cols = p.trans_b ? K : p.N;
+    padded_b.assign(static_cast<size_t>(rows * cols), 0);
+    for (int64_t r = 0; r < (p.trans_b ? p.N : p.K); ++r)
+      std::copy_n(b + r * p.ldb, p.trans_b ? p.K : p.N, padded_b.data() + r * cols);
+    q.ldb = cols;
+    b = padded_b.data();
+  }
+  if (M == p.M) return run_matmul(q, padded_a.data(), b);
+  padded_c.resize(static_cast<size_t>(M * p.N));
+  q.C = padded_c.data();
+  q.ldc = p.N;
+  q.beta = 0.0f;
+  run_matmul(q, padded_a.data(), b);
+  for (int64_t i = 0; i < p.M; ++i)
+    for (int64_t j = 0; j < p.N; ++j) {
+      float& c = p.C[i * p.ldc + j];
+      c = padded_c[i * p.N + j] + (p.beta == 0.0f ? 0.0f : p.beta * c);
+    }
+}
+
 // Every bf16 product runs on the matmul primitive (oneDNN has no bf16 gemm call), its operands
 // converted here unless given in bf16. A stored transposed is converted into [M, K]: oneDNN's
 // bf16 matmul runs Aᵀ·B (the weight gradients) at a third of A·B's rate. A·Bᵀ of a few rows
@@ -234,7 +273,7 @@ static void run_bf16(const GemmArgs& g) {
   }
   time.stop();
   if (few_rows) return gemm_few_rows_bf16(p, a, b);
-  run_matmul(p, a, b);
+  run_matmul_padded(p, a, b, g.trans_a);
 }
 
 // oneDNN runs multi-threaded when called from serial code and single-threaded inside an OpenMP
