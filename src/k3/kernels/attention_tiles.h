@@ -1,12 +1,20 @@
 // Building blocks of the tiled attention kernels (the KDA chunk kernels use the first three
 // too): the causal tile product on AVX-512 register blocks, a blocked transpose, per-thread
 // buffers, and where one (batch, head) lives in the [B, T, H, dim] layouts of attention.h.
+//
+// A tile product in Precision::BF16 rounds its operands to bf16 (nearest even, as gemm does) and
+// sums their products in fp32: each operand is rounded once per product into this thread's
+// scratch, laid out in pairs along the reduction for vdpbf16ps (AVX512-BF16), or, where
+// bf16_dot_products() is false, multiplied by fused multiply-adds in the same order (a product
+// of two bf16 values is exact in fp32, so both ways round alike, apart from vdpbf16ps flushing
+// denormals).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
 #include "k3/kernels/attention.h"
+#include "k3/kernels/gemm.h"
 
 namespace k3::kernels::attn {
 
@@ -49,11 +57,12 @@ struct Region {  // which part of the product the causal tile needs
   int64_t off;
 };
 
-void tile_gemm(Dims d, Lhs a, Rhs b, Out c, Region region);
+// In bf16, the terms outside the band are dropped whatever A holds there.
+void tile_gemm(Dims d, Lhs a, Rhs b, Out c, Region region, Precision precision = Precision::F32);
 
 // A tile of scores out[M, N] = <a_n, b_n> + <a_r, b_r>: the shared k_r part is a second product
 // accumulated over the same tile. b is packed transposed, [dqk + dr, kBlock] (the n rows, then
-// the r rows). Keys x queries (a = key rows, b = queries) or queries x keys.
+// the r rows). Keys x queries (a = key rows, b = queries) or queries x keys. In s.precision.
 void scores(const AttentionShape& s, int64_t M, int64_t N, Lhs a_n, Lhs a_r, const float* bt,
             float* out, Region region);
 
@@ -65,7 +74,8 @@ void transpose(int64_t rows, int64_t cols, const float* src, int64_t ld_src, flo
 // At least n floats owned by the calling thread, 64-byte aligned, kept for later calls (first
 // touch of fresh pages is slow). Buffers live at the same time in one thread use distinct slots:
 // Tile and Call for attention, Chunk for the chunked delta rule's workspaces (kda/chunk_tiles.h).
-enum class Slot { Tile, Call, Chunk };
+// Bf16 holds the rounded operands of a bf16 tile product.
+enum class Slot { Tile, Call, Chunk, Bf16 };
 float* thread_buffer(Slot slot, size_t n);
 
 // Offsets of row t = 0 of one (batch, head) in each layout, and the row strides.
