@@ -116,7 +116,7 @@ void forward_block(const ForwardArgs& a, int64_t b, int64_t h, int64_t qb) {
         for (int64_t c = 0; c < s.dv; ++c) w.o[i * s.dv + c] *= w.alpha[i];
     // o[i] += sum_j p[j][i] v_j over keys j <= i.
     attn::tile_gemm({nq, s.dv, nk}, {w.st, kBlock, true}, {a.v + hr.v + j0 * hr.ldv, hr.ldv},
-                    {w.o, s.dv, kb > 0}, {Band::KLe, i0 - j0});
+                    {w.o, s.dv, kb > 0}, {Band::KLe, i0 - j0}, s.precision);
   }
 
   for (int64_t i = 0; i < nq; ++i) {

@@ -75,10 +75,10 @@ void add_dq(const AttentionShape& s, const float* ds, bool ds_trans, int64_t nq,
             bool accumulate, int64_t i0_minus_j0) {
   const attn::Region region{Band::KLe, i0_minus_j0};
   attn::tile_gemm({nq, s.dqk, nk}, {ds, kBlock, ds_trans}, {k_rows, ldk},
-                  {dq_rows, ldq, accumulate}, region);
+                  {dq_rows, ldq, accumulate}, region, s.precision);
   if (s.dr > 0)
     attn::tile_gemm({nq, s.dr, nk}, {ds, kBlock, ds_trans}, {kr_rows, s.dr},
-                    {dq_rows + s.dqk, ldq, accumulate}, region);
+                    {dq_rows + s.dqk, ldq, accumulate}, region, s.precision);
 }
 
 // dk, dv and this head's dkr share of keys [j0, j0 + nk); in fused mode also the dq terms.
@@ -102,7 +102,7 @@ void key_block(const BackwardArgs& a, int64_t b, int64_t h, int64_t kb) {
     const attn::Region below{Band::ColLe, i0 - j0};
     attn::scores(s, nq, nk, {qrows, hr.ldq, false}, {qrows + s.dqk, hr.ldq, false}, kt, w.p, below);
     attn::tile_gemm({nq, nk, s.dv}, {dorows, hr.ldv, false}, {vt, kBlock}, {w.dp, kBlock, false},
-                    below);
+                    below, s.precision);
     for (int64_t i = 0; i < nq; ++i) {
       const float lse2 = a.lse[hr.lse + i0 + i] * fast::kLog2e, d = a.delta[hr.lse + i0 + i];
       gradient_row(
@@ -112,9 +112,9 @@ void key_block(const BackwardArgs& a, int64_t b, int64_t h, int64_t kb) {
     // Sums over queries i >= j: dv_j += p[i][j] dout_i, [dk | dkr]_j += ds[i][j] [q_n | q_r]_i.
     const attn::Region after{Band::KGe, j0 - i0};
     attn::tile_gemm({nk, s.dv, nq}, {w.p, kBlock, true}, {dorows, hr.ldv}, {dvv, s.dv, qb > kb},
-                    after);
+                    after, s.precision);
     attn::tile_gemm({nk, dqt, nq}, {w.dp, kBlock, true}, {qrows, hr.ldq}, {dkk, dqt, qb > kb},
-                    after);
+                    after, s.precision);
     if (a.fused)
       add_dq(s, w.dp, false, nq, nk, krows, hr.ldk, krrows, a.dq + hr.q + i0 * hr.ldq, hr.ldq,
              kb > 0, i0 - j0);
@@ -148,7 +148,7 @@ void query_block(const BackwardArgs& a, int64_t b, int64_t h, int64_t qb) {
     attn::scores(s, nk, nq, {krows, hr.ldk, false}, {krrows, s.dr, false}, qt, w.p,
                  {Band::ColGe, j0 - i0});
     attn::tile_gemm({nk, nq, s.dv}, {a.v + hr.v + j0 * hr.ldv, hr.ldv, false}, {dot, kBlock},
-                    {w.dp, kBlock, false}, {Band::ColGe, j0 - i0});
+                    {w.dp, kBlock, false}, {Band::ColGe, j0 - i0}, s.precision);
     for (int64_t j = 0; j < nk; ++j)
       gradient_row(
           w.p + j * kBlock, w.dp + j * kBlock, kb == qb ? std::min(j, nq) : 0, nq, nq, a.scale,
