@@ -40,6 +40,7 @@ struct ChunkRows {
   int64_t L, K, V;
   const float *q, *k, *v, *g, *beta;
   int64_t ldqk, ldv, ldbeta;
+  Precision precision;  // of the pair and state products
   float b(int64_t r) const { return beta[r * ldbeta]; }
 };
 
@@ -56,7 +57,8 @@ inline ChunkRows chunk_rows(const DeltaRuleShape& s, const DeltaRuleInputs<float
           .beta = in.beta + r.beta + t0 * r.ldbeta,
           .ldqk = r.ldqk,
           .ldv = r.ldv,
-          .ldbeta = r.ldbeta};
+          .ldbeta = r.ldbeta,
+          .precision = s.precision};
 }
 
 // Cuts named arrays out of one buffer, each 64-byte aligned. With a null base it only counts.
