@@ -19,7 +19,7 @@
 namespace k3::kernels::attn {
 namespace {
 
-double rounded(float x) { return bf16_to_float(float_to_bf16(x)); }
+double rounded_value(float x) { return bf16_to_float(float_to_bf16(x)); }
 
 const char* band_name(Band b) {
   switch (b) {
@@ -76,7 +76,7 @@ void check_product(Dims d, bool trans, Band band, int64_t off, bool accumulate, 
       double sum = accumulate ? C0[r * ldc + c] : 0.0, size = std::abs(sum);
       for (int64_t k = 0; k < d.K; ++k) {
         if (!term_in_band(r, k)) continue;
-        const double t = rounded(a_at(r, k)) * rounded(B[k * ldb + c]);
+        const double t = rounded_value(a_at(r, k)) * rounded_value(B[k * ldb + c]);
         sum += t;
         size += std::abs(t);
       }
@@ -108,28 +108,33 @@ TEST(Bf16Tiles, ProductMatchesDoubleSumOfRoundedOperands) {
         }
 }
 
-// The scores helper adds the shared key part as a second product in the shape's precision.
+// The scores helper adds the shared key part as a second product in the shape's precision, from
+// its right operand as it is or rounded once beforehand (scores_rhs): the same either way.
 TEST(Bf16Tiles, ScoresRoundBothParts) {
-  AttentionShape s{1, 1, 1, 24, 8, 16, 0};
+  AttentionShape s{1, 1, 1, 23, 9, 16, 0};
   s.precision = Precision::BF16;
   const int64_t M = 40, N = 50, dqt = s.dqk + s.dr;
   const std::vector<float> an = testing::random_vec(M * s.dqk, 5),
                            ar = testing::random_vec(M * s.dr, 6),
                            bt = testing::random_vec(dqt * kBlock, 7);
-  std::vector<float> out(kBlock * kBlock);
-  scores(s, M, N, {an.data(), s.dqk, false}, {ar.data(), s.dr, false}, bt.data(), out.data(),
-         {Band::ColLe, N});
+  std::vector<uint32_t> rounded(scores_rhs_words(s));
+  std::vector<float> out(kBlock * kBlock), out_rounded(kBlock * kBlock);
+  scores(s, M, N, {an.data(), s.dqk, false}, {ar.data(), s.dr, false}, {bt.data(), {}, {}},
+         out.data(), {Band::ColLe, N});
+  scores(s, M, N, {an.data(), s.dqk, false}, {ar.data(), s.dr, false},
+         scores_rhs(s, bt.data(), N, rounded.data()), out_rounded.data(), {Band::ColLe, N});
   for (int64_t r = 0; r < M; ++r)
     for (int64_t c = 0; c < N; ++c) {
       double sum = 0, size = 0;
       for (int64_t k = 0; k < dqt; ++k) {
-        const double a = rounded(k < s.dqk ? an[r * s.dqk + k] : ar[r * s.dr + k - s.dqk]);
-        const double t = a * rounded(bt[k * kBlock + c]);
+        const double a = rounded_value(k < s.dqk ? an[r * s.dqk + k] : ar[r * s.dr + k - s.dqk]);
+        const double t = a * rounded_value(bt[k * kBlock + c]);
         sum += t;
         size += std::abs(t);
       }
       ASSERT_NEAR(out[r * kBlock + c], sum, (dqt + 2) * std::ldexp(1.0, -24) * size)
           << r << " " << c;
+      ASSERT_EQ(out_rounded[r * kBlock + c], out[r * kBlock + c]) << r << " " << c;
     }
 }
 

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "k3/base/error.h"
 #include "k3/tensor/bf16.h"
 
 namespace k3::kernels::attn {
@@ -253,6 +254,10 @@ void pack_pairs(const float* src, int64_t ld, int64_t rows, int64_t cols, Keep k
   }
 }
 
+auto all_columns(int64_t cols) {
+  return [cols](int64_t) { return std::pair<int64_t, int64_t>{0, cols}; };
+}
+
 void tile_gemm_f32(Dims d, Lhs a, Rhs b, Out c, Region region) {
   const auto& table = a.trans ? kTable<F32Block<true>> : kTable<F32Block<false>>;
   for_each_block(
@@ -286,12 +291,13 @@ void tile_gemm_bf16(Dims d, Lhs a, Rhs b, Out c, Region region) {
       if (d.K % 2) out[d.K] = 0;
     }
   }
-  pack_pairs(
-      b.p, b.ld, d.K, d.N,
-      [&](int64_t) {
-        return std::pair<int64_t, int64_t>{0, d.N};
-      },
-      rows, bp);
+  if (b.rounded && b.rounded->pairs) {
+    K3_CHECK(b.rounded->K == d.K && b.rounded->N == d.N, "tile_gemm: B was rounded as ",
+             b.rounded->K, "x", b.rounded->N, ", the product reads ", d.K, "x", d.N);
+    bp = const_cast<uint32_t*>(b.rounded->pairs);
+  } else {
+    pack_pairs(b.p, b.ld, d.K, d.N, all_columns(d.N), rows, bp);
+  }
   const bool native = bf16_dot_products();
   const auto& table =
       a.trans ? (native ? kTable<Bf16Block<true, true>> : kTable<Bf16Block<true, false>>)
@@ -316,11 +322,24 @@ void tile_gemm(Dims d, Lhs a, Rhs b, Out c, Region region, Precision precision) 
     tile_gemm_f32(d, a, b, c, region);
 }
 
-void scores(const AttentionShape& s, int64_t M, int64_t N, Lhs a_n, Lhs a_r, const float* bt,
+RoundedRhs round_rhs(Rhs b, int64_t K, int64_t N, uint32_t* out, Precision precision) {
+  if (precision != Precision::BF16) return {};
+  auto* two_rows = reinterpret_cast<uint16_t*>(thread_buffer(Slot::Bf16, static_cast<size_t>(N)));
+  pack_pairs(b.p, b.ld, K, N, all_columns(N), two_rows, out);
+  return {out, K, N};
+}
+
+ScoresRhs scores_rhs(const AttentionShape& s, const float* bt, int64_t N, uint32_t* out) {
+  return {bt, round_rhs({bt, kBlock}, s.dqk, N, out, s.precision),
+          round_rhs({bt + s.dqk * kBlock, kBlock}, s.dr, N, out + rounded_words(s.dqk, kBlock),
+                    s.precision)};
+}
+
+void scores(const AttentionShape& s, int64_t M, int64_t N, Lhs a_n, Lhs a_r, const ScoresRhs& b,
             float* out, Region region) {
-  tile_gemm({M, N, s.dqk}, a_n, {bt, kBlock}, {out, kBlock, false}, region, s.precision);
+  tile_gemm({M, N, s.dqk}, a_n, {b.bt, kBlock, &b.n}, {out, kBlock, false}, region, s.precision);
   if (s.dr > 0)
-    tile_gemm({M, N, s.dr}, a_r, {bt + s.dqk * kBlock, kBlock}, {out, kBlock, true}, region,
+    tile_gemm({M, N, s.dr}, a_r, {b.bt + s.dqk * kBlock, kBlock, &b.r}, {out, kBlock, true}, region,
               s.precision);
 }
 

@@ -43,9 +43,16 @@ struct Lhs {  // A(r, k) = p[r*ld + k], or p[k*ld + r] when trans
   int64_t ld;
   bool trans;
 };
-struct Rhs {  // B(k, c) = p[k*ld + c]
+// A right operand rounded to bf16 once (round_rhs) for the several bf16 products that read it,
+// in the pairs of rows they multiply: [(K + 1) / 2][N] words. Null pairs: not rounded (fp32).
+struct RoundedRhs {
+  const uint32_t* pairs = nullptr;
+  int64_t K = 0, N = 0;
+};
+struct Rhs {  // B(k, c) = p[k*ld + c]; a bf16 product reads `rounded` instead where it has pairs
   const float* p;
   int64_t ld;
+  const RoundedRhs* rounded = nullptr;
 };
 struct Out {  // C(r, c) = p[r*ld + c], overwritten or (accumulate) added to
   float* p;
@@ -60,10 +67,25 @@ struct Region {  // which part of the product the causal tile needs
 // In bf16, the terms outside the band are dropped whatever A holds there.
 void tile_gemm(Dims d, Lhs a, Rhs b, Out c, Region region, Precision precision = Precision::F32);
 
+// B [K, N] rounded into out, rounded_words(K, N) words, when precision is bf16 (else nothing).
+inline int64_t rounded_words(int64_t K, int64_t N) { return (K + 1) / 2 * N; }
+RoundedRhs round_rhs(Rhs b, int64_t K, int64_t N, uint32_t* out, Precision precision);
+
+// The right operand of scores: bt packed transposed, [dqk + dr, kBlock] (the n rows, then the r
+// rows), N columns; in bf16 both parts rounded once for all the tiles that read them.
+struct ScoresRhs {
+  const float* bt;
+  RoundedRhs n, r;
+};
+inline int64_t scores_rhs_words(const AttentionShape& s) {
+  return rounded_words(s.dqk, kBlock) + rounded_words(s.dr, kBlock);
+}
+ScoresRhs scores_rhs(const AttentionShape& s, const float* bt, int64_t N, uint32_t* out);
+
 // A tile of scores out[M, N] = <a_n, b_n> + <a_r, b_r>: the shared k_r part is a second product
-// accumulated over the same tile. b is packed transposed, [dqk + dr, kBlock] (the n rows, then
-// the r rows). Keys x queries (a = key rows, b = queries) or queries x keys. In s.precision.
-void scores(const AttentionShape& s, int64_t M, int64_t N, Lhs a_n, Lhs a_r, const float* bt,
+// accumulated over the same tile. Keys x queries (a = key rows, b = queries) or queries x keys.
+// In s.precision.
+void scores(const AttentionShape& s, int64_t M, int64_t N, Lhs a_n, Lhs a_r, const ScoresRhs& b,
             float* out, Region region);
 
 // dst[c*ld_dst + r] = src[r*ld_src + c] for r < rows, c < cols (16x16 register blocks, any
