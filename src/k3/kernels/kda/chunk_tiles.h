@@ -140,7 +140,10 @@ class DecayPairs {
   // Column operands of every sub-chunk, sub-chunk i from row offset: e^{R_i − G_s} for s below
   // `columns`, and k times it.
   float *col_factor_, *kc_;
-  float* kct_;                  // [K][kLd]: one sub-chunk's kc transposed
+  float* kct_;  // [K][kLd]: one sub-chunk's kc transposed
+  // In bf16, the right operand two pair products share (kct_, or kc in the backward), rounded
+  // once for both.
+  uint32_t* shared_rounded_;
   float *to_entry_, *to_exit_;  // [K]: e^{R_i}, e^{G_L − R_i} of one sub-chunk
 };
 
