@@ -1,6 +1,7 @@
 // Tiled causal attention, forward and forward+backward, against the FMA peak and a multi-threaded
 // sgemm measured side by side. FLOPs count only the unmasked half: P = T(T+1)/2 query-key pairs per
 // head, forward 2·B·H·P·(dqk + dr + dv), backward 2.5x forward (five products against two).
+// bf16 = 1 runs the products in bf16 (AttentionShape::precision, docs/precision.md).
 #include "k3/kernels/attention.h"
 
 #include <benchmark/benchmark.h>
@@ -32,8 +33,9 @@ double forward_flops(const AttentionShape& s) {
 }
 
 void BM_attention(benchmark::State& state) {
-  const AttentionShape s{
+  AttentionShape s{
       1, state.range(0), state.range(4), state.range(1), state.range(2), state.range(3), 0};
+  if (state.range(6)) s.precision = k3::kernels::Precision::BF16;
   const bool backward = state.range(5) != 0;
   const auto n = static_cast<size_t>(s.B * s.T * s.H);
   const auto q = random_floats(n * (s.dqk + s.dr), 3), k = random_floats(n * s.dqk, 4),
@@ -57,18 +59,22 @@ void BM_attention(benchmark::State& state) {
   state.counters["x_sgemm"] = state.counters["GFLOP/s"] / sgemm;
 }
 
-// Plain heads (dqk = dv = 64 or 128), forward and forward+backward, and one MLA shape.
+// Plain heads (dqk = dv = 64 or 128), forward and forward+backward, and one MLA shape; three of
+// them again in bf16.
 BENCHMARK(BM_attention)
-    ->ArgNames({"T", "dqk", "dr", "dv", "H", "bwd"})
-    ->Args({1024, 64, 0, 64, 8, 0})
-    ->Args({1024, 64, 0, 64, 8, 1})
-    ->Args({1024, 128, 0, 128, 8, 0})
-    ->Args({1024, 128, 0, 128, 8, 1})
-    ->Args({4096, 64, 0, 64, 4, 0})
-    ->Args({4096, 64, 0, 64, 4, 1})
-    ->Args({4096, 128, 0, 128, 4, 0})
-    ->Args({4096, 128, 0, 128, 4, 1})
-    ->Args({4096, 128, 64, 128, 4, 1})
+    ->ArgNames({"T", "dqk", "dr", "dv", "H", "bwd", "bf16"})
+    ->Args({1024, 64, 0, 64, 8, 0, 0})
+    ->Args({1024, 64, 0, 64, 8, 1, 0})
+    ->Args({1024, 128, 0, 128, 8, 0, 0})
+    ->Args({1024, 128, 0, 128, 8, 1, 0})
+    ->Args({4096, 64, 0, 64, 4, 0, 0})
+    ->Args({4096, 64, 0, 64, 4, 1, 0})
+    ->Args({4096, 128, 0, 128, 4, 0, 0})
+    ->Args({4096, 128, 0, 128, 4, 1, 0})
+    ->Args({4096, 128, 64, 128, 4, 1, 0})
+    ->Args({1024, 64, 0, 64, 8, 1, 1})
+    ->Args({1024, 128, 0, 128, 8, 1, 1})
+    ->Args({4096, 128, 64, 128, 4, 1, 1})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

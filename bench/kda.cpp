@@ -5,7 +5,8 @@
 // in turns (`--turns N`, default 5), one run of each per turn: each time is the best of its
 // turns, and the chunked/recurrent ratio is given per turn (median [min-max]). Last, the chunked
 // path's compute floor: one chunk of one head on one thread with all its data in cache, next to
-// its K×V-sized products alone, and the T = 4K time that rate would give.
+// its K×V-sized products alone, and the T = 4K time that rate would give. Each turn also runs the
+// chunked path in bf16 (DeltaRuleShape::precision): its tokens/s and its speedup per turn.
 //
 // FLOPs of the chunked algorithm per head and chunk of L = 64 tokens, each product counted at the
 // size the algorithm needs (triangular products at their triangle, L(L+1)/2 ≈ L²/2 pairs):
@@ -125,13 +126,18 @@ double compare(int64_t T, int turns, Sgemm& sgemm) {
   p.chunked();  // warm the per-thread buffers and oneDNN's kernels
   sgemm.run();
   constexpr double kInf = std::numeric_limits<double>::infinity();
-  double chunked = kInf, recurrent = kInf, gemm = kInf;
-  std::vector<double> ratios;
+  double chunked = kInf, recurrent = kInf, gemm = kInf, bf16 = kInf;
+  std::vector<double> ratios, bf16_ratios;
   for (int turn = 0; turn < turns; ++turn) {
     const double c = seconds([&] { p.chunked(); }), r = seconds([&] { p.recurrent(); });
+    p.s.precision = k3::kernels::Precision::BF16;
+    const double b = seconds([&] { p.chunked(); });
+    p.s.precision = k3::kernels::Precision::F32;
     chunked = std::min(chunked, c);
     recurrent = std::min(recurrent, r);
+    bf16 = std::min(bf16, b);
     ratios.push_back(r / c);
+    bf16_ratios.push_back(c / b);
     gemm = std::min(gemm, seconds([&] { sgemm.run(); }));
   }
   const double tokens = static_cast<double>(T);
@@ -139,10 +145,12 @@ double compare(int64_t T, int turns, Sgemm& sgemm) {
   const double sgemm_gflops = Sgemm::flops() / gemm / 1e9;
   std::printf(
       "T=%-6lld chunked %8.0f tokens/s (%7.1f ms, %5.1f GFLOP/s = %.2f x sgemm %5.1f)   "
-      "recurrent %7.0f tokens/s (%7.1f ms)   chunked/recurrent per turn %sx\n",
+      "recurrent %7.0f tokens/s (%7.1f ms)   chunked/recurrent per turn %sx\n"
+      "         chunked in bf16 %8.0f tokens/s, fp32/bf16 per turn %sx\n",
       static_cast<long long>(T), tokens / chunked, chunked * 1e3, gflops, gflops / sgemm_gflops,
       sgemm_gflops, tokens / recurrent, recurrent * 1e3,
-      k3::bench::spread_text(k3::bench::spread(ratios), "%.1f").c_str());
+      k3::bench::spread_text(k3::bench::spread(ratios), "%.1f").c_str(), tokens / bf16,
+      k3::bench::spread_text(k3::bench::spread(bf16_ratios), "%.2f").c_str());
   return recurrent;
 }
 

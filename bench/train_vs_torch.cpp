@@ -12,6 +12,7 @@
 // threads spin while the other one runs.
 //
 //   bench_train_vs_torch [--warmup N] [--steps N] [--profile-steps N] [--bench-dir DIR]
+//                        [--config NAME]   (only that shape, e.g. l6-d384.json)
 #include <unistd.h>
 
 #include <cstdio>
@@ -52,6 +53,7 @@ struct Options {
   int warmup = 2, steps = 9;  // PyTorch's step time swings by ±10% from step to step
   int profile_steps = 2;      // bf16 steps profiled per shape after the timed ones
   std::filesystem::path bench_dir = K3_BENCH_DIR;
+  std::string config;  // empty: every shape
 };
 
 // k3lab's side: the model, a random batch whose targets are the next tokens, the optimizer.
@@ -132,13 +134,17 @@ std::string profile_bf16(K3Side& ours, const char* name, int steps) {
 Options parse(int argc, char** argv) {
   Options o;
   for (const auto& [flag, value] :
-       k3::bench::parse_flags(argc, argv, {"--warmup", "--steps", "--profile-steps", "--bench-dir"})) {
+       k3::bench::parse_flags(argc, argv, {"--warmup", "--steps", "--profile-steps", "--bench-dir", "--config"})) {
     if (flag == "--warmup") o.warmup = std::stoi(value);
     if (flag == "--steps") o.steps = std::stoi(value);
     if (flag == "--profile-steps") o.profile_steps = std::stoi(value);
     if (flag == "--bench-dir") o.bench_dir = value;
+    if (flag == "--config") o.config = value;
   }
   if (o.warmup < 1 || o.steps < 1) throw std::runtime_error("--warmup and --steps must be >= 1");
+  bool known = o.config.empty();
+  for (const Shape& s : kShapes) known = known || o.config == s.config;
+  if (!known) throw std::runtime_error("--config: no shape uses " + o.config);
   return o;
 }
 
@@ -156,6 +162,7 @@ int main(int argc, char** argv) {
                 "torch tok/s", "ratio per step", "k3 GFLOP/s", "%fp32pk", "%bf16pk");
     std::string blas, profiles;
     for (const Shape& s : kShapes) {
+      if (!o.config.empty() && o.config != s.config) continue;
       const std::filesystem::path config = o.bench_dir / "configs" / s.config;
       const k3::model::ModelConfig c = k3::model::load_model_config(config.string());
       k3::bench::TorchChild torch(torch_command(config, s, o));

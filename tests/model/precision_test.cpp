@@ -81,17 +81,19 @@ Comparison bf16_against_fp32(uint64_t seed) {
 }
 
 // Measured, seeds 1 and 2, native and with oneDNN held to AVX2 (where bf16 products run as fp32
-// products of bf16-rounded operands), relative to fp32; the largest of the four runs:
-//   attention 0.0132, KDA 0.0177, MoE 0.0349, dense MLP 0.0181, embedding 0.0173, head 0.0110,
-//   other 0.0179; the loss 6.3e-5.
+// products of bf16-rounded operands), relative to fp32; the largest of the four runs, with the
+// attention and KDA kernels' own products in bf16 too:
+//   attention 0.0156, KDA 0.0220, MoE 0.0385, dense MLP 0.0221, embedding 0.0214, head 0.0134,
+//   other 0.0231; the loss 4.4e-5
+// (with those products in fp32: 0.0132, 0.0177, 0.0349, 0.0181, 0.0173, 0.0110, 0.0179; 6.3e-5).
 // Each tolerance is about twice that. (dense-tiny, without MoE, KDA or Attention Residuals,
 // measures 0.06-0.4%; k3-micro's gradients pass through more layers and the routers' top-k.) The
 // lower bound catches a run that is not bf16 at all: fp32 against fp32 on another thread count
 // or instruction set differs by ~1e-6.
 TEST(Bf16Training, StepMatchesFp32PerTensorGroup) {
   const std::map<std::string, double> kTolerance = {
-      {"embedding", 0.035}, {"attention", 0.027}, {"kda", 0.035}, {"moe", 0.07},
-      {"dense_mlp", 0.036}, {"head", 0.022},      {"other", 0.036}};
+      {"embedding", 0.043}, {"attention", 0.031}, {"kda", 0.044}, {"moe", 0.077},
+      {"dense_mlp", 0.044}, {"head", 0.027},      {"other", 0.046}};
   for (uint64_t seed : {1, 2}) {
     const Comparison c = bf16_against_fp32(seed);
     std::string report = "seed " + std::to_string(seed) + ": loss " + std::to_string(c.loss);

@@ -42,12 +42,13 @@ struct ForwardArgs {
   float *out, *lse;
 };
 
-// Per-thread workspace of one query block.
+// Per-thread workspace of one query block; in bf16 its queries are rounded once (qt_rounded).
 struct ForwardTile {
   float *qt, *st, *o, *m, *l, *alpha;
+  uint32_t* qt_rounded;
   static size_t floats(const AttentionShape& s) {
     return static_cast<size_t>(kBlock * (s.dqk + s.dr) + kBlock * kBlock + kBlock * s.dv +
-                               3 * kBlock);
+                               3 * kBlock + attn::scores_rhs_words(s));
   }
   explicit ForwardTile(const AttentionShape& s) {
     float* p = attn::thread_buffer(attn::Slot::Tile, floats(s));
@@ -57,6 +58,7 @@ struct ForwardTile {
     m = o + kBlock * s.dv;
     l = m + kBlock;
     alpha = l + kBlock;
+    qt_rounded = reinterpret_cast<uint32_t*>(alpha + kBlock);
   }
 };
 
@@ -102,13 +104,14 @@ void forward_block(const ForwardArgs& a, int64_t b, int64_t h, int64_t qb) {
   const int64_t dqt = s.dqk + s.dr, i0 = qb * kBlock, nq = std::min(kBlock, s.T - i0);
   ForwardTile w(s);
   attn::transpose(nq, dqt, a.q + hr.q + i0 * hr.ldq, hr.ldq, w.qt, kBlock);
+  const attn::ScoresRhs qt = attn::scores_rhs(s, w.qt, nq, w.qt_rounded);
   std::fill(w.m, w.m + nq, -INFINITY);
   std::fill(w.l, w.l + nq, 0.0f);
 
   for (int64_t kb = 0; kb <= qb; ++kb) {
     const int64_t j0 = kb * kBlock, nk = std::min(kBlock, s.T - j0);
     attn::scores(s, nk, nq, {a.k + hr.k + j0 * hr.ldk, hr.ldk, false},
-                 {a.kr + hr.kr + j0 * s.dr, s.dr, false}, w.qt, w.st, {Band::ColGe, j0 - i0});
+                 {a.kr + hr.kr + j0 * s.dr, s.dr, false}, qt, w.st, {Band::ColGe, j0 - i0});
     online_softmax(w.st, nk, nq, kb == qb, a.scale * fast::kLog2e, w.m, w.l, w.alpha);
     if (kb > 0)
       for (int64_t i = 0; i < nq; ++i)
@@ -116,7 +119,7 @@ void forward_block(const ForwardArgs& a, int64_t b, int64_t h, int64_t qb) {
         for (int64_t c = 0; c < s.dv; ++c) w.o[i * s.dv + c] *= w.alpha[i];
     // o[i] += sum_j p[j][i] v_j over keys j <= i.
     attn::tile_gemm({nq, s.dv, nk}, {w.st, kBlock, true}, {a.v + hr.v + j0 * hr.ldv, hr.ldv},
-                    {w.o, s.dv, kb > 0}, {Band::KLe, i0 - j0});
+                    {w.o, s.dv, kb > 0}, {Band::KLe, i0 - j0}, s.precision);
   }
 
   for (int64_t i = 0; i < nq; ++i) {

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "k3/kernels/gemm.h"
+
 namespace k3::kernels {
 
 struct AttentionShape {
@@ -24,6 +26,9 @@ struct AttentionShape {
   // false: every query sees every key of its sequence (the vision tower's full_attention.h; the
   // kernels here are causal only).
   bool causal = true;
+  // The products' precision: in bf16, q·kᵀ, p·v and the backward's products take bf16 operands
+  // (fp32 sums); the softmax, the log-sum-exp and the gradient's elementwise terms stay fp32.
+  Precision precision = Precision::F32;
   float effective_scale() const;
 };
 

@@ -31,12 +31,14 @@ struct BackwardArgs {
   bool fused;
 };
 
-// Per-thread workspace: two transposed operands, two score-sized tiles and the gradient rows
-// accumulated for the item's block.
+// Per-thread workspace: two transposed operands (in bf16 also rounded once, xr and yr), two
+// score-sized tiles and the gradient rows accumulated for the item's block.
 struct BackwardTile {
   float *xt, *yt, *p, *dp, *gx, *gy;
+  uint32_t *xr, *yr;
   static size_t floats(const AttentionShape& s) {
-    return static_cast<size_t>(kBlock * (2 * (s.dqk + s.dr) + 2 * s.dv + 2 * kBlock));
+    return static_cast<size_t>(kBlock * (2 * (s.dqk + s.dr) + 2 * s.dv + 2 * kBlock) +
+                               attn::scores_rhs_words(s) + attn::rounded_words(s.dv, kBlock));
   }
   explicit BackwardTile(const AttentionShape& s) {
     const int64_t dqt = s.dqk + s.dr;
@@ -46,6 +48,8 @@ struct BackwardTile {
     dp = p + kBlock * kBlock;
     gx = dp + kBlock * kBlock;
     gy = gx + kBlock * dqt;
+    xr = reinterpret_cast<uint32_t*>(gy + kBlock * s.dv);
+    yr = xr + attn::scores_rhs_words(s);
   }
 };
 
@@ -75,10 +79,10 @@ void add_dq(const AttentionShape& s, const float* ds, bool ds_trans, int64_t nq,
             bool accumulate, int64_t i0_minus_j0) {
   const attn::Region region{Band::KLe, i0_minus_j0};
   attn::tile_gemm({nq, s.dqk, nk}, {ds, kBlock, ds_trans}, {k_rows, ldk},
-                  {dq_rows, ldq, accumulate}, region);
+                  {dq_rows, ldq, accumulate}, region, s.precision);
   if (s.dr > 0)
     attn::tile_gemm({nq, s.dr, nk}, {ds, kBlock, ds_trans}, {kr_rows, s.dr},
-                    {dq_rows + s.dqk, ldq, accumulate}, region);
+                    {dq_rows + s.dqk, ldq, accumulate}, region, s.precision);
 }
 
 // dk, dv and this head's dkr share of keys [j0, j0 + nk); in fused mode also the dq terms.
@@ -93,6 +97,8 @@ void key_block(const BackwardArgs& a, int64_t b, int64_t h, int64_t kb) {
   attn::transpose(nk, s.dqk, krows, hr.ldk, kt, kBlock);
   attn::transpose(nk, s.dr, krrows, s.dr, kt + s.dqk * kBlock, kBlock);
   attn::transpose(nk, s.dv, a.v + hr.v + j0 * hr.ldv, hr.ldv, vt, kBlock);
+  const attn::ScoresRhs keys = attn::scores_rhs(s, kt, nk, w.xr);
+  const attn::RoundedRhs vt_rounded = attn::round_rhs({vt, kBlock}, s.dv, nk, w.yr, s.precision);
 
   for (int64_t qb = kb; qb < attn::num_blocks(s.T); ++qb) {
     const int64_t i0 = qb * kBlock, nq = std::min(kBlock, s.T - i0);
@@ -100,9 +106,10 @@ void key_block(const BackwardArgs& a, int64_t b, int64_t h, int64_t kb) {
     const float* dorows = a.dout + hr.v + i0 * hr.ldv;
     // p[i][j] = <[q_n | q_r]_i, [k_n | k_r]_j> and dp[i][j] = <dout_i, v_j>, for keys j <= i.
     const attn::Region below{Band::ColLe, i0 - j0};
-    attn::scores(s, nq, nk, {qrows, hr.ldq, false}, {qrows + s.dqk, hr.ldq, false}, kt, w.p, below);
-    attn::tile_gemm({nq, nk, s.dv}, {dorows, hr.ldv, false}, {vt, kBlock}, {w.dp, kBlock, false},
-                    below);
+    attn::scores(s, nq, nk, {qrows, hr.ldq, false}, {qrows + s.dqk, hr.ldq, false}, keys, w.p,
+                 below);
+    attn::tile_gemm({nq, nk, s.dv}, {dorows, hr.ldv, false}, {vt, kBlock, &vt_rounded},
+                    {w.dp, kBlock, false}, below, s.precision);
     for (int64_t i = 0; i < nq; ++i) {
       const float lse2 = a.lse[hr.lse + i0 + i] * fast::kLog2e, d = a.delta[hr.lse + i0 + i];
       gradient_row(
@@ -112,9 +119,9 @@ void key_block(const BackwardArgs& a, int64_t b, int64_t h, int64_t kb) {
     // Sums over queries i >= j: dv_j += p[i][j] dout_i, [dk | dkr]_j += ds[i][j] [q_n | q_r]_i.
     const attn::Region after{Band::KGe, j0 - i0};
     attn::tile_gemm({nk, s.dv, nq}, {w.p, kBlock, true}, {dorows, hr.ldv}, {dvv, s.dv, qb > kb},
-                    after);
+                    after, s.precision);
     attn::tile_gemm({nk, dqt, nq}, {w.dp, kBlock, true}, {qrows, hr.ldq}, {dkk, dqt, qb > kb},
-                    after);
+                    after, s.precision);
     if (a.fused)
       add_dq(s, w.dp, false, nq, nk, krows, hr.ldk, krrows, a.dq + hr.q + i0 * hr.ldq, hr.ldq,
              kb > 0, i0 - j0);
@@ -137,6 +144,8 @@ void query_block(const BackwardArgs& a, int64_t b, int64_t h, int64_t qb) {
   float *qt = w.xt, *dot = w.yt, *dqq = w.gx;  // dqq [nq, dqt] = [dq_n | dq_r]
   attn::transpose(nq, dqt, a.q + hr.q + i0 * hr.ldq, hr.ldq, qt, kBlock);
   attn::transpose(nq, s.dv, a.dout + hr.v + i0 * hr.ldv, hr.ldv, dot, kBlock);
+  const attn::ScoresRhs queries = attn::scores_rhs(s, qt, nq, w.xr);
+  const attn::RoundedRhs dot_rounded = attn::round_rhs({dot, kBlock}, s.dv, nq, w.yr, s.precision);
   float lse2[kBlock];  // as key_block computes it, so that both modes round alike
   for (int64_t i = 0; i < nq; ++i) lse2[i] = a.lse[hr.lse + i0 + i] * fast::kLog2e;
   const float* delta = a.delta + hr.lse + i0;
@@ -145,10 +154,11 @@ void query_block(const BackwardArgs& a, int64_t b, int64_t h, int64_t qb) {
     const int64_t j0 = kb * kBlock, nk = std::min(kBlock, s.T - j0);
     const float* krows = a.k + hr.k + j0 * hr.ldk;
     const float* krrows = a.kr + hr.kr + j0 * s.dr;
-    attn::scores(s, nk, nq, {krows, hr.ldk, false}, {krrows, s.dr, false}, qt, w.p,
+    attn::scores(s, nk, nq, {krows, hr.ldk, false}, {krrows, s.dr, false}, queries, w.p,
                  {Band::ColGe, j0 - i0});
-    attn::tile_gemm({nk, nq, s.dv}, {a.v + hr.v + j0 * hr.ldv, hr.ldv, false}, {dot, kBlock},
-                    {w.dp, kBlock, false}, {Band::ColGe, j0 - i0});
+    attn::tile_gemm({nk, nq, s.dv}, {a.v + hr.v + j0 * hr.ldv, hr.ldv, false},
+                    {dot, kBlock, &dot_rounded}, {w.dp, kBlock, false}, {Band::ColGe, j0 - i0},
+                    s.precision);
     for (int64_t j = 0; j < nk; ++j)
       gradient_row(
           w.p + j * kBlock, w.dp + j * kBlock, kb == qb ? std::min(j, nq) : 0, nq, nq, a.scale,

@@ -18,10 +18,10 @@ void scores(const AttentionShape& s, int64_t Tq, int64_t Tk, const float* q, con
   const int64_t dq = s.dqk + s.dr, H = s.H;
   const float* qb = q + ((b * Tq + i0) * H + h) * dq;
   gemm({false, true, n, Tk, s.dqk, scale, qb, H * dq, k + (b * Tk * H + h) * s.dqk, H * s.dqk, 0.f,
-        S, Tk});
+        S, Tk, s.precision});
   if (s.dr > 0)
-    gemm({false, true, n, Tk, s.dr, scale, qb + s.dqk, H * dq, kr + b * Tk * s.dr, s.dr, 1.f, S,
-          Tk});
+    gemm({false, true, n, Tk, s.dr, scale, qb + s.dqk, H * dq, kr + b * Tk * s.dr, s.dr, 1.f, S, Tk,
+          s.precision});
 }
 
 }  // namespace
@@ -49,7 +49,7 @@ void attention_block_forward(const AttentionShape& s, int64_t Tq, int64_t Tk, co
             lse[(b * H + h) * Tq + i0 + i] = m + static_cast<float>(std::log(l));
           }
           gemm({false, false, n, s.dv, Tk, 1.f, S.data(), Tk, v + (b * Tk * H + h) * s.dv, H * s.dv,
-                0.f, out + ((b * Tq + i0) * H + h) * s.dv, H * s.dv});
+                0.f, out + ((b * Tq + i0) * H + h) * s.dv, H * s.dv, s.precision});
         }
   }
 }
@@ -93,7 +93,7 @@ void attention_block_backward(const AttentionShape& s, int64_t Tq, int64_t Tk, c
           const float* dob = dout + ((b * Tq + i0) * H + h) * s.dv;
           const float* ob = out + ((b * Tq + i0) * H + h) * s.dv;
           gemm({false, true, n, Tk, s.dv, 1.f, dob, H * s.dv, v + (b * Tk * H + h) * s.dv, H * s.dv,
-                0.f, dP.data(), Tk});
+                0.f, dP.data(), Tk, s.precision});
           for (int64_t i = 0; i < n; ++i) {
             const float l = lse[(b * H + h) * Tq + i0 + i];
             float D = 0;
@@ -106,18 +106,18 @@ void attention_block_backward(const AttentionShape& s, int64_t Tq, int64_t Tk, c
             }
           }
           gemm({true, false, Tk, s.dv, n, 1.f, P.data(), Tk, dob, H * s.dv, 1.f,
-                dv + (b * Tk * H + h) * s.dv, H * s.dv});
+                dv + (b * Tk * H + h) * s.dv, H * s.dv, s.precision});
           float* dqb = dq + ((b * Tq + i0) * H + h) * dqd;
           const float* qb = q + ((b * Tq + i0) * H + h) * dqd;
           gemm({false, false, n, s.dqk, Tk, 1.f, dP.data(), Tk, k + (b * Tk * H + h) * s.dqk,
-                H * s.dqk, 1.f, dqb, H * dqd});
+                H * s.dqk, 1.f, dqb, H * dqd, s.precision});
           gemm({true, false, Tk, s.dqk, n, 1.f, dP.data(), Tk, qb, H * dqd, 1.f,
-                dk + (b * Tk * H + h) * s.dqk, H * s.dqk});
+                dk + (b * Tk * H + h) * s.dqk, H * s.dqk, s.precision});
           if (s.dr > 0) {
             gemm({false, false, n, s.dr, Tk, 1.f, dP.data(), Tk, kr + b * Tk * s.dr, s.dr, 1.f,
-                  dqb + s.dqk, H * dqd});
+                  dqb + s.dqk, H * dqd, s.precision});
             gemm({true, false, Tk, s.dr, n, 1.f, dP.data(), Tk, qb + s.dqk, H * dqd, 1.f,
-                  dkr_heads.data() + h * Tk * s.dr, s.dr});
+                  dkr_heads.data() + h * Tk * s.dr, s.dr, s.precision});
           }
         }
     }

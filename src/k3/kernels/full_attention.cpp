@@ -33,7 +33,8 @@ struct Head {
           .B = y + at(d),
           .ldb = s.H * d,
           .C = out,
-          .ldc = s.T});
+          .ldc = s.T,
+          .precision = s.precision});
   }
   // c = op(m) x, m [T, T] (transposed when `trans`), x and c heads of width d.
   void times(bool trans, const float* m, const float* x, int64_t d, float* c) const {
@@ -46,7 +47,8 @@ struct Head {
           .B = x + at(d),
           .ldb = s.H * d,
           .C = c + at(d),
-          .ldc = s.H * d});
+          .ldc = s.H * d,
+          .precision = s.precision});
   }
 };
 

@@ -24,6 +24,19 @@ std::optional<Precision> parse_precision(std::string_view name) {
   return std::nullopt;
 }
 
+bool bf16_dot_products() {
+#ifdef __AVX512BF16__
+  static const bool available = [] {
+    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
+    return (isa & bf16) == bf16;
+  }();
+  return available;
+#else
+  return false;
+#endif
+}
+
 static void check_args(const GemmArgs& g) {
   K3_CHECK(g.M >= 0 && g.N >= 0 && g.K >= 0, "gemm: negative size M=", g.M, " N=", g.N, " K=", g.K);
   K3_CHECK(g.lda >= (g.trans_a ? g.M : g.K) && g.ldb >= (g.trans_b ? g.K : g.N) && g.ldc >= g.N,

@@ -21,6 +21,12 @@ enum class Precision : uint8_t { F32, BF16 };
 const char* precision_name(Precision p);  // "fp32", "bf16"
 std::optional<Precision> parse_precision(std::string_view name);  // its inverse
 
+// Whether bf16 products run on bf16 dot-product instructions here: AVX512-BF16 in the build and
+// within the instruction set oneDNN may use (which ONEDNN_MAX_CPU_ISA=AVX2 holds below it). Where
+// not, every bf16 product (gemm's and the attention tiles') computes the same in fp32 on operands
+// rounded to bf16.
+bool bf16_dot_products();
+
 struct GemmArgs {
   bool trans_a = false, trans_b = false;
   int64_t M = 0, N = 0, K = 0;

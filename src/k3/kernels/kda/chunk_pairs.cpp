@@ -18,6 +18,8 @@ DecayPairs::DecayPairs(Carver& carver, int64_t K) : K_(K) {
   col_factor_ = carver.take(columns);
   kc_ = carver.take(columns);
   kct_ = carver.take(K * kLd);
+  shared_rounded_ = reinterpret_cast<uint32_t*>(
+      carver.take(std::max(attn::rounded_words(K, kLd), attn::rounded_words(kLd, K))));
   to_entry_ = carver.take(K);
   to_exit_ = carver.take(K);
 }
@@ -140,10 +142,12 @@ void DecayPairs::products(float* Aqk, float* Pkk) {
     const int64_t rows = sub.end - sub.begin, n = sub.columns, b = sub.begin;
     if (n > 0) {  // only s ≤ r (Aqk) and s < r (Pkk) are needed
       transpose(n, K, kc_ + sub.offset * K, K, kct_, kLd);
-      tile_gemm({rows, n, K}, {qt_ + b * K, K, false}, {kct_, kLd}, {Aqk + b * kLd, kLd, false},
-                {Band::ColLe, b});
-      tile_gemm({rows, n, K}, {kt_ + b * K, K, false}, {kct_, kLd}, {Pkk + b * kLd, kLd, false},
-                {Band::ColLe, b - 1});
+      const attn::RoundedRhs kct =
+          attn::round_rhs({kct_, kLd}, K, n, shared_rounded_, x_.precision);
+      tile_gemm({rows, n, K}, {qt_ + b * K, K, false}, {kct_, kLd, &kct},
+                {Aqk + b * kLd, kLd, false}, {Band::ColLe, b}, x_.precision);
+      tile_gemm({rows, n, K}, {kt_ + b * K, K, false}, {kct_, kLd, &kct},
+                {Pkk + b * kLd, kLd, false}, {Band::ColLe, b - 1}, x_.precision);
     }
     if (sub.dense) {  // the tile may also have filled the diagonal block's upper part
       for (int64_t r = sub.begin; r < sub.end; ++r) {
@@ -182,17 +186,19 @@ void DecayPairs::backward(const float* dAqk, const float* dPkk, float* dq, float
     const Sub& sub = subs_[i];
     const int64_t rows = sub.end - sub.begin, n = sub.columns, b = sub.begin;
     const float* kc = kc_ + sub.offset * K;
+    const attn::RoundedRhs kc_rounded =
+        attn::round_rhs({kc, K}, n, K, shared_rounded_, x_.precision);
     // Row operands: dqt = dAqk · kc, dkt = dPkk · kc (terms s ≤ r, s < r).
-    tile_gemm({rows, K, n}, {dAqk + b * kLd, kLd, false}, {kc, K}, {scratch.dqt + b * K, K, false},
-              {Band::KLe, b});
-    tile_gemm({rows, K, n}, {dPkk + b * kLd, kLd, false}, {kc, K}, {scratch.dkt + b * K, K, false},
-              {Band::KLe, b - 1});
+    tile_gemm({rows, K, n}, {dAqk + b * kLd, kLd, false}, {kc, K, &kc_rounded},
+              {scratch.dqt + b * K, K, false}, {Band::KLe, b}, x_.precision);
+    tile_gemm({rows, K, n}, {dPkk + b * kLd, kLd, false}, {kc, K, &kc_rounded},
+              {scratch.dkt + b * K, K, false}, {Band::KLe, b - 1}, x_.precision);
     if (n > 0) {
       // Column operand: dkc = dAqkᵀ · qt + dPkkᵀ · kt over this sub-chunk's rows r ≥ s, r > s.
       tile_gemm({n, K, rows}, {dAqk + b * kLd, kLd, true}, {qt_ + b * K, K},
-                {scratch.dkc, K, false}, {Band::KGe, -b});
+                {scratch.dkc, K, false}, {Band::KGe, -b}, x_.precision);
       tile_gemm({n, K, rows}, {dPkk + b * kLd, kLd, true}, {kt_ + b * K, K}, {scratch.dkc, K, true},
-                {Band::KGe, 1 - b});
+                {Band::KGe, 1 - b}, x_.precision);
       for (int64_t s = 0; s < n; ++s) {
         const float *f = col_factor_ + (sub.offset + s) * K, *d = scratch.dkc + s * K;
         float* out = dk_minus + s * K;

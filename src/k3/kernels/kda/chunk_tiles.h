@@ -40,6 +40,7 @@ struct ChunkRows {
   int64_t L, K, V;
   const float *q, *k, *v, *g, *beta;
   int64_t ldqk, ldv, ldbeta;
+  Precision precision;  // of the pair and state products
   float b(int64_t r) const { return beta[r * ldbeta]; }
 };
 
@@ -56,7 +57,8 @@ inline ChunkRows chunk_rows(const DeltaRuleShape& s, const DeltaRuleInputs<float
           .beta = in.beta + r.beta + t0 * r.ldbeta,
           .ldqk = r.ldqk,
           .ldv = r.ldv,
-          .ldbeta = r.ldbeta};
+          .ldbeta = r.ldbeta,
+          .precision = s.precision};
 }
 
 // Cuts named arrays out of one buffer, each 64-byte aligned. With a null base it only counts.
@@ -138,7 +140,10 @@ class DecayPairs {
   // Column operands of every sub-chunk, sub-chunk i from row offset: e^{R_i − G_s} for s below
   // `columns`, and k times it.
   float *col_factor_, *kc_;
-  float* kct_;                  // [K][kLd]: one sub-chunk's kc transposed
+  float* kct_;  // [K][kLd]: one sub-chunk's kc transposed
+  // In bf16, the right operand two pair products share (kct_, or kc in the backward), rounded
+  // once for both.
+  uint32_t* shared_rounded_;
   float *to_entry_, *to_exit_;  // [K]: e^{R_i}, e^{G_L − R_i} of one sub-chunk
 };
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <span>
 
+#include "k3/kernels/gemm.h"
 #include "k3/kernels/kda/sequences.h"
 
 namespace k3::kernels::kda {
@@ -32,6 +33,10 @@ namespace k3::kernels::kda {
 struct DeltaRuleShape {
   int64_t B = 1, T = 1, H = 1, K = 64, V = 64;
   std::span<const int64_t> doc_starts;  // empty: each batch row is one sequence
+  // The chunked kernels' products (docs/precision.md): in bf16 the pair products and the state's
+  // products take bf16 operands (fp32 sums, the state itself fp32); the decays, the WY inverse and
+  // its application stay fp32. The recurrent reference is fp32 (or double) throughout.
+  kernels::Precision precision = kernels::Precision::F32;
   int64_t num_sequences() const { return kda::num_sequences(B, doc_starts); }
 };
 

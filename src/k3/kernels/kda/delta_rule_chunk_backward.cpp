@@ -60,6 +60,7 @@ ChunkGrads chunk_grads(const DeltaRuleGrads<float>& d, const layout::HeadRows& r
 void value_grads(const ChunkRows& x, const chunk::ChunkProducts& p, const float* dout,
                  BackwardWork& w, const ChunkGrads& d) {
   const int64_t L = x.L, V = x.V;
+  // The transposed triangular solve: fp32, as in the forward.
   tile_gemm({L, V, L}, {p.X, kLd, true}, {w.dvt, V}, {w.z, V, false}, {Band::KGe, 0});
   for (int64_t r = 0; r < L; ++r) {
     const float *y = w.z + r * V, *res = p.r + r * V;
@@ -83,9 +84,10 @@ void pair_grads(const ChunkRows& x, const chunk::ChunkProducts& p, BackwardWork&
                 const ChunkGrads& d) {
   const int64_t L = x.L, V = x.V;
   attn::transpose(L, V, p.vt, V, w.vtt, kLd);
-  tile_gemm({L, L, V}, {w.z, V, false}, {w.vtt, kLd}, {w.dA, kLd, false}, {Band::ColLe, -1});
+  tile_gemm({L, L, V}, {w.z, V, false}, {w.vtt, kLd}, {w.dA, kLd, false}, {Band::ColLe, -1},
+            x.precision);
   tile_gemm({L, L, V}, {w.z + L * V, V, false}, {w.vtt, kLd}, {w.dA + L * kLd, kLd, false},
-            {Band::ColLe, 0});
+            {Band::ColLe, 0}, x.precision);
   for (int64_t r = 0; r < L; ++r) {
     float *dP = w.dA + r * kLd, *dAqk = w.dA + (L + r) * kLd;
     const float* P = p.Pkk + r * kLd;
@@ -110,13 +112,14 @@ void backward_chunk(const ChunkRows& x, const float* S, const chunk::ChunkProduc
   chunk::ChunkCore& core = w.core;
   core.factors(x);
 
-  gemm(false, false, L, V, K, 1.0f, core.kbar, dS, 0.0f, w.dvt);
-  tile_gemm({L, V, L}, {p.Aqk, kLd, true}, {dout, x.ldv}, {w.dvt, V, true}, {Band::KGe, 0});
+  gemm(false, false, L, V, K, 1.0f, core.kbar, dS, 0.0f, w.dvt, x.precision);
+  tile_gemm({L, V, L}, {p.Aqk, kLd, true}, {dout, x.ldv}, {w.dvt, V, true}, {Band::KGe, 0},
+            x.precision);
   value_grads(x, p, dout, w, d);
   pair_grads(x, p, w, d);
   // ds = [dO; −dR] Sᵀ, dkbar = Ṽ dSᵀ.
-  gemm(false, true, 2 * L, K, V, 1.0f, w.z + L * V, S, 0.0f, w.ds);
-  gemm(false, true, L, K, V, 1.0f, p.vt, dS, 0.0f, w.dkbar);
+  gemm(false, true, 2 * L, K, V, 1.0f, w.z + L * V, S, 0.0f, w.ds, x.precision);
+  gemm(false, true, L, K, V, 1.0f, p.vt, dS, 0.0f, w.dkbar, x.precision);
 
   // G_L's terms, then dS ← Diag(Γ_L) dS + [Γ⊙Q; Γ⊙K]ᵀ [dO; −dR].
   std::fill(w.dG_last, w.dG_last + K, 0.0f);
@@ -137,7 +140,7 @@ void backward_chunk(const ChunkRows& x, const float* S, const chunk::ChunkProduc
     }
     w.dG_last[c] += decay * acc;
   }
-  gemm(true, false, K, V, 2 * L, 1.0f, core.gq, w.z + L * V, 1.0f, dS);
+  gemm(true, false, K, V, 2 * L, 1.0f, core.gq, w.z + L * V, 1.0f, dS, x.precision);
 
   for (int64_t r = 0; r < L; ++r) {
     const float *gamma = core.gamma + r * K, *ex = core.exit + r * K, *dkb = w.dkbar + r * K;

@@ -37,7 +37,7 @@ void chunk_products(const ChunkRows& x, const float* S, const chunk::ChunkProduc
   const int64_t L = x.L, K = x.K, V = x.V;
   chunk::ChunkCore& core = w.core;
   core.factors(x);
-  gemm(false, false, L, V, K, 1.0f, core.gq + L * K, S, 0.0f, p.r);  // (Γ⊙K) S, then r = V − it
+  gemm(false, false, L, V, K, 1.0f, core.gq + L * K, S, 0.0f, p.r, x.precision);  // (Γ⊙K) S
   core.pairs.products(p.Aqk, p.Pkk);
   chunk::invert_unit_lower(x, p.Pkk, p.X);
   for (int64_t r = 0; r < L; ++r) {
@@ -50,6 +50,7 @@ void chunk_products(const ChunkRows& x, const float* S, const chunk::ChunkProduc
       vbr[j] = beta * rr[j];
     }
   }
+  // Applying the WY inverse is the triangular solve: fp32 (docs/precision.md).
   attn::tile_gemm({L, V, L}, {p.X, kLd, false}, {w.vb, V}, {p.vt, V, false}, {attn::Band::KLe, 0});
 }
 
@@ -60,9 +61,9 @@ void forward_chunk(const ChunkRows& x, const float* S, float* next, float* out,
   const int64_t L = x.L, K = x.K, V = x.V;
   const chunk::ChunkCore& core = w.core;
   chunk_products(x, S, p, w);
-  gemm({false, false, L, V, K, 1.0f, core.gq, K, S, V, 0.0f, out, x.ldv});  // (Γ⊙Q) S
+  gemm({false, false, L, V, K, 1.0f, core.gq, K, S, V, 0.0f, out, x.ldv, x.precision});  // (Γ⊙Q) S
   attn::tile_gemm({L, V, L}, {p.Aqk, kLd, false}, {p.vt, V}, {out, x.ldv, true},
-                  {attn::Band::KLe, 0});
+                  {attn::Band::KLe, 0}, x.precision);
 
   const float* decay = core.gamma + (L - 1) * K;
   for (int64_t c = 0; c < K; ++c) {
@@ -71,7 +72,7 @@ void forward_chunk(const ChunkRows& x, const float* S, float* next, float* out,
 #pragma omp simd
     for (int64_t j = 0; j < V; ++j) dst[j] = decay[c] * row[j];
   }
-  gemm(true, false, K, V, L, 1.0f, core.kbar, p.vt, 1.0f, next);
+  gemm(true, false, K, V, L, 1.0f, core.kbar, p.vt, 1.0f, next, x.precision);
 }
 
 }  // namespace

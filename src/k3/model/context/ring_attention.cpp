@@ -63,7 +63,9 @@ struct Keys {
 };
 
 kernels::AttentionShape chunk_shape(const RingShape& s) {
-  return {s.B, s.C, s.H, s.d_n, s.d_r, s.d_v, 0.f};
+  kernels::AttentionShape cs{s.B, s.C, s.H, s.d_n, s.d_r, s.d_v, 0.f};
+  cs.precision = s.precision;
+  return cs;
 }
 
 // The first key of chunk kc (of C tokens) that a run of query chunk qc sees: on the diagonal the
@@ -80,7 +82,8 @@ void forward_runs(Arena& scratch, const RingShape& s, int qc, int kc, const floa
   for (const DocumentRun& run : document_runs(s.documents, qc * C, C)) {
     const int64_t n = run.end - run.begin, k0 = first_key(run, qc, kc, C);
     if (k0 >= C) continue;
-    const kernels::AttentionShape cs{1, n, H, s.d_n, s.d_r, s.d_v, 0.f};
+    kernels::AttentionShape cs{1, n, H, s.d_n, s.d_r, s.d_v, 0.f};
+    cs.precision = s.precision;
     const float *qr = q + run.begin * H * dq, *knr = kn + k0 * H * s.d_n, *krr = kr + k0 * s.d_r,
                 *vr = v + k0 * H * s.d_v;
     ArenaScope scope(scratch);
@@ -105,7 +108,8 @@ void backward_runs(Arena& scratch, const RingShape& s, int qc, int kc, const flo
   for (const DocumentRun& run : document_runs(s.documents, qc * C, C)) {
     const int64_t n = run.end - run.begin, k0 = first_key(run, qc, kc, C);
     if (k0 >= C) continue;
-    const kernels::AttentionShape cs{1, n, H, s.d_n, s.d_r, s.d_v, 0.f};
+    kernels::AttentionShape cs{1, n, H, s.d_n, s.d_r, s.d_v, 0.f};
+    cs.precision = s.precision;
     const int64_t qo = run.begin * H * dqd, oo = run.begin * H * s.d_v;
     const int64_t ko = k0 * H * s.d_n, kro = k0 * s.d_r, vo = k0 * H * s.d_v;
     ArenaScope scope(scratch);

@@ -26,6 +26,7 @@
 
 #include "k3/base/arena.h"
 #include "k3/dist/comm.h"
+#include "k3/kernels/gemm.h"
 
 namespace k3::model {
 
@@ -34,6 +35,7 @@ struct RingShape {
   int64_t H = 1, d_n = 0, d_r = 0, d_v = 0, r_kv = 0;
   // The sequence's document starts, global positions (B = 1), or empty: each row one document.
   std::span<const int64_t> documents;
+  kernels::Precision precision = kernels::Precision::F32;  // of the attention products
   int64_t rows() const { return B * 2 * C; }
   int64_t latent() const { return r_kv + d_r; }
 };

@@ -68,6 +68,7 @@ void GatedAttention::run(const Step& s, const float* x, int64_t B, int64_t T, De
     std::copy_n(v, n * p, kv.v.f32());
   }
   kernels::AttentionShape shape{B, T, heads_, head_dim_, 0, head_dim_, 0.f};
+  shape.precision = s.precision;
   kernels::attention_forward(shape, q, k, nullptr, v, o, lse);
   kernels::sigmoid_gate_forward(o, g, y, n * p);
   {
@@ -100,6 +101,7 @@ void GatedAttention::backward(const Step& s, const float* dout, int64_t B, int64
   kernels::sigmoid_gate_backward(o, g, dy, d_o, dg, n * p);
   float *dq = s.alloc(n * p), *dk = s.alloc(n * p), *dv = s.alloc(n * p);
   kernels::AttentionShape shape{B, T, heads_, head_dim_, 0, head_dim_, 0.f};
+  shape.precision = s.precision;
   kernels::attention_backward(shape, q, k, nullptr, v, o, lse, d_o, dq, dk, nullptr, dv);
   const float* xa = region.enter(s.load(prefix_ + ".x"));
   float* partial = region.partial(dx);

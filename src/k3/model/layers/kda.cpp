@@ -227,9 +227,10 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   kda::gate_forward(gp, f, pr.value(A_log_).f32(), pr.value(dt_bias_).f32(), g);
   kernels::sigmoid(beta, beta, n * H);
 
-  const kda::DeltaRuleShape ds{B, T, H, D, D, split ? std::span<const int64_t>{} : doc_starts};
+  const kda::DeltaRuleShape ds{
+      B, T, H, D, D, split ? std::span<const int64_t>{} : doc_starts, s.precision};
   float* o = s.alloc(n * P);
-  const kda::DeltaRuleShape span{B, C, H, D, D, {}};
+  const kda::DeltaRuleShape span{B, C, H, D, D, {}, s.precision};
   // Under context parallelism each of the two spans keeps its own chunk records.
   const int64_t records = split ? kcp_records_floats(layout, span) : kda::chunk_saved_floats(ds);
   float* chunk_saved = s.training || split ? s.alloc(records) : nullptr;
@@ -305,13 +306,14 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
   float* dbeta = s.alloc(n * H);
   const dist::Comm& cp = s.grid.cp();
   const bool split = cp.size() > 1;
-  const kda::DeltaRuleShape ds{B, T, H, D, D, split ? std::span<const int64_t>{} : doc_starts};
+  const kda::DeltaRuleShape ds{
+      B, T, H, D, D, split ? std::span<const int64_t>{} : doc_starts, s.precision};
   const KcpLayout layout{cp.size(), cp.rank(), 2, split ? doc_starts : std::span<const int64_t>{}};
   // With packed documents, the documents of this rank's two spans.
   const std::vector<SpanDocuments> pieces =
       layout.documents.empty() ? std::vector<SpanDocuments>{} : slot_documents(layout, T / 2);
   if (split)
-    kcp_backward(s.arena, cp, layout, kda::DeltaRuleShape{B, T / 2, H, D, D, {}},
+    kcp_backward(s.arena, cp, layout, kda::DeltaRuleShape{B, T / 2, H, D, D, {}, s.precision},
                  {q, k, v, g, beta, nullptr},
                  {const_cast<float*>(load(".kcp_pairs")), const_cast<float*>(load(".kcp_incoming")),
                   const_cast<float*>(chunk_saved)},

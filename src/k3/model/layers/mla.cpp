@@ -173,8 +173,8 @@ void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
     ArenaScope scratch(s.arena);
     float* latent = s.alloc(n * (r_kv_ + d_r_));
     join_columns(c_kv_n, k_r, n, r_kv_, d_r_, latent);
-    ring_attention_forward(s.arena, cp, ring_shape(B, T, doc_starts), q, latent, expand_kv(s), o,
-                           lse);
+    ring_attention_forward(s.arena, cp, ring_shape(B, T, doc_starts, s.precision), q, latent,
+                           expand_kv(s), o, lse);
   } else {
     {
       ArenaScope scratch(s.arena);
@@ -182,7 +182,8 @@ void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
       kv_b_.forward(s, c_kv_n, n, kv);
       split_columns(kv, n * heads_, d_n_, d_v_, k_n, v);
     }
-    const kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
+    kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
+    shape.precision = s.precision;
     if (doc_starts.empty())
       kernels::attention_forward(shape, q, k_n, k_r, v, o, lse);
     else
@@ -231,12 +232,13 @@ void GatedMLA::run_backward(const Step& s, const float* dout, int64_t B, int64_t
   if (ring) {  // the ring gives the latents' gradient, kv_b_proj's included
     float *latent = s.alloc(n * (r_kv_ + d_r_)), *dlatent = s.alloc(n * (r_kv_ + d_r_));
     join_columns(c_kv_n, k_r, n, r_kv_, d_r_, latent);
-    ring_attention_backward(s.arena, cp, ring_shape(B, T, doc_starts), q, latent, o, lse, d_o,
-                            expand_kv(s), expand_kv_backward(s), dq, dlatent);
+    ring_attention_backward(s.arena, cp, ring_shape(B, T, doc_starts, s.precision), q, latent, o,
+                            lse, d_o, expand_kv(s), expand_kv_backward(s), dq, dlatent);
     split_columns(dlatent, n, r_kv_, d_r_, dc_kv_n, dk_r);
   } else {
     float *dk_n = s.alloc(n * heads_ * d_n_), *dv = s.alloc(n * p);
-    const kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
+    kernels::AttentionShape shape{B, T, heads_, d_n_, d_r_, d_v_, 0.f};
+    shape.precision = s.precision;
     if (doc_starts.empty())
       kernels::attention_backward(shape, q, k_n, k_r, v, o, lse, d_o, dq, dk_n, dk_r, dv);
     else
@@ -263,10 +265,11 @@ void GatedMLA::run_backward(const Step& s, const float* dout, int64_t B, int64_t
   region.enter_backward(partial, dx);
 }
 
-RingShape GatedMLA::ring_shape(int64_t B, int64_t T, std::span<const int64_t> doc_starts) const {
+RingShape GatedMLA::ring_shape(int64_t B, int64_t T, std::span<const int64_t> doc_starts,
+                               kernels::Precision precision) const {
   K3_CHECK(T % 2 == 0, prefix_, ": ring attention splits each rank's ", T,
            " tokens into two chunks; use an even number");
-  return {B, T / 2, heads_, d_n_, d_r_, d_v_, r_kv_, doc_starts};
+  return {B, T / 2, heads_, d_n_, d_r_, d_v_, r_kv_, doc_starts, precision};
 }
 
 ExpandKv GatedMLA::expand_kv(const Step& s) const {

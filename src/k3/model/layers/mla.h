@@ -64,7 +64,8 @@ class GatedMLA final : public Mixer {
                    std::span<const int64_t> positions, float* out) const;
   // Under context parallelism (ring attention, context/ring_attention.h): this rank's T tokens
   // of each row are two zig-zag chunks; kv_b_proj expands the blocks the ring brings.
-  RingShape ring_shape(int64_t B, int64_t T, std::span<const int64_t> doc_starts) const;
+  RingShape ring_shape(int64_t B, int64_t T, std::span<const int64_t> doc_starts,
+                       kernels::Precision precision) const;
   // forward, and a prefill when cache is not null: its first B·T rows receive the latents (B = 1).
   void run(const Step& s, const float* x, int64_t B, int64_t T, std::span<const int64_t> doc_starts,
            MlaCache* cache, float* out) const;

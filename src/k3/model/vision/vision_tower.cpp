@@ -37,10 +37,12 @@ void split_qkv(float* qkv, float* q, float* k, float* v, int64_t rows, int64_t Q
 }
 
 // Each image's patches attend to each other, both ways.
-kernels::AttentionShape attention_shape(int64_t n, int64_t tokens, int64_t heads, int64_t qkv) {
+kernels::AttentionShape attention_shape(const Step& s, int64_t n, int64_t tokens, int64_t heads,
+                                        int64_t qkv) {
   kernels::AttentionShape a{
       .B = n, .T = tokens, .H = heads, .dqk = qkv / heads, .dr = 0, .dv = qkv / heads};
   a.causal = false;
+  a.precision = s.precision;
   return a;
 }
 
@@ -94,7 +96,7 @@ void VisionTower::block_forward(const Step& s, const Block& b, const float* x, i
                                 float* y) const {
   const int64_t R = n * grid_ * grid_, D = dim_, Q = qkv_, I = b.fc0.out();
   float *a = s.alloc(R * D), *q = s.alloc(R * Q), *k = s.alloc(R * Q), *v = s.alloc(R * Q);
-  const kernels::AttentionShape shape = attention_shape(n, grid_ * grid_, heads_, Q);
+  const kernels::AttentionShape shape = attention_shape(s, n, grid_ * grid_, heads_, Q);
   float *o = s.alloc(R * Q), *p = s.alloc(n * heads_ * shape.T * shape.T);
   float *mid = s.alloc(R * D), *c = s.alloc(R * D), *f = s.alloc(R * I);
   b.norm0.forward(s, x, R, a);
@@ -130,7 +132,7 @@ void VisionTower::block_forward(const Step& s, const Block& b, const float* x, i
 void VisionTower::block_backward(const Step& s, const Block& b, int64_t n, const float* dy,
                                  float* dx) const {
   const int64_t R = n * grid_ * grid_, D = dim_, Q = qkv_, I = b.fc0.out();
-  const kernels::AttentionShape shape = attention_shape(n, grid_ * grid_, heads_, Q);
+  const kernels::AttentionShape shape = attention_shape(s, n, grid_ * grid_, heads_, Q);
   auto load = [&](const char* what) { return s.load(b.name + what); };
   ArenaScope scratch(s.arena);
   float *g = s.alloc(R * I), *dg = s.alloc(R * I), *dc = s.alloc(R * D), *dmid = s.alloc(R * D);
