@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
     k.offloaded = k.acts->stats().offloaded_peak;
     k.recompute = k.acts->stats().recompute_seconds;
     k.waits = k.acts->stats().offload_seconds;
-    k.fp8 = k.acts->stats().fp8_seconds;
+    k.fp8 = k.acts->stats().codec_seconds;
     k.copies = k.acts->stats().keep_seconds;
     k.profile = k.acts->profile();
   };

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "k3/base/error.h"
+#include "k3/tensor/bf16.h"
 #include "k3/tensor/fp8_e4m3.h"
 
 namespace k3::activation {
@@ -106,6 +107,8 @@ TEST(ActivationManager, PoliciesHoldASegmentsTensorsAndBringThemBack) {
         const float want = t.input[i];
         if (p == Policy::Fp8)
           EXPECT_NEAR(x[i], want, std::fabs(want) / 16 + 1.3f / 448 / 8) << i;
+        else if (p == Policy::Bf16)
+          EXPECT_EQ(x[i], bf16_to_float(float_to_bf16(want))) << i;
         else
           EXPECT_EQ(x[i], want) << policy_name(p) << " " << i;
       }
@@ -117,11 +120,11 @@ TEST(ActivationManager, PoliciesHoldASegmentsTensorsAndBringThemBack) {
     const ManagerStats& s = t.acts.stats();
     const size_t f32 = 300 * sizeof(float);
     EXPECT_EQ(s.classes.at("kda.mlp.x").bytes[static_cast<size_t>(p)], 3 * f32);
-    // ids are exact: under fp8 they are kept
+    // ids are exact: under fp8 and bf16 they are kept
     EXPECT_EQ(s.classes.at("kda.mlp.ids").bytes[static_cast<size_t>(
-                  p == Policy::Fp8 ? Policy::Keep : p)],
+                  lossy(p) ? Policy::Keep : p)],
               3 * 7 * sizeof(float));
-    // The pool: keep holds nothing (the arena does); fp8 the codes of 3 segments; offload and
+    // The pool: keep holds nothing (the arena does); fp8 and bf16 the codes of 3 segments; offload and
     // recompute only the segment being restored.
     if (p == Policy::Offload) {
       EXPECT_GT(s.offloaded_peak, 0u);
@@ -171,6 +174,20 @@ TEST(ActivationManager, Fp8StoresAQuarterOfTheBytes) {
   }
   EXPECT_EQ(acts.stored_bytes(), BufferPool::pool_bytes(fp8_block_bytes(n)));
   EXPECT_LT(acts.stored_bytes(), static_cast<size_t>(n) * sizeof(float) * 27 / 100);
+}
+
+TEST(ActivationManager, Bf16StoresHalfTheBytes) {
+  Arena arena{size_t{8} << 20};
+  ActivationManager acts;
+  acts.configure(PolicyRules(Policy::Bf16, {}));
+  const int64_t n = 1 << 18;
+  {
+    SegmentScope seg(acts, arena, 0, {0, "kda", 0, "model.layers.0."}, true);
+    float* x = arena.allocate_array<float>(n);
+    for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 1000) * 1e-3f;
+    acts.save(0, "model.layers.0.mlp.h", x, n);
+  }
+  EXPECT_EQ(acts.stored_bytes(), BufferPool::pool_bytes(static_cast<size_t>(n) * 2));
 }
 
 TEST(ActivationManager, MisuseIsAnErrorNamingTheTensor) {

@@ -63,3 +63,12 @@ for layout in tp2 dp2; do
   within "$a" "$b" 1e-4 || fail "bf16 under $layout: step 8 loss $b, one process $a"
   echo "ok: bf16 under $layout: step 8 loss $b, one process $a"
 done
+
+# Saved activations stored in bf16 (activation.policy = bf16) under bf16 products: the forward is
+# unchanged, so step 1's loss is the keep run's to the last digit, and the peak is lower.
+"$K3LAB" train "${DENSE[@]}" --set activation.policy=bf16 --set run.dir="$WORK/bf16_acts" > /dev/null
+[ "$(field "$WORK/one" 1 loss)" = "$(field "$WORK/bf16_acts" 1 loss)" ] ||
+  fail "step 1's loss with bf16 storage $(field "$WORK/bf16_acts" 1 loss), keep's $(field "$WORK/one" 1 loss)"
+keep=$(field "$WORK/one" 8 activation.peak_bytes) stored=$(field "$WORK/bf16_acts" 8 activation.peak_bytes)
+[ "$stored" -lt "$keep" ] || fail "bf16 storage's peak $stored bytes, not below keep's $keep"
+echo "ok: bf16 storage: step 1's loss unchanged, peak $stored bytes against keep's $keep"

@@ -116,5 +116,5 @@ expect_error "--cluster: unknown preset 'H999'" "$K3LAB" plan --model configs/k3
 expect_error "--layout: unknown part 'tq'" "$K3LAB" plan --model configs/k3.json --layout dp=8,tq=3
 expect_error "field vocab_size: .* do not split evenly over the tensor-parallel group of size 3" \
   "$K3LAB" plan --model configs/k3.json --layout dp=8,tp=3
-expect_error "--activation 'sometimes': one of keep, recompute, fp8, offload" \
+expect_error "--activation 'sometimes': one of keep, recompute, fp8, offload or bf16" \
   "$K3LAB" plan --model configs/k3.json --layout dp=8 --activation sometimes

@@ -16,7 +16,7 @@ size_t f32(int64_t n) { return BufferPool::pool_bytes(static_cast<size_t>(n) * s
 Policy effective(const TensorProfile& t, const PolicyRules& rules) {
   if (t.reference) return Policy::Keep;
   const Policy p = rules.policy_of(t.key);
-  return p == Policy::Fp8 && t.exact ? Policy::Keep : p;
+  return lossy(p) && t.exact ? Policy::Keep : p;
 }
 
 // Whether the segment stays in the arena, as ActivationManager::Segment::in_arena decides it.
@@ -53,6 +53,10 @@ Prediction predict(const std::vector<SegmentProfile>& segments, const PolicyRule
         case Policy::Keep: stored[s] += f32(t.floats); break;
         case Policy::Fp8:
           stored[s] += BufferPool::pool_bytes(fp8_block_bytes(t.floats));
+          restored[s] += f32(t.floats);
+          break;
+        case Policy::Bf16:
+          stored[s] += BufferPool::pool_bytes(static_cast<size_t>(t.floats) * sizeof(uint16_t));
           restored[s] += f32(t.floats);
           break;
         case Policy::Offload:

@@ -6,6 +6,7 @@
 
 #include "k3/base/error.h"
 #include "k3/base/timer.h"
+#include "k3/tensor/bf16.h"
 #include "k3/tensor/fp8_e4m3.h"
 
 namespace k3::activation {
@@ -140,7 +141,7 @@ void ActivationManager::save(int micro_batch, std::string_view name, const float
                           std::string(role);
   profile_[seg.info.id].tensors.push_back({key, n, exact, r.reference});
   Policy policy = rules_.policy_of(key);
-  if (policy == Policy::Fp8 && exact) policy = Policy::Keep;
+  if (lossy(policy) && exact) policy = Policy::Keep;
   if (r.reference) policy = Policy::Keep;
   r.policy = policy;
   ClassStats& cs = stats_.classes[class_over_layers(seg.info, role)];
@@ -160,8 +161,16 @@ void ActivationManager::save(int micro_batch, std::string_view name, const float
       Timer t;
       r.stored = pool_.acquire(fp8_block_bytes(n));
       fp8_block_encode(p, n, r.stored);
-      seg.fp8 = true;
-      stats_.fp8_seconds += t.seconds();
+      seg.encoded = true;
+      stats_.codec_seconds += t.seconds();
+      break;
+    }
+    case Policy::Bf16: {
+      Timer t;
+      r.stored = pool_.acquire(static_cast<size_t>(n) * sizeof(uint16_t));
+      float_to_bf16(p, static_cast<uint16_t*>(r.stored), n);
+      seg.encoded = true;
+      stats_.codec_seconds += t.seconds();
       break;
     }
     case Policy::Offload:
@@ -208,13 +217,16 @@ void ActivationManager::restore(int micro_batch, int64_t segment,
   for (const std::string& name : seg.names) {
     Record& r = m.records.at(name);
     if (r.reference) continue;
-    if (r.policy == Policy::Fp8) {
+    if (lossy(r.policy)) {
       Timer t;
       r.restored = static_cast<float*>(pool_.acquire(f32_bytes(r.floats)));
-      fp8_block_decode(r.stored, r.floats, r.restored);
+      if (r.policy == Policy::Fp8)
+        fp8_block_decode(r.stored, r.floats, r.restored);
+      else
+        bf16_to_float(static_cast<const uint16_t*>(r.stored), r.restored, r.floats);
       r.view = r.restored;
       r.available = true;
-      stats_.fp8_seconds += t.seconds();
+      stats_.codec_seconds += t.seconds();
     } else if (r.policy == Policy::Offload) {
       fetch(r);
       Timer t;

@@ -1,6 +1,6 @@
 // The activation manager: every layer saves what its backward needs here, by name, and reads it
 // back in backward. How a saved tensor is held is the manager's policy (policy.h), never the
-// layer's code: keep, recompute, fp8 or offload, chosen per tensor by the rules. A layer must
+// layer's code: keep, recompute, fp8, bf16 or offload, chosen per tensor by the rules. A layer must
 // therefore treat what load() returns as a fresh read-only view, not as the pointer it saved, and
 // save a tensor only once its contents are final.
 //
@@ -8,13 +8,13 @@
 // inside a SegmentScope. What a segment saves is handled by policy:
 //   - memory that outlives the segment (allocated before it: the residual stream, a stage's
 //     input; or outside the arena) is referenced, at no cost, whatever the policy;
-//   - fp8 encodes the tensor into the manager's pool when saved, offload starts a transfer to the
+//   - fp8 and bf16 encode the tensor into the manager's pool when saved, offload starts a transfer to the
 //     offload store (waited for when the segment ends), recompute stores nothing;
 //   - keep references the tensor where it lies. A segment whose tensors are all kept stays in the
 //     arena (it is not rewound: copying it out would cost more than it spares); in a segment with
 //     other policies the kept tensors are copied into the pool when it ends and the arena is
 //     rewound to where the segment began.
-// Before a segment's backward, restore() brings its tensors back: fp8 is decoded, offloaded
+// Before a segment's backward, restore() brings its tensors back: fp8 and bf16 are decoded, offloaded
 // tensors are waited for (and the segment the backward reaches next starts coming back), and
 // recompute runs the segment's forward again (`rerun`, the model's own code), taking from it the
 // tensors under that policy. finish() frees the segment's tensors after its backward. Saves
@@ -59,7 +59,7 @@ struct SegmentInfo {
 struct TensorProfile {
   std::string key;    // class key, "kda.3.self_attn.q"
   int64_t floats = 0;
-  bool exact = false;      // never stored in fp8
+  bool exact = false;      // never stored in fp8 or bf16
   bool reference = false;  // memory outliving the segment: referenced, never stored
 };
 struct SegmentProfile {
@@ -72,16 +72,16 @@ struct SegmentProfile {
 // Counters since the last reset_stats(), per tensor class ("KIND.ROLE", over layers).
 struct ClassStats {
   int64_t tensors = 0;
-  size_t bytes[4] = {0, 0, 0, 0};  // f32 bytes saved, by the policy that held them (Policy order)
+  size_t bytes[kNumPolicies] = {};  // f32 bytes saved, by the policy that held them (Policy order)
   size_t referenced = 0;  // f32 bytes of memory that outlived its segment: referenced, not held
 };
 struct ManagerStats {
   std::map<std::string, ClassStats> classes;
   double recompute_seconds = 0;   // re-running forwards
-  double fp8_seconds = 0;         // encoding and decoding
+  double codec_seconds = 0;       // encoding and decoding (fp8, bf16)
   double offload_seconds = 0;     // waiting for transfers
   double keep_seconds = 0;        // copying kept tensors into the pool (segments not all kept)
-  size_t stored_peak = 0;         // the pool's peak: kept, fp8, and restored tensors
+  size_t stored_peak = 0;         // the pool's peak: kept, encoded, and restored tensors
   size_t offloaded_peak = 0;      // the offload store's peak
   int in_flight_peak = 0;         // micro-batches holding tensors at once
 };
@@ -105,7 +105,7 @@ class ActivationManager {
   // Whether the segment stays in the arena (all its tensors kept); if not, the caller rewinds it.
   bool end_segment(int micro_batch);
   void abandon_segment(int micro_batch);  // a forward that threw: the segment is closed as is
-  // Saves n floats at p under `name`; exact: integers or copies that fp8 must not round.
+  // Saves n floats at p under `name`; exact: integers or copies that fp8 and bf16 must not round.
   void save(int micro_batch, std::string_view name, const float* p, int64_t n, bool exact = false);
 
   // Backward of segment `segment`: restore before it, finish after it. `rerun` runs the
@@ -146,7 +146,7 @@ class ActivationManager {
     int64_t floats = 0;
     const float* view = nullptr;  // what load() returns, once available
     bool available = false;       // referenced or kept, or restored
-    void* stored = nullptr;       // pool buffer: the kept copy (if any) or the fp8 codes
+    void* stored = nullptr;       // pool buffer: the kept copy (if any), or the fp8 or bf16 codes
     OffloadStore::Handle handle = -1;
     float* restored = nullptr;    // pool buffer: decoded, fetched or recomputed floats
     bool fetching = false;        // offload: the transfer back has started
@@ -154,10 +154,10 @@ class ActivationManager {
   struct Segment {
     SegmentInfo info;
     std::vector<std::string> names;
-    bool recompute = false, offload = false, fp8 = false, restored = false;
+    bool recompute = false, offload = false, encoded = false, restored = false;
     int kept = 0;  // tensors kept in the segment's own memory
     // Nothing but kept tensors, held where they lie.
-    bool in_arena() const { return kept > 0 && !recompute && !offload && !fp8; }
+    bool in_arena() const { return kept > 0 && !recompute && !offload && !encoded; }
   };
   struct Micro {
     std::unordered_map<std::string, Record> records;

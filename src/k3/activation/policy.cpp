@@ -11,9 +11,12 @@ const char* policy_name(Policy p) {
     case Policy::Recompute: return "recompute";
     case Policy::Fp8: return "fp8";
     case Policy::Offload: return "offload";
+    case Policy::Bf16: return "bf16";
   }
   return "?";
 }
+
+const char* policy_names() { return "keep, recompute, fp8, offload or bf16"; }
 
 std::optional<Policy> parse_policy(std::string_view name) {
   for (Policy p : kPolicies)
@@ -37,7 +40,7 @@ std::vector<PolicyRule> PolicyRules::parse(const std::string& text, const std::s
     K3_CHECK(!pattern.empty(), field, ": rule \"", rule, "\": the pattern is empty");
     const std::optional<Policy> p = parse_policy(name);
     K3_CHECK(p, field, ": rule \"", rule, "\": unknown policy \"", name,
-             "\" (expected keep, recompute, fp8 or offload)");
+             "\" (expected ", policy_names(), ")");
     rules.push_back({pattern, *p});
   }
   return rules;

@@ -9,12 +9,14 @@
 //   recompute  dropped after the forward; the layer's forward runs again before its backward
 //   fp8        stored as FP8 E4M3 with one scale per block of 128 values, decoded on load
 //   offload    copied out (to host memory, or a peer rank's) and brought back before the backward
-// Some tensors are never stored in fp8 (under that policy they are kept): exact integers (routing
+//   bf16       stored as bf16 (rounded to nearest even), decoded on load: half the bytes
+// Some tensors are never stored lossily (under fp8 or bf16 they are kept): exact integers (routing
 // ids, counts), copies of parameters, and the small statistics whose rounding the backward would
 // amplify (norms' reciprocal RMS, attention's log-sum-exp, Attention Residuals' mixing weights,
 // KDA's per-head scales and its chunks' recurrent states).
 #pragma once
 
+#include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,11 +24,17 @@
 
 namespace k3::activation {
 
-enum class Policy { Keep, Recompute, Fp8, Offload };
+enum class Policy { Keep, Recompute, Fp8, Offload, Bf16 };
 inline constexpr Policy kPolicies[] = {Policy::Keep, Policy::Recompute, Policy::Fp8,
-                                       Policy::Offload};
+                                       Policy::Offload, Policy::Bf16};
+inline constexpr size_t kNumPolicies = std::size(kPolicies);
 
-const char* policy_name(Policy p);  // "keep", "recompute", "fp8", "offload"
+// The policies that store a rounded copy (never of an exact tensor).
+inline bool lossy(Policy p) { return p == Policy::Fp8 || p == Policy::Bf16; }
+
+const char* policy_name(Policy p);  // "keep", "recompute", "fp8", "offload", "bf16"
+// "keep, recompute, fp8, offload or bf16", for the errors that list them
+const char* policy_names();
 std::optional<Policy> parse_policy(std::string_view name);
 
 // What a recompute re-runs: a whole decoder layer (only its input is kept), or each half of it

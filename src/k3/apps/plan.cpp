@@ -139,7 +139,7 @@ void add_plan(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--layout", a->layout, "dp=..,tp=..,pp=..,vp=..,ep=..,cp=..[,sp=1]");
   cmd->add_option("--zero", a->r.layout.zero, "ZeRO stage: 0, 1 or 2")->capture_default_str();
-  cmd->add_option("--activation", a->r.activation, "keep, recompute, fp8 or offload")
+  cmd->add_option("--activation", a->r.activation, activation::policy_names())
       ->capture_default_str();
   cmd->add_option("--optimizer", a->r.optimizer, "muon or adamw")->capture_default_str();
   cmd->add_option("--seq", a->r.seq, "Tokens per sequence")->capture_default_str();
@@ -176,7 +176,7 @@ void add_plan(CLI::App& app) {
              "': one of alltoall, moonep");
     r.layout.moonep = a->dispatch == "moonep";
     K3_CHECK(activation::parse_policy(r.activation).has_value(), "--activation '", r.activation,
-             "': one of keep, recompute, fp8, offload");
+             "': one of ", activation::policy_names());
     K3_CHECK(a->optimizer_in == "gpu" || a->optimizer_in == "host", "--optimizer-in '",
              a->optimizer_in, "': one of gpu, host");
     r.optimizer_on_host = a->optimizer_in == "host";

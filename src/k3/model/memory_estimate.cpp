@@ -191,6 +191,10 @@ double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight
         stored += p.exact + (p.forward - p.exact) * (1.0 + 4.0 / 128) / sizeof(float);
       restored = f.largest();
       break;
+    case activation::Policy::Bf16:  // two bytes a value
+      for (const PartFloats& p : f.segments) stored += p.exact + (p.forward - p.exact) / 2;
+      restored = f.largest();
+      break;
     case activation::Policy::Recompute:
       restored = f.largest();
       break;

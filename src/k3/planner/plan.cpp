@@ -133,7 +133,10 @@ train::RunConfig run_config(const PlanRequest& r, int64_t micro_batches) {
   c.train.grad_accum = micro_batches;
   c.train.optimizer = r.optimizer;
   c.data.seq_len = r.seq;
-  c.activation.policy = r.activation;
+  // The estimate is in fp32 and the memory parts re-express it in the cluster's activation
+  // precision: where that is bf16 already, storing activations in bf16 is keeping them.
+  c.activation.policy =
+      r.activation == "bf16" && r.cluster.precision.activation == 2 ? "keep" : r.activation;
   return c;
 }
 

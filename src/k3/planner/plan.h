@@ -35,7 +35,7 @@ struct PlanRequest {
   model::ModelConfig model;
   Cluster cluster;
   Layout layout;
-  std::string activation = "keep";  // the saved activations' policy: keep, recompute, fp8, offload
+  std::string activation = "keep";  // the saved activations' policy: keep, recompute, fp8, offload, bf16
   std::string optimizer = "muon";   // muon (K3's parameter groups) or adamw
   int64_t seq = 8192;               // tokens per sequence
   int64_t global_batch_tokens = 0;  // per step; 0: one micro-batch per reader (dp·ep)

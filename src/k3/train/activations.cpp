@@ -80,7 +80,7 @@ double measure_copy_bandwidth() {
 activation::PolicyRules activation_rules(const ActivationSection& a) {
   const std::optional<activation::Policy> p = activation::parse_policy(a.policy);
   K3_CHECK(p, "activation.policy: unknown policy \"", a.policy,
-           "\" (expected keep, recompute, fp8 or offload)");
+           "\" (expected ", activation::policy_names(), ")");
   return {*p, activation::PolicyRules::parse(a.rules, "activation.rules")};
 }
 
@@ -152,11 +152,11 @@ void ActivationRun::end_step(size_t arena_peak) {
   for (const auto& [name, c] : step_stats_.classes) {
     activation::ClassStats& sum = run_stats_.classes[name];
     sum.tensors += c.tensors;
-    for (int p = 0; p < 4; ++p) sum.bytes[p] += c.bytes[p];
+    for (size_t p = 0; p < activation::kNumPolicies; ++p) sum.bytes[p] += c.bytes[p];
     sum.referenced += c.referenced;
   }
   run_stats_.recompute_seconds += step_stats_.recompute_seconds;
-  run_stats_.fp8_seconds += step_stats_.fp8_seconds;
+  run_stats_.codec_seconds += step_stats_.codec_seconds;
   run_stats_.offload_seconds += step_stats_.offload_seconds;
   run_stats_.keep_seconds += step_stats_.keep_seconds;
   run_stats_.stored_peak = std::max(run_stats_.stored_peak, step_stats_.stored_peak);
@@ -177,7 +177,7 @@ void ActivationRun::record(nlohmann::json& rec) const {
   if (predicted_) rec["activation.predicted_peak_bytes"] = predicted_->peak;
   rec["activation.recompute_seconds"] = step_stats_.recompute_seconds;
   rec["activation.offload_wait_seconds"] = step_stats_.offload_seconds;
-  rec["activation.fp8_seconds"] = step_stats_.fp8_seconds;
+  rec["activation.codec_seconds"] = step_stats_.codec_seconds;
 }
 
 std::string ActivationRun::report() const {
@@ -186,28 +186,29 @@ std::string ActivationRun::report() const {
   std::string out = strprintf(
       "\nactivations (MiB a step, by the policy that held them; \"saved\" is what the policy "
       "spared the step's memory; \"referenced\" is memory that outlives its layer, held by the "
-      "step arena):\n  %-44s %7s %10s %9s %9s %9s %9s %9s\n",
-      "class", "tensors", "referenced", "keep", "fp8", "offload", "recompute", "saved");
+      "step arena):\n  %-44s %7s %10s %9s %9s %9s %9s %9s %9s\n",
+      "class", "tensors", "referenced", "keep", "fp8", "bf16", "offload", "recompute", "saved");
   double total_saved = 0;
   for (const auto& [name, c] : run_stats_.classes) {
     auto mib = [&](activation::Policy p) {
       return static_cast<double>(c.bytes[static_cast<size_t>(p)]) * per / kMiB;
     };
     const double saved = mib(activation::Policy::Offload) + mib(activation::Policy::Recompute) +
-                         mib(activation::Policy::Fp8) * (1 - 1.03125 / 4);  // fp8: a byte + a scale per 128
+                         mib(activation::Policy::Fp8) * (1 - 1.03125 / 4) +  // a byte + a scale per 128
+                         mib(activation::Policy::Bf16) / 2;
     total_saved += saved;
-    out += strprintf("  %-44s %7.0f %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(),
+    out += strprintf("  %-44s %7.0f %10.2f %9.2f %9.2f %9.2f %9.2f %9.2f %9.2f\n", name.c_str(),
                      static_cast<double>(c.tensors) * per,
                      static_cast<double>(c.referenced) * per / kMiB, mib(activation::Policy::Keep),
-                     mib(activation::Policy::Fp8), mib(activation::Policy::Offload),
-                     mib(activation::Policy::Recompute), saved);
+                     mib(activation::Policy::Fp8), mib(activation::Policy::Bf16),
+                     mib(activation::Policy::Offload), mib(activation::Policy::Recompute), saved);
   }
-  out += strprintf("  %-44s %7s %10s %9s %9s %9s %9s %9.2f\n", "total", "", "", "", "", "", "",
-                   total_saved);
+  out += strprintf("  %-44s %7s %10s %9s %9s %9s %9s %9s %9.2f\n", "total", "", "", "", "", "", "",
+                   "", total_saved);
   out += strprintf(
-      "  time over the run: recompute %.3f s, fp8 encode/decode %.3f s, offload waits %.3f s, "
+      "  time over the run: recompute %.3f s, fp8/bf16 encode/decode %.3f s, offload waits %.3f s, "
       "copies kept %.3f s; pool peak %s, offloaded peak %s (%s)\n",
-      run_stats_.recompute_seconds, run_stats_.fp8_seconds, run_stats_.offload_seconds,
+      run_stats_.recompute_seconds, run_stats_.codec_seconds, run_stats_.offload_seconds,
       run_stats_.keep_seconds, format_bytes(static_cast<double>(run_stats_.stored_peak)).c_str(),
       format_bytes(static_cast<double>(run_stats_.offloaded_peak)).c_str(),
       config_.offload_to.c_str());

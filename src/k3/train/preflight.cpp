@@ -198,10 +198,11 @@ model::ActivationLayout activation_layout(const RunConfig& config, const model::
             .peak_in_flight(pp_rank);
   }
   // Rules may hold some tensors longer than the default policy: the estimate takes the most
-  // holding of them all (keep, then fp8, then offload and recompute).
+  // holding of them all (keep, then bf16, fp8, then offload and recompute).
   const activation::PolicyRules rules = activation_rules(config.activation);
   auto rank = [](activation::Policy q) {
-    return q == activation::Policy::Keep      ? 3
+    return q == activation::Policy::Keep      ? 4
+           : q == activation::Policy::Bf16    ? 3
            : q == activation::Policy::Fp8     ? 2
            : q == activation::Policy::Offload ? 1
                                               : 0;

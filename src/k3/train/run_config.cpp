@@ -143,7 +143,7 @@ Rule<std::string> policy_rules() {
               return false;
             }
           },
-          "rules \"pattern=policy, ...\" (policies keep, recompute, fp8, offload)"};
+          "rules \"pattern=policy, ...\" (policies keep, recompute, fp8, offload, bf16)"};
 }
 
 Rule<std::string> byte_size_or_empty() {
@@ -335,7 +335,7 @@ const std::vector<Field>& fields() {
     field("parallel.pp_group", &R::parallel, &P::pp_group, at_least<I>(0),
           "pipeline, interleaved: micro-batches per group through each chunk; 0: pp"),
     field("activation.policy", &R::activation, &A::policy,
-          one_of({"keep", "recompute", "fp8", "offload"}),
+          one_of({"keep", "recompute", "fp8", "offload", "bf16"}),
           "how a saved activation is held unless a rule says otherwise"),
     field("activation.rules", &R::activation, &A::rules, policy_rules(),
           "per-class policies tried first: \"pattern=policy, ...\" on \"KIND.LAYER.ROLE\" "

@@ -117,7 +117,7 @@ struct ParallelSection {
 // How saved activations are held (docs/activations.md): a default policy, rules that override it
 // per tensor class, or a memory budget the policies are chosen to fit.
 struct ActivationSection {
-  std::string policy = "keep";           // keep, recompute, fp8 or offload
+  std::string policy = "keep";           // keep, recompute, fp8, offload or bf16
   std::string rules;                     // "pattern=policy, ..." on "KIND.LAYER.ROLE"
   std::string granularity = "sublayer";  // what a recompute re-runs: layer or sublayer
   std::string budget;                    // "2GiB": chosen to fit; empty: the policy and rules
