@@ -2,6 +2,7 @@
 // on an image of busybox alone. Without /dev/kvm every test skips with one line saying so.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -157,6 +158,50 @@ TEST_F(Microvm, AGuestThatPanicsItsKernelEndsOnlyItself) {
   EXPECT_THROW(sh(*a, "echo c > /proc/sysrq-trigger; sleep 10"), Error);
   EXPECT_FALSE(a->alive());
   EXPECT_EQ(sh(*b, "echo alive").stdout_data, "alive\n");
+}
+
+TEST_F(Microvm, SnapshotKeepsNewFilesAndDeletionsForBothBackends) {
+  // The busybox image plus a file to delete and a directory to replace.
+  namespace fs = std::filesystem;
+  const std::string src = dir_ + "/data-root";
+  fs::copy(dir_ + "/busybox-root", src,
+           fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  fs::create_directories(src + "/data");
+  fs::create_directories(src + "/hide");
+  std::ofstream(src + "/data/old") << "old";
+  std::ofstream(src + "/data/kept") << "kept";
+  std::ofstream(src + "/hide/a") << "a";
+  const Image base = store_->resolve(store_->import_directory(src, "with-data"));
+
+  auto s = vm_->create(base, Limits{.memory_bytes = 128ull << 20});
+  ASSERT_EQ(sh(*s,
+               "rm /data/old /bin/yes && echo new > /data/new && busybox rm -r /hide && "
+               "mkdir /hide && echo b > /hide/b && mkdir -p /work/sub && echo hi > "
+               "/work/sub/f && busybox chmod 750 /work/sub/f && busybox ln -s sub/f /work/link")
+                .exit_code,
+            0);
+  const std::string digest = s->snapshot("vm-snap");
+  s->destroy();
+  const Image snap = store_->resolve("vm-snap");
+  EXPECT_EQ(snap.digest, digest);
+  ASSERT_EQ(snap.layers.size(), 2u);
+  // In the store's form of a layer: the deletion a whiteout, the replaced directory opaque, and
+  // nothing of what the guest's init mounted on.
+  struct stat st {};
+  ASSERT_EQ(lstat((snap.layers[1] + "/bin/yes").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode) && st.st_rdev == 0) << "a whiteout";
+  EXPECT_FALSE(fs::exists(snap.layers[1] + "/proc"));
+  EXPECT_FALSE(fs::exists(snap.layers[1] + "/dev"));
+
+  const std::string check =
+      "ls /data /hide; cat /work/sub/f; stat -c %a /work/sub/f; busybox readlink /work/link; "
+      "ls /bin/yes 2>&1 >/dev/null | wc -l";
+  const std::string expected = "/data:\nkept\nnew\n\n/hide:\nb\nhi\n750\nsub/f\n1\n";
+  auto from_vm = vm_->create(snap, Limits{.memory_bytes = 128ull << 20});
+  EXPECT_EQ(sh(*from_vm, check).stdout_data, expected) << "a microVM from the snapshot";
+  from_vm->destroy();
+  auto from_ns = make("vm-snap");
+  EXPECT_EQ(sh(*from_ns, check).stdout_data, expected) << "a namespaces sandbox from the snapshot";
 }
 
 TEST_F(Microvm, DestroyLeavesNoQemu) {

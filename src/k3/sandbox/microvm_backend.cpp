@@ -107,9 +107,10 @@ uint64_t tree_bytes(const std::string& dir) {
 
 class MicrovmSandbox : public AgentSandbox {
  public:
-  MicrovmSandbox(const std::vector<std::string>& args, const Limits& limits, const std::string& id,
-                 const std::string& run, ForkThread& forker)
-      : AgentSandbox(id, limits, run, kBootDeadlineMs) {
+  MicrovmSandbox(const std::vector<std::string>& args, ImageStore& store, Image image,
+                 const Limits& limits, const std::string& id, const std::string& run,
+                 ForkThread& forker)
+      : AgentSandbox(id, limits, run, kBootDeadlineMs), store_(store), image_(std::move(image)) {
     try {
       cgroups_ =
           Cgroups("k3lab-" + id_, {limits_.memory_bytes + kQemuOverheadBytes, 0, limits_.cpus});
@@ -124,10 +125,20 @@ class MicrovmSandbox : public AgentSandbox {
     }
   }
 
-  std::string snapshot(const std::string&) override {
-    throw Error(
-        "snapshots of microvm sandboxes are not supported yet (use the namespaces backend)");
+  // The guest's writable layer lives in its own memory: its agent reads it and sends it over.
+  std::string snapshot(const std::string& name) override {
+    std::lock_guard lock(mutex_);
+    const std::vector<wire::TreeEntry> tree = agent_layer();
+    // What the guest's init made in the root to mount on (guest_init.cpp), where left empty.
+    std::vector<std::string> mount_points = {"/proc", "/dev"};
+    if (image_.host_system)
+      mount_points.insert(mount_points.end(), {"/usr", "/bin", "/sbin", "/lib", "/lib64"});
+    return store_.add_layer(image_, tree, name, mount_points);
   }
+
+ private:
+  ImageStore& store_;
+  Image image_;
 };
 
 }  // namespace
@@ -273,7 +284,7 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
     argv.insert(argv.end(), {"-fsdev", "local,id=usr,path=/usr,security_model=none,readonly=on",
                              "-device", "virtio-9p-device,fsdev=usr,mount_tag=usr"});
   }
-  return std::make_unique<MicrovmSandbox>(argv, limits, id, run, forker_);
+  return std::make_unique<MicrovmSandbox>(argv, store_, image, limits, id, run, forker_);
 }
 
 }  // namespace k3::sandbox
