@@ -2,6 +2,7 @@
 // on an image of busybox alone. Without /dev/kvm every test skips with one line saying so.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -9,8 +10,10 @@
 #include <fstream>
 
 #include "fixture.h"
+#include "k3/base/checksum.h"
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
+#include "k3/sandbox/pool.h"
 
 namespace k3::sandbox::testing {
 namespace {
@@ -148,6 +151,97 @@ TEST_F(Microvm, SignalsAndMountsReachOnlyTheGuest) {
   kill(host_child, SIGKILL);
   waitpid(host_child, nullptr, 0);
   EXPECT_EQ(count_mounts_naming("/mnt"), host_mounts);
+  EXPECT_EQ(sh(*s, "echo alive").stdout_data, "alive\n");
+}
+
+// The value of "NAME=VALUE" on a line of TEXT, or "".
+std::string field(const std::string& text, const std::string& name) {
+  const size_t at = text.find(name + "=");
+  if (at == std::string::npos) return "";
+  const size_t begin = at + name.size() + 1;
+  return text.substr(begin, text.find('\n', begin) - begin);
+}
+
+TEST_F(Microvm, ProcAndSysTricksReachOnlyTheGuestKernel) {
+  std::fflush(nullptr);
+  const pid_t host_child = fork();
+  if (host_child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // gone with the test, whatever fails
+    pause();
+    _exit(0);
+  }
+  const std::string host_swappiness = read_file("/proc/sys/vm/swappiness");
+  const std::string sysrq = "/proc/sys/kernel/sysrq";  // absent where the host kernel has none
+  const std::string host_sysrq = file_exists(sysrq) ? read_file(sysrq) : "";
+  const std::string host_name = read_file("/proc/sys/kernel/hostname");
+  const std::string guest_swappiness = std::to_string((std::stoi(host_swappiness) + 1) % 100);
+  Pool pool(*vm_, store_->resolve(image_), Limits{.memory_bytes = 128ull << 20}, 1);
+  auto s = pool.acquire();
+  // Root in the guest writes sysctls, reads /proc/kcore and SIGKILLs every process but init by
+  // sysrq: all of it the guest kernel's, which holds only the guest's memory.
+  const ExecResult r =
+      sh(*s, "echo 1 > /proc/sys/kernel/sysrq; echo " + guest_swappiness +
+                 " > /proc/sys/vm/swappiness; echo pwned > /proc/sys/kernel/hostname; "
+                 "echo swappiness=$(cat /proc/sys/vm/swappiness); echo name=$(cat "
+                 "/proc/sys/kernel/hostname); echo kcore=$(head -c 4096 /proc/kcore | wc -c); "
+                 "echo mem=$(grep MemTotal /proc/meminfo | busybox tr -dc 0-9); "
+                 "echo i > /proc/sysrq-trigger; sleep 5; echo not reached");
+  EXPECT_EQ(r.signal, SIGKILL) << r.stdout_data << r.stderr_data;
+  EXPECT_EQ(field(r.stdout_data, "swappiness"), guest_swappiness) << r.stdout_data;
+  EXPECT_EQ(field(r.stdout_data, "name"), "pwned");
+  EXPECT_EQ(field(r.stdout_data, "kcore"), "4096") << "the guest's root reads its own kernel";
+  const std::string mem_kb = field(r.stdout_data, "mem");
+  ASSERT_FALSE(mem_kb.empty()) << r.stdout_data;
+  EXPECT_LT(std::stoll(mem_kb), 128 << 10) << "the guest kernel's memory is the guest's RAM";
+  // The guest goes on (its init, the agent, is spared by sysrq) with its own settings.
+  EXPECT_EQ(sh(*s, "cat /proc/sys/vm/swappiness").stdout_data, guest_swappiness + "\n");
+  // The host's are as they were, and its processes alive.
+  EXPECT_EQ(read_file("/proc/sys/vm/swappiness"), host_swappiness);
+  EXPECT_EQ(file_exists(sysrq) ? read_file(sysrq) : "", host_sysrq);
+  EXPECT_EQ(read_file("/proc/sys/kernel/hostname"), host_name);
+  EXPECT_EQ(waitpid(host_child, nullptr, WNOHANG), 0) << "a host process was killed";
+  kill(host_child, SIGKILL);
+  waitpid(host_child, nullptr, 0);
+  // And the pool serves the next user.
+  pool.release(std::move(s));
+  auto next = pool.acquire();
+  EXPECT_EQ(sh(*next, "echo alive").stdout_data, "alive\n");
+}
+
+TEST_F(Microvm, DeviceNodesAndSetuidReachOnlyTheGuest) {
+  const Image image = store_->resolve(image_);
+  auto s = boot();
+  const std::string disk = dir_ + "/store/microvm/" +
+                           std::filesystem::path(image.layers.at(0)).filename().string() + ".ext4";
+  const std::string disk_sum = sha256_hex(read_file(disk));
+  // The guest's root sees its own block devices: the image's disk alone, which it cannot write
+  // (QEMU attached it read-only), even marked writable. Device nodes it makes in the root do not
+  // open at all (the overlay is mounted nodev), the image's disk or a host disk's number alike.
+  const ExecResult r =
+      sh(*s,
+         "echo disks=$(busybox awk 'NR > 2 { print $4 }' /proc/partitions); "
+         "set -- $(stat -c '%t %T' /dev/vda); busybox mknod /tmp/disk b $((0x$1)) $((0x$2)); "
+         "dd if=/dev/zero of=/tmp/disk bs=4096 count=16 conv=notrunc,fsync; echo write=$?; "
+         "busybox blockdev --setrw /dev/vda; echo read_only=$(busybox blockdev --getro /dev/vda); "
+         "dd if=/dev/zero of=/dev/vda bs=4096 count=16 conv=notrunc,fsync; echo write_dev=$?; "
+         "busybox mknod /tmp/sda b 8 0 && head -c 512 /tmp/sda >/dev/null; echo host_disk=$?; "
+         "echo 'id -u' > /work-su && busybox chmod 4755 /work-su && "
+         "busybox mknod /work-mem c 1 1 && echo made=1");
+  EXPECT_EQ(field(r.stdout_data, "disks"), "vda") << r.stdout_data << r.stderr_data;
+  EXPECT_NE(field(r.stdout_data, "write_dev"), "0") << r.stdout_data;
+  EXPECT_EQ(field(r.stdout_data, "read_only"), "1") << r.stdout_data;
+  EXPECT_NE(field(r.stdout_data, "write"), "0") << r.stdout_data;
+  EXPECT_NE(field(r.stdout_data, "host_disk"), "0") << r.stdout_data;
+  EXPECT_EQ(field(r.stdout_data, "made"), "1") << r.stdout_data;
+  EXPECT_EQ(sha256_hex(read_file(disk)), disk_sum) << "the image's disk was written";
+  // A setuid binary and a device node made by the guest's root do not reach the host as such: a
+  // snapshot keeps the binary without its setuid bit, owned by the sandbox user, and no device.
+  const Image snap = store_->resolve(s->snapshot(""));
+  struct stat st {};
+  ASSERT_EQ(lstat((snap.layers.back() + "/work-su").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & (S_ISUID | S_ISGID), 0u);
+  EXPECT_EQ(st.st_uid, kSandboxUid);
+  EXPECT_FALSE(std::filesystem::exists(snap.layers.back() + "/work-mem"));
   EXPECT_EQ(sh(*s, "echo alive").stdout_data, "alive\n");
 }
 
