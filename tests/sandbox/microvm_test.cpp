@@ -301,14 +301,15 @@ TEST_F(Microvm, SnapshotKeepsNewFilesAndDeletionsForBothBackends) {
 // The built-in image needs a guest kernel with 9p (Debian's generic kernel, linux-image-amd64),
 // which the backend picks by itself for it where one is installed; skipped where none is.
 TEST_F(Microvm, TheHostImageSharesOnlyTheHostsUsrReadOnly) {
-  std::unique_ptr<Sandbox> s;
-  try {
-    // The generic kernel takes more of the guest's memory than the cloud kernel.
-    s = vm_->create(store_->resolve("host"), Limits{.memory_bytes = 256ull << 20});
-  } catch (const Error& e) {
-    if (std::string(e.what()).find("9p") == std::string::npos) throw;
-    GTEST_SKIP() << e.what();
+  bool installed = false;
+  for (const auto& e : std::filesystem::directory_iterator("/boot")) {
+    const std::string name = e.path().filename().string();
+    installed |= name.rfind("vmlinuz-", 0) == 0 &&
+                 std::filesystem::exists("/lib/modules/" + name.substr(8) + "/kernel/fs/9p");
   }
+  if (!installed) GTEST_SKIP() << "no guest kernel with 9p in /boot (linux-image-amd64)";
+  // The generic kernel takes more of the guest's memory than the cloud kernel.
+  auto s = vm_->create(store_->resolve("host"), Limits{.memory_bytes = 256ull << 20});
   const ExecResult r = sh(*s,
                           "echo x > /usr/k3lab-probe; echo usr=$?; test -e /etc/passwd; echo "
                           "etc=$?; test -e /root; echo root=$?; echo tmp > /tmp/f && cat /tmp/f; "
