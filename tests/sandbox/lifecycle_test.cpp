@@ -1,12 +1,15 @@
 // A namespaces sandbox's life: exec with stdin, stdout, stderr and exit status; files in and out;
 // snapshots as images; destroy leaving nothing behind.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "fixture.h"
 #include "k3/base/error.h"
+#include "k3/base/fs.h"
 
 namespace k3::sandbox::testing {
 namespace {
@@ -59,6 +62,42 @@ TEST_F(SandboxTest, SnapshotIsAnImageAndTheBaseIsUnchanged) {
   EXPECT_NE(sh(*make("snap2"), "cat /data/more").exit_code, 0);
   EXPECT_EQ(make("snap2")->get("/data/answer"), "42");
   EXPECT_THROW(make("host")->get("/data/answer"), Error);
+}
+
+// A layer sent by a sandbox (a microVM's agent) is untrusted: nothing it names may land outside
+// the new layer, and no device but a whiteout is made.
+TEST_F(SandboxTest, ALayerSentAsEntriesIsCheckedBeforeItIsStored) {
+  using wire::TreeEntry;
+  const Image host = store_->resolve("host");
+  const auto add = [&](std::vector<TreeEntry> tree) {
+    return store_->add_layer(host, tree, "", {});
+  };
+  const std::string good = add({{"d", S_IFDIR | 0755, "", true},
+                                {"d/f", S_IFREG | 04755, "bytes", false},
+                                {"d/l", S_IFLNK | 0777, "f", false},
+                                {"gone", S_IFCHR, "", false}});
+  const std::string layer = store_->resolve(good).layers.at(0);
+  EXPECT_EQ(read_file(layer + "/d/f"), "bytes");
+  EXPECT_EQ(std::filesystem::read_symlink(layer + "/d/l"), "f");
+  struct stat st {};
+  ASSERT_EQ(lstat((layer + "/d/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u) << "no setuid bit";
+  ASSERT_EQ(lstat((layer + "/gone").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode) && st.st_rdev == 0);
+  char flag = 0;
+  EXPECT_EQ(lgetxattr((layer + "/d").c_str(), "trusted.overlay.opaque", &flag, 1), 1);
+  const std::string outside = dir_ + "/outside";
+  for (const auto& bad : std::vector<std::vector<TreeEntry>>{
+           {{"../outside", S_IFREG | 0644, "x", false}},
+           {{"/outside", S_IFREG | 0644, "x", false}},
+           {{"a/./b", S_IFREG | 0644, "x", false}},
+           {{"l", S_IFLNK | 0777, dir_, false}, {"l/outside", S_IFREG | 0644, "x", false}},
+           {{"f", S_IFREG | 0644, "x", false}, {"f", S_IFREG | 0644, "y", false}},
+           {{"disk", S_IFBLK | 0600, "", false}},
+       })
+    EXPECT_THROW(add(bad), Error) << bad.back().path;
+  EXPECT_FALSE(std::filesystem::exists(outside));
+  EXPECT_TRUE(std::filesystem::is_empty(dir_ + "/store/staging"));
 }
 
 TEST_F(SandboxTest, ImagesFromDirectoryAndTarballAreContentAddressed) {

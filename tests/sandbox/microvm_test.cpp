@@ -2,14 +2,18 @@
 // on an image of busybox alone. Without /dev/kvm every test skips with one line saying so.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "fixture.h"
+#include "k3/base/checksum.h"
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
+#include "k3/sandbox/pool.h"
 
 namespace k3::sandbox::testing {
 namespace {
@@ -150,6 +154,97 @@ TEST_F(Microvm, SignalsAndMountsReachOnlyTheGuest) {
   EXPECT_EQ(sh(*s, "echo alive").stdout_data, "alive\n");
 }
 
+// The value of "NAME=VALUE" on a line of TEXT, or "".
+std::string field(const std::string& text, const std::string& name) {
+  const size_t at = text.find(name + "=");
+  if (at == std::string::npos) return "";
+  const size_t begin = at + name.size() + 1;
+  return text.substr(begin, text.find('\n', begin) - begin);
+}
+
+TEST_F(Microvm, ProcAndSysTricksReachOnlyTheGuestKernel) {
+  std::fflush(nullptr);
+  const pid_t host_child = fork();
+  if (host_child == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  // gone with the test, whatever fails
+    pause();
+    _exit(0);
+  }
+  const std::string host_swappiness = read_file("/proc/sys/vm/swappiness");
+  const std::string sysrq = "/proc/sys/kernel/sysrq";  // absent where the host kernel has none
+  const std::string host_sysrq = file_exists(sysrq) ? read_file(sysrq) : "";
+  const std::string host_name = read_file("/proc/sys/kernel/hostname");
+  const std::string guest_swappiness = std::to_string((std::stoi(host_swappiness) + 1) % 100);
+  Pool pool(*vm_, store_->resolve(image_), Limits{.memory_bytes = 128ull << 20}, 1);
+  auto s = pool.acquire();
+  // Root in the guest writes sysctls, reads /proc/kcore and SIGKILLs every process but init by
+  // sysrq: all of it the guest kernel's, which holds only the guest's memory.
+  const ExecResult r =
+      sh(*s, "echo 1 > /proc/sys/kernel/sysrq; echo " + guest_swappiness +
+                 " > /proc/sys/vm/swappiness; echo pwned > /proc/sys/kernel/hostname; "
+                 "echo swappiness=$(cat /proc/sys/vm/swappiness); echo name=$(cat "
+                 "/proc/sys/kernel/hostname); echo kcore=$(head -c 4096 /proc/kcore | wc -c); "
+                 "echo mem=$(grep MemTotal /proc/meminfo | busybox tr -dc 0-9); "
+                 "echo i > /proc/sysrq-trigger; sleep 5; echo not reached");
+  EXPECT_EQ(r.signal, SIGKILL) << r.stdout_data << r.stderr_data;
+  EXPECT_EQ(field(r.stdout_data, "swappiness"), guest_swappiness) << r.stdout_data;
+  EXPECT_EQ(field(r.stdout_data, "name"), "pwned");
+  EXPECT_EQ(field(r.stdout_data, "kcore"), "4096") << "the guest's root reads its own kernel";
+  const std::string mem_kb = field(r.stdout_data, "mem");
+  ASSERT_FALSE(mem_kb.empty()) << r.stdout_data;
+  EXPECT_LT(std::stoll(mem_kb), 128 << 10) << "the guest kernel's memory is the guest's RAM";
+  // The guest goes on (its init, the agent, is spared by sysrq) with its own settings.
+  EXPECT_EQ(sh(*s, "cat /proc/sys/vm/swappiness").stdout_data, guest_swappiness + "\n");
+  // The host's are as they were, and its processes alive.
+  EXPECT_EQ(read_file("/proc/sys/vm/swappiness"), host_swappiness);
+  EXPECT_EQ(file_exists(sysrq) ? read_file(sysrq) : "", host_sysrq);
+  EXPECT_EQ(read_file("/proc/sys/kernel/hostname"), host_name);
+  EXPECT_EQ(waitpid(host_child, nullptr, WNOHANG), 0) << "a host process was killed";
+  kill(host_child, SIGKILL);
+  waitpid(host_child, nullptr, 0);
+  // And the pool serves the next user.
+  pool.release(std::move(s));
+  auto next = pool.acquire();
+  EXPECT_EQ(sh(*next, "echo alive").stdout_data, "alive\n");
+}
+
+TEST_F(Microvm, DeviceNodesAndSetuidReachOnlyTheGuest) {
+  const Image image = store_->resolve(image_);
+  auto s = boot();
+  const std::string disk = dir_ + "/store/microvm/" +
+                           std::filesystem::path(image.layers.at(0)).filename().string() + ".ext4";
+  const std::string disk_sum = sha256_hex(read_file(disk));
+  // The guest's root sees its own block devices: the image's disk alone, which it cannot write
+  // (QEMU attached it read-only), even marked writable. Device nodes it makes in the root do not
+  // open at all (the overlay is mounted nodev), the image's disk or a host disk's number alike.
+  const ExecResult r =
+      sh(*s,
+         "echo disks=$(busybox awk 'NR > 2 { print $4 }' /proc/partitions); "
+         "set -- $(stat -c '%t %T' /dev/vda); busybox mknod /tmp/disk b $((0x$1)) $((0x$2)); "
+         "dd if=/dev/zero of=/tmp/disk bs=4096 count=16 conv=notrunc,fsync; echo write=$?; "
+         "busybox blockdev --setrw /dev/vda; echo read_only=$(busybox blockdev --getro /dev/vda); "
+         "dd if=/dev/zero of=/dev/vda bs=4096 count=16 conv=notrunc,fsync; echo write_dev=$?; "
+         "busybox mknod /tmp/sda b 8 0 && head -c 512 /tmp/sda >/dev/null; echo host_disk=$?; "
+         "echo 'id -u' > /work-su && busybox chmod 4755 /work-su && "
+         "busybox mknod /work-mem c 1 1 && echo made=1");
+  EXPECT_EQ(field(r.stdout_data, "disks"), "vda") << r.stdout_data << r.stderr_data;
+  EXPECT_NE(field(r.stdout_data, "write_dev"), "0") << r.stdout_data;
+  EXPECT_EQ(field(r.stdout_data, "read_only"), "1") << r.stdout_data;
+  EXPECT_NE(field(r.stdout_data, "write"), "0") << r.stdout_data;
+  EXPECT_NE(field(r.stdout_data, "host_disk"), "0") << r.stdout_data;
+  EXPECT_EQ(field(r.stdout_data, "made"), "1") << r.stdout_data;
+  EXPECT_EQ(sha256_hex(read_file(disk)), disk_sum) << "the image's disk was written";
+  // A setuid binary and a device node made by the guest's root do not reach the host as such: a
+  // snapshot keeps the binary without its setuid bit, owned by the sandbox user, and no device.
+  const Image snap = store_->resolve(s->snapshot(""));
+  struct stat st {};
+  ASSERT_EQ(lstat((snap.layers.back() + "/work-su").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & (S_ISUID | S_ISGID), 0u);
+  EXPECT_EQ(st.st_uid, kSandboxUid);
+  EXPECT_FALSE(std::filesystem::exists(snap.layers.back() + "/work-mem"));
+  EXPECT_EQ(sh(*s, "echo alive").stdout_data, "alive\n");
+}
+
 TEST_F(Microvm, AGuestThatPanicsItsKernelEndsOnlyItself) {
   auto a = boot();
   auto b = boot();
@@ -157,6 +252,74 @@ TEST_F(Microvm, AGuestThatPanicsItsKernelEndsOnlyItself) {
   EXPECT_THROW(sh(*a, "echo c > /proc/sysrq-trigger; sleep 10"), Error);
   EXPECT_FALSE(a->alive());
   EXPECT_EQ(sh(*b, "echo alive").stdout_data, "alive\n");
+}
+
+TEST_F(Microvm, SnapshotKeepsNewFilesAndDeletionsForBothBackends) {
+  // The busybox image plus a file to delete and a directory to replace.
+  namespace fs = std::filesystem;
+  const std::string src = dir_ + "/data-root";
+  fs::copy(dir_ + "/busybox-root", src,
+           fs::copy_options::recursive | fs::copy_options::copy_symlinks);
+  fs::create_directories(src + "/data");
+  fs::create_directories(src + "/hide");
+  std::ofstream(src + "/data/old") << "old";
+  std::ofstream(src + "/data/kept") << "kept";
+  std::ofstream(src + "/hide/a") << "a";
+  const Image base = store_->resolve(store_->import_directory(src, "with-data"));
+
+  auto s = vm_->create(base, Limits{.memory_bytes = 128ull << 20});
+  ASSERT_EQ(sh(*s,
+               "rm /data/old /bin/yes && echo new > /data/new && busybox rm -r /hide && "
+               "mkdir /hide && echo b > /hide/b && mkdir -p /work/sub && echo hi > "
+               "/work/sub/f && busybox chmod 750 /work/sub/f && busybox ln -s sub/f /work/link")
+                .exit_code,
+            0);
+  const std::string digest = s->snapshot("vm-snap");
+  s->destroy();
+  const Image snap = store_->resolve("vm-snap");
+  EXPECT_EQ(snap.digest, digest);
+  ASSERT_EQ(snap.layers.size(), 2u);
+  // In the store's form of a layer: the deletion a whiteout, the replaced directory opaque, and
+  // nothing of what the guest's init mounted on.
+  struct stat st {};
+  ASSERT_EQ(lstat((snap.layers[1] + "/bin/yes").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode) && st.st_rdev == 0) << "a whiteout";
+  EXPECT_FALSE(fs::exists(snap.layers[1] + "/proc"));
+  EXPECT_FALSE(fs::exists(snap.layers[1] + "/dev"));
+
+  const std::string check =
+      "ls /data /hide; cat /work/sub/f; stat -c %a /work/sub/f; busybox readlink /work/link; "
+      "ls /bin/yes 2>&1 >/dev/null | wc -l";
+  const std::string expected = "/data:\nkept\nnew\n\n/hide:\nb\nhi\n750\nsub/f\n1\n";
+  auto from_vm = vm_->create(snap, Limits{.memory_bytes = 128ull << 20});
+  EXPECT_EQ(sh(*from_vm, check).stdout_data, expected) << "a microVM from the snapshot";
+  from_vm->destroy();
+  auto from_ns = make("vm-snap");
+  EXPECT_EQ(sh(*from_ns, check).stdout_data, expected) << "a namespaces sandbox from the snapshot";
+}
+
+// The built-in image needs a guest kernel with 9p (Debian's generic kernel, linux-image-amd64),
+// which the backend picks by itself for it where one is installed; skipped where none is.
+TEST_F(Microvm, TheHostImageSharesOnlyTheHostsUsrReadOnly) {
+  bool installed = false;
+  for (const auto& e : std::filesystem::directory_iterator("/boot")) {
+    const std::string name = e.path().filename().string();
+    installed |= name.rfind("vmlinuz-", 0) == 0 &&
+                 std::filesystem::exists("/lib/modules/" + name.substr(8) + "/kernel/fs/9p");
+  }
+  if (!installed) GTEST_SKIP() << "no guest kernel with 9p in /boot (linux-image-amd64)";
+  // The generic kernel takes more of the guest's memory than the cloud kernel.
+  auto s = vm_->create(store_->resolve("host"), Limits{.memory_bytes = 256ull << 20});
+  const ExecResult r = sh(*s,
+                          "echo x > /usr/k3lab-probe; echo usr=$?; test -e /etc/passwd; echo "
+                          "etc=$?; test -e /root; echo root=$?; echo tmp > /tmp/f && cat /tmp/f; "
+                          "python3 -c 'print(6*7)'");
+  EXPECT_NE(field(r.stdout_data, "usr"), "0") << r.stdout_data;
+  EXPECT_NE(field(r.stdout_data, "etc"), "0") << "no /etc of the host";
+  EXPECT_NE(field(r.stdout_data, "root"), "0") << "no /root of the host";
+  EXPECT_NE(r.stdout_data.find("\ntmp\n42\n"), std::string::npos)
+      << "/tmp writable; the host's python3 runs: " << r.stdout_data;
+  EXPECT_FALSE(std::filesystem::exists("/usr/k3lab-probe"));
 }
 
 TEST_F(Microvm, DestroyLeavesNoQemu) {

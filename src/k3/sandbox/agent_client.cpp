@@ -58,6 +58,12 @@ std::string AgentClient::get(const std::string& path, int64_t deadline_ms) {
   return call(w.bytes(), deadline_ms);
 }
 
+std::vector<wire::TreeEntry> AgentClient::layer(int64_t deadline_ms) {
+  wire::Writer w;
+  w.u64(uint64_t(wire::Op::kLayer));
+  return wire::decode_tree(call(w.bytes(), deadline_ms));
+}
+
 std::string AgentClient::reset(const std::string& nonce, const std::vector<std::string>& remove,
                                int64_t deadline_ms) {
   wire::Writer w;

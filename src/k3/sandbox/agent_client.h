@@ -23,6 +23,8 @@ class AgentClient {
   wire::ExecResult exec(const wire::ExecRequest& request, int64_t deadline_ms);
   void put(const std::string& path, const std::string& bytes, unsigned mode, int64_t deadline_ms);
   std::string get(const std::string& path, int64_t deadline_ms);
+  // The writable layer, read by the agent (a microVM's; the namespaces backend reads it outside).
+  std::vector<wire::TreeEntry> layer(int64_t deadline_ms);
   // Returns the payload of the reply, which is NONCE from an agent in step with its requests.
   std::string reset(const std::string& nonce, const std::vector<std::string>& remove,
                     int64_t deadline_ms);

@@ -101,6 +101,10 @@ bool AgentSandbox::reset_agent(const std::vector<std::string>& remove) {
   }
 }
 
+std::vector<wire::TreeEntry> AgentSandbox::agent_layer() {
+  return guarded([&] { return agent_.layer(start_deadline_ms_); });
+}
+
 void AgentSandbox::put(const std::string& path, const std::string& bytes, unsigned mode) {
   std::lock_guard lock(mutex_);
   guarded([&] {

@@ -38,6 +38,8 @@ class AgentSandbox : public Sandbox {
   // The agent's part of a reset (agent/reset.h), removing REMOVE from the root; call with mutex_
   // held. False when it reports the sandbox not clean, or answers out of step.
   bool reset_agent(const std::vector<std::string>& remove);
+  // The writable layer as the agent reads it; call with mutex_ held.
+  std::vector<wire::TreeEntry> agent_layer();
   // A command of this sandbox timed out or was killed (a limit, most likely): not to be reused.
   bool tainted() const { return tainted_; }
 

@@ -1,14 +1,18 @@
 #include "k3/sandbox/image_store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "k3/base/checksum.h"
 #include "k3/base/error.h"
@@ -54,6 +58,55 @@ void hash_tree(const fs::path& root, const fs::path& rel, Sha256& h) {
 std::string unique_suffix() {
   static std::atomic<uint64_t> counter{0};
   return std::to_string(getpid()) + "-" + std::to_string(counter++);
+}
+
+// "a/b/c" without empty, "." or ".." components.
+bool is_plain_relative(const std::string& path) {
+  if (path.empty() || path.find('\0') != std::string::npos) return false;
+  for (size_t begin = 0; begin <= path.size();) {
+    size_t end = path.find('/', begin);
+    if (end == std::string::npos) end = path.size();
+    const std::string part = path.substr(begin, end - begin);
+    if (part.empty() || part == "." || part == "..") return false;
+    begin = end + 1;
+  }
+  return true;
+}
+
+// Makes TREE's entries under the empty directory DIR. Each entry's parent must be a directory made
+// before it, so nothing is made through a symlink or outside DIR.
+void write_tree(const std::vector<wire::TreeEntry>& tree, const std::string& dir) {
+  std::set<std::string> dirs = {""};
+  for (const auto& e : tree) {
+    const std::string what = "snapshot entry '" + e.path + "'";
+    K3_CHECK(is_plain_relative(e.path), what, " is not a plain relative path");
+    const size_t slash = e.path.rfind('/');
+    K3_CHECK(dirs.count(slash == std::string::npos ? "" : e.path.substr(0, slash)), what,
+             " does not follow its directory");
+    const std::string path = dir + "/" + e.path;
+    const mode_t perms = mode_t(e.mode) & 01777;  // no setuid or setgid bits
+    bool made = false;
+    if (S_ISDIR(e.mode)) {
+      made = mkdir(path.c_str(), 0700) == 0 && chmod(path.c_str(), perms) == 0 &&
+             (!e.opaque || lsetxattr(path.c_str(), "trusted.overlay.opaque", "y", 1, 0) == 0);
+      dirs.insert(e.path);
+    } else if (S_ISREG(e.mode)) {
+      const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      made = fd >= 0 && fchmod(fd, perms & 0777) == 0;
+      for (size_t done = 0; made && done < e.data.size();) {
+        const ssize_t w = write(fd, e.data.data() + done, e.data.size() - done);
+        made = w > 0;
+        done += w > 0 ? size_t(w) : 0;
+      }
+      if (fd >= 0) made = close(fd) == 0 && made;
+    } else if (S_ISLNK(e.mode)) {
+      made = symlink(e.data.c_str(), path.c_str()) == 0;
+    } else {
+      K3_CHECK(S_ISCHR(e.mode), what, " is a special file other than a whiteout");
+      made = mknod(path.c_str(), S_IFCHR | 0600, makedev(0, 0)) == 0;  // a whiteout
+    }
+    K3_CHECK(made, "cannot make ", what, ": ", std::strerror(errno));
+  }
 }
 
 }  // namespace
@@ -177,14 +230,34 @@ std::string ImageStore::add_layer(const Image& base, const std::string& upper,
   try {
     // -a keeps the whiteouts (character devices 0:0) and the opaque-directory xattrs.
     run_program({"cp", "-a", "--", upper + "/.", staged});
-    for (const auto& m : mount_points) {
-      const fs::path p = fs::path(staged) / fs::path(m).relative_path();
-      std::error_code ec;
-      if (fs::is_symlink(p) || fs::is_empty(p, ec)) fs::remove(p, ec);
-    }
   } catch (...) {
     fs::remove_all(staged);
     throw;
+  }
+  return add_staged_layer(base, staged, name, mount_points);
+}
+
+std::string ImageStore::add_layer(const Image& base, const std::vector<wire::TreeEntry>& tree,
+                                  const std::string& name,
+                                  const std::vector<std::string>& mount_points) {
+  if (!name.empty()) check_image_name(name);
+  const std::string staged = staging_dir();
+  try {
+    write_tree(tree, staged);
+  } catch (...) {
+    fs::remove_all(staged);
+    throw;
+  }
+  return add_staged_layer(base, staged, name, mount_points);
+}
+
+std::string ImageStore::add_staged_layer(const Image& base, const std::string& staged,
+                                         const std::string& name,
+                                         const std::vector<std::string>& mount_points) {
+  for (const auto& m : mount_points) {
+    const fs::path p = fs::path(staged) / fs::path(m).relative_path();
+    std::error_code ec;
+    if (fs::is_symlink(p) || fs::is_empty(p, ec)) fs::remove(p, ec);
   }
   std::vector<std::string> layers;
   for (const auto& path : base.layers) layers.push_back(fs::path(path).filename().string());

@@ -15,6 +15,8 @@
 #include <utility>
 #include <vector>
 
+#include "k3/sandbox/wire.h"
+
 namespace k3::sandbox {
 
 struct Image {
@@ -41,6 +43,11 @@ class ImageStore {
   // made there (where they are symlinks or empty). Returns the new image's digest.
   std::string add_layer(const Image& base, const std::string& upper, const std::string& name,
                         const std::vector<std::string>& mount_points);
+  // The same from TREE, an upper directory read inside a sandbox (a microVM's) and sent as
+  // entries; untrusted: a path that is not plain, comes before its directory or repeats one, or a
+  // special file other than a whiteout, is an Error.
+  std::string add_layer(const Image& base, const std::vector<wire::TreeEntry>& tree,
+                        const std::string& name, const std::vector<std::string>& mount_points);
 
   // "host", a name, or a digest (or a unique prefix of at least 12 hex digits). Unknown: an Error.
   Image resolve(const std::string& ref) const;
@@ -51,6 +58,10 @@ class ImageStore {
 
  private:
   std::string store_layer(const std::string& staged);  // renames a staged tree into layers/
+  // BASE plus the staged tree (removed either way) less its empty MOUNT_POINTS, as an image.
+  std::string add_staged_layer(const Image& base, const std::string& staged,
+                               const std::string& name,
+                               const std::vector<std::string>& mount_points);
   std::string write_image(bool host_system, const std::vector<std::string>& layer_digests,
                           const std::string& name);
   std::string staging_dir() const;

@@ -36,9 +36,12 @@ namespace {
 constexpr int64_t kBootDeadlineMs = 60000;            // software emulation boots slowly
 constexpr uint64_t kQemuOverheadBytes = 96ull << 20;  // QEMU itself, beyond the guest's RAM
 
-// The modules the guest init loads, by name; their dependencies come first (modules.dep).
-const std::vector<std::string> kGuestModules = {"virtio_mmio", "virtio_blk",   "virtio_console",
-                                                "overlay",     "9pnet_virtio", "9p"};
+// The modules the guest init loads, by name; their dependencies come first (modules.dep). Those a
+// kernel has built in are skipped: Debian's cloud kernel has ext4 and crc32c built in, its generic
+// kernel as modules (crc32c is ext4's soft dependency, not in modules.dep).
+const std::vector<std::string> kGuestModules = {"virtio_mmio",    "virtio_blk", "virtio_console",
+                                                "crc32c_generic", "ext4",       "overlay",
+                                                "9pnet_virtio",   "9p"};
 
 std::string quoted(const std::string& s) {
   std::string q = "'";
@@ -46,14 +49,27 @@ std::string quoted(const std::string& s) {
   return q + "'";
 }
 
-// The newest /boot/vmlinuz-*, or $K3LAB_MICROVM_KERNEL.
-std::string find_kernel() {
+// The modules of the kernel at /boot/vmlinuz-RELEASE: /lib/modules/RELEASE.
+std::string modules_of(const std::string& kernel) {
+  const std::string name = fs::path(kernel).filename().string();
+  return "/lib/modules/" + name.substr(std::string("vmlinuz-").size());
+}
+
+bool has_9p(const std::string& modules) { return fs::exists(modules + "/kernel/fs/9p"); }
+
+// $K3LAB_MICROVM_KERNEL, else the newest /boot/vmlinuz-* (by name), of those with 9p only where
+// WITH_9P: the `host` image needs 9p, which Debian's generic kernel has and its cloud kernel not.
+// "" if there is none.
+std::string find_kernel(bool with_9p) {
   if (const char* env = std::getenv("K3LAB_MICROVM_KERNEL"); env && *env) return env;
   std::string best;
   std::error_code ec;
-  for (const auto& e : fs::directory_iterator("/boot", ec))
-    if (e.path().filename().string().rfind("vmlinuz-", 0) == 0 && e.path().string() > best)
-      best = e.path().string();
+  for (const auto& e : fs::directory_iterator("/boot", ec)) {
+    const std::string path = e.path().string();
+    if (e.path().filename().string().rfind("vmlinuz-", 0) == 0 && path > best &&
+        (!with_9p || has_9p(modules_of(path))))
+      best = path;
+  }
   return best;
 }
 
@@ -107,9 +123,10 @@ uint64_t tree_bytes(const std::string& dir) {
 
 class MicrovmSandbox : public AgentSandbox {
  public:
-  MicrovmSandbox(const std::vector<std::string>& args, const Limits& limits, const std::string& id,
-                 const std::string& run, ForkThread& forker)
-      : AgentSandbox(id, limits, run, kBootDeadlineMs) {
+  MicrovmSandbox(const std::vector<std::string>& args, ImageStore& store, Image image,
+                 const Limits& limits, const std::string& id, const std::string& run,
+                 ForkThread& forker)
+      : AgentSandbox(id, limits, run, kBootDeadlineMs), store_(store), image_(std::move(image)) {
     try {
       cgroups_ =
           Cgroups("k3lab-" + id_, {limits_.memory_bytes + kQemuOverheadBytes, 0, limits_.cpus});
@@ -124,20 +141,29 @@ class MicrovmSandbox : public AgentSandbox {
     }
   }
 
-  std::string snapshot(const std::string&) override {
-    throw Error(
-        "snapshots of microvm sandboxes are not supported yet (use the namespaces backend)");
+  // The guest's writable layer lives in its own memory: its agent reads it and sends it over.
+  std::string snapshot(const std::string& name) override {
+    std::lock_guard lock(mutex_);
+    const std::vector<wire::TreeEntry> tree = agent_layer();
+    // What the guest's init made in the root to mount on (guest_init.cpp), where left empty.
+    std::vector<std::string> mount_points = {"/proc", "/dev"};
+    if (image_.host_system)
+      mount_points.insert(mount_points.end(), {"/usr", "/bin", "/sbin", "/lib", "/lib64"});
+    return store_.add_layer(image_, tree, name, mount_points);
   }
+
+ private:
+  ImageStore& store_;
+  Image image_;
 };
 
 }  // namespace
 
 MicrovmBackend::MicrovmBackend(ImageStore& store)
-    : store_(store), qemu_(find_program("qemu-system-x86_64")), kernel_(find_kernel()) {
-  if (!kernel_.empty()) {
-    const std::string name = fs::path(kernel_).filename().string();
-    modules_ = "/lib/modules/" + name.substr(std::string("vmlinuz-").size());
-  }
+    : store_(store),
+      qemu_(find_program("qemu-system-x86_64")),
+      kernel_(find_kernel(false)),
+      host_kernel_(find_kernel(true)) {
   const bool tcg =
       std::getenv("K3LAB_MICROVM_TCG") && std::string(std::getenv("K3LAB_MICROVM_TCG")) == "1";
   accel_ = access("/dev/kvm", R_OK | W_OK) == 0 ? "kvm" : tcg ? "tcg" : "";
@@ -146,7 +172,6 @@ MicrovmBackend::MicrovmBackend(ImageStore& store)
   } catch (const Error& e) {
     why_unavailable_ = e.message();
   }
-  has_9p_ = !modules_.empty() && fs::exists(modules_ + "/kernel/fs/9p");
   if (qemu_.empty()) {
     why_unavailable_ = "qemu-system-x86_64 is not installed (Debian package qemu-system-x86)";
   } else if (accel_ == "kvm" && kvm_is_pvm_only() && !std::getenv("K3LAB_MICROVM_KERNEL")) {
@@ -155,8 +180,8 @@ MicrovmBackend::MicrovmBackend(ImageStore& store)
         "built as PVM guests, as Debian's are not (set K3LAB_MICROVM_KERNEL to such a kernel)";
   } else if (kernel_.empty()) {
     why_unavailable_ = "no guest kernel in /boot (Debian package linux-image-cloud-amd64)";
-  } else if (!fs::is_directory(modules_)) {
-    why_unavailable_ = "the guest kernel's modules " + modules_ + " are missing";
+  } else if (!fs::is_directory(modules_of(kernel_))) {
+    why_unavailable_ = "the guest kernel's modules " + modules_of(kernel_) + " are missing";
   } else if (accel_.empty()) {
     why_unavailable_ =
         "no usable /dev/kvm on this machine (K3LAB_MICROVM_TCG=1 runs guests under slow software "
@@ -167,10 +192,10 @@ MicrovmBackend::MicrovmBackend(ImageStore& store)
 
 std::string MicrovmBackend::unavailable_reason() const { return why_unavailable_; }
 
-std::string MicrovmBackend::initramfs() {
+std::string MicrovmBackend::initramfs(const std::string& kernel) {
   std::lock_guard lock(build_mutex_);
   Sha256 key;
-  key.update(kernel_ + "\n");
+  key.update(kernel + "\n");
   key.update(sha256_hex(read_file(agent_)));
   const std::string dir = store_.root() + "/microvm";
   fs::create_directories(dir);
@@ -184,7 +209,8 @@ std::string MicrovmBackend::initramfs() {
   K3_CHECK(mknod((staged + "/dev/console").c_str(), S_IFCHR | 0600, makedev(5, 1)) == 0,
            "mknod /dev/console: ", std::strerror(errno));
   int n = 0;
-  for (const auto& rel : module_files(modules_)) {
+  const std::string modules = modules_of(kernel);
+  for (const auto& rel : module_files(modules)) {
     char prefix[8];
     std::snprintf(prefix, sizeof prefix, "%02d-", n++);
     std::string name = fs::path(rel).filename().string();
@@ -192,7 +218,7 @@ std::string MicrovmBackend::initramfs() {
     std::replace(name.begin(), name.end(), '-', '_');
     K3_CHECK(rel.size() < 3 || rel.substr(rel.size() - 3) == ".ko", "compressed module ", rel,
              " is not supported");
-    fs::copy_file(modules_ + "/" + rel, staged + "/modules/" + prefix + name + ".ko");
+    fs::copy_file(modules + "/" + rel, staged + "/modules/" + prefix + name + ".ko");
   }
   run_program(
       {"sh", "-c",
@@ -217,10 +243,13 @@ std::string MicrovmBackend::layer_disk(const std::string& layer_dir) {
 
 std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits& limits) {
   if (!why_unavailable_.empty()) throw Error(why_unavailable_);
-  K3_CHECK(!image.host_system || has_9p_,
-           "the microvm backend shares the host's /usr over 9p, which the guest kernel ", kernel_,
-           " lacks: use an image of its own (k3lab sandbox import), or set K3LAB_MICROVM_KERNEL to "
-           "a kernel with 9p (linux-image-amd64)");
+  // Store images boot the newest kernel; `host` the newest with 9p (the generic kernel takes some
+  // 50 MiB more of the guest's memory than the cloud kernel).
+  const std::string& kernel = image.host_system ? host_kernel_ : kernel_;
+  K3_CHECK(!image.host_system || (!kernel.empty() && has_9p(modules_of(kernel))),
+           "the microvm backend shares the host's /usr over 9p, which no guest kernel in /boot has "
+           "(Debian's cloud kernel lacks it): use an image of its own (k3lab sandbox import), or "
+           "install linux-image-amd64 (or set K3LAB_MICROVM_KERNEL to a kernel with 9p)");
   K3_CHECK(image.layers.size() <= 20, "a microvm image may have at most 20 layers");
   const std::string id = new_sandbox_id("vm-");
   const std::string run = store_.make_run_dir(id);
@@ -248,9 +277,9 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
       "-serial",
       "file:" + run + "/console.log",
       "-kernel",
-      kernel_,
+      kernel,
       "-initrd",
-      initramfs(),
+      initramfs(kernel),
       "-append",
       std::string(accel_ == "kvm" ? "" : "tsc_early_khz=2000000 lpj=4000000 tsc=reliable ") +
           "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init k3.layers=" +
@@ -273,7 +302,7 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
     argv.insert(argv.end(), {"-fsdev", "local,id=usr,path=/usr,security_model=none,readonly=on",
                              "-device", "virtio-9p-device,fsdev=usr,mount_tag=usr"});
   }
-  return std::make_unique<MicrovmSandbox>(argv, limits, id, run, forker_);
+  return std::make_unique<MicrovmSandbox>(argv, store_, image, limits, id, run, forker_);
 }
 
 }  // namespace k3::sandbox

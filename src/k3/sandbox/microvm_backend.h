@@ -24,15 +24,16 @@ class MicrovmBackend : public Backend {
   std::unique_ptr<Sandbox> create(const Image& image, const Limits& limits) override;
   std::string unavailable_reason() const override;
 
-  // The ext4 disk of a layer (made on first use) and the initramfs (made once).
+  // The ext4 disk of a layer (made on first use) and a kernel's initramfs (made once).
   std::string layer_disk(const std::string& layer_dir);
-  std::string initramfs();
+  std::string initramfs(const std::string& kernel);  // for that kernel
 
  private:
   ImageStore& store_;
   ForkThread forker_;
-  std::string qemu_, kernel_, modules_, agent_, accel_, why_unavailable_;
-  bool has_9p_ = false;  // the guest kernel can mount the host's /usr (the `host` image)
+  std::string qemu_, agent_, accel_, why_unavailable_;
+  std::string kernel_;       // for store images
+  std::string host_kernel_;  // for the `host` image: one with 9p, to share the host's /usr; or ""
   std::mutex build_mutex_;
 };
 

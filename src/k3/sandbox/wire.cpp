@@ -175,4 +175,30 @@ ExecResult decode_exec_result(const std::string& bytes) {
   return r;
 }
 
+std::string encode(const std::vector<TreeEntry>& tree) {
+  Writer w;
+  w.u64(tree.size());
+  for (const auto& e : tree) {
+    w.str(e.path);
+    w.u64(e.mode);
+    w.str(e.data);
+    w.u64(e.opaque);
+  }
+  return w.bytes();
+}
+
+std::vector<TreeEntry> decode_tree(const std::string& bytes) {
+  Reader in(bytes);
+  const uint64_t n = in.u64();
+  if (n > bytes.size() / 32) throw WireError("truncated message");  // each entry has 4 fields
+  std::vector<TreeEntry> tree(n);
+  for (auto& e : tree) {
+    e.path = in.str();
+    e.mode = in.u64();
+    e.data = in.str();
+    e.opaque = in.u64() != 0;
+  }
+  return tree;
+}
+
 }  // namespace k3::sandbox::wire

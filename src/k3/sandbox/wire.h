@@ -48,10 +48,25 @@ class Reader {
 void write_frame(int fd, const std::string& payload);
 std::string read_frame(int fd, int64_t deadline_ms = -1);
 
-enum class Op : uint64_t { kPing = 1, kExec = 2, kPut = 3, kGet = 4, kReset = 5 };
+enum class Op : uint64_t { kPing = 1, kExec = 2, kPut = 3, kGet = 4, kReset = 5, kLayer = 6 };
 
 // kReset: a nonce (echoed back as the reply's payload), then the paths of the root, relative to
 // it, to remove (agent/reset.h).
+
+// kLayer: no fields; the reply's payload is the writable layer, encoded TreeEntry's (below), in
+// one frame as get's file is.
+
+// One entry of a directory tree sent over the channel (a microVM's writable layer), in the form
+// overlayfs keeps it: a deletion is a whiteout (a character device 0:0), a directory that hides
+// what lower layers hold there is opaque. Parents come before their children.
+struct TreeEntry {
+  std::string path;     // relative, '/'-separated, no "." or ".." components
+  uint64_t mode = 0;    // st_mode: type and permission bits
+  std::string data;     // a regular file's bytes, or a symlink's target
+  bool opaque = false;  // a directory marked opaque (trusted.overlay.opaque=y)
+};
+std::string encode(const std::vector<TreeEntry>& tree);
+std::vector<TreeEntry> decode_tree(const std::string& bytes);
 
 // Resource limits of one command, applied by the agent as rlimits (0: not set).
 struct Rlimits {

@@ -11,5 +11,10 @@ namespace k3::sandbox::agent {
 std::string put_file(const std::string& path, const std::string& bytes, unsigned mode);
 // Reads a regular file of at most MAX bytes into OUT. Returns "" or the reason.
 std::string get_file(const std::string& path, std::string& out, size_t max);
+// The tree under the directory LAYER_FD (a microVM's writable layer, the overlay's upper
+// directory) as wire::encode of its entries, at most MAX bytes, into OUT: regular files,
+// directories, symlinks, whiteouts and opaque directories (other special files are left out).
+// Returns "" or the reason.
+std::string archive_tree(int layer_fd, std::string& out, size_t max);
 
 }  // namespace k3::sandbox::agent

@@ -87,6 +87,7 @@ void must_mount(const char* src, const std::string& dst, const char* type, unsig
 
 // The commands' cgroup (cgroup v2, mounted outside the root the commands see).
 int g_cgroup_procs = -1, g_cgroup_pids_max = -1;
+int g_upper = -1;
 
 void make_command_cgroup() {
   must_mount("cgroup2", "/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
@@ -100,6 +101,8 @@ void make_command_cgroup() {
 }
 
 }  // namespace
+
+int writable_layer_fd() { return g_upper; }
 
 void set_command_cgroup_limit(uint64_t processes) {
   if (g_cgroup_pids_max < 0) return;
@@ -143,6 +146,8 @@ int guest_init() {
   must_mount("rw", "/rw", "tmpfs", MS_NOSUID | MS_NODEV, "size=" + disk_bytes + ",mode=0755");
   mkdir("/rw/upper", 0755);
   mkdir("/rw/work", 0755);
+  g_upper = open("/rw/upper", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (g_upper < 0) fail("opening /rw/upper");
   must_mount("overlay", "/newroot", "overlay", MS_NOSUID | MS_NODEV,
              "lowerdir=" + lower + ",upperdir=/rw/upper,workdir=/rw/work");
   if (host_system) {

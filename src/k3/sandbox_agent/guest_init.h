@@ -14,6 +14,10 @@ namespace k3::sandbox::agent {
 // whose pids.max bounds them instead (set_command_cgroup_limit, join_command_cgroup).
 int guest_init();
 
+// The overlay's upper directory (the writable layer), open since before the agent entered the
+// root where it is out of sight; -1 outside a microVM.
+int writable_layer_fd();
+
 // Sets the commands' cgroup's process limit (0: none). No-op outside a microVM.
 void set_command_cgroup_limit(uint64_t processes);
 // In a command's forked child: joins the commands' cgroup (async-signal-safe). No-op outside.

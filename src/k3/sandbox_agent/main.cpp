@@ -49,6 +49,12 @@ std::string serve(const std::string& frame) {
       const std::string why = agent::get_file(path, bytes, wire::kMaxFrame - 4096);
       return reply(why, bytes);
     }
+    case wire::Op::kLayer: {
+      std::string tree;
+      const std::string why =
+          agent::archive_tree(agent::writable_layer_fd(), tree, wire::kMaxFrame - 4096);
+      return reply(why, tree);
+    }
     case wire::Op::kReset: {
       const std::string nonce = in.str();
       return reply(agent::reset_sandbox(in.strs()), nonce);
