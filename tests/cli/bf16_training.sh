@@ -68,9 +68,9 @@ done
 # pipeline parallelism, 8 steps of 2 micro-batches, against the one-process bf16 run. Under cp and
 # ep different intermediate values are rounded to bf16 (ring attention's blocks, KCP's state
 # passes, the experts' rows by host), so the runs part by bf16's rounding, not fp32's: measured
-# over steps 2-8 and model seeds 1-2, at most 1.9e-4 relative (cp), 1.1e-4 (ep, all-to-all; MoonEP
-# 1.5e-4 at step 8); pp equal to the
-# last digit; bf16 against fp32 in one process 8.5e-5 at step 8. The tolerance is 1e-3.
+# over steps 2-8 and model seeds 1-2, at most 1.9e-4 relative (cp), 1.1e-4 (ep, all-to-all;
+# MoonEP 1.5e-4 at step 8); pp equal to the last digit; bf16 against fp32 in one process 8.5e-5 at
+# step 8. The tolerance is 1e-3.
 NANO=("${TINY[@]}" --set model.config=configs/k3-nano.json --set train.threads=1 --set train.steps=8
       --set checkpoint.every=0 --set train.precision=bf16 --set train.grad_accum=2)
 "$K3LAB" train "${NANO[@]}" --set run.dir="$WORK/nano" > /dev/null
