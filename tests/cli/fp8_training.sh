@@ -24,7 +24,7 @@
 # amax/448 (the top half of every block clipped) ends at +1.54% (+1.70% on 2 threads). A codec
 # that keeps 2 mantissa bits instead of 3 ends at +0.31% (+0.10% on 2 threads), inside the
 # noise: no loss over a run this size can see it; the codec's own tests do (Fp8E4M3.*, and the
-# gradient of one step against keep's in ActivationPolicies.Fp8StaysWithinItsTolerance).
+# gradient of one step against keep's in ActivationPolicies.LossyStorageStaysWithinItsTolerance).
 source "$(dirname "$0")/common.sh"
 # One thread each, the two runs side by side: two-threaded runs beside other work lose most of
 # their time waiting for each other's threads.

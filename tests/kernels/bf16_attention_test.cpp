@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/bf16_nudge.h"
 #include "common/test_util.h"
 #include "k3/kernels/attention.h"
 #include "k3/kernels/full_attention.h"
@@ -85,16 +86,7 @@ const AttentionShape kShapes[] = {{1, 300, 2, 32, 16, 24, 0},
                                   {1, 257, 1, 64, 0, 64, 0},
                                   full(2, 49, 2, 16)};
 
-// Each value rounded to bf16, then moved by about 2^-11 of itself, up or down: a quarter of a
-// bf16 step at most, so that rounding again gives back the bf16 value.
-void nudge(std::vector<float>& x, std::vector<float>& nudged, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  nudged.resize(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    x[i] = bf16_to_float(float_to_bf16(x[i]));
-    nudged[i] = x[i] + std::ldexp(x[i], -11) * (rng() % 2 ? 1.0f : -1.0f);
-  }
-}
+using testing::nudge;
 
 void expect_same(const std::vector<float>& a, const std::vector<float>& b,
                  const std::string& what) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/kda_problem.h"
+#include "common/bf16_nudge.h"
 #include "common/test_util.h"
 #include "k3/kernels/kda/delta_rule.h"
 #include "k3/tensor/bf16.h"
@@ -61,15 +62,7 @@ std::string str(const Problem& p) {
          " K=" + std::to_string(s.K) + " V=" + std::to_string(s.V);
 }
 
-// Rounded to bf16, then moved by about 2^-11 of itself (see bf16_attention_test.cpp).
-void nudge(std::vector<float>& x, std::vector<float>& nudged, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  nudged.resize(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    x[i] = bf16_to_float(float_to_bf16(x[i]));
-    nudged[i] = x[i] + std::ldexp(x[i], -11) * (rng() % 2 ? 1.0f : -1.0f);
-  }
-}
+using testing::nudge;
 
 void expect_same(const std::vector<float>& a, const std::vector<float>& b,
                  const std::string& what) {

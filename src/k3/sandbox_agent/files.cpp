@@ -138,24 +138,8 @@ std::string get_file(const std::string& path, std::string& out, size_t max) {
     return path + " is not a regular file";
   }
   out.clear();
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string why = errno_text(path);
-      close(fd);
-      return why;
-    }
-    if (n == 0) break;
-    if (out.size() + size_t(n) > max) {
-      close(fd);
-      return path + " is larger than " + std::to_string(max) + " bytes";
-    }
-    out.append(buf, size_t(n));
-  }
-  close(fd);
-  return "";
+  size_t total = 0;
+  return read_all(fd, path, out, &total, max);
 }
 
 std::string archive_tree(int layer_fd, std::string& out, size_t max) {
