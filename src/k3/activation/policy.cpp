@@ -1,5 +1,7 @@
 #include "k3/activation/policy.h"
 
+#include <string>
+
 #include "k3/base/error.h"
 #include "k3/base/strings.h"
 
@@ -16,7 +18,16 @@ const char* policy_name(Policy p) {
   return "?";
 }
 
-const char* policy_names() { return "keep, recompute, fp8, offload or bf16"; }
+const char* policy_names() {
+  static const std::string names = [] {
+    std::string out;
+    for (size_t i = 0; i < kNumPolicies; ++i)
+      out += std::string(i == 0 ? "" : i + 1 == kNumPolicies ? " or " : ", ") +
+             policy_name(kPolicies[i]);
+    return out;
+  }();
+  return names.c_str();
+}
 
 std::optional<Policy> parse_policy(std::string_view name) {
   for (Policy p : kPolicies)
