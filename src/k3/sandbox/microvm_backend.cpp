@@ -35,6 +35,9 @@ namespace {
 
 constexpr int64_t kBootDeadlineMs = 60000;            // software emulation boots slowly
 constexpr uint64_t kQemuOverheadBytes = 96ull << 20;  // QEMU itself, beyond the guest's RAM
+// The guest's RAM is the commands' memory limit plus what its kernel keeps for itself (some 71 MiB
+// of the cloud kernel's, about 50 MiB more of the generic kernel's) and its agent needs.
+constexpr uint64_t kGuestKernelBytes = 128ull << 20;
 
 // The modules the guest init loads, by name; their dependencies come first (modules.dep). Those a
 // kernel has built in are skipped: Debian's cloud kernel has ext4 and crc32c built in, its generic
@@ -112,6 +115,10 @@ bool kvm_is_pvm_only() {
          !fs::exists("/sys/module/kvm_amd");
 }
 
+uint64_t guest_ram_bytes(const Limits& limits) {
+  return (limits.memory_bytes + kGuestKernelBytes + (1 << 20) - 1) & ~uint64_t((1 << 20) - 1);
+}
+
 uint64_t tree_bytes(const std::string& dir) {
   uint64_t total = 0;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
@@ -129,7 +136,7 @@ class MicrovmSandbox : public AgentSandbox {
       : AgentSandbox(id, limits, run, kBootDeadlineMs), store_(store), image_(std::move(image)) {
     try {
       cgroups_ =
-          Cgroups("k3lab-" + id_, {limits_.memory_bytes + kQemuOverheadBytes, 0, limits_.cpus});
+          Cgroups("k3lab-" + id_, {guest_ram_bytes(limits_) + kQemuOverheadBytes, 0, limits_.cpus});
       std::vector<char*> argv;
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);
@@ -211,7 +218,7 @@ std::string MicrovmBackend::initramfs(const std::string& kernel) {
   int n = 0;
   const std::string modules = modules_of(kernel);
   for (const auto& rel : module_files(modules)) {
-    char prefix[8];
+    char prefix[16];
     std::snprintf(prefix, sizeof prefix, "%02d-", n++);
     std::string name = fs::path(rel).filename().string();
     name = name.substr(0, name.find(".ko"));
@@ -253,20 +260,22 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
   K3_CHECK(image.layers.size() <= 20, "a microvm image may have at most 20 layers");
   const std::string id = new_sandbox_id("vm-");
   const std::string run = store_.make_run_dir(id);
-  const uint64_t mem_mib = std::max<uint64_t>(64, limits.memory_bytes >> 20);
   const uint64_t disk = limits.disk_bytes ? limits.disk_bytes : (256ull << 20);
+  // No legacy timers or interrupt controller: under KVM the guest keeps time with kvmclock; under
+  // software emulation it is told the TSC's rate instead of measuring it, and the translation
+  // cache is capped at 32 MiB (it grows to hundreds of MiB otherwise, past the memory the host's
+  // cgroup allows QEMU beyond the guest's RAM). The channel is a serial port, not a console: QEMU
+  // holds a port's output while the host is behind in reading it, where it drops a console's.
   std::vector<std::string> argv = {
-      // No legacy timers or interrupt controller: under KVM the guest keeps time with kvmclock;
-      // under software emulation it is told the TSC's rate instead of measuring it.
       qemu_,
       "-M",
       "microvm,x-option-roms=off,rtc=off,pit=off,pic=off",
       "-accel",
-      accel_,
+      accel_ == "kvm" ? "kvm" : "tcg,tb-size=32",
       "-cpu",
       accel_ == "kvm" ? "host" : "max",
       "-m",
-      std::to_string(mem_mib) + "M",
+      std::to_string(guest_ram_bytes(limits) >> 20) + "M",
       "-smp",
       "1",
       "-nodefaults",
@@ -284,13 +293,13 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
       std::string(accel_ == "kvm" ? "" : "tsc_early_khz=2000000 lpj=4000000 tsc=reliable ") +
           "console=ttyS0 quiet loglevel=1 panic=-1 rdinit=/init k3.layers=" +
           std::to_string(image.layers.size()) + " k3.host=" + (image.host_system ? "1" : "0") +
-          " k3.disk=" + std::to_string(disk),
+          " k3.disk=" + std::to_string(disk) + " k3.memory=" + std::to_string(limits.memory_bytes),
       "-device",
       "virtio-serial-device",
       "-chardev",
       "stdio,id=agent,signal=off",
       "-device",
-      "virtconsole,chardev=agent"};
+      "virtserialport,chardev=agent,nr=1,name=k3lab.agent"};
   for (size_t i = 0; i < image.layers.size(); ++i) {
     const std::string drive = "layer" + std::to_string(i);
     argv.insert(argv.end(), {"-drive",

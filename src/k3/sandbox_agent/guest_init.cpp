@@ -6,7 +6,6 @@
 #include <sys/reboot.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <termios.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -78,6 +77,26 @@ void wait_for(const std::string& path) {
   fail("waiting for " + path);
 }
 
+// The virtio serial port k3lab talks on: port 1 of the one virtio-serial device, /dev/vport<N>p1
+// where N is the device's index among the guest's virtio devices.
+std::string agent_port() {
+  for (int i = 0; i < 2000; ++i) {
+    if (DIR* d = opendir("/dev")) {
+      std::string found;
+      while (const dirent* e = readdir(d)) {
+        const std::string name = e->d_name;
+        if (name.rfind("vport", 0) == 0 && name.size() > 7 && name.substr(name.size() - 2) == "p1")
+          found = "/dev/" + name;
+      }
+      closedir(d);
+      if (!found.empty()) return found;
+    }
+    usleep(1000);
+  }
+  errno = ENOENT;
+  fail("waiting for the agent's virtio serial port /dev/vport*p1");
+}
+
 void must_mount(const char* src, const std::string& dst, const char* type, unsigned long flags,
                 const std::string& data) {
   mkdir(dst.c_str(), 0755);
@@ -89,12 +108,38 @@ void must_mount(const char* src, const std::string& dst, const char* type, unsig
 int g_cgroup_procs = -1, g_cgroup_pids_max = -1;
 int g_upper = -1;
 
-void make_command_cgroup() {
+// MemAvailable of /proc/meminfo, in bytes.
+uint64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  for (std::string name; in >> name;) {
+    uint64_t kib = 0;
+    in >> kib;
+    if (name == "MemAvailable:") return kib << 10;
+    in.ignore(1 << 10, '\n');
+  }
+  errno = ENOENT;
+  fail("reading MemAvailable in /proc/meminfo");
+}
+
+void write_control(const std::string& path, const std::string& text) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  if (fd < 0 || write(fd, text.data(), text.size()) != ssize_t(text.size()))
+    fail("writing " + text + " to " + path);
+  close(fd);
+}
+
+// The commands' memory limit is MEMORY_BYTES, and never so much that the agent and the kernel
+// could not go on: under it a memory bomb meets the out-of-memory killer in the commands' cgroup
+// at once, where a guest without swap would otherwise reclaim its programs' pages for minutes.
+void make_command_cgroup(uint64_t memory_bytes) {
   must_mount("cgroup2", "/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
-  const int control = open("/cgroup/cgroup.subtree_control", O_WRONLY | O_CLOEXEC);
-  if (control < 0 || write(control, "+pids", 5) != 5) fail("enabling the pids controller");
-  close(control);
+  write_control("/cgroup/cgroup.subtree_control", "+pids +memory");
   if (mkdir("/cgroup/commands", 0755) != 0) fail("mkdir /cgroup/commands");
+  constexpr uint64_t kAgentReserve = 16ull << 20;
+  const uint64_t available = available_memory();
+  const uint64_t most = available > 2 * kAgentReserve ? available - kAgentReserve : available / 2;
+  write_control("/cgroup/commands/memory.max",
+                std::to_string(memory_bytes ? std::min(memory_bytes, most) : most));
   g_cgroup_procs = open("/cgroup/commands/cgroup.procs", O_WRONLY | O_CLOEXEC);
   g_cgroup_pids_max = open("/cgroup/commands/pids.max", O_WRONLY | O_CLOEXEC);
   if (g_cgroup_procs < 0 || g_cgroup_pids_max < 0) fail("opening the commands' cgroup");
@@ -164,14 +209,10 @@ int guest_init() {
   must_mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
   must_mount("devtmpfs", "/newroot/dev", "devtmpfs", MS_NOSUID, "");
 
-  make_command_cgroup();
-  wait_for("/dev/hvc0");
-  const int channel = open("/dev/hvc0", O_RDWR | O_CLOEXEC);
-  if (channel < 0) fail("opening /dev/hvc0");
-  termios raw{};
-  tcgetattr(channel, &raw);
-  cfmakeraw(&raw);
-  tcsetattr(channel, TCSANOW, &raw);
+  make_command_cgroup(std::stoull(cmdline_value(cmdline, "k3.memory", "0")));
+  const std::string port = agent_port();
+  const int channel = open(port.c_str(), O_RDWR | O_CLOEXEC);
+  if (channel < 0) fail("opening " + port);
   if (chdir("/newroot") != 0 || chroot(".") != 0 || chdir("/") != 0) fail("entering the root");
   return channel;
 }

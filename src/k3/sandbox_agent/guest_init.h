@@ -1,7 +1,7 @@
 // The agent as a microVM's init (PID 1): loads the virtio modules packed in the initramfs, mounts
 // the image's layers (read-only virtio disks) under a writable tmpfs with overlayfs, the host's
 // /usr (a read-only 9p share) for the `host` image, then enters that root and serves requests on
-// the virtio console /dev/hvc0.
+// a virtio serial port (/dev/vport<N>p1).
 #pragma once
 
 #include <cstdint>
