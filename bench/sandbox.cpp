@@ -401,7 +401,7 @@ void bench_microvm(ImageStore& store, const std::string& dir, const Options& o) 
        "microvm pool: destroy in the caller instead", "microvm exec true in a live guest"});
   std::printf("\nmicrovm sustained, %d clients, cold: %.1f microVMs/s (boot + exec + destroy)\n",
               o.threads, sustained_rate(*vm, busybox, small, o.threads, o.seconds));
-  idle_memory(*vm, busybox, small, o.vm_idle, o.threads, "microVMs (128 MiB guests)");
+  idle_memory(*vm, busybox, small, o.vm_idle, o.threads, "microVMs (memory limit 128 MiB)");
 }
 
 }  // namespace
