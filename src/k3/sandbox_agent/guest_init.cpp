@@ -105,7 +105,7 @@ void must_mount(const char* src, const std::string& dst, const char* type, unsig
 }
 
 // The commands' cgroup (cgroup v2, mounted outside the root the commands see).
-int g_cgroup_procs = -1, g_cgroup_pids_max = -1;
+int g_cgroup_procs = -1, g_cgroup_pids_max = -1, g_cgroup_kill = -1, g_cgroup_events = -1;
 int g_upper = -1;
 
 // MemAvailable of /proc/meminfo, in bytes.
@@ -142,7 +142,10 @@ void make_command_cgroup(uint64_t memory_bytes) {
                 std::to_string(memory_bytes ? std::min(memory_bytes, most) : most));
   g_cgroup_procs = open("/cgroup/commands/cgroup.procs", O_WRONLY | O_CLOEXEC);
   g_cgroup_pids_max = open("/cgroup/commands/pids.max", O_WRONLY | O_CLOEXEC);
-  if (g_cgroup_procs < 0 || g_cgroup_pids_max < 0) fail("opening the commands' cgroup");
+  g_cgroup_kill = open("/cgroup/commands/cgroup.kill", O_WRONLY | O_CLOEXEC);
+  g_cgroup_events = open("/cgroup/commands/cgroup.events", O_RDONLY | O_CLOEXEC);
+  if (g_cgroup_procs < 0 || g_cgroup_pids_max < 0 || g_cgroup_kill < 0 || g_cgroup_events < 0)
+    fail("opening the commands' cgroup");
 }
 
 }  // namespace
@@ -153,6 +156,16 @@ void set_command_cgroup_limit(uint64_t processes) {
   if (g_cgroup_pids_max < 0) return;
   const std::string text = processes ? std::to_string(processes) : "max";
   [[maybe_unused]] ssize_t w = pwrite(g_cgroup_pids_max, text.data(), text.size(), 0);
+}
+
+int kill_command_cgroup() {
+  if (g_cgroup_kill < 0) return -1;
+  [[maybe_unused]] ssize_t w = pwrite(g_cgroup_kill, "1", 1, 0);
+  char events[256];
+  const ssize_t n = pread(g_cgroup_events, events, sizeof events - 1, 0);
+  if (n <= 0) return 1;
+  events[n] = '\0';
+  return std::strstr(events, "populated 1") != nullptr;
 }
 
 void join_command_cgroup() {

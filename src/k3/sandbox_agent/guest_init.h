@@ -20,6 +20,9 @@ int writable_layer_fd();
 
 // Sets the commands' cgroup's process limit (0: none). No-op outside a microVM.
 void set_command_cgroup_limit(uint64_t processes);
+// Kills every process in the commands' cgroup; returns 1 while some are still there, 0 once none
+// is, -1 outside a microVM.
+int kill_command_cgroup();
 // In a command's forked child: joins the commands' cgroup (async-signal-safe). No-op outside.
 void join_command_cgroup();
 

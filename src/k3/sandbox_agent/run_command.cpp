@@ -131,11 +131,14 @@ void prepare_commands(int filter_fd) {
 
 void kill_all_others() {
   // kill(-1) reaches every process of this PID namespace but PID 1 and the caller. A fork bomb can
-  // add processes while it runs, so repeat until none answers.
+  // add processes while it runs, so repeat until none answers. A microVM's agent is the whole
+  // kernel's PID 1, where kill(-1) also reaches the kernel's threads, which answer and never go:
+  // there the commands' cgroup says when they are all gone.
   for (int round = 0; round < 2000; ++round) {
     kill(-1, SIGKILL);
+    const int in_cgroup = kill_command_cgroup();
     reap_children();
-    if (kill(-1, 0) != 0 && errno == ESRCH) return;
+    if (in_cgroup >= 0 ? in_cgroup == 0 : kill(-1, 0) != 0 && errno == ESRCH) return;
     usleep(round < 10 ? 100 : 1000);
   }
 }
