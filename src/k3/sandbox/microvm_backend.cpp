@@ -52,25 +52,48 @@ std::string quoted(const std::string& s) {
   return q + "'";
 }
 
-// The modules of the kernel at /boot/vmlinuz-RELEASE: /lib/modules/RELEASE.
-std::string modules_of(const std::string& kernel) {
+// A kernel's release: "R" of DIR/vmlinuz-R (Debian's, in /boot) or DIR/vmlinux-R (k3lab's own).
+std::string release_of(const std::string& kernel) {
   const std::string name = fs::path(kernel).filename().string();
-  return "/lib/modules/" + name.substr(std::string("vmlinuz-").size());
+  return name.substr(name.find('-') + 1);
 }
 
-bool has_9p(const std::string& modules) { return fs::exists(modules + "/kernel/fs/9p"); }
+// The modules of a kernel: /lib/modules/RELEASE.
+std::string modules_of(const std::string& kernel) { return "/lib/modules/" + release_of(kernel); }
 
-// $K3LAB_MICROVM_KERNEL, else the newest /boot/vmlinuz-* (by name), of those with 9p only where
-// WITH_9P: the `host` image needs 9p, which Debian's generic kernel has and its cloud kernel not.
-// "" if there is none.
-std::string find_kernel(bool with_9p) {
+// OPTION's value ("y", "m", ...) in the configuration beside KERNEL (DIR/config-RELEASE), or "".
+std::string config_value(const std::string& kernel, const std::string& option) {
+  std::ifstream in((fs::path(kernel).parent_path() / ("config-" + release_of(kernel))).string());
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(option + "=", 0) == 0) return line.substr(option.size() + 1);
+  return "";
+}
+
+// Whether KERNEL loads modules at all (one without a configuration beside it is taken to have
+// all it needs built in).
+bool uses_modules(const std::string& kernel) {
+  return config_value(kernel, "CONFIG_MODULES") == "y";
+}
+
+bool has_9p(const std::string& kernel) {
+  const std::string v = config_value(kernel, "CONFIG_9P_FS");
+  return v == "y" || (v == "m" && fs::exists(modules_of(kernel) + "/kernel/fs/9p"));
+}
+
+// $K3LAB_MICROVM_KERNEL, else k3lab's own guest kernel in the store
+// (scripts/build-guest-kernel.sh), else the newest /boot/vmlinuz-* (by name); of those with 9p only
+// where WITH_9P: the `host` image needs 9p, which k3lab's kernel and Debian's generic kernel have
+// and its cloud kernel not. "" if there is none.
+std::string find_kernel(const std::string& store_root, bool with_9p) {
   if (const char* env = std::getenv("K3LAB_MICROVM_KERNEL"); env && *env) return env;
+  const std::string own = store_root + "/microvm/vmlinux-k3lab-guest";
+  if (fs::exists(own) && (!with_9p || has_9p(own))) return own;
   std::string best;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator("/boot", ec)) {
     const std::string path = e.path().string();
     if (e.path().filename().string().rfind("vmlinuz-", 0) == 0 && path > best &&
-        (!with_9p || has_9p(modules_of(path))))
+        (!with_9p || has_9p(path)))
       best = path;
   }
   return best;
@@ -169,8 +192,8 @@ class MicrovmSandbox : public AgentSandbox {
 MicrovmBackend::MicrovmBackend(ImageStore& store)
     : store_(store),
       qemu_(find_program("qemu-system-x86_64")),
-      kernel_(find_kernel(false)),
-      host_kernel_(find_kernel(true)) {
+      kernel_(find_kernel(store.root(), false)),
+      host_kernel_(find_kernel(store.root(), true)) {
   const bool tcg =
       std::getenv("K3LAB_MICROVM_TCG") && std::string(std::getenv("K3LAB_MICROVM_TCG")) == "1";
   accel_ = access("/dev/kvm", R_OK | W_OK) == 0 ? "kvm" : tcg ? "tcg" : "";
@@ -187,7 +210,7 @@ MicrovmBackend::MicrovmBackend(ImageStore& store)
         "built as PVM guests, as Debian's are not (set K3LAB_MICROVM_KERNEL to such a kernel)";
   } else if (kernel_.empty()) {
     why_unavailable_ = "no guest kernel in /boot (Debian package linux-image-cloud-amd64)";
-  } else if (!fs::is_directory(modules_of(kernel_))) {
+  } else if (uses_modules(kernel_) && !fs::is_directory(modules_of(kernel_))) {
     why_unavailable_ = "the guest kernel's modules " + modules_of(kernel_) + " are missing";
   } else if (accel_.empty()) {
     why_unavailable_ =
@@ -217,7 +240,8 @@ std::string MicrovmBackend::initramfs(const std::string& kernel) {
            "mknod /dev/console: ", std::strerror(errno));
   int n = 0;
   const std::string modules = modules_of(kernel);
-  for (const auto& rel : module_files(modules)) {
+  for (const auto& rel :
+       uses_modules(kernel) ? module_files(modules) : std::vector<std::string>{}) {
     char prefix[16];
     std::snprintf(prefix, sizeof prefix, "%02d-", n++);
     std::string name = fs::path(rel).filename().string();
@@ -250,13 +274,14 @@ std::string MicrovmBackend::layer_disk(const std::string& layer_dir) {
 
 std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits& limits) {
   if (!why_unavailable_.empty()) throw Error(why_unavailable_);
-  // Store images boot the newest kernel; `host` the newest with 9p (the generic kernel takes some
-  // 50 MiB more of the guest's memory than the cloud kernel).
+  // Store images boot the kernel found first; `host` the first with 9p (Debian's generic kernel
+  // takes some 50 MiB more of the guest's memory than its cloud kernel).
   const std::string& kernel = image.host_system ? host_kernel_ : kernel_;
-  K3_CHECK(!image.host_system || (!kernel.empty() && has_9p(modules_of(kernel))),
-           "the microvm backend shares the host's /usr over 9p, which no guest kernel in /boot has "
+  K3_CHECK(!image.host_system || (!kernel.empty() && has_9p(kernel)),
+           "the microvm backend shares the host's /usr over 9p, which no guest kernel at hand has "
            "(Debian's cloud kernel lacks it): use an image of its own (k3lab sandbox import), or "
-           "install linux-image-amd64 (or set K3LAB_MICROVM_KERNEL to a kernel with 9p)");
+           "build k3lab's guest kernel (scripts/build-guest-kernel.sh), or install "
+           "linux-image-amd64 (or set K3LAB_MICROVM_KERNEL to a kernel with 9p)");
   K3_CHECK(image.layers.size() <= 20, "a microvm image may have at most 20 layers");
   const std::string id = new_sandbox_id("vm-");
   const std::string run = store_.make_run_dir(id);
