@@ -18,19 +18,7 @@ else
 fi
 build=${1:-${TMPDIR:-/tmp}/k3lab-guest-kernel}
 
-packages=(linux-source-6.1 make gcc bc bison flex libelf-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  echo "build-guest-kernel: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  $SUDO apt-get update -qq
-  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+"$here/install-deps.sh" linux-source-6.1 make gcc bc bison flex libelf-dev
 
 source_tar=$(ls /usr/src/linux-source-6.1.tar.* | head -n 1)
 mkdir -p "$build"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The single list of k3lab's dependencies, all Debian packages.
 # Idempotent: installs only what is missing and runs `apt-get update` at most once.
+# With arguments, the same for the packages named instead (scripts/build-guest-kernel.sh's).
 set -euo pipefail
 
 PACKAGES=(
@@ -32,6 +33,8 @@ PACKAGES=(
   # `k3lab report`'s page, rendered headless by its test
   chromium
 )
+
+if [ $# -gt 0 ]; then PACKAGES=("$@"); fi
 
 missing=()
 for p in "${PACKAGES[@]}"; do
