@@ -83,9 +83,10 @@ bool has_9p(const std::string& kernel) {
 // $K3LAB_MICROVM_KERNEL, else k3lab's own guest kernel in the store
 // (scripts/build-guest-kernel.sh), else the newest /boot/vmlinuz-* (by name); of those with 9p only
 // where WITH_9P: the `host` image needs 9p, which k3lab's kernel and Debian's generic kernel have
-// and its cloud kernel not. "" if there is none.
+// and its cloud kernel not. "" if there is none (the `host` image then cannot run).
 std::string find_kernel(const std::string& store_root, bool with_9p) {
-  if (const char* env = std::getenv("K3LAB_MICROVM_KERNEL"); env && *env) return env;
+  if (const char* env = std::getenv("K3LAB_MICROVM_KERNEL"); env && *env)
+    return !with_9p || has_9p(env) ? env : "";
   const std::string own = store_root + "/microvm/vmlinux-k3lab-guest";
   if (fs::exists(own) && (!with_9p || has_9p(own))) return own;
   std::string best;
@@ -277,7 +278,7 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
   // Store images boot the kernel found first; `host` the first with 9p (Debian's generic kernel
   // takes some 50 MiB more of the guest's memory than its cloud kernel).
   const std::string& kernel = image.host_system ? host_kernel_ : kernel_;
-  K3_CHECK(!image.host_system || (!kernel.empty() && has_9p(kernel)),
+  K3_CHECK(!image.host_system || !kernel.empty(),
            "the microvm backend shares the host's /usr over 9p, which no guest kernel at hand has "
            "(Debian's cloud kernel lacks it): use an image of its own (k3lab sandbox import), or "
            "build k3lab's guest kernel (scripts/build-guest-kernel.sh), or install "

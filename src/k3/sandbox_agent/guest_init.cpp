@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -68,33 +69,33 @@ void load_modules(const std::string& cmdline) {
   }
 }
 
-void wait_for(const std::string& path) {
+// The first entry of DIR whose name MATCHES, waiting up to 2 s for the kernel to make it.
+std::string wait_for(const std::string& dir, const std::function<bool(const std::string&)>& matches,
+                     const std::string& what) {
   for (int i = 0; i < 2000; ++i) {
-    if (access(path.c_str(), F_OK) == 0) return;
-    usleep(1000);
-  }
-  errno = ENOENT;
-  fail("waiting for " + path);
-}
-
-// The virtio serial port k3lab talks on: port 1 of the one virtio-serial device, /dev/vport<N>p1
-// where N is the device's index among the guest's virtio devices.
-std::string agent_port() {
-  for (int i = 0; i < 2000; ++i) {
-    if (DIR* d = opendir("/dev")) {
+    if (DIR* d = opendir(dir.c_str())) {
       std::string found;
-      while (const dirent* e = readdir(d)) {
-        const std::string name = e->d_name;
-        if (name.rfind("vport", 0) == 0 && name.size() > 7 && name.substr(name.size() - 2) == "p1")
-          found = "/dev/" + name;
-      }
+      while (const dirent* e = readdir(d))
+        if (found.empty() && matches(e->d_name)) found = dir + "/" + e->d_name;
       closedir(d);
       if (!found.empty()) return found;
     }
     usleep(1000);
   }
   errno = ENOENT;
-  fail("waiting for the agent's virtio serial port /dev/vport*p1");
+  fail("waiting for " + what);
+}
+
+// The virtio serial port k3lab talks on: port 1 of the one virtio-serial device, /dev/vport<N>p1
+// where N is the device's index among the guest's virtio devices.
+std::string agent_port() {
+  return wait_for(
+      "/dev",
+      [](const std::string& name) {
+        return name.rfind("vport", 0) == 0 && name.size() > 7 &&
+               name.substr(name.size() - 2) == "p1";
+      },
+      "the agent's virtio serial port /dev/vport*p1");
 }
 
 void must_mount(const char* src, const std::string& dst, const char* type, unsigned long flags,
@@ -192,7 +193,8 @@ int guest_init() {
   for (int i = 0; i < layers; ++i) {
     const std::string dev = std::string("/dev/vd") + char('a' + i),
                       dir = "/layers/" + std::to_string(i);
-    wait_for(dev);
+    wait_for(
+        "/dev", [&](const std::string& name) { return "/dev/" + name == dev; }, dev);
     mkdir("/layers", 0755);
     must_mount(dev.c_str(), dir, "ext4", MS_RDONLY | MS_NOSUID | MS_NODEV, "");
     lower = dir + (lower.empty() ? "" : ":" + lower);
