@@ -31,7 +31,7 @@
 #include "k3/base/threads.h"
 #include "k3/base/timer.h"
 #include "k3/model/model.h"
-#include "k3/train/activations.h"
+#include "k3/train/loop/activations.h"
 
 namespace {
 
@@ -124,7 +124,8 @@ int main(int argc, char** argv) {
                keep = cases[0].peak;
   for (double f : {0.6, 0.3}) {
     const size_t budget = least + static_cast<size_t>(f * static_cast<double>(keep - least));
-    const activation::BudgetPlan plan = activation::plan_budget(cases[1].profile, {}, costs, budget);
+    const activation::BudgetPlan plan =
+        activation::plan_budget(cases[1].profile, {}, costs, budget);
     add(strprintf("budget %.0f MiB (%d recomputed, %d offloaded)", mib(budget),
                   plan.segments_recomputed, plan.segments_offloaded),
         plan.rules);
@@ -142,8 +143,11 @@ int main(int argc, char** argv) {
   }
   std::printf("%s, %lld x %lld tokens, %d threads; %lld timed steps a case (median)%s\n",
               path.c_str(), static_cast<long long>(B), static_cast<long long>(T), num_threads(),
-              static_cast<long long>(steps), in_turn ? ", the cases in turn" : ", one case after another");
-  std::printf("| policy | peak activation MiB | vs keep | held after forward MiB | to host MiB | step s | vs keep | recompute s | offload waits s | fp8 s | keep copies s |\n");
+              static_cast<long long>(steps),
+              in_turn ? ", the cases in turn" : ", one case after another");
+  std::printf(
+      "| policy | peak activation MiB | vs keep | held after forward MiB | to host MiB | step s | "
+      "vs keep | recompute s | offload waits s | fp8 s | keep copies s |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -153,9 +157,9 @@ int main(int argc, char** argv) {
   for (const Case& k : cases) {
     const double s = median(k.seconds);
     std::printf("| %s | %.1f | %.2f | %.1f | %.1f | %.3f | %.2f | %.3f | %.3f | %.3f | %.3f |\n",
-                k.name.c_str(), mib(k.peak), static_cast<double>(k.peak) / static_cast<double>(keep),
-                mib(k.held), mib(k.offloaded), s, s / keep_s, k.recompute, k.waits, k.fp8,
-                k.copies);
+                k.name.c_str(), mib(k.peak),
+                static_cast<double>(k.peak) / static_cast<double>(keep), mib(k.held),
+                mib(k.offloaded), s, s / keep_s, k.recompute, k.waits, k.fp8, k.copies);
   }
   return 0;
 }

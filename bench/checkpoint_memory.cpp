@@ -20,6 +20,7 @@
 #include "k3/base/fs.h"
 #include "k3/base/timer.h"
 #include "k3/tensor/safetensors.h"
+#include "k3/train/checkpoint/sharded.h"
 #include "k3/train/session.h"
 #include "resident.h"
 

@@ -1,4 +1,4 @@
-// Data parallelism (parallel::DataParallel) under mpirun: for ZeRO 0, 1, 2 × AdamW, Muon, the
+// Data parallelism (parallel::ParallelStep) under mpirun: for ZeRO 0, 1, 2 × AdamW, Muon, the
 // step time and the exposed gradient-reduction wait with the reduction overlapped with the
 // backward and without, the bytes a step moves over dp against the analytic count, and Muon's
 // per-rank working memory. A plain main (not Google Benchmark); bench/distributed.sh runs it at
@@ -153,8 +153,7 @@ void run(const Settings& s) {
         "%d thread(s) per rank.\n",
         s.config.substr(s.config.rfind('/') + 1).c_str(),
         static_cast<long long>(probe.params().flat_size()), static_cast<long long>(s.micro),
-        static_cast<long long>(s.rows), static_cast<long long>(s.seq), s.bucket_mib,
-        num_threads());
+        static_cast<long long>(s.rows), static_cast<long long>(s.seq), s.bucket_mib, num_threads());
     std::printf(
         "Medians of %d steps after %d warm-up steps; per layout the two overlap modes alternate "
         "step by step.\n"
@@ -171,12 +170,11 @@ void run(const Settings& s) {
         "buffer of gathering every\nMuon matrix on every rank instead (which needs the workspace "
         "too).\n",
         s.steps, s.warmup);
-    std::printf("%3s %5s %-6s %8s %8s %-17s %8s %8s %8s %9s %9s %6s %9s %11s %11s\n", "np",
-                "zero", "optim", "step on", "step off", "off/on [range]", "wait on", "wait off",
-                "hidden", "MiB meas", "MiB anal", "ratio", "state MiB", "Muon work",
-                "gather MiB");
-    std::printf("%3s %5s %-6s %8s %8s %-17s %8s %8s %8s\n", "", "", "", "ms", "ms", "", "ms",
-                "ms", "");
+    std::printf("%3s %5s %-6s %8s %8s %-17s %8s %8s %8s %9s %9s %6s %9s %11s %11s\n", "np", "zero",
+                "optim", "step on", "step off", "off/on [range]", "wait on", "wait off", "hidden",
+                "MiB meas", "MiB anal", "ratio", "state MiB", "Muon work", "gather MiB");
+    std::printf("%3s %5s %-6s %8s %8s %-17s %8s %8s %8s\n", "", "", "", "ms", "ms", "", "ms", "ms",
+                "");
   }
   for (const char* optimizer : {"adamw", "muon"})
     for (int zero = 0; zero <= 2; ++zero) run_layout(s, c, grid, zero, optimizer);

@@ -24,7 +24,7 @@
 #include "flags.h"
 #include "k3/base/timer.h"
 #include "k3/model/experts/routed_experts.h"
-#include "k3/train/expert_load.h"
+#include "k3/train/observe/expert_load.h"
 #include "spread.h"
 #include "trainee.h"
 

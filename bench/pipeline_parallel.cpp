@@ -1,10 +1,10 @@
 // Pipeline parallelism, measured against its plan (bench/pipeline_parallel.sh runs it under
 // mpirun, one thread a rank): k3-micro (8 layers) split over the job's ranks, for GPipe, 1F1B,
-// ZB-H1 and the interleaved 1F1B (vp 2) at several micro-batch counts. For each, the step time (median of
-// the timed steps, slowest rank), the measured bubble (idle over busy, summed over ranks, from
-// every rank's timed nodes of the median step) beside the plan's (unit costs, simulate.h) and
-// Megatron-Core's (p - 1) / (v·m). With --plot FILE, the interleaved run at the most micro-batches
-// is drawn: its planned timeline above the measured one.
+// ZB-H1 and the interleaved 1F1B (vp 2) at several micro-batch counts. For each, the step time
+// (median of the timed steps, slowest rank), the measured bubble (idle over busy, summed over
+// ranks, from every rank's timed nodes of the median step) beside the plan's (unit costs,
+// simulate.h) and Megatron-Core's (p - 1) / (v·m). With --plot FILE, the interleaved run at the
+// most micro-batches is drawn: its planned timeline above the measured one.
 //
 //   bench_pipeline_parallel [--rows R] [--seq T] [--steps N] [--plot FILE.svg]
 #include <algorithm>
@@ -30,7 +30,7 @@ struct Result {
 
 Result run(const model::ModelConfig& c, const dist::ProcessGrid& grid, pl::ScheduleKind kind,
            int vp, int micro, int64_t rows, int64_t seq, int steps) {
-  parallel::DataParallelOptions options;
+  parallel::ParallelStepOptions options;
   options.schedule = kind;
   options.stage_arena_bytes = size_t{1} << 30;
   bench::Trainee t(c, grid, "adamw", options,

@@ -110,7 +110,7 @@ std::string torch_command(const std::filesystem::path& config, const Shape& s, c
 }
 
 // Where k3lab's bf16 step spends its time: the profile buckets (k3/base/profile.h) over `steps`
-// steps, per step. "gemm" and "gemm: operands to bf16" lie within the layers' buckets.
+// steps, per step, as a tree: "gemm" and "gemm: operands to bf16" lie within the layers' buckets.
 std::string profile_bf16(K3Side& ours, const char* name, int steps) {
   if (steps < 1) return "";
   ours.step(k3::kernels::Precision::BF16);  // switching precision is not part of a step
@@ -122,19 +122,14 @@ std::string profile_bf16(K3Side& ours, const char* name, int steps) {
   std::string out = std::string("\nbf16 step profile, ") + name + ": " +
                     std::to_string(total / steps) + " s per step (" + std::to_string(steps) +
                     " steps)\n";
-  for (const auto& [bucket, seconds] : k3::Profile::totals()) {
-    char line[128];
-    std::snprintf(line, sizeof line, "  %-34s %8.3f s %6.1f%%\n", bucket.c_str(), seconds / steps,
-                  100 * seconds / total);
-    out += line;
-  }
+  out += k3::format_profile(k3::Profile::tree(), total, steps);
   return out;
 }
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (const auto& [flag, value] :
-       k3::bench::parse_flags(argc, argv, {"--warmup", "--steps", "--profile-steps", "--bench-dir", "--config"})) {
+  for (const auto& [flag, value] : k3::bench::parse_flags(
+           argc, argv, {"--warmup", "--steps", "--profile-steps", "--bench-dir", "--config"})) {
     if (flag == "--warmup") o.warmup = std::stoi(value);
     if (flag == "--steps") o.steps = std::stoi(value);
     if (flag == "--profile-steps") o.profile_steps = std::stoi(value);
@@ -155,7 +150,8 @@ int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
     k3::set_num_threads(kThreads);
-    const double fp32_peak = k3::bench::fma_peak_gflops(), bf16_peak = k3::bench::bf16_peak_gflops();
+    const double fp32_peak = k3::bench::fma_peak_gflops(),
+                 bf16_peak = k3::bench::bf16_peak_gflops();
     std::printf("training step, %d threads, alternating steps, median of %d after %d warm-up\n",
                 kThreads, o.steps, o.warmup);
     std::printf("%-30s %5s %12s %12s %20s %10s %7s %7s\n", "shape", "prec", "k3lab tok/s",

@@ -15,8 +15,8 @@
 #include "k3/model/model.h"
 #include "k3/optim/param_groups.h"
 #include "k3/parallel/optim_adapters.h"
-#include "k3/parallel/zero/data_parallel.h"
-#include "k3/train/preflight.h"
+#include "k3/parallel/parallel_step.h"
+#include "k3/train/preflight/preflight.h"
 
 namespace k3::bench {
 
@@ -61,9 +61,9 @@ struct Trainee {
   model::Model model;
   Arena arena{size_t{4} << 30, false};
   activation::ActivationManager acts;
-  parallel::DataParallel dp;
+  parallel::ParallelStep dp;
   Trainee(const model::ModelConfig& c, const dist::ProcessGrid& grid, const std::string& optimizer,
-          parallel::DataParallelOptions options, model::PipelineSplit split = {})
+          parallel::ParallelStepOptions options, model::PipelineSplit split = {})
       : model(c, true, grid, std::move(split)),
         dp(model, grid, plan(model, optimizer), {}, options) {
     model.initialize(7);

@@ -20,7 +20,7 @@
 #include "k3/base/timer.h"
 #include "k3/data/image_text.h"
 #include "k3/parallel/pipeline/timeline_chart.h"
-#include "k3/train/image_text_data.h"
+#include "k3/train/loop/image_text_data.h"
 #include "trainee.h"
 
 namespace {
@@ -37,7 +37,7 @@ struct Timed {
   Timed(const model::ModelConfig& c, const dist::ProcessGrid& grid, pl::Fillers fillers,
         const std::vector<int64_t>& layers, const std::vector<model::TokenBatch>& batch)
       : micro(&batch) {
-    parallel::DataParallelOptions options;
+    parallel::ParallelStepOptions options;
     options.fillers = fillers;
     options.stage_arena_bytes = size_t{1} << 30;
     t = std::make_unique<bench::Trainee>(

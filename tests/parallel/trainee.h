@@ -1,5 +1,5 @@
 // What the model-level parallel tests share: a global batch of micro-batches, and a model on a
-// process grid with its data-parallel step (DataParallel), which also runs every one-process
+// process grid with its data-parallel step (ParallelStep), which also runs every one-process
 // reference (on the grid of one process).
 #pragma once
 
@@ -19,8 +19,8 @@
 #include "k3/model/model.h"
 #include "k3/optim/param_groups.h"
 #include "k3/parallel/optim_adapters.h"
-#include "k3/parallel/zero/data_parallel.h"
-#include "k3/train/image_text_data.h"
+#include "k3/parallel/parallel_step.h"
+#include "k3/train/loop/image_text_data.h"
 
 namespace k3::parallel::testing {
 
@@ -31,9 +31,9 @@ inline model::ModelConfig nano() {
   return model::load_model_config(k3::testing::source_dir() + "/configs/k3-nano.json");
 }
 
-// The global batch of step `step`: `micro` micro-batches (kMicro) of `rows` rows, some targets ignored
-// (unevenly over rows, so the ranks count different numbers of tokens). With `docs` (document
-// starts within a row, from 0) every row packs documents starting there.
+// The global batch of step `step`: `micro` micro-batches (kMicro) of `rows` rows, some targets
+// ignored (unevenly over rows, so the ranks count different numbers of tokens). With `docs`
+// (document starts within a row, from 0) every row packs documents starting there.
 struct GlobalBatch {
   int64_t T, rows;  // tokens per row, rows per micro-batch
   std::vector<std::vector<int32_t>> tokens, targets;
@@ -107,10 +107,9 @@ struct Trainee {
   model::Model model;
   Arena arena{size_t{256} << 20, false};
   activation::ActivationManager acts;
-  DataParallel dp;
+  ParallelStep dp;
   Trainee(const dist::ProcessGrid& grid, const Setup& s, const model::ModelConfig& c = nano())
-      : model(c, true, grid, s.split),
-        dp(model, grid, plan(model, s.optimizer), {}, options(s)) {
+      : model(c, true, grid, s.split), dp(model, grid, plan(model, s.optimizer), {}, options(s)) {
     model.initialize(7);
     k3::testing::spread_routers(model);
   }
@@ -120,7 +119,7 @@ struct Trainee {
         optimizer == "adamw" ? optim::adamw_only_rules() : std::vector<std::string>{};
     return optim::assign_param_groups(slots, head_sizes(m.config()), rules);
   }
-  static DataParallelOptions options(const Setup& s) {
+  static ParallelStepOptions options(const Setup& s) {
     return {.zero = s.zero,
             .bucket_floats = 20000,  // several buckets
             .overlap = true,
@@ -223,8 +222,9 @@ inline void expect_steps_from(Trainee& one, Trainee& run, int steps, int64_t seq
   double worst_loss = 0, worst_update = 0;
   for (int step = 0; step < steps; ++step) {
     SCOPED_TRACE("step " + std::to_string(step + 1));
-    const double loss = step_from(
-        one, run, GlobalBatch(one.model.config(), step, seq, rows, docs, micro), 3e-2, worst_update);
+    const double loss =
+        step_from(one, run, GlobalBatch(one.model.config(), step, seq, rows, docs, micro), 3e-2,
+                  worst_update);
     EXPECT_LT(loss, 1e-6);
     worst_loss = std::max(worst_loss, loss);
   }

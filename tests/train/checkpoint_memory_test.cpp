@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/test_util.h"
-#include "k3/train/checkpoint.h"
+#include "k3/train/checkpoint/checkpoint.h"
 
 namespace k3::train {
 namespace {

@@ -9,7 +9,7 @@
 #include "k3/base/checksum.h"
 #include "k3/base/fs.h"
 #include "k3/tensor/safetensors.h"
-#include "k3/train/checkpoint.h"
+#include "k3/train/checkpoint/checkpoint.h"
 
 namespace k3::train {
 namespace {

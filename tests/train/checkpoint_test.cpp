@@ -1,4 +1,4 @@
-#include "k3/train/checkpoint.h"
+#include "k3/train/checkpoint/checkpoint.h"
 
 #include <gtest/gtest.h>
 

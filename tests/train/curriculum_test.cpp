@@ -1,11 +1,11 @@
-#include "k3/train/curriculum.h"
+#include "k3/train/config/curriculum.h"
 
 #include <gtest/gtest.h>
 
 #include <functional>
 
 #include "k3/base/error.h"
-#include "k3/train/run_config.h"
+#include "k3/train/config/run_config.h"
 
 namespace k3::train {
 namespace {

@@ -1,4 +1,4 @@
-#include "k3/train/expert_load.h"
+#include "k3/train/observe/expert_load.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "k3/train/export.h"
+#include "k3/train/checkpoint/export.h"
 
 #include <gtest/gtest.h>
 
@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/test_util.h"
+#include "k3/train/checkpoint/sharded.h"
 #include "k3/train/session.h"
 
 namespace k3::train {

@@ -1,4 +1,4 @@
-#include "k3/train/longctx_eval.h"
+#include "k3/train/eval/longctx_eval.h"
 
 #include <gtest/gtest.h>
 

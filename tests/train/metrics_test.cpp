@@ -1,4 +1,4 @@
-#include "k3/train/metrics.h"
+#include "k3/train/observe/metrics.h"
 
 #include <gtest/gtest.h>
 

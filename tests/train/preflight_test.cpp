@@ -1,4 +1,4 @@
-#include "k3/train/preflight.h"
+#include "k3/train/preflight/preflight.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -7,6 +7,7 @@
 
 #include "common/test_util.h"
 #include "k3/parallel/optim_adapters.h"
+#include "k3/optim/optimizer.h"
 #include "k3/train/session.h"
 
 namespace k3::train {

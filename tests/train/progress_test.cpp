@@ -1,4 +1,4 @@
-#include "k3/train/progress.h"
+#include "k3/train/observe/progress.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

@@ -17,6 +17,7 @@
 
 #include "common/tp_util.h"
 #include "k3/base/fs.h"
+#include "k3/train/checkpoint/sharded.h"
 #include "k3/train/session.h"
 #include "parallel/trainee.h"
 
@@ -34,7 +35,7 @@ const model::ModelConfig& config() {
 // A session on `grid` with its data-parallel step (Muon, ZeRO 1).
 struct Trained {
   std::unique_ptr<Session> s;
-  parallel::DataParallel dp;
+  parallel::ParallelStep dp;
   explicit Trained(const dist::ProcessGrid& grid)
       : s(open_session(RunConfig{}, config(), grid)),
         dp(*s->model, grid, parallel::testing::Trainee::plan(*s->model, "muon"), {},

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/test_util.h"
+#include "k3/train/checkpoint/sharded.h"
 #include "k3/train/session.h"
 
 namespace k3::train {

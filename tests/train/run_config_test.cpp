@@ -1,4 +1,4 @@
-#include "k3/train/run_config.h"
+#include "k3/train/config/run_config.h"
 
 #include <gtest/gtest.h>
 
@@ -96,8 +96,9 @@ TEST(RunConfig, Overrides) {
 // On/off switches are TOML booleans, in a file and in --set; 0 and 1 (as older run directories
 // wrote them) still read; anything else is refused naming the field.
 TEST(RunConfig, SwitchesAreBooleans) {
-  RunConfig c = parse_run_config("[parallel]\nsequence_parallel = true\noverlap = false\n"
-                                 "[data]\ndocuments = 1");
+  RunConfig c = parse_run_config(
+      "[parallel]\nsequence_parallel = true\noverlap = false\n"
+      "[data]\ndocuments = 1");
   EXPECT_TRUE(c.parallel.sequence_parallel);
   EXPECT_FALSE(c.parallel.overlap);
   EXPECT_TRUE(c.data.documents);

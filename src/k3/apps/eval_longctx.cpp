@@ -1,15 +1,15 @@
 // `k3lab eval longctx --checkpoint DIR --tasks DIR [--out FILE.svg] [--depth-bins N]`: a
-// checkpoint's accuracy on long-context tasks (train/longctx_eval.h) by length and answer depth,
-// as a table and a heatmap; beside it, the oracle's accuracy on the same documents, which reads
-// their text without a model and must answer every task.
+// checkpoint's accuracy on long-context tasks (train/eval/longctx_eval.h) by length and answer
+// depth, as a table and a heatmap; beside it, the oracle's accuracy on the same documents, which
+// reads their text without a model and must answer every task.
 #include <cstdio>
 
 #include "k3/apps/commands.h"
 #include "k3/data/longctx/oracle.h"
 #include "k3/data/longctx/task_store.h"
 #include "k3/dist/runtime.h"
-#include "k3/train/longctx_eval.h"
-#include "k3/train/progress.h"
+#include "k3/train/eval/longctx_eval.h"
+#include "k3/train/observe/progress.h"
 
 namespace k3::apps {
 

@@ -1,6 +1,6 @@
 // `k3lab export CHECKPOINT --out DIR [--dtype fp32|bf16] [--max-shard-size 5GB]`: a checkpoint's
 // parameters and model configuration as a Hugging Face-style model folder (docs/export.md).
-#include "k3/train/export.h"
+#include "k3/train/checkpoint/export.h"
 
 #include <cstdio>
 

@@ -7,7 +7,7 @@
 #include "k3/model/inventory.h"
 #include "k3/optim/param_groups.h"
 #include "k3/parallel/optim_adapters.h"
-#include "k3/train/preflight.h"
+#include "k3/train/preflight/preflight.h"
 
 namespace k3::apps {
 

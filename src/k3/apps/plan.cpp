@@ -15,7 +15,7 @@
 #include "k3/base/error.h"
 #include "k3/base/format.h"
 #include "k3/model/config.h"
-#include "k3/train/expert_load.h"
+#include "k3/train/observe/expert_load.h"
 
 namespace k3::apps {
 namespace {

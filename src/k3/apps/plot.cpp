@@ -4,7 +4,7 @@
 
 #include "k3/apps/commands.h"
 #include "k3/base/fs.h"
-#include "k3/train/loss_plot.h"
+#include "k3/train/observe/loss_plot.h"
 
 namespace k3::apps {
 

@@ -1,10 +1,10 @@
 // `k3lab report RUN_DIR [--layer N]...`: one page for a run, RUN_DIR/report.html (loss, learning
 // rate, gradient norm, throughput, MFU, expert load, communication, pipeline timeline, activation
-// memory; train/run_report.h) with RUN_DIR/trace.json, its step timelines for Perfetto. With an
-// expert_load.jsonl it also draws RUN_DIR/expert_load.svg (maxvio of every MoE layer over the
-// steps) and, per --layer, RUN_DIR/expert_load_layer<N>.svg (each expert's load / mean load over
-// the steps), and under expert parallelism prints each ep rank's rows before and after MoonEP's
-// balancing.
+// memory; train/observe/run_report.h) with RUN_DIR/trace.json, its step timelines for Perfetto.
+// With an expert_load.jsonl it also draws RUN_DIR/expert_load.svg (maxvio of every MoE layer over
+// the steps) and, per --layer, RUN_DIR/expert_load_layer<N>.svg (each expert's load / mean load
+// over the steps), and under expert parallelism prints each ep rank's rows before and after
+// MoonEP's balancing.
 #include <cstdio>
 #include <filesystem>
 #include <utility>
@@ -12,9 +12,9 @@
 
 #include "k3/apps/commands.h"
 #include "k3/base/error.h"
-#include "k3/train/expert_load.h"
-#include "k3/train/metrics.h"
-#include "k3/train/run_report.h"
+#include "k3/train/observe/expert_load.h"
+#include "k3/train/observe/metrics.h"
+#include "k3/train/observe/run_report.h"
 
 namespace k3::apps {
 

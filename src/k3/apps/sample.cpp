@@ -3,7 +3,7 @@
 
 #include "k3/apps/commands.h"
 #include "k3/base/log.h"
-#include "k3/train/evaluate.h"
+#include "k3/train/eval/evaluate.h"
 
 namespace k3::apps {
 

@@ -12,8 +12,8 @@
 #include "k3/base/svg_plot.h"
 #include "k3/sweep/compare.h"
 #include "k3/sweep/runner.h"
-#include "k3/train/loss_plot.h"
-#include "k3/train/trainer.h"
+#include "k3/train/loop/trainer.h"
+#include "k3/train/observe/loss_plot.h"
 
 namespace k3::apps {
 namespace {

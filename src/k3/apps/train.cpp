@@ -9,29 +9,17 @@
 #include "k3/base/profile.h"
 #include "k3/base/stop_signals.h"
 #include "k3/dist/runtime.h"
-#include "k3/train/preflight.h"
-#include "k3/train/trainer.h"
+#include "k3/train/loop/trainer.h"
+#include "k3/train/preflight/preflight.h"
 
 namespace k3::apps {
 
-// Components inside "step" are timed within it; "step" minus their sum is embeddings, norms,
-// residual adds and the stack's own bookkeeping. A bucket "parent/part" is timed within parent
-// (e.g. "kda/kcp all-gathers": the time the KDA layers spent blocked in KCP's all-gathers).
+// The buckets as a tree: "step" holds the components timed within it (the mixers, the MoE layers,
+// the LM head, their GEMMs within them), each bucket's "other" the time outside its children.
 static void print_profile() {
-  const auto totals = Profile::totals();
-  double step = 0, optimizer = 0, inside = 0;
-  for (auto& [name, secs] : totals) {
-    if (name.find('/') != std::string::npos) continue;  // within a component already counted
-    (name == train::kStepBucket        ? step
-     : name == train::kOptimizerBucket ? optimizer
-                                       : inside) += secs;
-  }
-  const double whole = step + optimizer;
-  std::printf("\nprofile (wall seconds over the run; %% of forward + backward + optimizer):\n");
-  for (auto& [name, secs] : totals)
-    std::printf("  %-36s %9.3f s %6.1f%%\n", name.c_str(), secs, 100 * secs / whole);
-  std::printf("  %-36s %9.3f s %6.1f%%\n", "other (embedding, norms, residuals)", step - inside,
-              100 * (step - inside) / whole);
+  const ProfileNode root = Profile::tree();
+  std::printf("\nprofile (wall seconds over the run; %% of the time profiled):\n%s",
+              format_profile(root, root.seconds).c_str());
 }
 
 static void print_summary(const train::TrainSummary& r) {

@@ -6,6 +6,7 @@
 // Both count the tokens each expert received and report the same load statistics.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -53,6 +54,9 @@ class RouterBalancer {
   // restart at zero. With m = 0 the bias is kept. Returns (and keeps) the batch's load statistics.
   virtual const ExpertLoadStats& update(float* bias, const CountReducer& reduce = nullptr) = 0;
   const ExpertLoadStats& last_stats() const { return last_; }
+  // Drops what observe() gathered since the last update (a step skipped as non-finite): the bias
+  // stays, and the next update counts only the steps after it.
+  void discard() { std::fill(counts_.begin(), counts_.end(), 0); }
 
   // What a checkpoint must keep beside the bias, as fp32 under the layer's prefix + "." +
   // state_name() (empty state: nothing). restore() throws k3::Error on a state it cannot take.

@@ -2,7 +2,7 @@
 // gradients (two fp32 flat buffers of the registry's layout), the step arena one micro-batch of
 // B sequences of T tokens fills in forward + backward (the activations every layer saves and the
 // scratch of the widest backward) and the MoE layers' balancing histograms. The optimizer's state
-// and the data are the run's part (train/preflight.h).
+// and the data are the run's part (train/preflight/memory_estimate.h).
 #pragma once
 
 #include <cstdint>
@@ -32,9 +32,9 @@ struct ActivationLayout {
   int cp = 1;         // KCP's spans, pairs and halos; ring attention's blocks
   int tp = 1;         // each rank holds its heads and columns of the parts
   bool sequence_parallel = false;  // and its share of the residual stream's tokens
-  int ep = 1;         // each rank computes its experts' rows of the whole ep group
-  bool moonep = false;         // MoonEP: S·K rows a rank, whatever the routing
-  int64_t replica_slots = 0;   // MoonEP: replicas of other ranks' experts a rank hosts
+  int ep = 1;                      // each rank computes its experts' rows of the whole ep group
+  bool moonep = false;             // MoonEP: S·K rows a rank, whatever the routing
+  int64_t replica_slots = 0;       // MoonEP: replicas of other ranks' experts a rank hosts
   // The policy of the tensors holding the most (under rules, the most holding of them all).
   activation::Policy policy = activation::Policy::Keep;
   activation::Granularity granularity = activation::Granularity::Sublayer;

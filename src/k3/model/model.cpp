@@ -100,8 +100,15 @@ void Model::weights_changed() {
 }
 
 Step Model::step(const MicroBatch& mb, bool training) {
-  return {mb.arena, mb.acts, params_, training, grid_, mb.id, sequence_parallel_,
-          mb.deferred_weight_grads, precision_};
+  return {mb.arena,
+          mb.acts,
+          params_,
+          training,
+          grid_,
+          mb.id,
+          sequence_parallel_,
+          mb.deferred_weight_grads,
+          precision_};
 }
 
 int64_t Model::local_rows(int64_t tokens) const {
@@ -172,9 +179,10 @@ void Model::run_layer(const Step& s, const Layer& L, Stream& x, int64_t tokens,
 
 activation::SegmentScope Model::segment(const Step& s, const Layer& L, int half,
                                         bool active) const {
-  return {s.acts, s.arena, s.micro_batch,
-          {2 * L.index + half, mixer_kind_name(mixer_kind(config_, L.index)), L.index,
-           key(L, "")},
+  return {s.acts,
+          s.arena,
+          s.micro_batch,
+          {2 * L.index + half, mixer_kind_name(mixer_kind(config_, L.index)), L.index, key(L, "")},
           active && s.training};
 }
 
@@ -269,8 +277,7 @@ const float* Model::encode_images(const MicroBatch& mb, const TokenBatch& b) {
   return tower_tokens(step(mb, true), b);
 }
 
-void Model::place_images(const Step& s, const TokenBatch& b, const float* ahead,
-                         float* x) const {
+void Model::place_images(const Step& s, const TokenBatch& b, const float* ahead, float* x) const {
   const std::vector<int64_t> at = placeholders(b);
   if (at.empty()) return;
   const int64_t d = config_.hidden_size;
@@ -409,7 +416,8 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     // or its feed-forward half's, then its mixer half's.
     const bool whole = s.acts.granularity() == activation::Granularity::Layer;
     auto stream_at = [&](size_t banks, const float* P) {
-      return Stream{const_cast<float*>(P), {bank.begin(), bank.begin() + static_cast<int64_t>(banks)}};
+      return Stream{const_cast<float*>(P),
+                    {bank.begin(), bank.begin() + static_cast<int64_t>(banks)}};
     };
     auto rerun_mixer = [&] {
       ArenaScope rerun(mb.arena);
@@ -535,8 +543,8 @@ kernels::LossSum Model::pipelined_loss(const Step& s, const TokenBatch& b) const
 
 void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T,
                            float* logits) {
-  K3_CHECK(split_.pp == 1, "logits of the whole model need every layer on one rank (pp = ",
-           split_.pp, ")");
+  K3_CHECK(split_.pp == 1,
+           "logits of the whole model need every layer on one rank (pp = ", split_.pp, ")");
   ArenaScope scope(arena);
   activation::ActivationManager unused;
   const Step s = step({0, arena, unused}, false);
@@ -609,6 +617,11 @@ std::map<int64_t, ExpertLoadStats> Model::end_global_batch(const CountReducer& r
   return out;
 }
 
+void Model::discard_global_batch() {
+  for (auto& [layer, moe] : moe_layers_)
+    if (holds_layer(layer)) moe->discard_global_batch();
+}
+
 std::map<int64_t, DispatchStats> Model::take_dispatch_stats() const {
   std::map<int64_t, DispatchStats> out;
   for (const auto& [layer, moe] : moe_layers_)
@@ -641,8 +654,8 @@ void Model::restore_balancer_state(const std::vector<std::pair<std::string, Tens
     auto it =
         std::find_if(tensors.begin(), tensors.end(), [&](auto& p) { return p.first == name; });
     K3_CHECK_CTX(it != tensors.end() && it->second.shape() == Shape{n},
-                 (ErrorContext{origin, name, -1}), "the checkpoint lacks this layer's balancer state [",
-                 n, "]");
+                 (ErrorContext{origin, name, -1}),
+                 "the checkpoint lacks this layer's balancer state [", n, "]");
     moe->balancer().restore(std::span<const float>(it->second.f32(), static_cast<size_t>(n)));
   }
 }

@@ -167,6 +167,8 @@ class Model {
   // its router bias from the counts of the training forwards; returns the load statistics by
   // 0-based layer. `reduce` sums the counts across data-parallel ranks (none for one process).
   std::map<int64_t, ExpertLoadStats> end_global_batch(const CountReducer& reduce = nullptr);
+  // Instead, after a step skipped as non-finite: the counts of its forwards dropped, no bias moved.
+  void discard_global_batch();
   // Per MoE layer, how its rows were dispatched over ep since the last call (collective over ep).
   std::map<int64_t, DispatchStats> take_dispatch_stats() const;
   // The balancers' state, for checkpoints: Quantile Balancing's range, one [2] tensor per MoE layer

@@ -9,6 +9,7 @@
 #include "k3/model/inventory.h"
 #include "k3/model/layer_factory.h"
 #include "k3/planner/plan_internal.h"
+#include "k3/train/config/parallel.h"
 #include "k3/train/session.h"
 
 namespace k3::planner {
@@ -226,8 +227,7 @@ Plan detail::make_plan(const PlanRequest& r, const std::vector<model::ComponentC
   for (int rank : ranks) {
     std::shared_ptr<const model::Model>& d = described[rank];
     if (!d) d = detail::describe_rank(r, c, rank);
-    std::vector<MemoryPart> parts =
-        detail::memory_parts(r, train::estimate_run_memory(*d, c, 0));
+    std::vector<MemoryPart> parts = detail::memory_parts(r, train::estimate_run_memory(*d, c, 0));
     auto sum = [](const std::vector<MemoryPart>& v) {
       return std::accumulate(v.begin(), v.end(), 0.0,
                              [](double s, const MemoryPart& m) { return s + m.bytes; });

@@ -3,11 +3,11 @@
 // collective by process group and link class, the pipeline bubble, and a roofline's step time
 // and MFU. The formulas are math §10's; docs/planner.md states every assumption.
 //
-// Memory comes from the run's own pre-flight estimate (train/preflight.h: the registry of each
-// pipeline rank described without allocation, the activation estimate of the layout and policy),
-// re-expressed in the cluster's precision. The bytes are counted as dist/comm.h's counters count
-// a payload, for the lead rank (every grid coordinate 0), so that on the "cpu" preset a plan
-// equals what an MPI run of k3lab measures.
+// Memory comes from the run's own pre-flight estimate (train/preflight/memory_estimate.h: the
+// registry of each pipeline rank described without allocation, the activation estimate of the
+// layout and policy), re-expressed in the cluster's precision. The bytes are counted as
+// dist/comm.h's counters count a payload, for the lead rank (every grid coordinate 0), so that on
+// the "cpu" preset a plan equals what an MPI run of k3lab measures.
 #pragma once
 
 #include <cstdint>
@@ -35,7 +35,8 @@ struct PlanRequest {
   model::ModelConfig model;
   Cluster cluster;
   Layout layout;
-  std::string activation = "keep";  // the saved activations' policy: keep, recompute, fp8, offload, bf16
+  std::string activation =
+      "keep";  // the saved activations' policy: keep, recompute, fp8, offload, bf16
   std::string optimizer = "muon";   // muon (K3's parameter groups) or adamw
   int64_t seq = 8192;               // tokens per sequence
   int64_t global_batch_tokens = 0;  // per step; 0: one micro-batch per reader (dp·ep)

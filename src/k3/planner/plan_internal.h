@@ -7,8 +7,8 @@
 
 #include "k3/model/model.h"
 #include "k3/planner/plan.h"
-#include "k3/train/preflight.h"
-#include "k3/train/run_config.h"
+#include "k3/train/config/run_config.h"
+#include "k3/train/preflight/preflight.h"
 
 namespace k3::planner::detail {
 

@@ -1,7 +1,8 @@
-// --routing: one step of a run's expert-load records (train/expert_load.h) as the plan's routing.
+// --routing: one step of a run's expert-load records (train/observe/expert_load.h) as the plan's
+// routing.
 #include "k3/base/error.h"
 #include "k3/planner/plan.h"
-#include "k3/train/expert_load.h"
+#include "k3/train/observe/expert_load.h"
 
 namespace k3::planner {
 

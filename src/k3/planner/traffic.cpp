@@ -1,6 +1,6 @@
 // The lead rank's transfers in one step (math §10): what each process group moves, counted as
 // dist/comm.h counts payloads. The k3lab collectives behind each line:
-//   replica  the step's token count and loss (parallel/zero/data_parallel.cpp);
+//   replica  the step's token count and loss (parallel/parallel_step.cpp);
 //   dp       the gradients' all-reduce (ZeRO-2: reduce-scatter) by bucket, ZeRO's parameter
 //            all-gather, ZeRO-2's norm (parallel/zero/grad_sync.cpp, sharded_optimizer.cpp);
 //            distributed Muon's blocks to their owners and back (over dp, tp or tp_dp);
@@ -270,10 +270,10 @@ std::vector<Transfer> step_traffic(const PlanRequest& r, const model::Model& lea
   if (l.pp > 1) {
     rec.add("pp", l.pp, pp_stride, Op::all_reduce, "loss", kScalar);
     rec.add("pp", l.pp, pp_stride, Op::all_reduce, "gradient norm", kScalar);
-    // The step's expert-load records gathered to the lead (train/expert_load_gather.h): their
-    // lengths, then per rank a layer count and a dispatch count, per MoE layer its number, tokens,
-    // expert count and loads, and under ep its rows by rank before and after, replicas, overflow,
-    // bytes and MoonEP's plan loads (their count, then per micro-batch each expert's).
+    // The step's expert-load records gathered to the lead (train/observe/expert_load_gather.h):
+    // their lengths, then per rank a layer count and a dispatch count, per MoE layer its number,
+    // tokens, expert count and loads, and under ep its rows by rank before and after, replicas,
+    // overflow, bytes and MoonEP's plan loads (their count, then per micro-batch each expert's).
     double all_moe = 0;
     for (int64_t i = 0; i < c.num_hidden_layers; ++i)
       all_moe += model::ffn_kind(c, i) == model::FfnKind::LatentMoE;

@@ -9,7 +9,7 @@
 
 #include "k3/sweep/shapes.h"
 #include "k3/sweep/spec.h"
-#include "k3/train/run_config.h"
+#include "k3/train/config/run_config.h"
 
 namespace k3::sweep {
 

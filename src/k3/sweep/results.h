@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "k3/sweep/jobs.h"
-#include "k3/train/metrics.h"
+#include "k3/train/observe/metrics.h"
 
 namespace k3::sweep {
 

@@ -20,8 +20,8 @@
 #include "k3/base/fs.h"
 #include "k3/base/stop_signals.h"
 #include "k3/base/timer.h"
-#include "k3/train/progress.h"
-#include "k3/train/trainer.h"
+#include "k3/train/loop/trainer.h"
+#include "k3/train/observe/progress.h"
 
 namespace k3::sweep {
 namespace {

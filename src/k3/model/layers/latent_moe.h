@@ -18,13 +18,13 @@
 #include <vector>
 
 #include "k3/kernels/glu.h"
+#include "k3/model/balancing.h"
 #include "k3/model/config.h"
 #include "k3/model/experts/routed_experts.h"
 #include "k3/model/layers/linear.h"
 #include "k3/model/layers/mixer.h"
 #include "k3/model/layers/mlp.h"
 #include "k3/model/layers/norm.h"
-#include "k3/model/balancing.h"
 
 namespace k3::model {
 
@@ -54,6 +54,8 @@ class LatentMoE final : public FeedForward {
   // Returns the batch's expert-load statistics, also kept as load_stats().
   const ExpertLoadStats& end_global_batch(ParamRegistry& reg, const CountReducer& reduce = nullptr);
   const ExpertLoadStats& load_stats() const { return balancer_->last_stats(); }
+  // A skipped step: its routing counts dropped, the bias unchanged.
+  void discard_global_batch() { balancer_->discard(); }
   // The routed rows' dispatch since the last call (experts/routed_experts.h); collective over ep.
   DispatchStats take_dispatch_stats(const dist::Comm& ep) const { return routed_.take_stats(ep); }
 
@@ -94,7 +96,7 @@ class LatentMoE final : public FeedForward {
   int bias_ = -1;
   RMSNorm latent_norm_;
   RoutedExperts routed_;
-  std::optional<GluMlp> shared_;                     // absent when num_shared_experts = 0
+  std::optional<GluMlp> shared_;              // absent when num_shared_experts = 0
   std::unique_ptr<RouterBalancer> balancer_;  // forward adds to its counts
 };
 

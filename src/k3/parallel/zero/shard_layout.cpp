@@ -53,10 +53,4 @@ std::vector<FlatRange> ShardLayout::owned(int r) const {
   return out;
 }
 
-size_t ShardLayout::owned_floats(int r) const {
-  size_t total = 0;
-  for (const FlatRange& p : owned(r)) total += p.size();
-  return total;
-}
-
 }  // namespace k3::parallel

@@ -43,10 +43,9 @@ class ShardLayout {
   int ranks() const { return ranks_; }
   int rank() const { return rank_; }
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  // Rank r's pieces, in flat-buffer order, and their total length.
+  // Rank r's pieces, in flat-buffer order.
   std::vector<FlatRange> owned(int r) const;
   std::vector<FlatRange> owned() const { return owned(rank_); }
-  size_t owned_floats(int r) const;
   // Calls f(rank, piece) for each non-empty intersection of [r.begin, r.end) with a rank's
   // pieces, in flat-buffer order.
   template <typename F>
