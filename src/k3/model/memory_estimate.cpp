@@ -31,9 +31,9 @@ PartFloats mixer_floats(const ModelConfig& c, MixerKind kind, double B, double T
                    dn = static_cast<double>(c.qk_nope_head_dim),
                    dr = static_cast<double>(c.qk_rope_head_dim),
                    dv = static_cast<double>(c.v_head_dim), p = H * dv;
-      PartFloats f{n * (2 * rq + H * (dn + dr) + 2 * rkv + dr + H * dn + 4 * p + H + 2),
-                   n * (H + 2),
-                   n * (4 * p + H * (dn + dr) + H * dn + 2 * dr + 2 * rq + H * (dn + dv) + 3 * rkv)};
+      PartFloats f{
+          n * (2 * rq + H * (dn + dr) + 2 * rkv + dr + H * dn + 4 * p + H + 2), n * (H + 2),
+          n * (4 * p + H * (dn + dr) + H * dn + 2 * dr + 2 * rq + H * (dn + dv) + 3 * rkv)};
       if (cp > 1) {  // ring attention saves the compressed cache instead of the expanded keys and
                      // values; its backward holds a block and its gradient, and the next of each
         f.forward += n * (rkv + dr) - n * (H * dn + p);
@@ -47,9 +47,9 @@ PartFloats mixer_floats(const ModelConfig& c, MixerKind kind, double B, double T
       double records = 0;
       if (cp > 1) {  // KCP: two spans a rank, each with its chunk records, the gathered pairs,
                      // the incoming states and the convolutions' halos
-        const KcpLayout layout{cp, 0, 2};
-        const kernels::kda::DeltaRuleShape span{static_cast<int64_t>(B),
-                                                static_cast<int64_t>(T) / 2, H, D, D, {}};
+        const KcpLayout layout{.ranks = cp, .rank = 0, .slots = 2};
+        const kernels::kda::DeltaRuleShape span{
+            static_cast<int64_t>(B), static_cast<int64_t>(T) / 2, H, D, D, {}};
         records = static_cast<double>(kcp_records_floats(layout, span) +
                                       kcp_pair_floats(span) * layout.spans() +
                                       2 * kcp_state_floats(span));
@@ -92,9 +92,9 @@ PartFloats ffn_floats(const ModelConfig& c, FfnKind kind, double n, const Activa
 // arena), each segment's saved tensors, and the scratch of the backward beside them.
 struct ChunkFloats {
   double referenced = 0;
-  double stack = 0;   // held through every layer's backward
-  double widest = 0;  // the widest layer backward's scratch, on top of `stack`
-  double head = 0;    // the head's loss (last stage), instead of a layer's backward
+  double stack = 0;                  // held through every layer's backward
+  double widest = 0;                 // the widest layer backward's scratch, on top of `stack`
+  double head = 0;                   // the head's loss (last stage), instead of a layer's backward
   std::vector<PartFloats> segments;  // forward: saved, exact: of it never lossy
   double alignment = 0;              // bytes
   double saved() const {
@@ -119,8 +119,8 @@ struct ChunkFloats {
   // and rewound at its end), or the backward's scratch; under recompute a segment re-runs on top
   // of the backward's stack.
   double peak_scratch(activation::Policy policy) const {
-    const double layer = policy == activation::Policy::Recompute ? std::max(widest, largest())
-                                                                 : widest;
+    const double layer =
+        policy == activation::Policy::Recompute ? std::max(widest, largest()) : widest;
     const double forward = policy == activation::Policy::Keep ? 0 : largest();
     return std::max({forward, head, stack + layer});
   }
@@ -134,10 +134,10 @@ ChunkFloats chunk_floats(const ModelConfig& c, const ActivationLayout& l, int64_
   const double ns = l.sequence_parallel ? n / l.tp : n;
   const double d = static_cast<double>(c.hidden_size), V = static_cast<double>(c.vocab_size);
   const bool attn_res = c.attn_res_block_size > 0;
-  const double blocks = attn_res ? static_cast<double>((c.num_hidden_layers +
-                                                        c.attn_res_block_size - 1) /
-                                                       c.attn_res_block_size)
-                                 : 0;
+  const double blocks =
+      attn_res ? static_cast<double>((c.num_hidden_layers + c.attn_res_block_size - 1) /
+                                     c.attn_res_block_size)
+               : 0;
   ChunkFloats f;
   if (first == 0) f.referenced += ns * d;
   double widest_backward = ns * d;  // a norm's accumulating backward
@@ -145,7 +145,8 @@ ChunkFloats chunk_floats(const ModelConfig& c, const ActivationLayout& l, int64_
   for (int64_t layer = first; layer < end; ++layer) {
     // Each half saves its norm's input and rstd (with Attention Residuals also the mixed input
     // and its softmax weights) beside its part's tensors; its output is the stream.
-    const double bank = static_cast<double>(layer / std::max<int64_t>(1, c.attn_res_block_size)) + 1;
+    const double bank =
+        static_cast<double>(layer / std::max<int64_t>(1, c.attn_res_block_size)) + 1;
     const PartFloats mixing{ns * d + ns + (attn_res ? ns * d + ns * (bank + 1) : 0),
                             ns + (attn_res ? ns * (bank + 1) : 0), 0};
     PartFloats halves[2] = {mixer_floats(c, mixer_kind(c, layer), B, T, l.cp),
@@ -202,8 +203,7 @@ double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight
       restored = f.largest_pair();
       break;
   }
-  return (in_flight * (f.referenced + f.peak_scratch(policy) + stored) + restored) *
-             sizeof(float) +
+  return (in_flight * (f.referenced + f.peak_scratch(policy) + stored) + restored) * sizeof(float) +
          in_flight * f.alignment;
 }
 
@@ -234,11 +234,11 @@ ModelConfig tp_shard(ModelConfig c, int tp) {
 //     Residuals block; dh on the last stage) and the largest scratch of any one layer's backward,
 //     or under recompute the segment re-run there, if larger.
 // In floats, with n = B·T tokens (the stream's n/tp under sequence parallelism; the parts take
-// all n) and d = hidden_size, and under tp each part's heads and columns a tp rank's, the stream is the embedding nd (first
-// stage), the final norm's output nd and rstd n (last stage), and per layer the halves' outputs
-// 2nd (one nd at layer granularity, the other saved by the layer); each half saves its norm's
-// input nd and rstd n (with Attention Residuals also the mixed input nd and its softmax weights
-// n·(blocks so far + 1)) and its part's tensors:
+// all n) and d = hidden_size, and under tp each part's heads and columns a tp rank's, the stream is
+// the embedding nd (first stage), the final norm's output nd and rstd n (last stage), and per layer
+// the halves' outputs 2nd (one nd at layer granularity, the other saved by the layer); each half
+// saves its norm's input nd and rstd n (with Attention Residuals also the mixed input nd and its
+// softmax weights n·(blocks so far + 1)) and its part's tensors:
 //   gated attention (p = H·head_dim): q k v g o y = 6np, lse nH; backward 6np;
 //   gated MLA (p = H·d_v): 2n·r_q + nH(d_n + d_r) + n(2r_kv + d_r) + nH·d_n + 4np + nH + 2n;
 //     backward 4np + nH(d_n + d_r) + nH·d_n + 2n·d_r + 2n·r_q + nH(d_n + d_v) + 3n·r_kv; under

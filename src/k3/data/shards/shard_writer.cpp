@@ -146,9 +146,10 @@ ShardDirectoryWriter::ShardDirectoryWriter(std::string dir, const Tokenizer& tok
                "expected at least 1 token per shard, got ", shard_tokens);
   K3_CHECK_CTX(!fs::exists(dir_), ctx, "already exists: choose another output directory");
   const fs::path target(dir_);
-  staging_ = (target.parent_path() /
-              ("." + target.filename().string() + ".partial-" + std::to_string(::getpid())))
-                 .string();
+  std::string staging_name = target.filename().string();
+  staging_name.insert(0, 1, '.');
+  staging_name += ".partial-" + std::to_string(::getpid());
+  staging_ = (target.parent_path() / staging_name).string();
   std::error_code ec;
   fs::remove_all(staging_, ec);
   fs::create_directories(staging_, ec);

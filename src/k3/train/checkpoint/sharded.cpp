@@ -38,7 +38,7 @@ std::vector<std::vector<std::pair<std::string, Shape>>> owned_state_lists(
   std::string text;
   for (const auto& [name, shape] : mine) {
     text += name;
-    for (int64_t d : shape) text += " " + std::to_string(d);
+    for (int64_t d : shape) (text += ' ') += std::to_string(d);
     text += "\n";
   }
   std::vector<int64_t> sizes(static_cast<size_t>(ep.size()), 0);

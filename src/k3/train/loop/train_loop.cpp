@@ -8,6 +8,7 @@
 #include "k3/base/format.h"
 #include "k3/base/fs.h"
 #include "k3/base/log.h"
+#include "k3/base/profile.h"
 #include "k3/base/timer.h"
 #include "k3/model/memory_estimate.h"
 #include "k3/train/checkpoint/sharded.h"
@@ -161,7 +162,10 @@ TrainSummary TrainLoop::run() {
     show_progress(r.loss, rec["tokens_per_second"].get<double>(), since_start.seconds(),
                   first_step);
     if (checkpointer_.due(step_, end_step_)) save();
-    if (sampler_.due(step_)) say("sample: " + sampler_.sample(step_, checkpointer_));
+    if (sampler_.due(step_)) {
+      ProfileScope time("sampling");
+      say("sample: " + sampler_.sample(step_, checkpointer_));
+    }
     if (const int signal = agreed_stop(); signal && step_ < end_step_) {
       stop_early(out, signal);
       break;
@@ -203,7 +207,9 @@ nlohmann::json TrainLoop::step_record(const StepResult& r, double seconds) const
 }
 
 void TrainLoop::evaluate(nlohmann::json& rec) {
+  ProfileScope time("evaluation");
   const EvalResult e = evaluator_.run();
+  time.stop();
   rec["val_loss"] = e.loss;
   rec["val_perplexity"] = e.perplexity;
   std::string line = strprintf("step %lld: validation loss %.4f, perplexity %.3f",
