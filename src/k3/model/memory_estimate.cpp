@@ -47,7 +47,7 @@ PartFloats mixer_floats(const ModelConfig& c, MixerKind kind, double B, double T
       double records = 0;
       if (cp > 1) {  // KCP: two spans a rank, each with its chunk records, the gathered pairs,
                      // the incoming states and the convolutions' halos
-        const KcpLayout layout{.ranks = cp, .rank = 0, .slots = 2};
+        const KcpLayout layout{.ranks = cp, .rank = 0, .slots = 2, .documents = {}};
         const kernels::kda::DeltaRuleShape span{
             static_cast<int64_t>(B), static_cast<int64_t>(T) / 2, H, D, D, {}};
         records = static_cast<double>(kcp_records_floats(layout, span) +

@@ -55,7 +55,7 @@ TrainLoop::TrainLoop(const RunConfig& whole_run, int phase, const RunConfig& con
       experts_(grid, model.num_experts > 0, run_dir_),
       timeline_(grid, engine_.parallel(), run_dir_, config.train.steps,
                 [this](const std::string& line) { say(line); }),
-      recorders_{&comm_, &memory_, &experts_, &timeline_},
+      recorders_{&experts_, &timeline_, &comm_, &memory_},
       peer_loss_(run_dir_) {
   s_->whole_run = whole_run;
   if (from)

@@ -77,6 +77,9 @@ class TrainLoop {
   MemoryRecorder memory_;
   ExpertLoadRecorder experts_;
   TimelineRecorder timeline_;
+  // In this order: the communication recorder reads the counters when it records, so the
+  // collectives of the recorders before it (expert load, timeline) count in this step's figures,
+  // and the memory gather after it in the next step's.
   std::vector<Recorder*> recorders_;
   PeerLossNote peer_loss_;
   double peak_gflops_ = 0;

@@ -2,7 +2,8 @@
 // metrics record (RUN_DIR/metrics.jsonl). The loop calls every recorder on every rank, in one
 // order, so a recorder whose figures need a collective runs it there; only the lead's record is
 // written. A recorder reads its own sources and the step's result, never a key another recorder
-// wrote: they may run in any order.
+// wrote. Their order matters only to the communication counters: a recorder's collective counts
+// in the figures of whichever step the communication recorder reads next (train_loop.h).
 #pragma once
 
 #include <cstdint>
