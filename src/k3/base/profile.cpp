@@ -83,13 +83,9 @@ std::string format_profile(const ProfileNode& root, double whole, double per) {
   return out;
 }
 
-ProfileScope::ProfileScope(const char* bucket)
-    : bucket_(bucket && Profile::enabled() ? bucket : nullptr) {
-  if (bucket_) t_open.emplace_back(bucket_);
-}
+void ProfileScope::open() { t_open.emplace_back(bucket_); }
 
-void ProfileScope::stop() {
-  if (!bucket_) return;
+void ProfileScope::close() {
   const double seconds = timer_.seconds();
   {
     std::lock_guard<std::mutex> lock(g_mutex);

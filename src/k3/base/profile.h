@@ -37,14 +37,22 @@ std::string format_profile(const ProfileNode& root, double whole, double per = 1
 class ProfileScope {
  public:
   // A null bucket times nothing.
-  explicit ProfileScope(const char* bucket);
+  explicit ProfileScope(const char* bucket)
+      : bucket_(bucket && Profile::enabled() ? bucket : nullptr) {
+    if (bucket_) open();
+  }
   ~ProfileScope() { stop(); }
   // Ends the scope's time here rather than at its end.
-  void stop();
+  void stop() {
+    if (bucket_) close();
+  }
   ProfileScope(const ProfileScope&) = delete;
   ProfileScope& operator=(const ProfileScope&) = delete;
 
  private:
+  void open();   // the bucket becomes the innermost one open on this thread
+  void close();  // adds the time to the bucket within the ones open around it
+
   const char* bucket_;
   Timer timer_;
 };

@@ -65,6 +65,7 @@ TrainLoop::TrainLoop(const RunConfig& whole_run, int phase, const RunConfig& con
   if (phase_ >= 0 && (!from || from->state.phase != phase_)) begin_phase();
   if (lead_) metrics_ = std::make_unique<MetricsWriter>(run_dir_, from ? step_ : -1);
   peak_gflops_ = fma_peak_gflops();
+  flops_per_token_ = s_->model->train_flops_per_token(config.data.seq_len);
   if (grid.pp().size() > 1)
     say("pipeline: " + s_->model->pipeline().describe() + ", schedule " +
         parallel::pipeline::schedule_kind_name(pipeline_schedule(config.parallel)) +
@@ -145,6 +146,7 @@ TrainSummary TrainLoop::run() {
   out.loss_floor = s_->loss_floor;
   Timer since_start;
   const int64_t first_step = step_;
+  const int64_t tokens_per_step = c.train.batch_size * c.data.seq_len * c.train.grad_accum;
   while (step_ < end_step_) {
     Timer timer;
     const int64_t rows = c.train.batch_size;
@@ -152,15 +154,15 @@ TrainSummary TrainLoop::run() {
         engine_.step(step_, batches_.next(engine_.first_row(rows), engine_.rows(rows)));
     ++step_;
     const double seconds = timer.seconds();
+    const double tokens_per_second = static_cast<double>(tokens_per_step) / seconds;
     out.train_loss = r.loss;
-    nlohmann::json rec = step_record(r, seconds);
+    nlohmann::json rec = step_record(r, seconds, tokens_per_second);
     for (Recorder* recorder : recorders_) recorder->record(step_, r, rec);
     const bool evaluate_now = evaluator_.due(step_, end_step_);
     if (evaluate_now) evaluate(rec);
     if (metrics_) metrics_->write(rec);
     if (evaluate_now && lead_) write_loss_plot(run_dir_, c);
-    show_progress(r.loss, rec["tokens_per_second"].get<double>(), since_start.seconds(),
-                  first_step);
+    show_progress(r.loss, tokens_per_second, since_start.seconds(), first_step);
     if (checkpointer_.due(step_, end_step_)) save();
     if (sampler_.due(step_)) {
       ProfileScope time("sampling");
@@ -185,17 +187,15 @@ TrainSummary TrainLoop::run() {
 }
 
 // The step's own figures: its loss, learning rate, pace and activations.
-nlohmann::json TrainLoop::step_record(const StepResult& r, double seconds) const {
+nlohmann::json TrainLoop::step_record(const StepResult& r, double seconds,
+                                      double tokens_per_second) const {
   const RunConfig& c = s_->config;
-  const int64_t tokens = c.train.batch_size * c.data.seq_len * c.train.grad_accum;
-  const double tokens_per_second = static_cast<double>(tokens) / seconds;
-  const double flops_per_token = s_->model->train_flops_per_token(c.data.seq_len);
   nlohmann::json rec = {{"step", step_},
                         {"loss", r.loss},
                         {"lr", engine_.lr(step_ - 1)},
                         {"grad_norm", r.grad_norm},
                         {"tokens_per_second", tokens_per_second},
-                        {"mfu", flops_per_token * tokens_per_second / (peak_gflops_ * 1e9)},
+                        {"mfu", flops_per_token_ * tokens_per_second / (peak_gflops_ * 1e9)},
                         {"step_seconds", seconds},
                         {"skipped_steps", engine_.guard().skipped()}};
   if (phase_ >= 0) {
@@ -229,7 +229,7 @@ void TrainLoop::show_progress(double loss, double tokens_per_second, double elap
 }
 
 void TrainLoop::save() {
-  const parallel::ShardedOptimizer& optimizer = engine_.parallel().optimizer();
+  parallel::ShardedOptimizer& optimizer = engine_.parallel().optimizer();
   TrainingState state;
   state.step = step_;
   state.optimizer_steps = optimizer.steps_taken();
@@ -237,7 +237,7 @@ void TrainLoop::save() {
   state.cursor = batches_.cursor();
   state.data = data_fingerprint_;
   state.phase = phase_;
-  checkpointer_.save(*s_, engine_.parallel().optimizer(), state, layout());
+  checkpointer_.save(*s_, optimizer, state, layout());
 }
 
 // A stop signal arrived: the step is done; save it and leave everything complete.

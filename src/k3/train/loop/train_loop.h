@@ -46,7 +46,7 @@ class TrainLoop {
   void start();                    // a new run: initialized weights, config files, history
   void resume(ResumePoint& from);  // the checkpoint's state; the history says so
   void begin_phase();              // says so, and records it in the history
-  nlohmann::json step_record(const StepResult& r, double seconds) const;
+  nlohmann::json step_record(const StepResult& r, double seconds, double tokens_per_second) const;
   void evaluate(nlohmann::json& rec);
   void show_progress(double loss, double tokens_per_second, double elapsed, int64_t first_step);
   void save();
@@ -82,8 +82,9 @@ class TrainLoop {
   // and the memory gather after it in the next step's.
   std::vector<Recorder*> recorders_;
   PeerLossNote peer_loss_;
-  double peak_gflops_ = 0;
-  int64_t step_ = 0;  // steps completed
+  double peak_gflops_ = 0;      // of this machine's fp32 FMA units
+  double flops_per_token_ = 0;  // the model's training FLOPs per token at data.seq_len
+  int64_t step_ = 0;            // steps completed
 };
 
 }  // namespace k3::train
