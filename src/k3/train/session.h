@@ -1,5 +1,6 @@
 // What train, eval and sample share: the model, tokenizer and step memory built from a resolved
-// run configuration, and the conversions between a model (+ optimizer) and a checkpoint.
+// run configuration, the run's data, and a checkpoint opened as a session (its model to and from
+// the checkpoint format: checkpoint/sharded.h).
 #pragma once
 
 #include <cmath>

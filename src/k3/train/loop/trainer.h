@@ -1,6 +1,7 @@
-// The training loop: gradient accumulation, global-norm clipping, warmup + cosine, Muon + AdamW,
-// periodic evaluation, samples and checkpoints, metrics.jsonl, a live progress line, and
-// resumption that continues bit-identically from a checkpoint.
+// Training a run (`k3lab train`): a new run or one resumed bit-identically from a checkpoint, its
+// pre-flight checks for every curriculum phase, then one training loop a phase (train_loop.h:
+// gradient accumulation, global-norm clipping, warmup + cosine, Muon + AdamW, periodic
+// evaluation, samples and checkpoints, metrics.jsonl, a live progress line).
 //
 // A run owns its directory (an advisory lock, RUN_DIR/.lock) for as long as it trains. SIGINT,
 // SIGTERM or SIGUSR1 stop it gracefully: the current step finishes, a checkpoint is written, the
