@@ -497,43 +497,4 @@ void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64
   head_.logits(s, TpRegion(s, B * T, config_.hidden_size).enter(h), B * T, logits);
 }
 
-// Matrices a token passes through: every 2-D weight except the embedding table, routed experts
-// counted for the k of E a token visits.
-int64_t Model::matmul_params() const {
-  int64_t n = 0;
-  for (int i = 0; i < params_.size(); ++i) {
-    const ParamInfo& p = params_.info(i);
-    if (p.shape.size() != 2 || i == embedding_.weight()) continue;
-    n += p.name.find(".experts.") != std::string::npos
-             ? p.numel() * config_.num_experts_per_token / config_.num_experts
-             : p.numel();
-  }
-  return n;
-}
-
-// 6 FLOPs per matrix parameter (forward + backward), plus the sequence mixing: softmax attention
-// over an average context of T/2 (3 × T·H·(d_qk + d_v) per token), and KDA's state update and
-// readout (3 × 4·H·K·V per token, the recurrent count).
-double Model::train_flops_per_token(int64_t T) const {
-  const ModelConfig& c = config_;
-  double mixing = 0;
-  for (const Layer& L : layers_) {
-    switch (mixer_kind(c, L.index)) {
-      case MixerKind::GatedAttention:
-        mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) * 2.0 *
-                  static_cast<double>(c.head_dim);
-        break;
-      case MixerKind::GatedMLA:
-        mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) *
-                  static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim);
-        break;
-      case MixerKind::KDA:
-        mixing += 12.0 * static_cast<double>(c.kda_num_heads) *
-                  static_cast<double>(c.kda_head_dim * c.kda_head_dim);
-        break;
-    }
-  }
-  return 6.0 * static_cast<double>(matmul_params()) + mixing;
-}
-
 }  // namespace k3::model

@@ -176,8 +176,12 @@ class Model {
   void restore_balancer_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                               const std::string& origin);
 
-  // Training FLOPs per token: 6 × matmul parameters + attention (12 · layers · attn_dim · T / 2).
+  // Training FLOPs per token at T tokens a sequence: 6 × matmul_params() + the sequence mixers'
+  // FLOPs (mixing_flops_per_token). Both are defined beside the parameter counts, in
+  // inventory.cpp, whose header states the formula.
   double train_flops_per_token(int64_t T) const;
+  // The matrix parameters a token passes through: every 2-D weight but the embedding table, the
+  // routed experts' counted for the k of E a token visits.
   int64_t matmul_params() const;
 
   // The rows of a micro-batch of `tokens` tokens this rank holds between layers: all of them, or
