@@ -19,6 +19,13 @@ int place_size(const GroupPlaces& places, const char* group) {
   const auto it = places.find(group);
   return it == places.end() ? 1 : it->second.size;
 }
+
+// The micro-batch as its mixers take it: each row one sequence, or with packed documents the rows
+// end to end as one row.
+Sequences sequences(const TokenBatch& b) {
+  if (b.doc_starts.empty()) return {b.B, b.T};
+  return {1, b.B * b.T, b.doc_starts};
+}
 }  // namespace
 
 Model::Model(ModelConfig c, const GroupPlaces& places, PipelineSplit split, bool sequence_parallel)
@@ -225,12 +232,7 @@ void Model::ffn_half(const Step& s, const Layer& L, const Stream& x, int64_t tok
 }
 
 Model::MixerCall Model::mixer_forward(const Step& s, const Layer& L, const TokenBatch& b) const {
-  return [&s, &L, &b](const float* a_in, float* A) {
-    if (b.doc_starts.empty())
-      L.mixer->forward(s, a_in, b.B, b.T, A);
-    else  // the rows end to end, one row of packed documents
-      L.mixer->forward(s, a_in, b.B * b.T, b.doc_starts, A);
-  };
+  return [&s, &L, &b](const float* a_in, float* A) { L.mixer->forward(s, a_in, sequences(b), A); };
 }
 
 float* Model::head_input(const Step& s, const Stream& x, int64_t n) const {
@@ -404,10 +406,7 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     // mid = A (a block start) or P_in + A
     {
       ProfileScope time(mixer_kind_name(mixer_kind(config_, L.index)));
-      if (b.doc_starts.empty())
-        L.mixer->backward(s, dmid, b.B, b.T, da_in);
-      else
-        L.mixer->backward(s, dmid, b.B * b.T, b.doc_starts, da_in);
+      L.mixer->backward(s, dmid, sequences(b), da_in);
     }
     float* dP_in = L.starts_block ? dbank[nb_after - 1] : dmid;
     // a_in = input_norm(P_in), or input_norm(mix(bank, P_in)) once the bank is not empty

@@ -115,24 +115,14 @@ KimiDeltaAttention::KimiDeltaAttention(ParamRegistry& reg, const std::string& pr
   heads_ = b_.out();  // this rank's
 }
 
-void KimiDeltaAttention::forward(const Step& s, const float* x, int64_t B, int64_t T,
+void KimiDeltaAttention::forward(const Step& s, const float* x, const Sequences& seq,
                                  float* out) const {
-  run(s, x, B, T, {}, nullptr, out);
+  run(s, x, seq.B, seq.T, seq.doc_starts, nullptr, out);
 }
 
-void KimiDeltaAttention::backward(const Step& s, const float* dout, int64_t B, int64_t T,
+void KimiDeltaAttention::backward(const Step& s, const float* dout, const Sequences& seq,
                                   float* dx) const {
-  run_backward(s, dout, B, T, {}, dx);
-}
-
-void KimiDeltaAttention::forward(const Step& s, const float* x, int64_t T,
-                                 std::span<const int64_t> doc_starts, float* out) const {
-  run(s, x, 1, T, doc_starts, nullptr, out);
-}
-
-void KimiDeltaAttention::backward(const Step& s, const float* dout, int64_t T,
-                                  std::span<const int64_t> doc_starts, float* dx) const {
-  run_backward(s, dout, 1, T, doc_starts, dx);
+  run_backward(s, dout, seq.B, seq.T, seq.doc_starts, dx);
 }
 
 void KimiDeltaAttention::project(const Step& s, const float* x, int64_t n,

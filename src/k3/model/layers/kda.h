@@ -38,18 +38,12 @@ class KimiDeltaAttention final : public Mixer {
   // Throws k3::Error naming the linear_attn_config field when KDA is not configured.
   KimiDeltaAttention(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c);
 
-  // x, out: [B*T, hidden]; each batch row is one sequence. Saves what backward needs under prefix.
-  void forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const override;
+  // x, out: [B*T, hidden]. Saves what backward needs under prefix. With packed documents
+  // (seq.doc_starts) each document starts from zero state and zero convolution windows; under
+  // context parallelism seq.T is this rank's tokens, its two zig-zag spans.
+  void forward(const Step& s, const float* x, const Sequences& seq, float* out) const override;
   // dx is written; parameter gradients accumulate.
-  void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const override;
-  // One row of T tokens holding packed documents (doc_starts as in kernels/kda/sequences.h): each
-  // document starts from zero state and zero convolution windows. Backward takes the same starts.
-  // Under context parallelism T is this rank's tokens (its two zig-zag spans) and doc_starts the
-  // whole sequence's, in global positions (every rank passes the same).
-  void forward(const Step& s, const float* x, int64_t T, std::span<const int64_t> doc_starts,
-               float* out) const override;
-  void backward(const Step& s, const float* dout, int64_t T, std::span<const int64_t> doc_starts,
-                float* dx) const override;
+  void backward(const Step& s, const float* dout, const Sequences& seq, float* dx) const override;
 
   // Decoding state for one sequence (the model's interface; max_len does not matter to KDA).
   std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const override;
