@@ -20,6 +20,7 @@
 
 #include "k3/kernels/kda/decode.h"
 #include "k3/model/config.h"
+#include "k3/model/context/halo.h"
 #include "k3/model/layers/linear.h"
 #include "k3/model/layers/mixer.h"
 #include "k3/tensor/tensor.h"
@@ -72,6 +73,9 @@ class KimiDeltaAttention final : public Mixer {
            KdaCache* cache, float* out) const;
   void run_backward(const Step& s, const float* dout, int64_t B, int64_t T,
                     std::span<const int64_t> doc_starts, float* dx) const;
+  // Under context parallelism (context/halo.h): the convolutions' windows of this rank's T
+  // tokens of each of B rows, two zig-zag spans, with the documents of each (or none).
+  ConvHalo conv_halo(int64_t B, int64_t T, std::span<const SpanDocuments> pieces) const;
   kernels::kda::DecodeState sequence_state(KdaCache& cache, int64_t b) const;
   // One token of each sequence whose state is states[b]: x, out [states.size(), hidden].
   void step_sequences(const Step& s, const float* x,
