@@ -88,19 +88,9 @@ void compare(const char* what, const MakeMixer& make, const Pieces& pieces,
     Arena arena(size_t{64} << 20, false);
     activation::ActivationManager acts;
     const Step s{arena, acts, reg, true, g};
-    if (docs.empty()) {
-      layer->forward(s, in, kB, t, out);
-      layer->backward(s, dy, kB, t, dx);
-      return;
-    }
-    if (const auto* kda = dynamic_cast<const KimiDeltaAttention*>(layer.get())) {
-      kda->forward(s, in, t, docs, out);
-      kda->backward(s, dy, t, docs, dx);
-    } else {
-      const auto& mla = dynamic_cast<const GatedMLA&>(*layer);
-      mla.forward(s, in, t, docs, out);
-      mla.backward(s, dy, t, docs, dx);
-    }
+    const Sequences seq{B, t, docs};
+    layer->forward(s, in, seq, out);
+    layer->backward(s, dy, seq, dx);
   };
   ParamRegistry whole, split(places_of(grid));
   std::vector<float> want(x.size()), want_dx(x.size());

@@ -124,17 +124,16 @@ struct Fixture {
   std::vector<float> forward(const std::vector<float>& x, int64_t B, int64_t T) {
     ArenaScope scope(arena);
     std::vector<float> out(x.size());
-    layer.forward(step(false), x.data(), B, T, out.data());
+    layer.forward(step(false), x.data(), {B, T}, out.data());
     return out;
   }
-  // Forward and backward of <out, R> in training mode, on the rows given as (B, T) or as (T,
-  // starts): fills out and dx, adds to the parameter gradients.
-  template <typename... Rows>
+  // Forward and backward of <out, R> in training mode, on the rows given as B rows of T or as one
+  // row of packed documents: fills out and dx, adds to the parameter gradients.
   void forward_backward(const float* x, const float* R, float* out, float* dx,
-                        const Rows&... rows) {
+                        const Sequences& seq) {
     ArenaScope scope(arena);
-    layer.forward(step(true), x, rows..., out);
-    layer.backward(step(true), R, rows..., dx);
+    layer.forward(step(true), x, seq, out);
+    layer.backward(step(true), R, seq, dx);
     acts.clear();
   }
 };
@@ -192,7 +191,7 @@ TEST(KdaLayer, DirectionalDerivativeMatchesFiniteDifference) {
     const auto x0 = random_vec(B * T * d, 1), R = random_vec(B * T * d, 2);
     f.reg.zero_grads();
     std::vector<float> out(x0.size()), dx(x0.size());
-    f.forward_backward(x0.data(), R.data(), out.data(), dx.data(), B, T);
+    f.forward_backward(x0.data(), R.data(), out.data(), dx.data(), {B, T});
     const size_t np = f.reg.flat_size();
     const auto dir_p = random_vec(np, 3), dir_x = random_vec(x0.size(), 4);
     double analytic = 0;
@@ -223,7 +222,7 @@ TEST(KdaLayer, PackedDocumentsEqualSeparateRuns) {
 
   std::vector<float> out(T * d), dx(T * d);
   f.reg.zero_grads();
-  f.forward_backward(x.data(), R.data(), out.data(), dx.data(), T, starts);
+  f.forward_backward(x.data(), R.data(), out.data(), dx.data(), {1, T, starts});
   const std::vector<float> packed_grads(f.reg.grads(), f.reg.grads() + np);
 
   std::vector<float> sep_out(T * d), sep_dx(T * d);
@@ -231,14 +230,14 @@ TEST(KdaLayer, PackedDocumentsEqualSeparateRuns) {
   for (size_t i = 0; i < starts.size(); ++i) {
     const int64_t b = starts[i], len = (i + 1 < starts.size() ? starts[i + 1] : T) - b;
     f.forward_backward(x.data() + b * d, R.data() + b * d, sep_out.data() + b * d,
-                       sep_dx.data() + b * d, int64_t{1}, len);
+                       sep_dx.data() + b * d, {1, len});
   }
   const std::vector<float> sep_grads(f.reg.grads(), f.reg.grads() + np);
   K3_EXPECT_CLOSE(out, sep_out, 1e-6, 1e-5);
   K3_EXPECT_CLOSE(dx, sep_dx, 1e-6, 1e-5);
   K3_EXPECT_CLOSE(packed_grads, sep_grads, 1e-5, 1e-4);
   EXPECT_THROW(
-      f.layer.forward(f.step(false), x.data(), T, std::vector<int64_t>{0, 50, 40}, out.data()),
+      f.layer.forward(f.step(false), x.data(), {1, T, std::vector<int64_t>{0, 50, 40}}, out.data()),
       Error);
 }
 
@@ -304,7 +303,7 @@ TEST(KdaLayer, BackwardIsDeterministic) {
   auto grads = [&] {
     std::vector<float> out(x.size()), dx(x.size());
     f.reg.zero_grads();
-    f.forward_backward(x.data(), R.data(), out.data(), dx.data(), B, T);
+    f.forward_backward(x.data(), R.data(), out.data(), dx.data(), {B, T});
     dx.insert(dx.end(), f.reg.grads(), f.reg.grads() + f.reg.flat_size());
     return dx;
   };

@@ -193,7 +193,7 @@ TEST(GatedMLA, ForwardMatchesNaiveDouble) {
   const int64_t B = 2, T = 130, d = h.cfg.hidden_size;
   auto x = random_input(static_cast<size_t>(B * T * d), 1);
   std::vector<float> out(x.size());
-  h.layer.forward(h.step, x.data(), B, T, out.data());
+  h.layer.forward(h.step, x.data(), {B, T}, out.data());
   auto want = naive_mla(h.cfg, weights_of(h), testing::cast_vec<double>(x), B, T);
   K3_EXPECT_CLOSE(out, want, 1e-5, 1e-4);
 }
@@ -206,8 +206,8 @@ TEST(GatedMLA, BackwardMatchesFiniteDifferencesOfNaive) {
   auto x = random_input(static_cast<size_t>(B * T * d), 2);
   auto dout = testing::random_vec<double>(x.size(), 3);
   std::vector<float> out(x.size()), dx(x.size());
-  h.layer.forward(h.step, x.data(), B, T, out.data());
-  h.layer.backward(h.step, testing::cast_vec<float>(dout).data(), B, T, dx.data());
+  h.layer.forward(h.step, x.data(), {B, T}, out.data());
+  h.layer.backward(h.step, testing::cast_vec<float>(dout).data(), {B, T}, dx.data());
 
   const Weights base = weights_of(h);
   const std::vector<double> x0 = testing::cast_vec<double>(x);
@@ -246,29 +246,30 @@ TEST(GatedMLA, PackedDocumentsEqualSeparateRuns) {
              R = random_input(static_cast<size_t>(T * d), 5);
   const size_t np = h.reg.flat_size();
   std::vector<float> out(x.size()), dx(x.size()), sep_out(x.size()), sep_dx(x.size());
-  // Forward and backward of <out, R> on rows given as (T, starts) or as (B, T).
+  // Forward and backward of <out, R> on one row of packed documents or B rows of T.
   const auto forward_backward = [&](const float* in, const float* r, float* o, float* g,
-                                    const auto&... rows) {
+                                    const Sequences& seq) {
     ArenaScope scope(h.arena);
-    h.layer.forward(h.step, in, rows..., o);
-    h.layer.backward(h.step, r, rows..., g);
+    h.layer.forward(h.step, in, seq, o);
+    h.layer.backward(h.step, r, seq, g);
     h.acts.clear();
   };
   h.reg.zero_grads();
-  forward_backward(x.data(), R.data(), out.data(), dx.data(), T, starts);
+  forward_backward(x.data(), R.data(), out.data(), dx.data(), {1, T, starts});
   const std::vector<float> packed(h.reg.grads(), h.reg.grads() + np);
   h.reg.zero_grads();
   for (size_t i = 0; i < starts.size(); ++i) {
     const int64_t b = starts[i], len = (i + 1 < starts.size() ? starts[i + 1] : T) - b;
     forward_backward(x.data() + b * d, R.data() + b * d, sep_out.data() + b * d,
-                     sep_dx.data() + b * d, int64_t{1}, len);
+                     sep_dx.data() + b * d, {1, len});
   }
   const std::vector<float> separate(h.reg.grads(), h.reg.grads() + np);
   K3_EXPECT_CLOSE(out, sep_out, 1e-6, 1e-5);
   K3_EXPECT_CLOSE(dx, sep_dx, 1e-6, 1e-5);
   K3_EXPECT_CLOSE(packed, separate, 1e-5, 1e-4);
-  EXPECT_THROW(h.layer.forward(h.step, x.data(), T, std::vector<int64_t>{0, 50, 40}, out.data()),
-               Error);
+  EXPECT_THROW(
+      h.layer.forward(h.step, x.data(), {1, T, std::vector<int64_t>{0, 50, 40}}, out.data()),
+      Error);
 }
 
 // Each sequence decoded token by token, and as a prefill then single tokens, gives the rows of
@@ -278,7 +279,7 @@ TEST(GatedMLA, DecodeMatchesFullForward) {
   const int64_t B = 2, T = 9, d = h.cfg.hidden_size;
   auto x = random_input(static_cast<size_t>(B * T * d), 4);
   std::vector<float> full(x.size());
-  h.layer.forward(h.step, x.data(), B, T, full.data());
+  h.layer.forward(h.step, x.data(), {B, T}, full.data());
   const size_t saved = h.acts.count();
   for (int64_t prefill : {1, 4}) {
     for (int64_t b = 0; b < B; ++b) {

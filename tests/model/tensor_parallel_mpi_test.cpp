@@ -116,8 +116,8 @@ class TensorParallelLayers : public ::testing::TestWithParam<bool> {
     return [build](ParamRegistry& reg) -> Run {
       auto m = std::make_shared<M>(build(reg));
       return [m](const Step& s, const float* x, const float* dout, float* out, float* dx) {
-        m->forward(s, x, kB, kT, out);
-        m->backward(s, dout, kB, kT, dx);
+        m->forward(s, x, {kB, kT}, out);
+        m->backward(s, dout, {kB, kT}, dx);
       };
     };
   }

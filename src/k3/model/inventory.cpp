@@ -67,4 +67,40 @@ std::vector<ComponentCount> parameter_counts(const Model& model) {
   return out;
 }
 
+int64_t Model::matmul_params() const {
+  int64_t n = 0;
+  for (int i = 0; i < params_.size(); ++i) {
+    const ParamInfo& p = params_.info(i);
+    if (p.shape.size() != 2 || i == embedding_.weight()) continue;
+    n += has(p.name, ".experts.") ? p.numel() * config_.num_experts_per_token / config_.num_experts
+                                  : p.numel();
+  }
+  return n;
+}
+
+double mixing_flops_per_token(const ModelConfig& c, int64_t T) {
+  double mixing = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    switch (mixer_kind(c, l)) {
+      case MixerKind::GatedAttention:
+        mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) * 2.0 *
+                  static_cast<double>(c.head_dim);
+        break;
+      case MixerKind::GatedMLA:
+        mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) *
+                  static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim);
+        break;
+      case MixerKind::KDA:
+        mixing += 12.0 * static_cast<double>(c.kda_num_heads) *
+                  static_cast<double>(c.kda_head_dim * c.kda_head_dim);
+        break;
+    }
+  }
+  return mixing;
+}
+
+double Model::train_flops_per_token(int64_t T) const {
+  return 6.0 * static_cast<double>(matmul_params()) + mixing_flops_per_token(config_, T);
+}
+
 }  // namespace k3::model

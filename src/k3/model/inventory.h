@@ -1,5 +1,6 @@
 // What a model is made of, without allocating it: every tensor (K3 name, global shape, the dtype
-// the released checkpoint stores it in) and parameter counts per component, total and active.
+// the released checkpoint stores it in), parameter counts per component, total and active, and
+// the training FLOPs a token costs.
 #pragma once
 
 #include <cstdint>
@@ -26,5 +27,22 @@ struct ComponentCount {
 // `model` may be constructed without allocation.
 std::vector<TensorEntry> tensor_inventory(const Model& model);
 std::vector<ComponentCount> parameter_counts(const Model& model);  // last entry: "total"
+
+// Training FLOPs per token (math §10), forward and backward (twice the forward), at T tokens a
+// sequence: Model::train_flops_per_token, defined in inventory.cpp as
+//   6 · Model::matmul_params()  +  mixing_flops_per_token(config, T),
+// 2 FLOPs a matrix parameter forward and 4 backward, for every 2-D weight but the embedding table
+// (a lookup), the routed experts' counted for the k of E a token visits (so the LM head's, the
+// router's, and a vision tower's as if every token passed through them).
+//
+// The sequence mixers' FLOPs per token beyond their weight products, summed over the layers:
+//   gated attention and gated MLA: causal softmax attention, a query meeting T/2 keys on average
+//     in two products (q·k over d_qk, the weights times v over d_v): 3 · T · H · (d_qk + d_v)
+//     (gated attention d_qk = d_v = head_dim; MLA d_qk = qk_nope + qk_rope, d_v = v_head_dim);
+//   KDA: the recurrent count, the same at every T: the [K, V] state's rank-1 update and its
+//     readout, 2 · K · V each per head, 3 · 4 · H · K · V (K = V = head_dim; the decay and the
+//     delta rule's kᵀS are not counted).
+// The planner's roofline takes the same mixing term.
+double mixing_flops_per_token(const ModelConfig& config, int64_t T);
 
 }  // namespace k3::model

@@ -1,9 +1,12 @@
+// Model: its construction and the training and evaluation forward and backward of its stages.
+// Its other parts have files of their own: decoding (model_decode.cpp), the MoE layers' router
+// balancing (model_balancing.cpp) and the images' placement (model_vision.cpp).
 #include "k3/model/model.h"
 
-#include <algorithm>
 #include <cstring>
-#include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "k3/base/error.h"
 #include "k3/base/profile.h"
@@ -15,6 +18,13 @@ namespace {
 int place_size(const GroupPlaces& places, const char* group) {
   const auto it = places.find(group);
   return it == places.end() ? 1 : it->second.size;
+}
+
+// The micro-batch as its mixers take it: each row one sequence, or with packed documents the rows
+// end to end as one row.
+Sequences sequences(const TokenBatch& b) {
+  if (b.doc_starts.empty()) return {b.B, b.T};
+  return {1, b.B * b.T, b.doc_starts};
 }
 }  // namespace
 
@@ -100,15 +110,8 @@ void Model::weights_changed() {
 }
 
 Step Model::step(const MicroBatch& mb, bool training) {
-  return {mb.arena,
-          mb.acts,
-          params_,
-          training,
-          grid_,
-          mb.id,
-          sequence_parallel_,
-          mb.deferred_weight_grads,
-          precision_};
+  return {mb.arena, mb.acts, params_, training, grid_, mb.id, sequence_parallel_,
+          mb.deferred_weight_grads, precision_};
 }
 
 int64_t Model::local_rows(int64_t tokens) const {
@@ -179,10 +182,9 @@ void Model::run_layer(const Step& s, const Layer& L, Stream& x, int64_t tokens,
 
 activation::SegmentScope Model::segment(const Step& s, const Layer& L, int half,
                                         bool active) const {
-  return {s.acts,
-          s.arena,
-          s.micro_batch,
-          {2 * L.index + half, mixer_kind_name(mixer_kind(config_, L.index)), L.index, key(L, "")},
+  return {s.acts, s.arena, s.micro_batch,
+          {2 * L.index + half, mixer_kind_name(mixer_kind(config_, L.index)), L.index,
+           key(L, "")},
           active && s.training};
 }
 
@@ -230,12 +232,7 @@ void Model::ffn_half(const Step& s, const Layer& L, const Stream& x, int64_t tok
 }
 
 Model::MixerCall Model::mixer_forward(const Step& s, const Layer& L, const TokenBatch& b) const {
-  return [&s, &L, &b](const float* a_in, float* A) {
-    if (b.doc_starts.empty())
-      L.mixer->forward(s, a_in, b.B, b.T, A);
-    else  // the rows end to end, one row of packed documents
-      L.mixer->forward(s, a_in, b.B * b.T, b.doc_starts, A);
-  };
+  return [&s, &L, &b](const float* a_in, float* A) { L.mixer->forward(s, a_in, sequences(b), A); };
 }
 
 float* Model::head_input(const Step& s, const Stream& x, int64_t n) const {
@@ -249,55 +246,6 @@ float* Model::head_input(const Step& s, const Stream& x, int64_t n) const {
   float* out = s.alloc(n * d);
   final_norm_.forward(s, h, n, out);
   return out;
-}
-
-std::vector<int64_t> Model::placeholders(const TokenBatch& b) const {
-  const int64_t n = b.B * b.T, per_image = vision_ ? vision_->tokens_per_image() : 0;
-  std::vector<int64_t> at;
-  if (vision_)
-    for (int64_t i = 0; i < n; ++i)
-      if (b.tokens[i] == config_.media_placeholder_token_id) at.push_back(i);
-  K3_CHECK(vision_ || b.num_images == 0, "a batch with ", b.num_images,
-           " images, but this model has no vision tower");
-  K3_CHECK(static_cast<int64_t>(at.size()) == b.num_images * per_image, "the batch holds ",
-           at.size(), " media placeholder tokens (", config_.media_placeholder_token_id, ") for ",
-           b.num_images, " images of ", per_image, " tokens each");
-  K3_CHECK(b.num_images == 0 || b.images, "a batch of ", b.num_images, " images without pixels");
-  return at;
-}
-
-const float* Model::tower_tokens(const Step& s, const TokenBatch& b) const {
-  float* tokens = s.alloc(b.num_images * vision_->tokens_per_image() * config_.hidden_size);
-  vision_->forward(s, b.images, b.num_images, tokens);
-  return tokens;
-}
-
-const float* Model::encode_images(const MicroBatch& mb, const TokenBatch& b) {
-  K3_CHECK(vision_, "encode_images: this model has no vision tower");
-  return tower_tokens(step(mb, true), b);
-}
-
-void Model::place_images(const Step& s, const TokenBatch& b, const float* ahead, float* x) const {
-  const std::vector<int64_t> at = placeholders(b);
-  if (at.empty()) return;
-  const int64_t d = config_.hidden_size;
-  const float* tokens = ahead ? ahead : tower_tokens(s, b);
-  for (size_t j = 0; j < at.size(); ++j)
-    std::memcpy(x + at[j] * d, tokens + static_cast<int64_t>(j) * d,
-                static_cast<size_t>(d) * sizeof(float));
-}
-
-void Model::images_backward(const Step& s, const TokenBatch& b, float* dx) const {
-  const std::vector<int64_t> at = placeholders(b);
-  if (at.empty()) return;
-  const int64_t d = config_.hidden_size;
-  float* d_tokens = s.alloc(static_cast<int64_t>(at.size()) * d);
-  for (size_t j = 0; j < at.size(); ++j) {
-    std::memcpy(d_tokens + static_cast<int64_t>(j) * d, dx + at[j] * d,
-                static_cast<size_t>(d) * sizeof(float));
-    std::memset(dx + at[j] * d, 0, static_cast<size_t>(d) * sizeof(float));
-  }
-  vision_->backward(s, b.images, b.num_images, d_tokens);
 }
 
 float* Model::forward_layers(const Step& s, const Stage& st, const TokenBatch& b, const float* in,
@@ -416,8 +364,7 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     // or its feed-forward half's, then its mixer half's.
     const bool whole = s.acts.granularity() == activation::Granularity::Layer;
     auto stream_at = [&](size_t banks, const float* P) {
-      return Stream{const_cast<float*>(P),
-                    {bank.begin(), bank.begin() + static_cast<int64_t>(banks)}};
+      return Stream{const_cast<float*>(P), {bank.begin(), bank.begin() + static_cast<int64_t>(banks)}};
     };
     auto rerun_mixer = [&] {
       ArenaScope rerun(mb.arena);
@@ -459,10 +406,7 @@ void Model::backward_stage(const MicroBatch& mb, const Stage& st, const TokenBat
     // mid = A (a block start) or P_in + A
     {
       ProfileScope time(mixer_kind_name(mixer_kind(config_, L.index)));
-      if (b.doc_starts.empty())
-        L.mixer->backward(s, dmid, b.B, b.T, da_in);
-      else
-        L.mixer->backward(s, dmid, b.B * b.T, b.doc_starts, da_in);
+      L.mixer->backward(s, dmid, sequences(b), da_in);
     }
     float* dP_in = L.starts_block ? dbank[nb_after - 1] : dmid;
     // a_in = input_norm(P_in), or input_norm(mix(bank, P_in)) once the bank is not empty
@@ -543,160 +487,13 @@ kernels::LossSum Model::pipelined_loss(const Step& s, const TokenBatch& b) const
 
 void Model::forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T,
                            float* logits) {
-  K3_CHECK(split_.pp == 1,
-           "logits of the whole model need every layer on one rank (pp = ", split_.pp, ")");
+  K3_CHECK(split_.pp == 1, "logits of the whole model need every layer on one rank (pp = ",
+           split_.pp, ")");
   ArenaScope scope(arena);
   activation::ActivationManager unused;
   const Step s = step({0, arena, unused}, false);
   const float* h = forward_layers(s, whole(), {tokens, nullptr, B, T}, nullptr, nullptr);
   head_.logits(s, TpRegion(s, B * T, config_.hidden_size).enter(h), B * T, logits);
-}
-
-ModelCache Model::make_cache(int64_t max_len) const {
-  ModelCache c;
-  c.max_len = max_len;
-  for (const Layer& L : layers_) c.layers.push_back(L.mixer->make_cache(max_len));
-  return c;
-}
-
-void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n,
-                   float* logits) {
-  K3_CHECK(n > 0, "decode needs at least one token");
-  K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len,
-           " tokens");
-  run_decode(arena, tokens, n, logits,
-             [&](const Step& s, const Layer& L, const float* a_in, float* A) {
-               L.mixer->decode(s, a_in, n, *cache.layers[static_cast<size_t>(L.index)], A);
-             });
-  cache.length += n;
-}
-
-void Model::decode_batch(Arena& arena, std::span<ModelCache* const> caches, const int32_t* tokens,
-                         float* logits) {
-  const int64_t B = static_cast<int64_t>(caches.size());
-  K3_CHECK(B > 0, "batched decoding needs at least one sequence");
-  for (const ModelCache* c : caches)
-    K3_CHECK(c->length + 1 <= c->max_len, "generation exceeds the cache of ", c->max_len,
-             " tokens");
-  std::vector<DecodeCache*> layer_caches(static_cast<size_t>(B));
-  run_decode(
-      arena, tokens, B, logits,
-      [&](const Step& s, const Layer& L, const float* a_in, float* A) {
-        for (int64_t b = 0; b < B; ++b)
-          layer_caches[static_cast<size_t>(b)] =
-              caches[static_cast<size_t>(b)]->layers[static_cast<size_t>(L.index)].get();
-        L.mixer->decode_batch(s, a_in, layer_caches, A);
-      },
-      true);
-  for (ModelCache* c : caches) c->length += 1;
-}
-
-// The per-layer steps of the forward on n rows with `mix` as each layer's mixer; the logits of the
-// last row (one sequence's n tokens) or of every row (a batch).
-void Model::run_decode(Arena& arena, const int32_t* tokens, int64_t n, float* logits,
-                       const DecodeMixer& mix, bool every_row) {
-  K3_CHECK(split_.pp == 1, "decoding needs every layer on one rank (pp = ", split_.pp, ")");
-  ArenaScope scope(arena);
-  activation::ActivationManager unused;
-  Step s = step({0, arena, unused}, false);
-  s.sequence_parallel = false;  // a few tokens at a time: every rank holds them all
-  Stream x{embed(s, tokens, n), {}};
-  for (const Layer& L : layers_)
-    run_layer(s, L, x, n, [&](const float* a_in, float* A) { mix(s, L, a_in, A); });
-  const float* h = head_input(s, x, n);
-  if (every_row)
-    head_.logits(s, h, n, logits);
-  else
-    head_.logits(s, h + (n - 1) * config_.hidden_size, 1, logits);
-}
-
-std::map<int64_t, ExpertLoadStats> Model::end_global_batch(const CountReducer& reduce) {
-  std::map<int64_t, ExpertLoadStats> out;
-  for (auto& [layer, moe] : moe_layers_)
-    if (holds_layer(layer)) out[layer] = moe->end_global_batch(params_, reduce);
-  return out;
-}
-
-void Model::discard_global_batch() {
-  for (auto& [layer, moe] : moe_layers_)
-    if (holds_layer(layer)) moe->discard_global_batch();
-}
-
-std::map<int64_t, DispatchStats> Model::take_dispatch_stats() const {
-  std::map<int64_t, DispatchStats> out;
-  for (const auto& [layer, moe] : moe_layers_)
-    if (holds_layer(layer)) out[layer] = moe->take_dispatch_stats(grid_.ep());
-  return out;
-}
-
-std::vector<std::pair<std::string, Tensor>> Model::balancer_state() const {
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (auto& [layer, moe] : moe_layers_) {
-    const std::vector<float> state = moe->balancer().state();
-    if (state.empty()) continue;  // the bias balancer: the bias is all its state
-    const int64_t n = static_cast<int64_t>(state.size());
-    Tensor t = Tensor::empty({n});
-    std::copy(state.begin(), state.end(), t.f32());
-    // Under pipeline parallelism only the layer's stage balances it: its state comes from there.
-    if (const int owner = stage_owner(split_.stage_of_layer(layer)); owner >= 0)
-      grid_.pp().broadcast(t.f32(), n, owner);
-    out.emplace_back(moe->balancer_state_name(), t);
-  }
-  return out;
-}
-
-void Model::restore_balancer_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
-                                   const std::string& origin) {
-  for (auto& [layer, moe] : moe_layers_) {
-    const int64_t n = static_cast<int64_t>(moe->balancer().state().size());
-    if (n == 0) continue;
-    const std::string name = moe->balancer_state_name();
-    auto it =
-        std::find_if(tensors.begin(), tensors.end(), [&](auto& p) { return p.first == name; });
-    K3_CHECK_CTX(it != tensors.end() && it->second.shape() == Shape{n},
-                 (ErrorContext{origin, name, -1}),
-                 "the checkpoint lacks this layer's balancer state [", n, "]");
-    moe->balancer().restore(std::span<const float>(it->second.f32(), static_cast<size_t>(n)));
-  }
-}
-
-// Matrices a token passes through: every 2-D weight except the embedding table, routed experts
-// counted for the k of E a token visits.
-int64_t Model::matmul_params() const {
-  int64_t n = 0;
-  for (int i = 0; i < params_.size(); ++i) {
-    const ParamInfo& p = params_.info(i);
-    if (p.shape.size() != 2 || i == embedding_.weight()) continue;
-    n += p.name.find(".experts.") != std::string::npos
-             ? p.numel() * config_.num_experts_per_token / config_.num_experts
-             : p.numel();
-  }
-  return n;
-}
-
-// 6 FLOPs per matrix parameter (forward + backward), plus the sequence mixing: softmax attention
-// over an average context of T/2 (3 × T·H·(d_qk + d_v) per token), and KDA's state update and
-// readout (3 × 4·H·K·V per token, the recurrent count).
-double Model::train_flops_per_token(int64_t T) const {
-  const ModelConfig& c = config_;
-  double mixing = 0;
-  for (const Layer& L : layers_) {
-    switch (mixer_kind(c, L.index)) {
-      case MixerKind::GatedAttention:
-        mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) * 2.0 *
-                  static_cast<double>(c.head_dim);
-        break;
-      case MixerKind::GatedMLA:
-        mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) *
-                  static_cast<double>(c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim);
-        break;
-      case MixerKind::KDA:
-        mixing += 12.0 * static_cast<double>(c.kda_num_heads) *
-                  static_cast<double>(c.kda_head_dim * c.kda_head_dim);
-        break;
-    }
-  }
-  return 6.0 * static_cast<double>(matmul_params()) + mixing;
 }
 
 }  // namespace k3::model

@@ -10,6 +10,11 @@
 // the block snapshots taken so far) and, backwards, its gradient. Each micro-batch in flight has
 // an id in the activation manager and its own arena, so several can sit between their forward
 // and their backward and be released in any order.
+//
+// Model is implemented in model.cpp (construction, the stages' forward and backward, evaluation),
+// model_decode.cpp (decoding), model_balancing.cpp (the MoE layers' router balancing and its
+// state), model_vision.cpp (the images' tokens in the sequence) and inventory.cpp (the training
+// FLOPs count).
 #pragma once
 
 #include <cstdint>
@@ -74,8 +79,9 @@ struct MicroBatch {
 
 // Every layer's decoding state for one sequence.
 struct ModelCache {
-  int64_t max_len = 0, length = 0;
-  std::vector<std::unique_ptr<DecodeCache>> layers;
+  int64_t max_len = 0;  // the most tokens the sequence may reach (make_cache's max_len)
+  int64_t length = 0;   // tokens fed so far: the next token's position
+  std::vector<std::unique_ptr<DecodeCache>> layers;  // one a decoder layer, from its mixer
 };
 
 class Model {
@@ -93,6 +99,8 @@ class Model {
   // as under sequence parallelism (gradients summed over tp), as the grid would make them.
   Model(ModelConfig config, const GroupPlaces& places, PipelineSplit split = {},
         bool sequence_parallel = false);
+  // Draws every parameter's initial values from `seed` (keyed by name and element index, so the
+  // same global weights under every layout).
   void initialize(uint64_t seed) {
     params_.initialize(seed);
     weights_changed();
@@ -109,11 +117,12 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const dist::ProcessGrid& grid() const { return grid_; }
-  const PipelineSplit& pipeline() const { return split_; }
+  const PipelineSplit& pipeline() const { return split_; }  // the layers of each virtual stage
   // Whether this rank holds layer `layer`'s parameters (every rank without pipeline parallelism).
   bool holds_layer(int64_t layer) const;
   ParamRegistry& params() { return params_; }
   const ParamRegistry& params() const { return params_; }
+  // The kind of layer `layer`'s sequence mixer (0-based).
   MixerKind layer_mixer(int64_t layer) const { return mixer_kind(config_, layer); }
 
   // One micro-batch through the whole model: forward, loss, backward. Parameter gradients
@@ -146,13 +155,14 @@ class Model {
   // filler node): their tokens [b.num_images · image_tokens, hidden], in mb.arena, saving what the
   // backward of that stage reads. Pass them as mb.image_tokens to forward_stage.
   const float* encode_images(const MicroBatch& mb, const TokenBatch& b);
-  bool has_vision() const { return vision_.has_value(); }
+  bool has_vision() const { return vision_.has_value(); }  // whether the config has a vision tower
   // Evaluation: the summed loss, nothing saved, no gradients. Under pipeline parallelism every pp
   // rank calls it: the stages run in order and every rank gets the loss.
   kernels::LossSum forward_loss(Arena& arena, const TokenBatch& b);
   // Full logits [B*T, vocab] (tests and small-scale inspection only; not under pp).
   void forward_logits(Arena& arena, const int32_t* tokens, int64_t B, int64_t T, float* logits);
 
+  // Empty decoding state for one sequence of at most max_len tokens.
   ModelCache make_cache(int64_t max_len) const;
   // Feeds n tokens of one sequence at positions cache.length..; writes the logits of the last one
   // [vocab]. Runs the same per-layer steps as the forward, with each mixer's decode.
@@ -175,11 +185,17 @@ class Model {
   // (the bias balancer has none beside the bias). Under pipeline parallelism each comes from its
   // layer's stage (collective over pp).
   std::vector<std::pair<std::string, Tensor>> balancer_state() const;
+  // Takes that state back from `tensors` (found by name); `origin`, the checkpoint, names the
+  // source in the error when a layer's state is missing.
   void restore_balancer_state(const std::vector<std::pair<std::string, Tensor>>& tensors,
                               const std::string& origin);
 
-  // Training FLOPs per token: 6 × matmul parameters + attention (12 · layers · attn_dim · T / 2).
+  // Training FLOPs per token at T tokens a sequence: 6 × matmul_params() + the sequence mixers'
+  // FLOPs (mixing_flops_per_token). Both are defined beside the parameter counts, in
+  // inventory.cpp, whose header states the formula.
   double train_flops_per_token(int64_t T) const;
+  // The matrix parameters a token passes through: every 2-D weight but the embedding table, the
+  // routed experts' counted for the k of E a token visits.
   int64_t matmul_params() const;
 
   // The rows of a micro-batch of `tokens` tokens this rank holds between layers: all of them, or
@@ -187,18 +203,23 @@ class Model {
   int64_t local_rows(int64_t tokens) const;
 
  private:
+  // What both public constructors do: `places` gives this rank's place in each group (from the
+  // grid, or described).
   Model(ModelConfig config, bool allocate, const dist::ProcessGrid& grid, const GroupPlaces& places,
         PipelineSplit split, bool sequence_parallel);
   int stage_owner(int stage) const;  // the pp rank holding a virtual stage, -1 without pp
 
+  // One decoder layer: input_norm → mixer, post_norm → ffn (model.layers.<index>.*).
   struct Layer {
-    int64_t index;
+    int64_t index;                         // 0-based
     bool starts_block;                     // Attention Residuals: the layer opens a new block
     int params_first = 0, params_end = 0;  // the layer's parameters, in registry order
-    RMSNorm input_norm, post_norm;
+    RMSNorm input_norm, post_norm;         // before the mixer; before the feed-forward
     std::unique_ptr<Mixer> mixer;
     std::unique_ptr<FeedForward> ffn;
-    AttnResMix self_res, mlp_res;  // only with Attention Residuals
+    // Only with Attention Residuals: the mixes of the bank and the stream that feed input_norm
+    // (self_attention_res) and post_norm (mlp_res).
+    AttnResMix self_res, mlp_res;
   };
   // The state between layers (math §2): the stream P (with Attention Residuals the current
   // block's partial sum) and the bank of snapshots taken at block starts.
@@ -213,6 +234,8 @@ class Model {
   // Decoding: layer L's mixer on (normalized input, output) [rows, hidden] with its caches.
   using DecodeMixer =
       std::function<void(const Step& s, const Layer& L, const float* a_in, float* out)>;
+  // The decoding forward of n tokens with `mix` as every layer's mixer: the logits of every row
+  // (every_row: a batch of sequences, a token each) or of the last (one sequence's n tokens).
   void run_decode(Arena& arena, const int32_t* tokens, int64_t n, float* logits,
                   const DecodeMixer& mix, bool every_row = false);
   // One decoder layer on n tokens, advancing x; `mix` runs the layer's mixer (forward or decode).
@@ -220,6 +243,7 @@ class Model {
   // the layer's forward, and any re-run of it before its backward, is this code.
   void run_layer(const Step& s, const Layer& L, Stream& x, int64_t n, const MixerCall& mix) const;
   static constexpr int kMixerHalf = 0, kFfnHalf = 1;  // segment 2·layer + half
+  // The activation segment of L's half `half`; it records only when `active` and training.
   activation::SegmentScope segment(const Step& s, const Layer& L, int half, bool active) const;
   // The stream x.P (with the bank before the layer's snapshot) -> mid.
   void mixer_half(const Step& s, const Layer& L, const Stream& x, int64_t tokens,
@@ -227,6 +251,7 @@ class Model {
   // mid (with the bank after it) -> the layer's output F.
   void ffn_half(const Step& s, const Layer& L, const Stream& x, int64_t tokens, const float* mid,
                 float* F) const;
+  // L's training or evaluation mixer forward on b's sequences, as run_layer calls it.
   MixerCall mixer_forward(const Step& s, const Layer& L, const TokenBatch& b) const;
   // Output mixing and the final norm: the LM head's input [n, hidden].
   float* head_input(const Step& s, const Stream& x, int64_t n) const;
@@ -244,28 +269,32 @@ class Model {
   // The fused LM head + cross-entropy; dh and the lm_head gradient only when dh is not null.
   kernels::LossSum head_loss(const Step& s, const float* h, const TokenBatch& b, float grad_scale,
                              float* dh) const;
+  // The n tokens' embeddings (checked against the vocabulary), this rank's rows [rows, hidden].
   float* embed(const Step& s, const int32_t* tokens, int64_t n) const;
+  // forward_loss under pipeline parallelism: every stage on its pp rank in turn.
   kernels::LossSum pipelined_loss(const Step& s, const TokenBatch& b) const;
-  int64_t banks_before(int64_t layer) const;  // bank entries taken before layer `layer`
-  void check_stage(const Stage& stage) const;
-  Step step(const MicroBatch& mb, bool training);
-  bool attn_res() const { return config_.attn_res_block_size > 0; }
+  int64_t banks_before(int64_t layer) const;       // bank entries taken before layer `layer`
+  void check_stage(const Stage& stage) const;      // throws unless a stage fits the model
+  Step step(const MicroBatch& mb, bool training);  // what the layers see of mb
+  bool attn_res() const { return config_.attn_res_block_size > 0; }  // Attention Residuals?
+  // The name of L's saved tensor `what`: model.layers.<index>.<what>.
   std::string key(const Layer& L, const char* what) const;
   const char* ffn_bucket(int64_t layer) const;  // profile bucket of layer's feed-forward
 
   ModelConfig config_;
   const dist::ProcessGrid& grid_;
   PipelineSplit split_;
-  bool sequence_parallel_;
+  bool sequence_parallel_;  // asked for, and tp > 1: between layers a rank holds its rows only
   ParamRegistry params_;
   kernels::Precision precision_ = kernels::Precision::F32;
   VocabEmbedding embedding_;
-  std::optional<VisionTower> vision_;
+  std::optional<VisionTower> vision_;  // with the config's vision tower
   LmHead head_;
   int tail_first_ = 0;  // the first parameter after the layers (output mixing, final norm, head)
   std::vector<Layer> layers_;
-  std::vector<std::pair<int64_t, LatentMoE*>>
-      moe_layers_;  // (layer, the layer's MoE) for balancing
+  // (layer, the layer's MoE) for balancing
+  std::vector<std::pair<int64_t, LatentMoE*>> moe_layers_;
+  // Attention Residuals: the mix of the bank and the stream before the final norm
   AttnResMix output_res_;
   RMSNorm final_norm_;
 };

@@ -4,43 +4,18 @@
 // behind the step's compute (what exceeds it shows), every other transfer is on the critical path.
 #include <algorithm>
 
-#include "k3/model/layer_factory.h"
+#include "k3/model/inventory.h"
 #include "k3/planner/plan_internal.h"
 
 namespace k3::planner::detail {
-namespace {
-
-// Attention's FLOPs per token, forward and backward, beyond the weight products: causal
-// attention over T tokens (T/2 keys a query on average, two products of its key and value
-// widths, ×3 for the backward); KDA's state update and read per token and head (d_k·d_v each,
-// forward, ×3).
-double attention_flops_per_token(const model::ModelConfig& c, int64_t T) {
-  double f = 0;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    switch (model::mixer_kind(c, l)) {
-      case model::MixerKind::GatedMLA:
-        f += 3.0 * static_cast<double>(T * c.num_attention_heads *
-                                       (c.qk_nope_head_dim + c.qk_rope_head_dim + c.v_head_dim));
-        break;
-      case model::MixerKind::GatedAttention:
-        f += 3.0 * static_cast<double>(T * c.num_attention_heads * 2 * c.head_dim);
-        break;
-      case model::MixerKind::KDA:
-        f += 3.0 * 4 * static_cast<double>(c.kda_num_heads * c.kda_head_dim * c.kda_head_dim);
-        break;
-    }
-  }
-  return f;
-}
-
-}  // namespace
 
 void roofline(Plan& p) {
   const PlanRequest& r = p.request;
   const double gpus = static_cast<double>(r.layout.gpus());
   const double tokens = static_cast<double>(p.sequences * r.seq);
   const double matmul_params = static_cast<double>(p.params_active - p.params_embedding);
-  p.model_flops = tokens * (6 * matmul_params + attention_flops_per_token(r.model, r.seq));
+  // The sequence mixers' FLOPs beyond the weight products are the model's own count.
+  p.model_flops = tokens * (6 * matmul_params + model::mixing_flops_per_token(r.model, r.seq));
   // Recomputation runs the forward (a third of the work) again.
   const double hardware = p.model_flops * (r.activation == "recompute" ? 4.0 / 3.0 : 1.0);
   p.compute_seconds = hardware / gpus / (r.cluster.peak_flops * r.efficiency);

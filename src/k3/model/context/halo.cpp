@@ -81,4 +81,57 @@ void zigzag_windows_backward(Arena& scratch, const dist::Comm& cp, const float* 
   put_slot(dtails, t1, groups, B, W, 1);
 }
 
+namespace {
+
+// With packed documents: each window of halo [groups, 2B, W] keeps only its last `continued`
+// positions, the inputs of the document its span continues.
+void mask_documents(const ConvHalo& h, int64_t groups, float* halo) {
+  const int64_t W = h.window();
+  for (size_t j = 0; j < h.documents.size(); ++j) {
+    const int64_t masked = h.taps - std::min(h.taps, h.documents[j].continued);
+    for (int64_t g = 0; g < groups; ++g)
+      std::fill_n(halo + (g * 2 * h.B + static_cast<int64_t>(j)) * W, masked * h.P, 0.f);
+  }
+}
+
+// Where piece `piece`'s last `taps` inputs start in its convolution's input [2B·C, P].
+int64_t tail_of(const ConvHalo& h, int64_t piece) { return ((piece + 1) * h.C - h.taps) * h.P; }
+
+}  // namespace
+
+void conv_halo_forward(Arena& scratch, const dist::Comm& cp, const ConvHalo& h,
+                       std::initializer_list<const float*> inputs, float* halo) {
+  ArenaScope scope(scratch);
+  const auto groups = static_cast<int64_t>(inputs.size());
+  const int64_t W = h.window();
+  float* tails = scratch_floats(scratch, groups * 2 * h.B * W);
+  int64_t g = 0;
+  for (const float* in : inputs) {
+    for (int64_t piece = 0; piece < 2 * h.B; ++piece)
+      std::copy_n(in + tail_of(h, piece), W, tails + (g * 2 * h.B + piece) * W);
+    ++g;
+  }
+  zigzag_windows(scratch, cp, tails, halo, groups, h.B, W);
+  mask_documents(h, groups, halo);
+}
+
+void conv_halo_backward(Arena& scratch, const dist::Comm& cp, const ConvHalo& h, float* dhalo,
+                        std::initializer_list<float*> dinputs) {
+  ArenaScope scope(scratch);
+  const auto groups = static_cast<int64_t>(dinputs.size());
+  const int64_t W = h.window();
+  float* dtails = scratch_floats(scratch, groups * 2 * h.B * W);
+  mask_documents(h, groups, dhalo);
+  zigzag_windows_backward(scratch, cp, dhalo, dtails, groups, h.B, W);
+  int64_t g = 0;
+  for (float* din : dinputs) {
+    for (int64_t piece = 0; piece < 2 * h.B; ++piece) {
+      float* at = din + tail_of(h, piece);
+      const float* add = dtails + (g * 2 * h.B + piece) * W;
+      for (int64_t i = 0; i < W; ++i) at[i] += add[i];
+    }
+    ++g;
+  }
+}
+
 }  // namespace k3::model

@@ -4,9 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <span>
 
 #include "k3/base/arena.h"
 #include "k3/dist/comm.h"
+#include "k3/model/context/kcp.h"
 
 namespace k3::model {
 
@@ -27,5 +30,25 @@ void zigzag_windows(Arena& scratch, const dist::Comm& cp, const float* tails, fl
 // The transpose: each window's gradient goes back to the tail it came from.
 void zigzag_windows_backward(Arena& scratch, const dist::Comm& cp, const float* dwindows,
                              float* dtails, int64_t groups, int64_t B, int64_t W);
+
+// The halos of short convolutions (KDA's q, k and v) under the zig-zag layout: this rank's 2·B
+// pieces of C tokens each, (row b, slot j) in that order, each piece's convolution starting from
+// a window of the `taps` inputs before it, its predecessor's last (zigzag_windows).
+struct ConvHalo {
+  int64_t B = 1, C = 0, taps = 0, P = 0;  // rows; tokens a piece; window taps; channels
+  // With packed documents (one row), this rank's two spans' documents (slot_documents): a window
+  // keeps only the inputs of the document its span continues, the rest zeroed, and so do their
+  // gradients. Empty: no documents.
+  std::span<const SpanDocuments> documents;
+  int64_t window() const { return taps * P; }  // floats
+};
+// For each convolution g of inputs.size(), its input inputs[g] [2B·C, P] gives its windows,
+// written to halo [groups, 2B, taps, P].
+void conv_halo_forward(Arena& scratch, const dist::Comm& cp, const ConvHalo& h,
+                       std::initializer_list<const float*> inputs, float* halo);
+// The transpose: the windows' gradients dhalo [groups, 2B, taps, P] (masked in place) are added
+// to the inputs' gradients dinputs[g] [2B·C, P] at the tails they came from.
+void conv_halo_backward(Arena& scratch, const dist::Comm& cp, const ConvHalo& h, float* dhalo,
+                        std::initializer_list<float*> dinputs);
 
 }  // namespace k3::model

@@ -33,6 +33,14 @@ struct KVCache final : DecodeCache {
   Tensor k, v;  // [max_len, heads * head_dim]
 };
 
+void refuse_documents(const Sequences& seq) {
+  if (seq.doc_starts.empty()) return;
+  throw Error(
+      "packed documents are taken by KDA and gated MLA layers only; this model has a gated "
+      "attention layer",
+      ErrorContext{"", "data.documents", -1});
+}
+
 KVCache& kv_cache(DecodeCache* c, const std::string& prefix) {
   auto* kv = dynamic_cast<KVCache*>(c);
   K3_CHECK(kv, prefix, ": decode needs the cache from this layer's make_cache");
@@ -40,9 +48,10 @@ KVCache& kv_cache(DecodeCache* c, const std::string& prefix) {
 }
 }  // namespace
 
-void GatedAttention::forward(const Step& s, const float* x, int64_t B, int64_t T,
+void GatedAttention::forward(const Step& s, const float* x, const Sequences& seq,
                              float* out) const {
-  run(s, x, B, T, nullptr, out);
+  refuse_documents(seq);
+  run(s, x, seq.B, seq.T, nullptr, out);
 }
 
 void GatedAttention::run(const Step& s, const float* x, int64_t B, int64_t T, DecodeCache* cache,
@@ -88,8 +97,10 @@ void GatedAttention::run(const Step& s, const float* x, int64_t B, int64_t T, De
   s.save_exact(prefix_ + ".lse", lse, B * heads_ * T);  // a per-row statistic
 }
 
-void GatedAttention::backward(const Step& s, const float* dout, int64_t B, int64_t T,
+void GatedAttention::backward(const Step& s, const float* dout, const Sequences& seq,
                               float* dx) const {
+  refuse_documents(seq);
+  const int64_t B = seq.B, T = seq.T;
   ArenaScope scope(s.arena);
   const TpRegion region(s, B * T, hidden_);
   const int64_t n = B * T, p = heads_ * head_dim_;

@@ -17,8 +17,9 @@ class GatedAttention final : public Mixer {
  public:
   GatedAttention(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c);
 
-  void forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const override;
-  void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const override;
+  // Each row one sequence: packed documents (seq.doc_starts) are refused.
+  void forward(const Step& s, const float* x, const Sequences& seq, float* out) const override;
+  void backward(const Step& s, const float* dout, const Sequences& seq, float* dx) const override;
   // The cache holds every token's keys and values: [max_len, heads * head_dim] each.
   std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const override;
   void decode(const Step& s, const float* x, int64_t rows, DecodeCache& cache,

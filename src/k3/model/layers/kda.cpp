@@ -51,17 +51,6 @@ ParamInit conv_init(int64_t kernel) {
   return p;
 }
 
-// Under context parallelism with packed documents (one row): a span's carry-in window, the halo,
-// holds inputs of the document it continues only in its last `continued` positions; the rest
-// (inputs of earlier documents) are zeroed, and so are their gradients.
-void mask_halo(const std::vector<SpanDocuments>& pieces, int64_t taps, int64_t P, float* halo) {
-  const int64_t W = taps * P;
-  for (size_t j = 0; j < pieces.size(); ++j) {
-    const int64_t masked = taps - std::min(taps, pieces[j].continued);
-    for (int c = 0; c < 3; ++c) std::fill_n(halo + (c * 2 + j) * W, masked * P, 0.f);
-  }
-}
-
 // The convolution windows one span's packed documents start from: the halo for the document it
 // continues, zeros for those that start inside it ([documents, taps, P]), in the step's arena.
 float* span_windows(const Step& s, const SpanDocuments& d, const float* halo, int64_t W) {
@@ -115,24 +104,14 @@ KimiDeltaAttention::KimiDeltaAttention(ParamRegistry& reg, const std::string& pr
   heads_ = b_.out();  // this rank's
 }
 
-void KimiDeltaAttention::forward(const Step& s, const float* x, int64_t B, int64_t T,
+void KimiDeltaAttention::forward(const Step& s, const float* x, const Sequences& seq,
                                  float* out) const {
-  run(s, x, B, T, {}, nullptr, out);
+  run(s, x, seq.B, seq.T, seq.doc_starts, nullptr, out);
 }
 
-void KimiDeltaAttention::backward(const Step& s, const float* dout, int64_t B, int64_t T,
+void KimiDeltaAttention::backward(const Step& s, const float* dout, const Sequences& seq,
                                   float* dx) const {
-  run_backward(s, dout, B, T, {}, dx);
-}
-
-void KimiDeltaAttention::forward(const Step& s, const float* x, int64_t T,
-                                 std::span<const int64_t> doc_starts, float* out) const {
-  run(s, x, 1, T, doc_starts, nullptr, out);
-}
-
-void KimiDeltaAttention::backward(const Step& s, const float* dout, int64_t T,
-                                  std::span<const int64_t> doc_starts, float* dx) const {
-  run_backward(s, dout, 1, T, doc_starts, dx);
+  run_backward(s, dout, seq.B, seq.T, seq.doc_starts, dx);
 }
 
 void KimiDeltaAttention::project(const Step& s, const float* x, int64_t n,
@@ -175,23 +154,7 @@ void KimiDeltaAttention::run(const Step& s, const float* x, int64_t B, int64_t T
   const std::vector<SpanDocuments> pieces =
       layout.documents.empty() ? std::vector<SpanDocuments>{} : slot_documents(layout, T / 2);
   float* halo = split ? s.alloc(3 * 2 * B * W) : nullptr;
-  if (split) {
-    K3_CHECK(T % 2 == 0 && C >= taps, prefix_,
-             ": under context parallelism every rank holds two spans of each sequence of at "
-             "least ",
-             taps, " tokens each (got ", T, " tokens)");
-    ArenaScope scratch(s.arena);
-    float* tails = s.alloc(3 * 2 * B * W);
-    for (int c = 0; c < 3; ++c)
-      for (int64_t piece = 0; piece < 2 * B; ++piece)
-        std::copy_n((c == 0   ? qp
-                     : c == 1 ? kp
-                              : vp) +
-                        ((piece + 1) * C - (conv_kernel_ - 1)) * P,
-                    W, tails + (c * 2 * B + piece) * W);
-    zigzag_windows(s.arena, cp, tails, halo, 3, B, W);
-    mask_halo(pieces, taps, P, halo);
-  }
+  if (split) conv_halo_forward(s.arena, cp, conv_halo(B, T, pieces), {qp, kp, vp}, halo);
   // Each span is a sequence of its own to the kernels below, started from what came in.
   const kda::ShortConvShape cs = split ? kda::ShortConvShape{2 * B, C, P, conv_kernel_, {}}
                                        : kda::ShortConvShape{B, T, P, conv_kernel_, doc_starts};
@@ -368,21 +331,22 @@ void KimiDeltaAttention::run_backward(const Step& s, const float* dout, int64_t 
     if (!split) proj[c]->backward(s, xa, dproj[c], n, partial, c > 0);
   }
   if (split) {
-    float* dtails = s.alloc(3 * 2 * B * W);
-    mask_halo(pieces, taps, P, dhalo);
-    zigzag_windows_backward(s.arena, cp, dhalo, dtails, 3, B, W);
-    for (int c = 0; c < 3; ++c)
-      for (int64_t piece = 0; piece < 2 * B; ++piece) {
-        float* at = dproj[c] + ((piece + 1) * C - (conv_kernel_ - 1)) * P;
-        const float* add = dtails + (c * 2 * B + piece) * W;
-        for (int64_t i = 0; i < W; ++i) at[i] += add[i];
-      }
+    conv_halo_backward(s.arena, cp, conv_halo(B, T, pieces), dhalo, {dproj[0], dproj[1], dproj[2]});
     for (int c = 0; c < 3; ++c) proj[c]->backward(s, xa, dproj[c], n, partial, c > 0);
   }
   f_a_.backward(s, xa, dfa, n, partial, true);
   b_.backward(s, xa, dbeta, n, partial, true);
   g_.backward(s, xa, dgate, n, partial, true);
   region.enter_backward(partial, dx);
+}
+
+ConvHalo KimiDeltaAttention::conv_halo(int64_t B, int64_t T,
+                                       std::span<const SpanDocuments> pieces) const {
+  const int64_t taps = conv_kernel_ - 1, C = T / 2;
+  K3_CHECK(T % 2 == 0 && C >= taps, prefix_,
+           ": under context parallelism every rank holds two spans of each sequence of at least ",
+           taps, " tokens each (got ", T, " tokens)");
+  return {B, C, taps, heads_ * head_dim_, pieces};
 }
 
 std::unique_ptr<DecodeCache> KimiDeltaAttention::make_cache(int64_t) const {

@@ -20,6 +20,7 @@
 
 #include "k3/kernels/kda/decode.h"
 #include "k3/model/config.h"
+#include "k3/model/context/halo.h"
 #include "k3/model/layers/linear.h"
 #include "k3/model/layers/mixer.h"
 #include "k3/tensor/tensor.h"
@@ -38,18 +39,12 @@ class KimiDeltaAttention final : public Mixer {
   // Throws k3::Error naming the linear_attn_config field when KDA is not configured.
   KimiDeltaAttention(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c);
 
-  // x, out: [B*T, hidden]; each batch row is one sequence. Saves what backward needs under prefix.
-  void forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const override;
+  // x, out: [B*T, hidden]. Saves what backward needs under prefix. With packed documents
+  // (seq.doc_starts) each document starts from zero state and zero convolution windows; under
+  // context parallelism seq.T is this rank's tokens, its two zig-zag spans.
+  void forward(const Step& s, const float* x, const Sequences& seq, float* out) const override;
   // dx is written; parameter gradients accumulate.
-  void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const override;
-  // One row of T tokens holding packed documents (doc_starts as in kernels/kda/sequences.h): each
-  // document starts from zero state and zero convolution windows. Backward takes the same starts.
-  // Under context parallelism T is this rank's tokens (its two zig-zag spans) and doc_starts the
-  // whole sequence's, in global positions (every rank passes the same).
-  void forward(const Step& s, const float* x, int64_t T, std::span<const int64_t> doc_starts,
-               float* out) const override;
-  void backward(const Step& s, const float* dout, int64_t T, std::span<const int64_t> doc_starts,
-                float* dx) const override;
+  void backward(const Step& s, const float* dout, const Sequences& seq, float* dx) const override;
 
   // Decoding state for one sequence (the model's interface; max_len does not matter to KDA).
   std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const override;
@@ -78,6 +73,9 @@ class KimiDeltaAttention final : public Mixer {
            KdaCache* cache, float* out) const;
   void run_backward(const Step& s, const float* dout, int64_t B, int64_t T,
                     std::span<const int64_t> doc_starts, float* dx) const;
+  // Under context parallelism (context/halo.h): the convolutions' windows of this rank's T
+  // tokens of each of B rows, two zig-zag spans, with the documents of each (or none).
+  ConvHalo conv_halo(int64_t B, int64_t T, std::span<const SpanDocuments> pieces) const;
   kernels::kda::DecodeState sequence_state(KdaCache& cache, int64_t b) const;
   // One token of each sequence whose state is states[b]: x, out [states.size(), hidden].
   void step_sequences(const Step& s, const float* x,

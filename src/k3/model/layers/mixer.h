@@ -15,6 +15,15 @@ namespace k3::model {
 // B·T tokens of a micro-batch are those of `x` and `out` on every rank, or under sequence
 // parallelism this rank's slice of them (local_rows); each layer gathers and scatters them itself.
 
+// The tokens a mixer mixes: B rows of T tokens, each row one sequence; or, with doc_starts, one
+// row (B = 1) of T tokens holding packed documents (doc_starts as in kernels/kda/sequences.h;
+// under context parallelism T is this rank's tokens and doc_starts the whole sequence's, in
+// global positions, the same on every rank), each token seeing only its own document.
+struct Sequences {
+  int64_t B = 1, T = 0;
+  std::span<const int64_t> doc_starts = {};
+};
+
 // Whatever a mixer keeps between decoding calls (keys and values, MLA's latents, KDA's states).
 struct DecodeCache {
   virtual ~DecodeCache() = default;
@@ -24,19 +33,12 @@ struct DecodeCache {
 class Mixer {
  public:
   virtual ~Mixer() = default;
-  // x, out: this rank's rows of [B*T, hidden]. Forward saves what backward needs under the
-  // layer's name.
-  virtual void forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const = 0;
+  // x, out: this rank's rows of [B*T, hidden] of `seq`. Forward saves what backward needs under
+  // the layer's name. A mixer without packed documents throws k3::Error when seq has doc_starts.
+  virtual void forward(const Step& s, const float* x, const Sequences& seq, float* out) const = 0;
   // dx is written; parameter gradients accumulate.
-  virtual void backward(const Step& s, const float* dout, int64_t B, int64_t T,
+  virtual void backward(const Step& s, const float* dout, const Sequences& seq,
                         float* dx) const = 0;
-  // One row of T tokens holding packed documents (doc_starts as in kernels/kda/sequences.h; under
-  // context parallelism the whole sequence's): each token sees only its own document. Mixers
-  // without it throw k3::Error.
-  virtual void forward(const Step& s, const float* x, int64_t T,
-                       std::span<const int64_t> doc_starts, float* out) const;
-  virtual void backward(const Step& s, const float* dout, int64_t T,
-                        std::span<const int64_t> doc_starts, float* dx) const;
   virtual std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const = 0;
   // Feeds `rows` tokens of one sequence at positions cache.length..; advances cache.length. A
   // prefill (rows > 1 into an empty cache) runs the layer's forward, keeping what decoding needs.

@@ -122,19 +122,11 @@ GatedMLA::GatedMLA(ParamRegistry& reg, const std::string& prefix, const ModelCon
   heads_ = g_.out() / d_v_;  // this rank's
 }
 
-void GatedMLA::forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const {
-  run(s, x, B, T, {}, nullptr, out);
+void GatedMLA::forward(const Step& s, const float* x, const Sequences& seq, float* out) const {
+  run(s, x, seq.B, seq.T, seq.doc_starts, nullptr, out);
 }
-void GatedMLA::forward(const Step& s, const float* x, int64_t T,
-                       std::span<const int64_t> doc_starts, float* out) const {
-  run(s, x, 1, T, doc_starts, nullptr, out);
-}
-void GatedMLA::backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const {
-  run_backward(s, dout, B, T, {}, dx);
-}
-void GatedMLA::backward(const Step& s, const float* dout, int64_t T,
-                        std::span<const int64_t> doc_starts, float* dx) const {
-  run_backward(s, dout, 1, T, doc_starts, dx);
+void GatedMLA::backward(const Step& s, const float* dout, const Sequences& seq, float* dx) const {
+  run_backward(s, dout, seq.B, seq.T, seq.doc_starts, dx);
 }
 
 void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,

@@ -35,17 +35,11 @@ class GatedMLA final : public Mixer {
   // positive.
   GatedMLA(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c);
 
-  // x, out: [B*T, hidden]. Saves what backward needs under prefix.
-  void forward(const Step& s, const float* x, int64_t B, int64_t T, float* out) const override;
+  // x, out: [B*T, hidden]. Saves what backward needs under prefix. With packed documents
+  // (seq.doc_starts) each token attends only to its own document.
+  void forward(const Step& s, const float* x, const Sequences& seq, float* out) const override;
   // dx is written; parameter gradients are accumulated.
-  void backward(const Step& s, const float* dout, int64_t B, int64_t T, float* dx) const override;
-  // One row of T tokens holding packed documents (doc_starts as in kernels/kda/sequences.h): each
-  // token attends only to its own document. Under context parallelism T is this rank's tokens
-  // and doc_starts the whole sequence's, in global positions (every rank passes the same).
-  void forward(const Step& s, const float* x, int64_t T, std::span<const int64_t> doc_starts,
-               float* out) const override;
-  void backward(const Step& s, const float* dout, int64_t T, std::span<const int64_t> doc_starts,
-                float* dx) const override;
+  void backward(const Step& s, const float* dout, const Sequences& seq, float* dx) const override;
 
   // An MlaCache.
   std::unique_ptr<DecodeCache> make_cache(int64_t max_len) const override;
