@@ -69,7 +69,7 @@ std::string name(const ::testing::TestParamInfo<Layout>& p) {
   if (l.dp > 1) s += "_dp" + std::to_string(l.dp);
   if (l.tp > 1) s += "_tp" + std::to_string(l.tp);
   s += l.moonep ? "_moonep" + std::to_string(l.slots) : "_alltoall";
-  s += "_" + std::string(routing_name(l.routing)) + "_" + l.setup.optimizer + "_zero" +
+  s += std::string("_") + routing_name(l.routing) + "_" + l.setup.optimizer + "_zero" +
        std::to_string(l.setup.zero);
   return std::string(l.config) == "k3-nano.json" ? s : s + "_k" + l.config[1];
 }

@@ -39,7 +39,9 @@ TEST(PeerOffloadMpi, MatchesKeepBitForBit) {
       acts.reset_stats();
       loss += m.forward_backward(arena, acts, {tokens.data(), targets.data(), B, T}, 0.01f).sum;
     }
-    if (offload) EXPECT_GT(acts.stats().offloaded_peak, size_t{100} << 10);
+    if (offload) {
+      EXPECT_GT(acts.stats().offloaded_peak, size_t{100} << 10);
+    }
     const model::ParamRegistry& p = m.params();
     std::vector<float> g(p.grads(), p.grads() + p.flat_size());
     g.push_back(static_cast<float>(loss));

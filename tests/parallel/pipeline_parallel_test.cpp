@@ -47,7 +47,7 @@ std::string name(const ::testing::TestParamInfo<Layout>& p) {
   if (l.ep > 1) s += "_ep" + std::to_string(l.ep);
   if (l.cp > 1) s += "_cp" + std::to_string(l.cp);
   s += std::string("_") + pipeline::schedule_kind_name(l.schedule);
-  for (int64_t n : l.layers) s += "_" + std::to_string(n);
+  for (int64_t n : l.layers) s += '_' + std::to_string(n);
   return s + "_" + l.setup.optimizer + "_zero" + std::to_string(l.setup.zero);
 }
 

@@ -21,7 +21,13 @@ __attribute__((always_inline)) inline float chain_loop(int64_t iters, float seed
     for (int i = 0; i < kChains; ++i) acc[i] = step(acc[i]);
   __m512 s = acc[0];
   for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
-  return _mm512_reduce_add_ps(s);
+  // The lanes summed through memory: GCC 12's _mm512_reduce_add_ps extracts its halves into
+  // _mm512_undefined_pd(), a variable initialized with itself that -Wuninitialized reports.
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  float sum = 0;
+  for (const float l : lanes) sum += l;
+  return sum;
 }
 
 // fp32: one FMA, 16 lanes x 2 flops.

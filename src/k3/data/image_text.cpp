@@ -47,7 +47,10 @@ ImageTextSample image_text_sample(uint64_t seed, int64_t index, int64_t image_si
   // The quadrants in a random order; the first `count` hold a shape, listed in quadrant order.
   std::array<int, 4> places = {0, 1, 2, 3};
   for (int i = 3; i > 0; --i) std::swap(places[i], places[draw(seed, stream, 1 + i, i + 1)]);
-  std::sort(places.begin(), places.begin() + count);
+  // Sorted by insertion: std::sort's branch for 16 or more elements, inlined here, makes GCC 12
+  // warn of a subscript past this 4-element array.
+  for (int i = 1; i < count; ++i)
+    for (int j = i; j > 0 && places[j - 1] > places[j]; --j) std::swap(places[j - 1], places[j]);
   ImageTextSample out{std::vector<float>(static_cast<size_t>(3 * S * S), 0.f), kCounts[count - 1]};
   for (int j = 0; j < count; ++j) {
     const int shape = draw(seed, stream, 10 + 2 * j, 3), colour = draw(seed, stream, 11 + 2 * j, 5);
