@@ -26,7 +26,7 @@
 #include "common/tp_util.h"
 #include "parallel/trainee.h"
 
-namespace k3::parallel {
+namespace k3::parallel::expert_parallel_test {
 namespace {
 
 using k3::testing::max_rel_error;
@@ -241,4 +241,4 @@ INSTANTIATE_TEST_SUITE_P(ExpertParallel, ExpertParallelMatchesOneProcess,
                          ::testing::ValuesIn(layouts()), name);
 
 }  // namespace
-}  // namespace k3::parallel
+}  // namespace k3::parallel::expert_parallel_test

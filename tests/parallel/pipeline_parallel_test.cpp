@@ -19,7 +19,7 @@
 #include "k3/model/context/zigzag.h"
 #include "parallel/trainee.h"
 
-namespace k3::parallel {
+namespace k3::parallel::pipeline_parallel_test {
 namespace {
 
 using pipeline::ScheduleKind;
@@ -233,4 +233,4 @@ TEST(PipelineParallelVision, FillersMatchOneProcess) {
 }
 
 }  // namespace
-}  // namespace k3::parallel
+}  // namespace k3::parallel::pipeline_parallel_test
