@@ -104,8 +104,11 @@ int main(int argc, char** argv) {
   std::vector<Case> cases;
   cases.reserve(8);
   auto add = [&](std::string name, PolicyRules rules, Granularity g = Granularity::Sublayer) {
-    cases.push_back({std::move(name), std::move(rules), g});
-    cases.back().acts->configure(cases.back().rules, g);
+    Case& c = cases.emplace_back();
+    c.name = std::move(name);
+    c.rules = std::move(rules);
+    c.granularity = g;
+    c.acts->configure(c.rules, g);
   };
   add("keep", {});
   add("recompute", {Policy::Recompute, {}});

@@ -131,7 +131,9 @@ TEST(ActivationManager, PoliciesHoldASegmentsTensorsAndBringThemBack) {
       EXPECT_GT(s.offloaded_peak, 0u);
     }
     EXPECT_EQ(s.stored_peak > 0u, p != Policy::Keep) << policy_name(p);
-    if (p == Policy::Keep) EXPECT_EQ(s.keep_seconds, 0.0);  // nothing copied
+    if (p == Policy::Keep) {
+      EXPECT_EQ(s.keep_seconds, 0.0);  // nothing copied
+    }
   }
 }
 

@@ -20,9 +20,17 @@
 
 namespace k3::testing {
 
-// The source tree (configs/), and the shared folder beside it (reference/, data/).
-inline std::string source_dir() { return K3LAB_SOURCE_DIR; }
-inline std::string shared_dir() { return source_dir() + "/../shared"; }
+// The source tree (configs/), and the shared folder beside it (reference/, data/). Strings made
+// once at run time: with the path's length a constant, GCC 12 reports bounds and overlaps in the
+// copies of `source_dir() + "..."` that cannot happen (-Warray-bounds, -Wrestrict).
+inline const std::string& source_dir() {
+  static const std::string dir = K3LAB_SOURCE_DIR;
+  return dir;
+}
+inline const std::string& shared_dir() {
+  static const std::string dir = source_dir() + "/../shared";
+  return dir;
+}
 
 // Skips the calling test, in one line naming the file and what it is, when the shared folder does
 // not hold RELATIVE (a checkout without ../shared); where it is present the test runs.

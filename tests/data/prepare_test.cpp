@@ -126,8 +126,8 @@ TEST_F(PrepareMix, WeightsAreRepeatCountsInterleavedEvenly) {
       run = 0;
     }
   }
-  for (int i = 0; i < 20; ++i) EXPECT_EQ(a[i], "a" + std::to_string(i % 10));
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(b[i], "b" + std::to_string(i));
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(a[i], std::string("a") + std::to_string(i % 10));
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(b[i], std::string("b") + std::to_string(i));
   // A goes 4/78 of its goal per document, B 4/19.5: four A documents per B document.
   EXPECT_EQ(a_between[0], 1);  // a tie at 0 goes to the first input
   for (size_t i = 1; i < a_between.size(); ++i) EXPECT_EQ(a_between[i], 4) << i;

@@ -10,7 +10,7 @@
 #include "k3/base/error.h"
 #include "k3/kernels/reference.h"
 
-namespace k3 {
+namespace k3::attention_test {
 namespace {
 
 using kernels::AttentionShape;
@@ -219,4 +219,4 @@ TEST(Attention, RejectsBadShapes) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::attention_test

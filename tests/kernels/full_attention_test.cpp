@@ -45,7 +45,9 @@ TEST(FullAttention, ForwardAndBackwardMatchReference) {
     K3_EXPECT_CLOSE(dk, dk_r, 1e-6, 1e-4);
     K3_EXPECT_CLOSE(dv, dv_r, 1e-6, 1e-4);
     // A later query sees the earlier keys and the earlier query the later ones.
-    if (s.T > 1) EXPECT_GT(p[1], 0.f);
+    if (s.T > 1) {
+      EXPECT_GT(p[1], 0.f);
+    }
   }
 }
 

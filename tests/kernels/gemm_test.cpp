@@ -8,7 +8,7 @@
 #include "k3/kernels/reference.h"
 #include "k3/tensor/bf16.h"
 
-namespace k3 {
+namespace k3::gemm_test {
 namespace {
 
 using kernels::GemmArgs;
@@ -169,4 +169,4 @@ TEST(Gemm, RejectsBadLeadingDimension) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::gemm_test

@@ -8,7 +8,7 @@
 #include "k3/kernels/kda/delta_rule.h"
 #include "k3/kernels/kda/reference.h"
 
-namespace k3 {
+namespace k3::kda_decode_test {
 namespace {
 
 using testing::cast_vec;
@@ -99,4 +99,4 @@ TEST(KdaDecode, StepsMatchComposedReferences) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::kda_decode_test

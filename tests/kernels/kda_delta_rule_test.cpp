@@ -11,7 +11,7 @@
 #include "k3/base/error.h"
 #include "k3/kernels/kda/delta_rule.h"
 
-namespace k3 {
+namespace k3::kda_delta_rule_test {
 namespace {
 
 using kernels::kda::DeltaRuleGrads;
@@ -315,4 +315,4 @@ TEST(KdaDeltaRule, RejectsBadInput) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::kda_delta_rule_test

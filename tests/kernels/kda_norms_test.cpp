@@ -4,7 +4,7 @@
 #include "k3/kernels/kda/output_norm.h"
 #include "k3/kernels/kda/reference.h"
 
-namespace k3 {
+namespace k3::kda_norms_test {
 namespace {
 
 using testing::cast_vec;
@@ -117,4 +117,4 @@ TEST(KdaGatedRmsNorm, WeightGradientIsIndependentOfThreadCount) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::kda_norms_test

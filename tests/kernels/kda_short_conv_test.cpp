@@ -2,7 +2,7 @@
 #include "k3/kernels/kda/reference.h"
 #include "k3/kernels/kda/short_conv.h"
 
-namespace k3 {
+namespace k3::kda_short_conv_test {
 namespace {
 
 using kernels::kda::ShortConvShape;
@@ -145,4 +145,4 @@ TEST(KdaShortConv, WeightGradientIsIndependentOfThreadCount) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::kda_short_conv_test

@@ -3,7 +3,7 @@
 #include "common/test_util.h"
 #include "k3/kernels/reference.h"
 
-namespace k3 {
+namespace k3::rmsnorm_test {
 namespace {
 
 using testing::cast_vec;
@@ -108,4 +108,4 @@ TEST(RmsNorm, DweightIsIndependentOfThreadCount) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::rmsnorm_test

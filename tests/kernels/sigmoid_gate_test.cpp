@@ -5,7 +5,7 @@
 #include "k3/kernels/elementwise.h"
 #include "k3/kernels/reference.h"
 
-namespace k3 {
+namespace k3::sigmoid_gate_test {
 namespace {
 
 using testing::cast_vec;
@@ -85,4 +85,4 @@ TEST(SigmoidGate, FastBackwardMatchesReference) {
 }
 
 }  // namespace
-}  // namespace k3
+}  // namespace k3::sigmoid_gate_test

@@ -124,10 +124,13 @@ TEST(ActivationPolicies, RecomputeAndOffloadMatchKeepBitForBit) {
     for (const auto& [name, setup] : setups) {
       const Outcome got = run(c, setup, 2);
       expect_bit_identical(got, keep, std::string(model) + ", " + name);
-      if (setup.fallback != Policy::Keep) EXPECT_GT(held_bytes(got, setup.fallback), 0u) << name;
+      if (setup.fallback != Policy::Keep) {
+        EXPECT_GT(held_bytes(got, setup.fallback), 0u) << name;
+      }
       // With 8 layers, holding one or two layers' tensors at a time is less than all of them.
-      if (setup.fallback != Policy::Keep && c.num_hidden_layers == 8)
+      if (setup.fallback != Policy::Keep && c.num_hidden_layers == 8) {
         EXPECT_LT(peak(got), peak(keep)) << name;
+      }
     }
   }
 }
@@ -241,8 +244,12 @@ TEST(ActivationPolicies, BudgetsAreMetAndTooSmallOnesRefused) {
                 0.05 * static_cast<double>(measured))
         << f;
     expect_bit_identical(got, keep, "budget fraction " + std::to_string(f));
-    if (f == 1.0) EXPECT_EQ(plan.segments_recomputed + plan.segments_offloaded, 0);
-    if (f == 0.0) EXPECT_GT(plan.segments_recomputed + plan.segments_offloaded, 0);
+    if (f == 1.0) {
+      EXPECT_EQ(plan.segments_recomputed + plan.segments_offloaded, 0);
+    }
+    if (f == 0.0) {
+      EXPECT_GT(plan.segments_recomputed + plan.segments_offloaded, 0);
+    }
   }
   const std::string message = testing::error_of(
       [&] { activation::plan_budget(profile.profile, {}, costs, least - 1); });

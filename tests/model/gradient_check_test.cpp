@@ -30,7 +30,7 @@
 #include "k3/model/layers/latent_moe.h"
 #include "k3/model/model.h"
 
-namespace k3::model {
+namespace k3::model::gradient_check_test {
 namespace {
 
 constexpr double kLossChange = 2e-3;  // the loss change a step aims for
@@ -324,4 +324,4 @@ TEST(GradientCheck, K2NanoEveryGroup) {
 }
 
 }  // namespace
-}  // namespace k3::model
+}  // namespace k3::model::gradient_check_test

@@ -11,7 +11,7 @@
 #include "k3/base/error.h"
 #include "k3/model/layers/kda.h"
 
-namespace k3::model {
+namespace k3::model::kda_layer_test {
 namespace {
 
 using testing::random_vec;
@@ -311,4 +311,4 @@ TEST(KdaLayer, BackwardIsDeterministic) {
 }
 
 }  // namespace
-}  // namespace k3::model
+}  // namespace k3::model::kda_layer_test

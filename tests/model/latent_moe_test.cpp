@@ -10,7 +10,7 @@
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
 
-namespace k3::model {
+namespace k3::model::latent_moe_test {
 namespace {
 
 using testing::random_vec;
@@ -485,4 +485,4 @@ TEST(LatentMoE, TrainingForwardFeedsTheBiasBalancer) {
 }
 
 }  // namespace
-}  // namespace k3::model
+}  // namespace k3::model::latent_moe_test

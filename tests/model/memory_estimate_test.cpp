@@ -8,7 +8,7 @@
 
 #include "common/test_util.h"
 
-namespace k3::model {
+namespace k3::model::memory_estimate_test {
 namespace {
 
 ModelConfig config(const std::string& name) {
@@ -74,4 +74,4 @@ TEST(MemoryEstimate, ParametersAndGradientsAreTheFlatBuffers) {
 }
 
 }  // namespace
-}  // namespace k3::model
+}  // namespace k3::model::memory_estimate_test

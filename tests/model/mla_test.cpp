@@ -13,7 +13,7 @@
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
 
-namespace k3::model {
+namespace k3::model::mla_test {
 namespace {
 
 const std::string kPrefix = "model.layers.0.self_attn";
@@ -338,4 +338,4 @@ TEST(GatedMLA, CacheHoldsOnlyTheLatentAndSharedKey) {
 }
 
 }  // namespace
-}  // namespace k3::model
+}  // namespace k3::model::mla_test

@@ -14,7 +14,7 @@
 #include "k3/base/fs.h"
 #include "k3/base/philox.h"
 
-namespace k3::model {
+namespace k3::model::model_test {
 namespace {
 
 std::string root() { return testing::source_dir(); }
@@ -246,4 +246,4 @@ TEST(K3Nano, Bf16BatchedDecodingMatchesTheBf16Forward) {
 }
 
 }  // namespace
-}  // namespace k3::model
+}  // namespace k3::model::model_test

@@ -10,7 +10,7 @@
 #include "common/test_util.h"
 #include "k3/model/model.h"
 
-namespace k3::model {
+namespace k3::model::stage_test {
 namespace {
 
 ModelConfig config(const std::string& name) {
@@ -172,4 +172,4 @@ TEST(Stages, RefusesStagesThatDoNotFit) {
 }
 
 }  // namespace
-}  // namespace k3::model
+}  // namespace k3::model::stage_test

@@ -27,7 +27,7 @@
 #include "k3/model/layers/vocab_parallel.h"
 #include "k3/model/model.h"
 
-namespace k3::model {
+namespace k3::model::tensor_parallel_mpi_test {
 namespace {
 
 using k3::testing::max_rel_error;
@@ -252,4 +252,4 @@ INSTANTIATE_TEST_SUITE_P(Mpi, TensorParallelLayers, ::testing::Bool(),
                          });
 
 }  // namespace
-}  // namespace k3::model
+}  // namespace k3::model::tensor_parallel_mpi_test

@@ -26,7 +26,7 @@
 #include "k3/dist/grid.h"
 #include "k3/model/model.h"
 
-namespace k3::model {
+namespace k3::model::tp_model_mpi_test {
 namespace {
 
 using k3::testing::max_rel_error;
@@ -164,4 +164,4 @@ INSTANTIATE_TEST_SUITE_P(Mpi, TensorParallelModel,
                          });
 
 }  // namespace
-}  // namespace k3::model
+}  // namespace k3::model::tp_model_mpi_test

@@ -5,7 +5,7 @@
 #include "common/test_util.h"
 #include "k3/base/error.h"
 
-namespace k3::optim {
+namespace k3::optim::optimizer_test {
 namespace {
 
 using testing::random_vec;
@@ -150,4 +150,4 @@ TEST(AdamW, DecaysMatricesButNotVectorsOrTheEmbedding) {
 }
 
 }  // namespace
-}  // namespace k3::optim
+}  // namespace k3::optim::optimizer_test

@@ -19,7 +19,7 @@
 #include "common/tp_util.h"
 #include "parallel/trainee.h"
 
-namespace k3::parallel {
+namespace k3::parallel::context_parallel_test {
 namespace {
 
 using testing::GlobalBatch;
@@ -99,4 +99,4 @@ INSTANTIATE_TEST_SUITE_P(ContextParallel, ContextParallelMatchesOneProcess,
                          ::testing::ValuesIn(layouts()), name);
 
 }  // namespace
-}  // namespace k3::parallel
+}  // namespace k3::parallel::context_parallel_test

@@ -21,7 +21,7 @@
 #include "common/tp_util.h"
 #include "parallel/trainee.h"
 
-namespace k3::parallel {
+namespace k3::parallel::data_parallel_test {
 namespace {
 
 using model::Model;
@@ -163,4 +163,4 @@ INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelMatchesOneProcess,
                          name);
 
 }  // namespace
-}  // namespace k3::parallel
+}  // namespace k3::parallel::data_parallel_test

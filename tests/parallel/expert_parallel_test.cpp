@@ -26,7 +26,7 @@
 #include "common/tp_util.h"
 #include "parallel/trainee.h"
 
-namespace k3::parallel {
+namespace k3::parallel::expert_parallel_test {
 namespace {
 
 using k3::testing::max_rel_error;
@@ -69,7 +69,7 @@ std::string name(const ::testing::TestParamInfo<Layout>& p) {
   if (l.dp > 1) s += "_dp" + std::to_string(l.dp);
   if (l.tp > 1) s += "_tp" + std::to_string(l.tp);
   s += l.moonep ? "_moonep" + std::to_string(l.slots) : "_alltoall";
-  s += "_" + std::string(routing_name(l.routing)) + "_" + l.setup.optimizer + "_zero" +
+  s += std::string("_") + routing_name(l.routing) + "_" + l.setup.optimizer + "_zero" +
        std::to_string(l.setup.zero);
   return std::string(l.config) == "k3-nano.json" ? s : s + "_k" + l.config[1];
 }
@@ -241,4 +241,4 @@ INSTANTIATE_TEST_SUITE_P(ExpertParallel, ExpertParallelMatchesOneProcess,
                          ::testing::ValuesIn(layouts()), name);
 
 }  // namespace
-}  // namespace k3::parallel
+}  // namespace k3::parallel::expert_parallel_test

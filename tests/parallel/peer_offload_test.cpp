@@ -19,14 +19,14 @@ TEST(PeerOffloadMpi, MatchesKeepBitForBit) {
   const dist::Comm world = dist::Comm::world();
   if (world.size() % 2 != 0) GTEST_SKIP() << "pairs ranks: runs under mpirun -np 2 and 4";
   const model::ModelConfig c =
-      model::load_model_config(testing::source_dir() + "/configs/k3-nano.json");
+      model::load_model_config(k3::testing::source_dir() + "/configs/k3-nano.json");
   const int64_t B = 2, T = 32;
-  const auto tokens = testing::random_tokens(B * T, 259, 50 + world.rank());
-  const auto targets = testing::random_tokens(B * T, 259, 60 + world.rank());
+  const auto tokens = k3::testing::random_tokens(B * T, 259, 50 + world.rank());
+  const auto targets = k3::testing::random_tokens(B * T, 259, 60 + world.rank());
   auto grads = [&](bool offload) {
     model::Model m(c);
     m.initialize(5);
-    testing::perturb_attn_res(m);
+    k3::testing::perturb_attn_res(m);
     Arena arena(size_t{64} << 20, false);
     activation::ActivationManager acts;
     if (offload) {
@@ -39,7 +39,9 @@ TEST(PeerOffloadMpi, MatchesKeepBitForBit) {
       acts.reset_stats();
       loss += m.forward_backward(arena, acts, {tokens.data(), targets.data(), B, T}, 0.01f).sum;
     }
-    if (offload) EXPECT_GT(acts.stats().offloaded_peak, size_t{100} << 10);
+    if (offload) {
+      EXPECT_GT(acts.stats().offloaded_peak, size_t{100} << 10);
+    }
     const model::ParamRegistry& p = m.params();
     std::vector<float> g(p.grads(), p.grads() + p.flat_size());
     g.push_back(static_cast<float>(loss));
@@ -54,7 +56,7 @@ TEST(PeerOffloadMpi, MatchesKeepBitForBit) {
 TEST(PeerOffload, ARunOfOneRankOrAnOddNumberIsRefused) {
   const dist::Comm world = dist::Comm::world();
   if (world.size() % 2 == 0) GTEST_SKIP() << "an odd world";
-  const std::string e = testing::error_of([&] { PeerOffload(world, 4096); });
+  const std::string e = k3::testing::error_of([&] { PeerOffload(world, 4096); });
   EXPECT_NE(e.find("activation.offload_to"), std::string::npos) << e;
 }
 

@@ -19,7 +19,7 @@
 #include "k3/model/context/zigzag.h"
 #include "parallel/trainee.h"
 
-namespace k3::parallel {
+namespace k3::parallel::pipeline_parallel_test {
 namespace {
 
 using pipeline::ScheduleKind;
@@ -47,7 +47,7 @@ std::string name(const ::testing::TestParamInfo<Layout>& p) {
   if (l.ep > 1) s += "_ep" + std::to_string(l.ep);
   if (l.cp > 1) s += "_cp" + std::to_string(l.cp);
   s += std::string("_") + pipeline::schedule_kind_name(l.schedule);
-  for (int64_t n : l.layers) s += "_" + std::to_string(n);
+  for (int64_t n : l.layers) s += '_' + std::to_string(n);
   return s + "_" + l.setup.optimizer + "_zero" + std::to_string(l.setup.zero);
 }
 
@@ -233,4 +233,4 @@ TEST(PipelineParallelVision, FillersMatchOneProcess) {
 }
 
 }  // namespace
-}  // namespace k3::parallel
+}  // namespace k3::parallel::pipeline_parallel_test

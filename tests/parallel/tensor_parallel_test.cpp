@@ -29,7 +29,7 @@
 #include "k3/parallel/tensor/traffic.h"
 #include "parallel/trainee.h"
 
-namespace k3::parallel {
+namespace k3::parallel::tensor_parallel_test {
 namespace {
 
 using k3::testing::max_rel_error;
@@ -154,4 +154,4 @@ INSTANTIATE_TEST_SUITE_P(TensorParallel, TensorParallelMatchesOneProcess,
                          ::testing::ValuesIn(layouts()), name);
 
 }  // namespace
-}  // namespace k3::parallel
+}  // namespace k3::parallel::tensor_parallel_test

@@ -20,7 +20,7 @@
 #include "k3/parallel/zero/sharded_optimizer.h"
 #include "parallel/zero_fixture.h"
 
-namespace k3::parallel {
+namespace k3::parallel::tp_optimizer_test {
 namespace {
 
 using testing::kGradScale;
@@ -364,4 +364,4 @@ TEST(TensorParallelOptimizer, RefusesShardsItCannotPutTogether) {
 }
 
 }  // namespace
-}  // namespace k3::parallel
+}  // namespace k3::parallel::tp_optimizer_test

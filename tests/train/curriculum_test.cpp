@@ -7,7 +7,7 @@
 #include "k3/base/error.h"
 #include "k3/train/config/run_config.h"
 
-namespace k3::train {
+namespace k3::train::curriculum_test {
 namespace {
 
 // 8 sequences of 512 tokens a micro-batch, 100 steps; phases at 512, 1K and 4K tokens.
@@ -119,4 +119,4 @@ TEST(Curriculum, BadPhasesAreRefusedNamingThePhase) {
 }
 
 }  // namespace
-}  // namespace k3::train
+}  // namespace k3::train::curriculum_test

@@ -1,12 +1,14 @@
 // `k3lab bench decode --model CONFIG | --checkpoint DIR [--batch 1,8] [--prompt N] [--tokens N]`:
 // prompt processing (prefill) and per-token decoding speed, measured apart, for each batch size:
 // B prompts of random tokens are prefilled one by one, then decoded together greedily.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "k3/apps/commands.h"
+#include "k3/apps/forward_layout.h"
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
 #include "k3/base/threads.h"

@@ -1,23 +1,14 @@
 // Each subcommand lives in its own file and registers itself on the CLI11 app.
 #pragma once
 
-#include <CLI/CLI.hpp>
-#include <cstdint>
-
-#include "k3/dist/grid.h"
-#include "k3/model/model.h"
+// Declarations only: each subcommand's file includes <CLI/CLI.hpp> and the k3 headers it uses
+// itself (once this header pulled CLI11, the model and the process grid into every one of them);
+// the options shared by the forward-only commands are in forward_layout.h.
+namespace CLI {
+class App;
+}
 
 namespace k3::apps {
-
-// The layout of a command that only runs the model forward (eval, sample) under a launcher:
-// --tp ranks split the model (0: every rank of the job), and the job's other ranks form dp copies
-// of it. Refuses a --tp that does not divide the job, in one line.
-void add_tp_option(CLI::App* cmd, int64_t& tp);
-dist::ParallelDims forward_dims(int64_t tp, int world_size);
-// The --precision option of the same commands: the matrix products' precision, fp32 or bf16
-// (empty: the checkpoint's train.precision, fp32 for a bare model), applied to MODEL.
-void add_precision_option(CLI::App* cmd, std::string& precision);
-void apply_precision(model::Model& model, const std::string& precision);
 
 void add_selfcheck(CLI::App& app);
 void add_train(CLI::App& app);

@@ -1,5 +1,6 @@
 // `k3lab config reference`: the run-configuration reference page (docs/run-config.md), written from
 // the field table the parser itself uses, so the page cannot fall behind the code.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 

@@ -3,6 +3,7 @@
 // data.source = "shards" (docs/data.md). `k3lab data longctx` lives in data_longctx.cpp.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 

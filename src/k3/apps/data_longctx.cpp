@@ -2,6 +2,7 @@
 // [--tokenizer SPEC]`:
 // long-context task documents (data/longctx/task.h) made from the base shards' documents and
 // written as a shard directory with its tasks.jsonl (data/longctx/task_store.h).
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 

@@ -2,12 +2,14 @@
 // perplexity of a checkpoint, on its run's data or on the validation share of another text
 // (a file or directory, as data.source reads it: out-of-distribution scoring in sweeps);
 // `k3lab eval longctx ...` (eval_longctx.cpp): its accuracy on long-context tasks.
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "k3/apps/commands.h"
+#include "k3/apps/forward_layout.h"
 #include "k3/base/error.h"
 #include "k3/train/eval/evaluate.h"
 

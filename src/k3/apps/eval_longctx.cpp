@@ -2,6 +2,7 @@
 // checkpoint's accuracy on long-context tasks (train/eval/longctx_eval.h) by length and answer
 // depth, as a table and a heatmap; beside it, the oracle's accuracy on the same documents, which
 // reads their text without a model and must answer every task.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "k3/apps/commands.h"

@@ -2,6 +2,7 @@
 // parameters and model configuration as a Hugging Face-style model folder (docs/export.md).
 #include "k3/train/checkpoint/export.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "k3/apps/commands.h"

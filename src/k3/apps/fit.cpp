@@ -3,6 +3,7 @@
 // file and prints the parameters, bootstrap intervals and compute-optimal splits (docs/scaling.md).
 #include "k3/scaling/fit.h"
 
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>

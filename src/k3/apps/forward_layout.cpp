@@ -1,7 +1,12 @@
 // The --tp and --precision options of the commands that only run the model forward.
-#include "k3/apps/commands.h"
+#include "k3/apps/forward_layout.h"
+
+#include <CLI/CLI.hpp>
+
 #include "k3/base/error.h"
+#include "k3/dist/grid.h"
 #include "k3/kernels/gemm.h"
+#include "k3/model/model.h"
 
 namespace k3::apps {
 

@@ -1,6 +1,7 @@
 // k3lab: train and inspect Kimi-K3-style models.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>

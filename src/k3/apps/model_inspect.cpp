@@ -1,6 +1,7 @@
 // `k3lab model inspect CONFIG [--tensors] [--batch-size B --seq-len T]`: parameters per component,
 // total and active, the memory training takes, and the full tensor list, without allocating any
 // tensor.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "k3/apps/commands.h"

@@ -1,6 +1,7 @@
 // `k3lab op NAME --inputs IN.safetensors --out OUT.safetensors [--grads DOUT.safetensors]`: one
 // KDA kernel on named fp32 tensors, forward and (given output gradients) backward, for checking
 // k3lab against other implementations. Names, shapes and scalars: docs/op.md.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <optional>

@@ -2,6 +2,7 @@
 //   [--kind interleaved|1f1b|gpipe|zb] [--fillers | --fillers-before] [--comm] [--plot FILE.svg]`:
 // the nodes each pipeline rank runs in one step, the planned timeline with unit costs, its bubble
 // against Megatron-Core's (p - 1) / (v·m), and a drawing of it.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "k3/apps/commands.h"

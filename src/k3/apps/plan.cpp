@@ -5,6 +5,7 @@
 // prints one object.
 #include "k3/planner/plan.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <map>

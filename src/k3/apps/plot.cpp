@@ -1,5 +1,6 @@
 // `k3lab plot RUN_DIR`: redraws RUN_DIR/loss.svg from metrics.jsonl, at any time (while the run
 // trains, after it stopped, or after it crashed).
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "k3/apps/commands.h"

@@ -5,6 +5,7 @@
 // the steps) and, per --layer, RUN_DIR/expert_load_layer<N>.svg (each expert's load / mean load
 // over the steps), and under expert parallelism prints each ep rank's rows before and after
 // MoonEP's balancing.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <utility>

@@ -1,7 +1,9 @@
 // `k3lab sample --checkpoint PATH --prompt TEXT`: generate text with a KV cache.
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "k3/apps/commands.h"
+#include "k3/apps/forward_layout.h"
 #include "k3/base/log.h"
 #include "k3/train/eval/evaluate.h"
 

@@ -4,6 +4,7 @@
 // `k3lab schedule pipeline ...` shows a pipeline schedule instead (pipeline_schedule.cpp).
 #include "k3/optim/schedule.h"
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 

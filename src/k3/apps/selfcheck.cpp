@@ -2,6 +2,7 @@
 #include "k3/apps/commands.h"
 #include "k3/kernels/selfcheck.h"
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 
 #include "k3/base/error.h"

@@ -3,6 +3,7 @@
 // arm and the compute multiplier between arms: OUT/NAME.csv, OUT/NAME.<loss>.txt, .json and .svg.
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 

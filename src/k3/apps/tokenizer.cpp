@@ -1,5 +1,6 @@
 // `k3lab tokenizer train|encode|decode`: train a byte-level BPE tokenizer directory, and encode
 // stdin to ids or decode ids back to bytes with any tokenizer (docs/data.md, Tokenizer).
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
 #include <string>

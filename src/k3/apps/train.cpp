@@ -1,5 +1,6 @@
 // `k3lab train --config run.toml [--set key=value ...]` starts a run;
 // `k3lab train --resume [RUN_DIR] [--set key=value ...] [--allow-change KEY ...]` continues one.
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <csignal>
 #include <cstdio>

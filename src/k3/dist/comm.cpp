@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <atomic>
 #include <climits>
 #include <cstring>
 #include <numeric>
@@ -140,7 +141,14 @@ Comm::Comm(std::string name, std::shared_ptr<Handle> h)
   MPI_Comm_size(handle_->comm, &size_);
 }
 
+namespace {
+std::atomic<int64_t> g_world_requests{0};
+}  // namespace
+
+int64_t Comm::world_requests() { return g_world_requests.load(std::memory_order_relaxed); }
+
 Comm Comm::world() {
+  g_world_requests.fetch_add(1, std::memory_order_relaxed);
   if (Runtime::world_size() == 1) {
     Comm c;
     c.name_ = "world";

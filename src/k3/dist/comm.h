@@ -86,6 +86,10 @@ class Comm {
  public:
   Comm();  // the group of this process alone ("self")
   static Comm world();  // every rank of the job (a group of one without a launcher)
+  // How many times world() was called in this process, by any thread. The MPI layers' test
+  // binaries tell by it a test that asked for the world from one that did not
+  // (tests/common/mpi_main.cpp).
+  static int64_t world_requests();
 
   // The groups of ranks with equal color, ordered by key; collective over this group.
   Comm split(const std::string& name, int color, int key) const;

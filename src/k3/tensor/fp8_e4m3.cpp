@@ -69,22 +69,30 @@ float block_scale(float amax) { return amax > 0 ? amax / kFp8Max : 1.f; }
 
 #if defined(__AVX512F__)
 constexpr int64_t kLanes = 16;
+// Every lane. GCC 12's unmasked AVX-512 intrinsics merge into _mm512_undefined_*(), a variable
+// initialized with itself, which -Wmaybe-uninitialized reports once the intrinsic sits in a loop
+// (GCC bug 105593, fixed in GCC 13). Their zero-masking forms under this mask are the same
+// instructions with a defined (zero) merge source, so the code below uses those.
+constexpr __mmask16 kAll = 0xFFFF;
 
 __m512i splat(int32_t v) { return _mm512_set1_epi32(v); }
 
 // float_to_e4m3 on 16 lanes: the same integer steps, each case blended in by its mask.
 __m128i e4m3_codes(__m512 f) {
   const __m512i x = _mm512_castps_si512(f), a = _mm512_and_si512(x, splat(0x7fffffff));
-  const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(x, 24), splat(0x80));
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(a, 20), splat(1));
-  const __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(a, splat(0x7ffff)), odd), 20);
-  __m512i code = _mm512_min_epu32(_mm512_sub_epi32(r, splat((127 - 7) << 3)), splat(0x7E));
+  const __m512i sign = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, x, 24), splat(0x80));
+  const __m512i odd = _mm512_and_si512(_mm512_maskz_srli_epi32(kAll, a, 20), splat(1));
+  const __m512i r =
+      _mm512_maskz_srli_epi32(kAll, _mm512_add_epi32(_mm512_add_epi32(a, splat(0x7ffff)), odd), 20);
+  __m512i code =
+      _mm512_maskz_min_epu32(kAll, _mm512_sub_epi32(r, splat((127 - 7) << 3)), splat(0x7E));
   // below 2^-6: the subnormals, |f| · 512 rounded to nearest even (the default rounding mode)
-  const __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(512.f)));
+  const __m512i q =
+      _mm512_maskz_cvtps_epi32(kAll, _mm512_mul_ps(_mm512_castsi512_ps(a), _mm512_set1_ps(512.f)));
   code = _mm512_mask_blend_epi32(_mm512_cmplt_epu32_mask(a, splat(0x3c800000)), code, q);
   code = _mm512_mask_blend_epi32(_mm512_cmpge_epu32_mask(a, splat(0x43e00000)), code, splat(0x7E));
   code = _mm512_mask_blend_epi32(_mm512_cmpgt_epu32_mask(a, splat(0x7f800000)), code, splat(0x7F));
-  return _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign));
+  return _mm512_maskz_cvtepi32_epi8(kAll, _mm512_or_si512(code, sign));
 }
 #endif
 
@@ -94,8 +102,10 @@ void encode_block(const float* x, int64_t len, float* scale, uint8_t* codes) {
 #if defined(__AVX512F__)
   __m512 vmax = _mm512_setzero_ps();
   for (; i + kLanes <= len; i += kLanes)  // a NaN lane keeps the running maximum, as fmax
-    vmax = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + i)), vmax);
-  amax = _mm512_reduce_max_ps(vmax);
+    vmax = _mm512_maskz_max_ps(kAll, _mm512_abs_ps(_mm512_loadu_ps(x + i)), vmax);
+  alignas(64) float lanes[kLanes];  // _mm512_reduce_max_ps would merge into undefined halves
+  _mm512_store_ps(lanes, vmax);
+  for (const float l : lanes) amax = l > amax ? l : amax;  // no lane is NaN
 #endif
   for (int64_t j = i; j < len; ++j) amax = std::fmax(amax, std::fabs(x[j]));
   *scale = block_scale(amax);
@@ -116,9 +126,10 @@ void decode_block(const uint8_t* codes, int64_t len, float scale, float* x) {
 #if defined(__AVX512F__)
   const __m512 vscale = _mm512_set1_ps(scale);
   for (; i + kLanes <= len; i += kLanes) {
-    const __m512i idx =
-        _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
-    _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_i32gather_ps(idx, values, 4), vscale));
+    const __m512i idx = _mm512_maskz_cvtepu8_epi32(
+        kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + i)));
+    const __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), kAll, idx, values, 4);
+    _mm512_storeu_ps(x + i, _mm512_mul_ps(v, vscale));
   }
 #endif
   for (; i < len; ++i) x[i] = values[codes[i]] * scale;
