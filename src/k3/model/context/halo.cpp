@@ -12,7 +12,7 @@ constexpr int kHaloTag = 71;
 
 // Receives from `from` (none: zeros) while sending to `to` (none: nothing).
 void shift(const dist::Comm& cp, const float* mine, float* received, int64_t n, int to, int from) {
-  ProfileScope time("kda/conv halos");
+  ProfileScope time("conv halos");
   dist::Request recv, send;
   if (from >= 0 && from < cp.size())
     recv = cp.recv_async(received, n, from, kHaloTag);

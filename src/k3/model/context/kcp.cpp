@@ -205,7 +205,7 @@ void kcp_forward(Arena& scratch, const dist::Comm& cp, const KcpLayout& layout,
                    saved.pairs + (cp.rank() * slots + j) * per, spans[j].docs.fresh());
   }
   {
-    ProfileScope time("kda/kcp all-gathers");
+    ProfileScope time("kcp all-gathers");
     cp.all_gather(saved.pairs, std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * per));
   }
   float* o = scratch_floats(scratch, s.B * s.T * s.H * s.V);
@@ -257,7 +257,7 @@ void kcp_backward(Arena& scratch, const dist::Comm& cp, const KcpLayout& layout,
     put_slot_rows(grads.dbeta, s.B, s.T, slots, s.H, j, dbeta, false);
   }
   {
-    ProfileScope time("kda/kcp all-gathers");
+    ProfileScope time("kcp all-gathers");
     cp.all_gather(dstates, std::vector<int64_t>(static_cast<size_t>(cp.size()), slots * state));
   }
 

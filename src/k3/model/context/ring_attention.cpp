@@ -141,7 +141,7 @@ struct RingStep {
     send = cp.send_async(mine, n, (r + 1) % P, tag);
   }
   void wait() {
-    ProfileScope time("mla/ring waits");
+    ProfileScope time("ring waits");
     recv.wait();
     send.wait();
   }
