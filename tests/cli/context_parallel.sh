@@ -52,3 +52,13 @@ line=$(first_error_line "${MPI[@]}" -np 2 "$K3LAB" train "${NANO[@]}" --set data
 grep -Eq "data.documents.*one sequence per rank's micro-batch: train.batch_size / \(dp·ep\) = 4" <<< "$line" ||
   fail "documents under cp with 4 rows: $line"
 echo "ok: $line"
+
+# The plain gated attention (dense-tiny's every layer) takes neither packed documents nor a split
+# sequence: each is refused in one line naming the setting and the first such layer.
+expect_error "data.documents.*layer 1 of this model is gated attention" \
+  "$K3LAB" train "${TINY[@]}" --set data.documents=1 --set run.dir="$WORK/gated_docs"
+line=$(first_error_line "${MPI[@]}" -np 2 "$K3LAB" train "${TINY[@]}" --set parallel.cp=2 \
+  --set run.dir="$WORK/gated_cp2")
+grep -Eq "parallel.cp.*layer 1 of this model is the plain gated attention" <<< "$line" ||
+  fail "cp2 of gated attention: $line"
+echo "ok: $line"

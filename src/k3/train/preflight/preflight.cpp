@@ -145,15 +145,23 @@ void check_pipeline(const RunConfig& config, const model::ModelConfig& mc) {
                "; 0: off); or set it to 0 for the end-of-run sample alone");
 }
 
+// The first layer (0-based) whose mixer is the plain gated attention, which takes neither packed
+// documents nor a sequence split over ranks; -1 if none.
+static int64_t first_gated_attention_layer(const model::ModelConfig& mc) {
+  for (int64_t l = 0; l < mc.num_hidden_layers; ++l)
+    if (model::mixer_kind(mc, l) == model::MixerKind::GatedAttention) return l;
+  return -1;
+}
+
 // data.documents: every sequence mixer must take packed documents (KDA and gated MLA do), and
 // under context parallelism a rank's micro-batch must be one sequence.
 void check_documents(const RunConfig& config, const model::ModelConfig& mc) {
   if (!config.data.documents) return;
   const ErrorContext ctx{"", "data.documents", -1};
-  for (int64_t l = 0; l < mc.num_hidden_layers; ++l)
-    K3_CHECK_CTX(model::mixer_kind(mc, l) != model::MixerKind::GatedAttention, ctx,
-                 "packed documents are taken by KDA and gated MLA layers only; layer ", l + 1,
-                 " of this model is gated attention");
+  const int64_t gated = first_gated_attention_layer(mc);
+  K3_CHECK_CTX(gated < 0, ctx,
+               "packed documents are taken by KDA and gated MLA layers only; layer ", gated + 1,
+               " of this model is gated attention");
   const ParallelSection& p = config.parallel;
   const int64_t rows = config.train.batch_size / (p.dp * p.ep);
   K3_CHECK_CTX(p.cp == 1 || rows == 1, ctx,
@@ -166,12 +174,11 @@ void check_documents(const RunConfig& config, const model::ModelConfig& mc) {
 // no context-parallel algorithm.
 void check_context(const RunConfig& config, const model::ModelConfig& mc) {
   if (config.parallel.cp == 1) return;
-  for (int64_t l = 0; l < mc.num_hidden_layers; ++l)
-    K3_CHECK_CTX(model::mixer_kind(mc, l) != model::MixerKind::GatedAttention,
-                 (ErrorContext{"", "parallel.cp", -1}),
-                 "context parallelism runs KDA (KCP) and gated MLA (ring attention) layers only; "
-                 "layer ",
-                 l + 1, " of this model is the plain gated attention");
+  const int64_t gated = first_gated_attention_layer(mc);
+  K3_CHECK_CTX(gated < 0, (ErrorContext{"", "parallel.cp", -1}),
+               "context parallelism runs KDA (KCP) and gated MLA (ring attention) layers only; "
+               "layer ",
+               gated + 1, " of this model is the plain gated attention");
 }
 
 PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc) {
