@@ -168,11 +168,10 @@ class NamespacesSandbox : public AgentSandbox {
     if (image_.host_system) add_host_system(args_, &mount_points_);
     // bubblewrap's /dev is a tmpfs of no size limit: read-only, but for /dev/shm, which is on the
     // writable layer's tmpfs.
-    args_.insert(
-        args_.end(),
-        {"--proc",        "/proc",      "--dev",   "/dev", "--bind", run_ + "/shm", "/dev/shm",
-         "--remount-ro",  "/dev",       "--perms", "1777", "--dir",  "/tmp",        "--ro-bind",
-         run_ + "/agent", kAgentInside, "--chdir", "/",    "--",     kAgentInside,  "--stdio"});
+    args_.insert(args_.end(), {"--proc", "/proc", "--dev", "/dev"});
+    args_.insert(args_.end(), {"--bind", run_ + "/shm", "/dev/shm", "--remount-ro", "/dev"});
+    args_.insert(args_.end(), {"--perms", "1777", "--dir", "/tmp", "--ro-bind", run_ + "/agent",
+                               kAgentInside, "--chdir", "/", "--", kAgentInside, "--stdio"});
     if (filter_fd >= 0) args_.insert(args_.end(), {"--filter-fd", std::to_string(kFilterFdInside)});
     mount_points_.insert(mount_points_.end(), {"/proc", "/dev", kAgentInside});
     SetupPlan plan;
