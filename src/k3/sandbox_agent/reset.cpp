@@ -96,19 +96,14 @@ Tree kept_tree() {
   return t;
 }
 
-// Gives PATH its remembered permission bits and extended attributes back (what its owner, the
-// sandbox user, may change on an entry that is otherwise as it was).
+// Gives PATH its remembered permission bits back and removes the extended attributes it did not
+// have (what its owner, the sandbox user, may change on an entry that is otherwise as it was; the
+// entries kept start with none of the user's).
 void restore_entry(const std::string& path, const Entry& was) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return;
-  const Entry now = read_entry(path, st);
-  for (const auto& [name, value] : now.xattrs)
+  for (const auto& [name, value] : read_xattrs(path))
     if (!was.xattrs.count(name)) lremovexattr(path.c_str(), name.c_str());
-  for (const auto& [name, value] : was.xattrs) {
-    const auto it = now.xattrs.find(name);
-    if (it == now.xattrs.end() || it->second != value)
-      lsetxattr(path.c_str(), name.c_str(), value.data(), value.size(), 0);
-  }
   if (!S_ISLNK(st.st_mode) && (st.st_mode & 07777) != (was.mode & 07777))
     chmod(path.c_str(), was.mode & 07777);
 }
