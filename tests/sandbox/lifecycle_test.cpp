@@ -45,6 +45,48 @@ TEST_F(SandboxTest, PutAndGetFiles) {
   EXPECT_THROW(s->put("relative/path", "x"), Error);
 }
 
+// A file larger than the agent could hold beside its own pages under the memory limit streams
+// out; one larger than a transfer may be is refused in one line, and the agent answers on.
+TEST_F(SandboxTest, GettingLargeFilesNeitherKillsTheAgentNorFailsUnclearly) {
+  Limits l;
+  l.disk_bytes = l.file_size_bytes = 320ull << 20;
+  auto s = make("host", l);
+  ASSERT_EQ(sh(*s, "head -c 200M /dev/zero | tr '\\0' k > /tmp/big; truncate -s 300M /tmp/sparse")
+                .exit_code,
+            0);
+  const std::string big = s->get("/tmp/big");
+  EXPECT_EQ(big.size(), 200u << 20);
+  EXPECT_EQ(big.find_first_not_of('k'), std::string::npos);
+  try {
+    s->get("/tmp/sparse");
+    ADD_FAILURE() << "a file past the transfer limit was sent";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "/tmp/sparse has 314572800 bytes, more than the 268431360 one transfer may hold");
+  }
+  EXPECT_EQ(sh(*s, "echo alive").stdout_data, "alive\n");
+}
+
+// Limits too small for the agent and a command are refused at creation, naming the minimum.
+TEST_F(SandboxTest, LimitsTooSmallForASandboxAreRefusedAtCreation) {
+  Limits l;
+  l.memory_bytes = 1 << 20;
+  try {
+    make("host", l);
+    ADD_FAILURE() << "a sandbox with 1 MiB of memory was made";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "a memory limit of 1 MiB is too small: a sandbox needs at least 16 MiB (each "
+              "command's address space is limited to it)");
+  }
+  l.memory_bytes = kMinMemoryBytes;
+  l.processes = kMinProcesses - 1;
+  EXPECT_THROW(make("host", l), Error);
+  l.processes = kMinProcesses;
+  const ExecResult r = sh(*make("host", l), "python3 -c 'print(6*7)'");
+  EXPECT_EQ(r.stdout_data, "42\n") << "the minimum works: " << r.stderr_data;
+}
+
 TEST_F(SandboxTest, SnapshotIsAnImageAndTheBaseIsUnchanged) {
   auto s = make();
   s->put("/data/answer", "42");

@@ -269,6 +269,7 @@ std::string NamespacesBackend::unavailable_reason() const {
 
 std::unique_ptr<Sandbox> NamespacesBackend::create(const Image& image, const Limits& limits) {
   if (const std::string why = unavailable_reason(); !why.empty()) throw Error(why);
+  check_limits(limits);
   return std::make_unique<NamespacesSandbox>(store_, forker_, image, limits, bwrap_, agent_,
                                              filter_fd_, new_sandbox_id("ns-"));
 }

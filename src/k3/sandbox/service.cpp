@@ -309,7 +309,8 @@ void Service::routes() {
              Pool* pool = nullptr;
              auto s = start(image, kind, options_.limits, &pool);
              reply(res, 200, exec(*s, body));
-             if (pool) pool->release(std::move(s));  // reset or destroyed after the reply, not before
+             if (pool)
+               pool->release(std::move(s));  // reset or destroyed after the reply, not before
            }));
 }
 
