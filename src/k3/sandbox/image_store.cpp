@@ -42,7 +42,8 @@ std::string file_digest(const std::string& path) {
   Sha256 h;
   uint64_t zero_blocks = 0;
   const auto add_zero_blocks = [&] {
-    if (zero_blocks) h.update("\0" + std::to_string(zero_blocks) + " zero blocks\n");
+    if (zero_blocks)
+      h.update(std::string(1, '\0') + std::to_string(zero_blocks) + " zero blocks\n");
     zero_blocks = 0;
   };
   std::vector<char> buf(1 << 20);
