@@ -128,7 +128,8 @@ std::string put_file(const std::string& path, const std::string& bytes, unsigned
   return "";
 }
 
-std::string open_for_get(const std::string& path, size_t max, int& fd, uint64_t& size) {
+std::string open_for_get(const std::string& path, size_t max, int& fd, uint64_t& size,
+                         std::string& bytes) {
   if (auto why = check_path(path); !why.empty()) return why;
   fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return errno_text(path);
@@ -139,6 +140,12 @@ std::string open_for_get(const std::string& path, size_t max, int& fd, uint64_t&
   } else if (uint64_t(st.st_size) > max) {
     why = path + " has " + std::to_string(st.st_size) + " bytes, more than the " +
           std::to_string(max) + " one transfer may hold";
+  } else if (st.st_size == 0) {
+    // Empty, or a file whose size says nothing of its bytes (/proc's): read whole.
+    size_t total = 0;
+    why = read_all(fd, path, bytes, &total, max);
+    fd = -1;  // closed by read_all
+    return why;
   }
   if (!why.empty()) {
     close(fd);

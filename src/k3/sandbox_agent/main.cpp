@@ -73,7 +73,8 @@ Reply handle(const std::string& frame) {
     }
     case wire::Op::kGet: {
       Reply r;
-      r.error = agent::open_for_get(in.str(), wire::kMaxFrame - 4096, r.file, r.file_size);
+      r.error =
+          agent::open_for_get(in.str(), wire::kMaxFrame - 4096, r.file, r.file_size, r.payload);
       return r;
     }
     case wire::Op::kLayer: {
