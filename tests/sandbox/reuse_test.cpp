@@ -145,6 +145,23 @@ TEST_F(SandboxTest, ResetOfALayeredImageRemovesNewFilesAndRefusesChangedOnes) {
   }
 }
 
+// An extended attribute of an image's directory given another value (the overlay copies the
+// directory up, with the same names) cannot be undone by removing: no reset.
+TEST_F(SandboxTest, ResetRefusesAnImageDirectoryWhoseXattrValueChanged) {
+  const char* set_xattr =
+      "python3 -c \"import os, sys; os.makedirs('/data', exist_ok=True); "
+      "os.setxattr('/data', 'user.k3', sys.argv[1].encode())\" ";
+  auto base = make();
+  ASSERT_EQ(sh(*base, std::string(set_xattr) + "image").exit_code, 0);
+  const std::string image = base->snapshot("with-xattr");
+  auto same = make(image);
+  ASSERT_EQ(sh(*same, std::string(set_xattr) + "image").exit_code, 0);
+  EXPECT_TRUE(same->reset()) << "the same value: nothing to undo";
+  auto changed = make(image);
+  ASSERT_EQ(sh(*changed, std::string(set_xattr) + "mine").exit_code, 0);
+  EXPECT_FALSE(changed->reset());
+}
+
 // A command that timed out, or hit the pids or memory limit, leaves a sandbox that is destroyed
 // rather than reset; one whose command failed of its own (its rlimits) is reset.
 TEST_F(SandboxTest, SandboxesThatHitALimitOrATimeoutAreNotReset) {
