@@ -69,7 +69,8 @@ class Attack : public SandboxTest, public ::testing::WithParamInterface<bool> {
                        end - (start == std::string::npos ? 0 : start + 1));
   }
   // None of the markers an escape would print is in OUTPUT.
-  static void expect_none_of(const std::string& output, std::initializer_list<const char*> markers) {
+  static void expect_none_of(const std::string& output,
+                             std::initializer_list<const char*> markers) {
     for (const char* bad : markers)
       EXPECT_EQ(output.find(bad), std::string::npos) << bad << " in " << output;
   }
@@ -245,9 +246,13 @@ TEST_P(Attack, MemoryBomb) {
 
 TEST_P(Attack, DiskFillBomb) {
   auto s = make("host", small());
-  const ExecResult r =
-      sh(*s, "dd if=/dev/zero of=/tmp/fill bs=1M count=100 2>&1; stat -c %s /tmp/fill");
-  EXPECT_NE(r.stdout_data.find("No space left"), std::string::npos) << r.stdout_data;
+  // /dev/shm is on the writable layer's tmpfs: both fill the one disk limit. /dev is read-only.
+  const ExecResult r = sh(*s,
+                          "for d in /tmp /dev/shm; do dd if=/dev/zero of=$d/fill bs=1M count=100 "
+                          "2>&1 | grep -o 'No space left'; done; (echo x > /dev/fill) 2>&1;"
+                          "du -cb /tmp/fill /dev/shm/fill | tail -n 1 | cut -f 1");
+  EXPECT_EQ(r.stdout_data.rfind("No space left\nNo space left\n", 0), 0u) << r.stdout_data;
+  EXPECT_NE(r.stdout_data.find("Read-only file system"), std::string::npos) << r.stdout_data;
   const uint64_t size = std::stoull(last_line(r.stdout_data));
   EXPECT_LE(size, 16ull << 20);
   expect_usable(*s);
@@ -326,21 +331,33 @@ TEST_P(Attack, ReachingIntoTheAgent) {
   expect_usable(*s);
 }
 
-// What a user leaves in every directory it can write is gone for the next one; what a reset
-// cannot restore (the start's own entries changed) makes it refuse, so the sandbox is destroyed.
+// What a user leaves in every directory it can write is gone for the next one; the permissions
+// and extended attributes of the start's own directories are restored; what a reset cannot
+// restore (the start's own entries replaced) makes it refuse, so the sandbox is destroyed.
 TEST_P(Attack, LeavingSomethingForTheNextUser) {
   auto s = make();
   const ExecResult left = sh(*s,
-                             "for d in $(find / /dev -xdev -type d -writable 2>/dev/null); do "
-                             "echo x > $d/.left && echo $d; done");
+                             "for d in $(find / /dev /dev/shm -xdev -type d -writable 2>/dev/null);"
+                             "do echo x > $d/.left && echo $d; done");
   EXPECT_NE(left.stdout_data.find("/tmp\n"), std::string::npos) << left.stdout_data;
   EXPECT_NE(left.stdout_data.find("/dev/shm\n"), std::string::npos) << left.stdout_data;
   ASSERT_TRUE(s->reset());
-  EXPECT_EQ(sh(*s, "find / /dev -xdev -name .left 2>/dev/null").stdout_data, "");
+  EXPECT_EQ(sh(*s, "find / /dev /dev/shm -xdev -name .left 2>/dev/null").stdout_data, "");
+  const char* kept_dirs =
+      "stat -c '%n %a %u' / /tmp /dev/shm; python3 -c \"import os; "
+      "print([os.listxattr(p) for p in ('/', '/tmp', '/dev/shm')])\"";
+  const std::string fresh = sh(*SandboxTest::make(), kept_dirs).stdout_data;
   for (const char* change :
-       {"chmod 700 /tmp", "chmod 777 /dev/shm", "chmod 700 /", "ln -sfn /tmp /lib32",
-        "rmdir /tmp && mkdir -m 1777 /tmp",
-        "python3 -c \"import os; os.setxattr('/tmp', 'user.left', b'x')\""}) {
+       {"chmod 700 /tmp", "chmod 777 /dev/shm", "chmod 700 /",
+        "python3 -c \"import os; [os.setxattr(p, 'user.left', b'x') for p in ('/', '/tmp', "
+        "'/dev/shm')]\""}) {
+    auto t = make();
+    const ExecResult r = sh(*t, change);
+    ASSERT_EQ(r.exit_code, 0) << change << ": " << r.stderr_data;
+    EXPECT_TRUE(t->reset()) << change;
+    EXPECT_EQ(sh(*t, kept_dirs).stdout_data, fresh) << change;
+  }
+  for (const char* change : {"ln -sfn /tmp /lib32", "rmdir /tmp && mkdir -m 1777 /tmp"}) {
     auto t = make();
     const ExecResult r = sh(*t, change);
     ASSERT_EQ(r.exit_code, 0) << change << ": " << r.stderr_data;

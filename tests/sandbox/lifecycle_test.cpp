@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <sys/xattr.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -45,6 +46,50 @@ TEST_F(SandboxTest, PutAndGetFiles) {
   EXPECT_THROW(s->put("relative/path", "x"), Error);
 }
 
+// A file larger than the agent could hold beside its own pages under the memory limit streams
+// out; one larger than a transfer may be is refused in one line, and the agent answers on.
+TEST_F(SandboxTest, GettingLargeFilesNeitherKillsTheAgentNorFailsUnclearly) {
+  Limits l;
+  l.disk_bytes = l.file_size_bytes = 320ull << 20;
+  auto s = make("host", l);
+  ASSERT_EQ(sh(*s, "head -c 200M /dev/zero | tr '\\0' k > /tmp/big; truncate -s 300M /tmp/sparse")
+                .exit_code,
+            0);
+  const std::string big = s->get("/tmp/big");
+  EXPECT_EQ(big.size(), 200u << 20);
+  EXPECT_EQ(big.find_first_not_of('k'), std::string::npos);
+  try {
+    s->get("/tmp/sparse");
+    ADD_FAILURE() << "a file past the transfer limit was sent";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "/tmp/sparse has 314572800 bytes, more than the 268431360 one transfer may hold");
+  }
+  // A file whose size says nothing of its bytes comes whole.
+  EXPECT_EQ(s->get("/proc/self/status").rfind("Name:", 0), 0u);
+  EXPECT_EQ(sh(*s, "echo alive").stdout_data, "alive\n");
+}
+
+// Limits too small for the agent and a command are refused at creation, naming the minimum.
+TEST_F(SandboxTest, LimitsTooSmallForASandboxAreRefusedAtCreation) {
+  Limits l;
+  l.memory_bytes = 1 << 20;
+  try {
+    make("host", l);
+    ADD_FAILURE() << "a sandbox with 1 MiB of memory was made";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "a memory limit of 1 MiB is too small: a sandbox needs at least 16 MiB (each "
+              "command's address space is limited to it)");
+  }
+  l.memory_bytes = kMinMemoryBytes;
+  l.processes = kMinProcesses - 1;
+  EXPECT_THROW(make("host", l), Error);
+  l.processes = kMinProcesses;
+  const ExecResult r = sh(*make("host", l), "python3 -c 'print(6*7)'");
+  EXPECT_EQ(r.stdout_data, "42\n") << "the minimum works: " << r.stderr_data;
+}
+
 TEST_F(SandboxTest, SnapshotIsAnImageAndTheBaseIsUnchanged) {
   auto s = make();
   s->put("/data/answer", "42");
@@ -66,6 +111,40 @@ TEST_F(SandboxTest, SnapshotIsAnImageAndTheBaseIsUnchanged) {
 
 // A layer sent by a sandbox (a microVM's agent) is untrusted: nothing it names may land outside
 // the new layer, and no device but a whiteout is made.
+// A snapshot keeps a sparse file's holes, never reading them: fast, and small on disk.
+TEST_F(SandboxTest, SnapshotOfASparseFileKeepsItsHoles) {
+  Limits l;
+  l.file_size_bytes = 8ull << 30;
+  auto s = make("host", l);
+  ASSERT_EQ(sh(*s,
+               "truncate -s 4G /tmp/sparse && printf middle | dd of=/tmp/sparse bs=1 seek=2G "
+               "conv=notrunc 2>/dev/null && printf end >> /tmp/sparse")
+                .exit_code,
+            0);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string digest = s->snapshot("sparse");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10) << "the holes were read";
+  auto t = make(digest);
+  EXPECT_EQ(sh(*t,
+               "stat -c %s /tmp/sparse; tail -c 3 /tmp/sparse; echo;"
+               "dd if=/tmp/sparse bs=1 skip=2G count=6 2>/dev/null")
+                .stdout_data,
+            "4294967299\nend\nmiddle");
+  const uint64_t on_disk = std::stoull(sh(*t, "stat -c %b /tmp/sparse").stdout_data) * 512;
+  EXPECT_LT(on_disk, 1u << 20) << "the holes were filled";
+  // Zeros written hash as holes do: the same contents, the same digest.
+  const std::string dense = dir_ + "/dense", sparse = dir_ + "/sparse";
+  std::filesystem::create_directories(dense);
+  std::filesystem::create_directories(sparse);
+  std::ofstream(dense + "/f") << std::string(3 << 20, '\0') << "x";
+  std::ofstream(sparse + "/f").close();
+  std::filesystem::resize_file(sparse + "/f", 3 << 20);
+  std::ofstream(sparse + "/f", std::ios::app) << "x";
+  EXPECT_EQ(tree_digest(dense), tree_digest(sparse));
+}
+
 TEST_F(SandboxTest, ALayerSentAsEntriesIsCheckedBeforeItIsStored) {
   using wire::TreeEntry;
   const Image host = store_->resolve("host");

@@ -48,6 +48,83 @@ TEST_F(SandboxTest, ASecondUserOfAResetSandboxFindsNothingOfTheFirst) {
   EXPECT_EQ(sh(*second, "echo $((6*7))").stdout_data, "42\n") << "and it works";
 }
 
+// What commands inherit from their own process (rlimits, nice, scheduling policy, affinity, I/O
+// priority), what they see of the agent's (PID 1), and /dev: its links and extended attributes.
+const char* kCommandSettings =
+    "cat /proc/self/limits; cut -d' ' -f18,19,40,41 /proc/self/stat;"
+    "grep Cpus_allowed_list /proc/self/status; ionice";
+const char* kAgentSettings =
+    "cat /proc/1/limits; cut -d' ' -f18,19,40,41 /proc/1/stat;"
+    "grep Cpus_allowed_list /proc/1/status; ionice -p 1";
+const char* kDevView =
+    "readlink /dev/stdin /dev/stdout /dev/stderr /dev/fd /dev/core /dev/ptmx; python3 -c \"import "
+    "os; print([(p, os.listxattr(p)) for p in ('/dev', '/dev/shm', '/dev/null')])\"";
+
+// A first user changes every setting of the agent it can change and the agent can still restore:
+// each rlimit's soft value (one of them a value channel), the CPU affinity, the scheduling policy
+// and the I/O priority; and tries /dev's links and extended attributes.
+const char* kChangeTheAgent = R"(python3 - <<'END'
+import os, resource
+for r in range(16):  # every RLIMIT_*
+    soft, hard = resource.prlimit(1, r)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1 << 40
+    elif soft > 0:
+        soft -= 1
+    elif hard != 0:
+        soft = 1
+    resource.prlimit(1, r, (soft, hard))
+os.sched_setaffinity(1, {min(os.sched_getaffinity(1))})
+os.sched_setscheduler(1, os.SCHED_BATCH, os.sched_param(0))
+os.system("ionice -c 3 -p 1")
+open("/dev/shm/kept", "w").write("x")
+for path in ("/dev", "/dev/shm", "/dev/shm/kept"):
+    try:
+        os.setxattr(path, "user.left", b"for the next user")
+    except OSError as e:
+        print("xattr", path, e.strerror)
+for link in ("/dev/stderr", "/dev/core"):
+    try:
+        os.unlink(link)
+        os.symlink("/tmp/mine", link)
+    except OSError as e:
+        print("link", link, e.strerror)
+END
+)";
+
+TEST_F(SandboxTest, ResetRestoresWhatCommandsInheritFromTheAgentAndDev) {
+  auto fresh = make();
+  const std::string command = sh(*fresh, kCommandSettings).stdout_data;
+  const std::string agent = sh(*fresh, kAgentSettings).stdout_data;
+  const std::string dev = sh(*fresh, kDevView).stdout_data;
+  ASSERT_NE(command.find("Max msgqueue size"), std::string::npos) << command;
+  auto s = make();
+  const ExecResult change = sh(*s, kChangeTheAgent);
+  ASSERT_EQ(change.exit_code, 0) << change.stderr_data;
+  // /dev is read-only; /dev/shm is the user's.
+  EXPECT_EQ(change.stdout_data,
+            "xattr /dev Read-only file system\nlink /dev/stderr Read-only file system\n"
+            "link /dev/core Read-only file system\n");
+  EXPECT_NE(sh(*s, kAgentSettings).stdout_data, agent) << "the agent's settings changed";
+  EXPECT_EQ(sh(*s, kCommandSettings).stdout_data, command) << "but commands start from the fresh";
+  ASSERT_TRUE(s->reset());
+  EXPECT_EQ(sh(*s, kCommandSettings).stdout_data, command);
+  EXPECT_EQ(sh(*s, kAgentSettings).stdout_data, agent);
+  EXPECT_EQ(sh(*s, kDevView).stdout_data, dev);
+}
+
+// What an unprivileged agent cannot undo (a lowered hard limit, a higher nice value, the idle
+// scheduling policy) makes the reset refuse: the sandbox is destroyed, never handed on.
+TEST_F(SandboxTest, ResetRefusesAgentSettingsItCannotRestore) {
+  for (const char* change :
+       {"prlimit --pid 1 --msgqueue=1000:1000", "renice -n 5 -p 1", "chrt -i -p 0 1"}) {
+    auto s = make();
+    const ExecResult r = sh(*s, change);
+    ASSERT_EQ(r.exit_code, 0) << change << ": " << r.stderr_data;
+    EXPECT_FALSE(s->reset()) << change;
+  }
+}
+
 TEST_F(SandboxTest, ResetOfALayeredImageRemovesNewFilesAndRefusesChangedOnes) {
   const std::string image = busybox_image();
   if (image.empty()) GTEST_SKIP() << "no /bin/busybox (Debian package busybox-static)";
@@ -66,6 +143,23 @@ TEST_F(SandboxTest, ResetOfALayeredImageRemovesNewFilesAndRefusesChangedOnes) {
     ASSERT_EQ(r.exit_code, 0) << change << ": " << r.stderr_data;
     EXPECT_FALSE(t->reset()) << change;
   }
+}
+
+// An extended attribute of an image's directory given another value (the overlay copies the
+// directory up, with the same names) cannot be undone by removing: no reset.
+TEST_F(SandboxTest, ResetRefusesAnImageDirectoryWhoseXattrValueChanged) {
+  const char* set_xattr =
+      "python3 -c \"import os, sys; os.makedirs('/data', exist_ok=True); "
+      "os.setxattr('/data', 'user.k3', sys.argv[1].encode())\" ";
+  auto base = make();
+  ASSERT_EQ(sh(*base, std::string(set_xattr) + "image").exit_code, 0);
+  const std::string image = base->snapshot("with-xattr");
+  auto same = make(image);
+  ASSERT_EQ(sh(*same, std::string(set_xattr) + "image").exit_code, 0);
+  EXPECT_TRUE(same->reset()) << "the same value: nothing to undo";
+  auto changed = make(image);
+  ASSERT_EQ(sh(*changed, std::string(set_xattr) + "mine").exit_code, 0);
+  EXPECT_FALSE(changed->reset());
 }
 
 // A command that timed out, or hit the pids or memory limit, leaves a sandbox that is destroyed

@@ -85,8 +85,7 @@ ExecResult AgentSandbox::exec(ExecRequest q) {
   if (q.output_cap_bytes == 0) q.output_cap_bytes = limits_.output_bytes;
   if (q.rlimits.processes == 0 && q.rlimits.address_space_bytes == 0)
     q.rlimits = command_rlimits(limits_);
-  ExecResult r =
-      guarded([&] { return agent_.exec(q, int64_t(q.timeout_ms) + kReplyGraceMs); });
+  ExecResult r = guarded([&] { return agent_.exec(q, int64_t(q.timeout_ms) + kReplyGraceMs); });
   if (r.timed_out || r.signal == SIGKILL) tainted_ = true;
   return r;
 }

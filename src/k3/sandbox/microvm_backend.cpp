@@ -275,6 +275,7 @@ std::string MicrovmBackend::layer_disk(const std::string& layer_dir) {
 
 std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits& limits) {
   if (!why_unavailable_.empty()) throw Error(why_unavailable_);
+  check_limits(limits);
   // Store images boot the kernel found first; `host` the first with 9p (Debian's generic kernel
   // takes some 50 MiB more of the guest's memory than its cloud kernel).
   const std::string& kernel = image.host_system ? host_kernel_ : kernel_;

@@ -48,7 +48,7 @@ constexpr size_t kMaxEntriesToReset = 10000;
 // Everything the child needs, prepared before fork (a child of a threaded process should not
 // allocate).
 struct SetupPlan {
-  std::string run, upper, work, root, agent, agent_copy;
+  std::string run, upper, work, root, shm, agent, agent_copy;
   std::string tmpfs_options, overlay_options;  // overlay_options "": no layers, bind upper as root
   int filter_fd = -1;                          // the compiled seccomp filter, for the agent
   std::vector<char*> argv;
@@ -76,8 +76,12 @@ constexpr int kFilterFdInside = 3;  // where the agent finds the filter
     setup_failed("mounting the writable layer's tmpfs");
   for (const auto* d : {&p.upper, &p.work, &p.root})
     if (mkdir(d->c_str(), 0755) != 0) setup_failed("mkdir in the writable layer");
+  // /dev/shm lives on the same tmpfs, so it counts in the disk limit.
+  if (mkdir(p.shm.c_str(), 0700) != 0 || chmod(p.shm.c_str(), 01777) != 0)
+    setup_failed("mkdir in the writable layer");
   if (chown(p.upper.c_str(), kSandboxUid, kSandboxUid) != 0 ||
-      chown(p.root.c_str(), kSandboxUid, kSandboxUid) != 0)
+      chown(p.root.c_str(), kSandboxUid, kSandboxUid) != 0 ||
+      chown(p.shm.c_str(), kSandboxUid, kSandboxUid) != 0)
     setup_failed("chown of the writable layer");
   // The agent, where the sandbox's user can reach it (bwrap binds it into the sandbox).
   const int agent_fd = open(p.agent_copy.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0555);
@@ -137,14 +141,16 @@ class NamespacesSandbox : public AgentSandbox {
     std::lock_guard lock(mutex_);
     if (child() <= 0 || tainted() || cgroups_.limit_hits() != 0) return false;
     std::vector<std::string> added;
-    if (!added_entries(upper(), start_layer_, image_.layers, kMaxEntriesToReset, added) ||
-        !reset_agent(added))
-      return false;
+    // An entry the sandbox started with that differs may only have other permissions or extended
+    // attributes, which the agent's reset restores: then look again.
+    const auto list_added = [&] {
+      return added_entries(upper(), start_layer_, image_.layers, kMaxEntriesToReset, added);
+    };
+    if (!list_added() && !(reset_agent({}) && list_added())) return false;
+    if (!reset_agent(added)) return false;
     // Proof, from outside: the writable layer as it started, and no process but the sandbox's own
     // (bubblewrap's and the agent).
-    if (!added_entries(upper(), start_layer_, image_.layers, kMaxEntriesToReset, added) ||
-        !added.empty() || cgroups_.pids().size() != start_processes_)
-      return false;
+    if (!list_added() || !added.empty() || cgroups_.pids().size() != start_processes_) return false;
     ++resets_;
     return true;
   }
@@ -160,9 +166,12 @@ class NamespacesSandbox : public AgentSandbox {
     args_ = bwrap_isolation_flags(bwrap);
     args_.insert(args_.end(), {"--hostname", "sandbox", "--bind", run_ + "/root", "/"});
     if (image_.host_system) add_host_system(args_, &mount_points_);
-    args_.insert(args_.end(), {"--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--dir",
-                               "/tmp", "--ro-bind", run_ + "/agent", kAgentInside, "--chdir", "/",
-                               "--", kAgentInside, "--stdio"});
+    // bubblewrap's /dev is a tmpfs of no size limit: read-only, but for /dev/shm, which is on the
+    // writable layer's tmpfs.
+    args_.insert(args_.end(), {"--proc", "/proc", "--dev", "/dev"});
+    args_.insert(args_.end(), {"--bind", run_ + "/shm", "/dev/shm", "--remount-ro", "/dev"});
+    args_.insert(args_.end(), {"--perms", "1777", "--dir", "/tmp", "--ro-bind", run_ + "/agent",
+                               kAgentInside, "--chdir", "/", "--", kAgentInside, "--stdio"});
     if (filter_fd >= 0) args_.insert(args_.end(), {"--filter-fd", std::to_string(kFilterFdInside)});
     mount_points_.insert(mount_points_.end(), {"/proc", "/dev", kAgentInside});
     SetupPlan plan;
@@ -171,6 +180,7 @@ class NamespacesSandbox : public AgentSandbox {
     plan.upper = run_ + "/upper";
     plan.work = run_ + "/work";
     plan.root = run_ + "/root";
+    plan.shm = run_ + "/shm";
     plan.agent = agent;
     plan.agent_copy = run_ + "/agent";
     // Layers are stacked top first in lowerdir; the tmpfs's size is the disk limit.
@@ -259,6 +269,7 @@ std::string NamespacesBackend::unavailable_reason() const {
 
 std::unique_ptr<Sandbox> NamespacesBackend::create(const Image& image, const Limits& limits) {
   if (const std::string why = unavailable_reason(); !why.empty()) throw Error(why);
+  check_limits(limits);
   return std::make_unique<NamespacesSandbox>(store_, forker_, image, limits, bwrap_, agent_,
                                              filter_fd_, new_sandbox_id("ns-"));
 }

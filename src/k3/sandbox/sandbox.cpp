@@ -11,6 +11,15 @@
 
 namespace k3::sandbox {
 
+void check_limits(const Limits& limits) {
+  K3_CHECK(limits.memory_bytes == 0 || limits.memory_bytes >= kMinMemoryBytes, "a memory limit of ",
+           limits.memory_bytes / double(1 << 20), " MiB is too small: a sandbox needs at least ",
+           kMinMemoryBytes >> 20, " MiB (each command's address space is limited to it)");
+  K3_CHECK(limits.processes == 0 || limits.processes >= kMinProcesses, "a limit of ",
+           limits.processes, " processes is too small: a sandbox needs at least ", kMinProcesses,
+           " (bubblewrap, the agent, a shell and a program it starts)");
+}
+
 wire::Rlimits command_rlimits(const Limits& limits) {
   wire::Rlimits r;
   r.address_space_bytes = limits.memory_bytes;

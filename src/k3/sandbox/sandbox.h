@@ -34,6 +34,14 @@ struct Limits {
 // so a process that got out of its namespaces would own nothing. Image layers belong to it.
 constexpr unsigned kSandboxUid = 1879048192;  // 0x70000000
 
+// The least memory and processes a sandbox works with (0 is no limit). Measured on the host
+// image: each command's address space is the memory limit, and python3 needs 16 MiB of it
+// (/bin/sh 3); bubblewrap, the agent, a shell and one program it starts are 4 processes.
+constexpr uint64_t kMinMemoryBytes = 16ull << 20;
+constexpr uint64_t kMinProcesses = 4;
+// Throws an Error naming the limit of LIMITS too small for a sandbox to work, and the minimum.
+void check_limits(const Limits& limits);
+
 // The rlimits every command of a sandbox with LIMITS gets.
 wire::Rlimits command_rlimits(const Limits& limits);
 

@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "k3/base/error.h"
+#include "k3/data/tokenizer/tokenizer_files.h"
+#include "k3/data/tokenizer/utf8.h"
 
 namespace k3::sandbox {
 
@@ -182,15 +184,22 @@ json Service::exec(Sandbox& s, const json& body) {
     q.timeout_ms =
         uint64_t(std::llround(number(body, "timeout_s", 0.001, options_.limits.timeout_s) * 1000));
   const ExecResult r = s.exec(q);
-  return {{"exit_code", r.exit_code},
-          {"signal", r.signal},
-          {"timed_out", r.timed_out},
-          {"stdout", r.stdout_data},
-          {"stderr", r.stderr_data},
-          {"stdout_truncated", r.stdout_truncated},
-          {"stderr_truncated", r.stderr_truncated},
-          {"wall_ms", r.wall_ms},
-          {"error", r.error}};
+  json out = {{"exit_code", r.exit_code},
+              {"signal", r.signal},
+              {"timed_out", r.timed_out},
+              {"stdout", r.stdout_data},
+              {"stderr", r.stderr_data},
+              {"stdout_truncated", r.stdout_truncated},
+              {"stderr_truncated", r.stderr_truncated},
+              {"wall_ms", r.wall_ms},
+              {"error", r.error}};
+  // JSON strings hold text: output that is not valid UTF-8 (binary) comes exactly as base64 too,
+  // beside the text, where such bytes read as U+FFFD.
+  for (const auto& [name, bytes] :
+       {std::pair{"stdout", &r.stdout_data}, {"stderr", &r.stderr_data}})
+    if (data::utf8_valid_run_end(*bytes, 0) != bytes->size())
+      out[std::string(name) + "_base64"] = data::base64_encode(*bytes);
+  return out;
 }
 
 void Service::routes() {
@@ -309,7 +318,8 @@ void Service::routes() {
              Pool* pool = nullptr;
              auto s = start(image, kind, options_.limits, &pool);
              reply(res, 200, exec(*s, body));
-             if (pool) pool->release(std::move(s));  // reset or destroyed after the reply, not before
+             if (pool)
+               pool->release(std::move(s));  // reset or destroyed after the reply, not before
            }));
 }
 

@@ -47,7 +47,8 @@ std::string Reader::str() {
 
 std::vector<std::string> Reader::strs() {
   const uint64_t n = u64();
-  need(n * 8);  // each string has at least its length
+  // Each string has at least its length (divided, as n * 8 could overflow).
+  if (n > (in_.size() - at_) / 8) throw WireError("truncated message");
   std::vector<std::string> v;
   v.reserve(n);
   for (uint64_t i = 0; i < n; ++i) v.push_back(str());
@@ -101,6 +102,8 @@ void write_frame(int fd, const std::string& payload) {
   write_all(fd, len.bytes().data(), 8);
   write_all(fd, payload.data(), payload.size());
 }
+
+void write_bytes(int fd, std::string_view bytes) { write_all(fd, bytes.data(), bytes.size()); }
 
 std::string read_frame(int fd, int64_t deadline_ms) {
   char len_bytes[8];

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace k3::sandbox::wire {
@@ -46,6 +47,8 @@ class Reader {
 // Whole frames on a file descriptor (blocking; EINTR retried). read_frame throws WireError at end
 // of file. deadline_ms < 0: no deadline; otherwise a reply that does not arrive in time throws.
 void write_frame(int fd, const std::string& payload);
+// Raw bytes of a frame that is written in parts (its length first); throws WireError.
+void write_bytes(int fd, std::string_view bytes);
 std::string read_frame(int fd, int64_t deadline_ms = -1);
 
 enum class Op : uint64_t { kPing = 1, kExec = 2, kPut = 3, kGet = 4, kReset = 5, kLayer = 6 };

@@ -11,9 +11,10 @@
 namespace k3::sandbox {
 namespace {
 
-// The names of PATH's extended attributes, sorted, less the ones overlayfs adds to a directory it
-// copies up (where it came from; whether it holds copied-up entries), which change nothing seen.
-std::string xattr_names(const std::string& path) {
+// PATH's extended attributes, names (sorted) with their values, less the ones overlayfs adds to a
+// directory it copies up (where it came from; whether it holds copied-up entries), which change
+// nothing seen.
+std::string xattrs_of(const std::string& path) {
   std::string buf(4096, '\0');
   const ssize_t n = llistxattr(path.c_str(), buf.data(), buf.size());
   if (n <= 0) return n == 0 ? "" : "?";
@@ -25,14 +26,19 @@ std::string xattr_names(const std::string& path) {
   }
   std::sort(names.begin(), names.end());
   std::string out;
-  for (const auto& name : names) out += name + '\n';
+  for (const auto& name : names) {
+    char value[4096];
+    const ssize_t len = lgetxattr(path.c_str(), name.c_str(), value, sizeof value);
+    out += name + '\0' + std::to_string(len) + '\0';
+    if (len > 0) out.append(value, size_t(len));
+  }
   return out;
 }
 
 bool read_entry(const std::string& path, LayerEntry& e) {
   struct stat st {};
   if (lstat(path.c_str(), &st) != 0) return false;
-  e = {st.st_mode, st.st_uid, st.st_gid, st.st_ino, xattr_names(path), ""};
+  e = {st.st_mode, st.st_uid, st.st_gid, st.st_ino, xattrs_of(path), ""};
   if (S_ISLNK(st.st_mode)) {
     char target[4096];
     const ssize_t n = readlink(path.c_str(), target, sizeof target);

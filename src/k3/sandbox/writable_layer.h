@@ -16,8 +16,8 @@
 namespace k3::sandbox {
 
 // What of an entry a reset keeps as it was: type and permission bits, owner, extended attributes
-// (names), a symlink's target, and (for the entries a sandbox starts with) the inode itself, so
-// that one removed and made again is told apart. Times are not kept: a reused sandbox's
+// (names and values), a symlink's target, and (for the entries a sandbox starts with) the inode
+// itself, so that one removed and made again is told apart. Times are not kept: a reused sandbox's
 // directories may show its last user's mtimes.
 struct LayerEntry {
   mode_t mode = 0;

@@ -128,18 +128,44 @@ std::string put_file(const std::string& path, const std::string& bytes, unsigned
   return "";
 }
 
-std::string get_file(const std::string& path, std::string& out, size_t max) {
+std::string open_for_get(const std::string& path, size_t max, int& fd, uint64_t& size,
+                         std::string& bytes) {
   if (auto why = check_path(path); !why.empty()) return why;
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return errno_text(path);
   struct stat st {};
+  std::string why;
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    close(fd);
-    return path + " is not a regular file";
+    why = path + " is not a regular file";
+  } else if (uint64_t(st.st_size) > max) {
+    why = path + " has " + std::to_string(st.st_size) + " bytes, more than the " +
+          std::to_string(max) + " one transfer may hold";
+  } else if (st.st_size == 0) {
+    // Empty, or a file whose size says nothing of its bytes (/proc's): read whole.
+    size_t total = 0;
+    why = read_all(fd, path, bytes, &total, max);
+    fd = -1;  // closed by read_all
+    return why;
   }
-  out.clear();
-  size_t total = 0;
-  return read_all(fd, path, out, &total, max);
+  if (!why.empty()) {
+    close(fd);
+    fd = -1;
+    return why;
+  }
+  size = uint64_t(st.st_size);
+  return "";
+}
+
+bool copy_file(int fd, uint64_t size, int out) {
+  char buf[65536];
+  while (size > 0) {
+    const ssize_t n = read(fd, buf, size_t(std::min<uint64_t>(size, sizeof buf)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    k3::sandbox::wire::write_bytes(out, std::string_view(buf, size_t(n)));
+    size -= uint64_t(n);
+  }
+  return true;
 }
 
 std::string archive_tree(int layer_fd, std::string& out, size_t max) {

@@ -2,17 +2,20 @@
 // microVM's init) and runs what k3lab asks, one request at a time, on its stdin and stdout.
 // Static, so it runs in any image.
 #include <fcntl.h>
-#include <sys/prctl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/reboot.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "files.h"
 #include "guest_init.h"
+#include "inherited.h"
 #include "k3/sandbox/wire.h"
 #include "reset.h"
 #include "run_command.h"
@@ -22,45 +25,82 @@ namespace agent = k3::sandbox::agent;
 
 namespace {
 
-// A reply: status (0 ok), an error line, then the operation's payload.
-std::string reply(const std::string& error, const std::string& payload = "") {
-  wire::Writer w;
-  w.u64(error.empty() ? 0 : 1);
-  w.str(error);
-  w.str(payload);
-  return w.bytes();
+// A reply: status (0 ok), an error line, then the operation's payload; for get, the payload is
+// the file itself, streamed from FILE rather than held in the agent's memory (which counts against
+// the sandbox's limit beside the file's own pages).
+struct Reply {
+  std::string error, payload;
+  int file = -1;
+  uint64_t file_size = 0;
+};
+
+Reply answer(std::string error, std::string payload = "") {
+  Reply r;
+  r.error = std::move(error);
+  r.payload = std::move(payload);
+  return r;
 }
 
-std::string serve(const std::string& frame) {
+void send(int replies, const Reply& r) {
+  const uint64_t payload_size = r.file >= 0 ? r.file_size : r.payload.size();
+  wire::Writer head;
+  head.u64(r.error.empty() ? 0 : 1);
+  head.str(r.error);
+  head.u64(payload_size);
+  wire::Writer frame;
+  frame.u64(head.bytes().size() + payload_size);
+  wire::write_bytes(replies, frame.bytes() + head.bytes());
+  if (r.file < 0) {
+    wire::write_bytes(replies, r.payload);
+  } else if (!agent::copy_file(r.file, r.file_size, replies)) {
+    // Nothing runs between requests, so the file cannot shrink; if it did, the frame cannot be
+    // completed: end the channel (k3lab destroys the sandbox).
+    throw wire::WireError("the file changed while it was sent");
+  }
+}
+
+Reply handle(const std::string& frame) {
   wire::Reader in(frame);
   switch (wire::Op(in.u64())) {
     case wire::Op::kPing:
-      return reply("");
+      return {};
     case wire::Op::kExec:
-      return reply("", wire::encode(agent::run_command(wire::decode_exec_request(in))));
+      return answer("", wire::encode(agent::run_command(wire::decode_exec_request(in))));
     case wire::Op::kPut: {
       const std::string path = in.str(), bytes = in.str();
       const auto mode = unsigned(in.u64());
-      return reply(agent::put_file(path, bytes, mode));
+      return answer(agent::put_file(path, bytes, mode));
     }
     case wire::Op::kGet: {
-      const std::string path = in.str();
-      std::string bytes;
-      const std::string why = agent::get_file(path, bytes, wire::kMaxFrame - 4096);
-      return reply(why, bytes);
+      Reply r;
+      r.error =
+          agent::open_for_get(in.str(), wire::kMaxFrame - 4096, r.file, r.file_size, r.payload);
+      return r;
     }
     case wire::Op::kLayer: {
-      std::string tree;
-      const std::string why =
-          agent::archive_tree(agent::writable_layer_fd(), tree, wire::kMaxFrame - 4096);
-      return reply(why, tree);
+      Reply r;
+      r.error = agent::archive_tree(agent::writable_layer_fd(), r.payload, wire::kMaxFrame - 4096);
+      return r;
     }
     case wire::Op::kReset: {
       const std::string nonce = in.str();
-      return reply(agent::reset_sandbox(in.strs()), nonce);
+      return answer(agent::reset_sandbox(in.strs()), nonce);
     }
   }
-  return reply("unknown request");
+  return answer("unknown request");
+}
+
+// Answers one request. A malformed one (k3lab never sends it) gets an error reply, and the agent
+// goes on answering.
+void serve(const std::string& frame, int replies) {
+  Reply r;
+  try {
+    r = handle(frame);
+  } catch (const std::exception& e) {
+    r = answer(std::string("malformed request: ") + e.what());
+  }
+  send(replies, r);
+  if (r.file >= 0) close(r.file);
 }
 
 }  // namespace
@@ -87,13 +127,14 @@ int main(int argc, char** argv) {
   // Commands run as the agent's own user: not dumpable, its memory, descriptors (the channel to
   // k3lab) and environment under /proc/1 are out of their reach.
   prctl(PR_SET_DUMPABLE, 0);
+  agent::remember_inherited_settings();
   if (!vm_init) agent::remember_clean_state();
   agent::prepare_commands(
       filter_fd);  // before "ready": a pooled sandbox's first command waits for nothing
   try {
     // Ready: k3lab sends nothing before this (a console is in raw mode only from here on).
-    wire::write_frame(replies, reply(""));
-    for (;;) wire::write_frame(replies, serve(wire::read_frame(requests)));
+    send(replies, {});
+    for (;;) serve(wire::read_frame(requests), replies);
   } catch (const wire::WireError&) {
     // k3lab closed the channel: the sandbox is being destroyed.
   }

@@ -14,6 +14,7 @@
 #include <cstring>
 
 #include "guest_init.h"
+#include "inherited.h"
 #include "k3/sandbox/seccomp_policy.h"
 
 namespace k3::sandbox::agent {
@@ -64,6 +65,7 @@ int exec_child(void* arg) {
   sigprocmask(SIG_SETMASK, &none, nullptr);
   signal(SIGPIPE, SIG_DFL);  // the agent ignores it; an ignored signal would stay so across exec
   if (chdir(q.cwd.c_str()) != 0) child_failed(p.status_fd, "cwd ", q.cwd.c_str(), errno);
+  apply_remembered_settings();  // not what an earlier command may have set on the agent
   set_limit(RLIMIT_AS, q.rlimits.address_space_bytes);
   set_limit(RLIMIT_NPROC, q.rlimits.processes);
   set_limit(RLIMIT_CPU, q.rlimits.cpu_seconds);
