@@ -126,8 +126,8 @@ void run_decode_bench(const DecodeArgs& a) {
         "prompt %ld tokens, %ld generated per sequence (greedy), %s, %d threads; median "
         "[min-max] of %ld runs after one warm-up; a batch-1 step reads %.1f MB of "
         "weights\n",
-        static_cast<long>(a.prompt), static_cast<long>(a.tokens), precision, num_threads(),
-        static_cast<long>(a.repeats), weight_mb);
+        static_cast<long>(a.prompt), static_cast<long>(a.tokens), precision,
+        num_threads(), static_cast<long>(a.repeats), weight_mb);
   }
 }
 

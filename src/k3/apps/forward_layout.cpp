@@ -32,8 +32,8 @@ void add_precision_option(CLI::App* cmd, std::string& precision) {
 void apply_precision(model::Model& model, const std::string& precision) {
   if (precision.empty()) return;
   const auto p = kernels::parse_precision(precision);
-  K3_CHECK_CTX(p.has_value(), (ErrorContext{"", "--precision", -1}),
-               "expected fp32 or bf16, got \"", precision, "\"");
+  K3_CHECK_CTX(p.has_value(), (ErrorContext{"", "--precision", -1}), "expected fp32 or bf16, got \"",
+               precision, "\"");
   model.set_precision(*p);
 }
 

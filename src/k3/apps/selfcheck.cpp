@@ -1,10 +1,10 @@
 // `k3lab selfcheck`: every fast kernel against its reference on random data.
+#include "k3/apps/commands.h"
 #include "k3/kernels/selfcheck.h"
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
-#include "k3/apps/commands.h"
 #include "k3/base/error.h"
 
 namespace k3::apps {

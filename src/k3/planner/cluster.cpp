@@ -19,8 +19,8 @@ std::vector<Cluster> make_presets() {
                3.35e12, 450 * kGB, kNdrPerGpu, 2048 * kGB, Precision{}, false});
   p.push_back({"H200", "HGX H200 SXM, 8 GPUs, NVLink 4, 8x NDR 400G", 8, 989 * kTera, 141 * kGB,
                4.8e12, 450 * kGB, kNdrPerGpu, 2048 * kGB, Precision{}, false});
-  p.push_back({"B200", "HGX B200, 8 GPUs, NVLink 5, 8x NDR 400G", 8, 2250 * kTera, 180 * kGB,
-               7.7e12, 900 * kGB, kNdrPerGpu, 4096 * kGB, Precision{}, false});
+  p.push_back({"B200", "HGX B200, 8 GPUs, NVLink 5, 8x NDR 400G", 8, 2250 * kTera, 180 * kGB, 7.7e12,
+               900 * kGB, kNdrPerGpu, 4096 * kGB, Precision{}, false});
   p.push_back({"H20", "HGX H20, 8 GPUs, NVLink 4, 8x NDR 400G", 8, 148 * kTera, 96 * kGB, 4e12,
                450 * kGB, kNdrPerGpu, 2048 * kGB, Precision{}, false});
   // k3lab's MPI ranks share one machine: every group is "inside the node", and everything is
