@@ -26,5 +26,5 @@ expect_error "unknown image 'nope'" "$K3LAB" sandbox run nope -- true
 expect_error "unknown sandbox backend 'vm'" "$K3LAB" sandbox run --backend vm host -- true
 expect_error "image name '../x' is not valid" "$K3LAB" sandbox import ../x "$WORK/rootfs"
 expect_error "does not exist" "$K3LAB" sandbox import x "$WORK/missing"
-expect_error "--timeout must be > 0" "$K3LAB" sandbox run --timeout 0 host -- true
+expect_error "--timeout 0: must be in \[0.001, 604800\]" "$K3LAB" sandbox run --timeout 0 host -- true
 echo "sandbox run: ok"

@@ -93,6 +93,31 @@ TEST(Pretokenizer, TranslationEqualsTheLookaheadForm) {
   }
 }
 
+// \s is Unicode White_Space, as tiktoken's regex reads it: U+180E (MONGOLIAN VOWEL SEPARATOR, a
+// format character since Unicode 6.3) is punctuation-like to both patterns, so it starts a run of
+// non-letters instead of ending a whitespace run. Pieces worked out from the alternatives.
+TEST(Pretokenizer, WhitespaceIsUnicodeWhiteSpace) {
+  const std::string cl100k =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
+      R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
+  for (const std::string& pattern : {cl100k, std::string(kimi_pattern())}) {
+    const Pretokenizer p{pattern};
+    EXPECT_EQ(pieces_of(p, "\u180e's"), (std::vector<std::string>{"\u180e'", "s"})) << pattern;
+    EXPECT_EQ(pieces_of(p, "!\u180e"), (std::vector<std::string>{"!\u180e"})) << pattern;
+    EXPECT_EQ(pieces_of(p, " \u180e1"), (std::vector<std::string>{" \u180e", "1"})) << pattern;
+    // Every White_Space character is still whitespace: before a word, a run leaves it one.
+    EXPECT_EQ(pieces_of(p, "\u2028\u3000\u00a0x"),
+              (std::vector<std::string>{"\u2028\u3000", "\u00a0x"}))
+        << pattern;
+  }
+  // \v is the vertical tab alone, as to tiktoken, not every vertical space.
+  EXPECT_EQ(pieces_of(Pretokenizer(R"(\v+)"), "\v\v\n\v"),
+            (std::vector<std::string>{"\v\v", "\n", "\v"}));
+  // A compile error names the offset in the pattern as written.
+  EXPECT_NE(testing::error_of([] { Pretokenizer p(R"(\s\s(ab)"); }).find("at offset 7"),
+            std::string::npos);
+}
+
 TEST(Pretokenizer, InvalidUtf8BytesArePiecesOfTheirOwn) {
   const Pretokenizer kimi{std::string(kimi_pattern())};
   // The valid runs around an invalid byte are split as whole texts: "ab" ends at the byte.

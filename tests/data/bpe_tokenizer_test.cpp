@@ -111,6 +111,21 @@ TEST(BpeTokenizer, CachedMergesAreThoseOfTheirOwnTable) {
   EXPECT_EQ(second.encode("bcab bcab"), (Ids{257, 256, id_of(' '), 257, 256}));
 }
 
+// tiktoken's ids for a text with U+180E (MONGOLIAN VOWEL SEPARATOR, not whitespace to tiktoken's
+// regex) under the cl100k pattern, on a table where byte b has rank b and "'s" is 256: the pieces
+// are "\u180e'" and "s", so "'s" is never merged.
+TEST(BpeTokenizer, MongolianVowelSeparatorSplitsAsTiktoken) {
+  BpeFiles files;
+  for (int b = 0; b < 256; ++b) files.tokens.emplace_back(1, static_cast<char>(b));
+  files.tokens.emplace_back("'s");
+  files.pattern =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|)"
+      R"(\s*[\r\n]+|\s+(?!\S)|\s+)";
+  const BpeTokenizer tok(files, "cl100k pattern");
+  EXPECT_EQ(tok.encode("\u180e's"), (Ids{225, 160, 142, 39, 115}));
+  EXPECT_EQ(tok.encode("it's"), (Ids{105, 116, 256}));  // where "'s" is a piece, it is merged
+}
+
 TEST(BpeTokenizer, SpecialTokens) {
   const testing::TempDir dir("bpe_special");
   const BpeTokenizer tok(write_dir(dir, byte_lines() + kMerges));

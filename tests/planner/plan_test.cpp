@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "common/test_util.h"
 #include "k3/base/error.h"
 #include "k3/model/experts/moonep_plan.h"
@@ -168,6 +170,63 @@ TEST(Planner, RefusesWhatDoesNotSplit) {
   EXPECT_THROW(parse_layout("dp=0"), Error);
   EXPECT_THROW(parse_layout("tp"), Error);
   EXPECT_THROW(cluster_preset("A100"), Error);
+}
+
+// Sizes whose product overflows, repeated or empty parts, and settings outside their bounds are
+// refused in one line naming the field, before any arithmetic on them.
+TEST(Planner, RefusesSizesAndSettingsOutOfBounds) {
+  auto error_of_layout = [](const std::string& text) {
+    return testing::error_of([&] { parse_layout(text); });
+  };
+  EXPECT_NE(error_of_layout("dp=4294967296,tp=4294967296").find("dp='4294967296' is not a whole"),
+            std::string::npos);
+  EXPECT_NE(error_of_layout("dp=1024,tp=1024,pp=2").find("takes more than 1048576 GPUs"),
+            std::string::npos);
+  EXPECT_NE(error_of_layout("dp=8,dp=8").find("dp is given twice"), std::string::npos);
+  EXPECT_NE(error_of_layout(",,,").find("an empty part"), std::string::npos);
+  EXPECT_NE(error_of_layout("dp=8,").find("an empty part"), std::string::npos);
+  EXPECT_EQ(parse_layout("dp=1024,tp=8,pp=16,ep=8").gpus(), 1 << 20);
+
+  // A request built without parse_layout is checked the same way.
+  PlanRequest r = cpu_request("dense-tiny.json", "dp=2");
+  r.layout.dp = r.layout.tp = int64_t{1} << 32;
+  EXPECT_NE(testing::error_of([&] { make_plan(r); }).find("dp=4294967296 is not in [1, 1048576]"),
+            std::string::npos);
+  auto error_of_plan = [&](auto&& change) {
+    PlanRequest q = cpu_request("dense-tiny.json", "dp=2");
+    change(q);
+    return testing::error_of([&] { make_plan(q); });
+  };
+  for (double e : {0.0, -0.5, 1.5, std::nan(""), HUGE_VAL})
+    EXPECT_NE(error_of_plan([&](PlanRequest& q) { q.efficiency = e; }).find(": must be in (0, 1]"),
+              std::string::npos)
+        << e;
+  EXPECT_NE(error_of_plan([](PlanRequest& q) {
+              q.seq = int64_t{1} << 40;
+            }).find("--seq 1099511627776: must be in [1, 16777216] tokens"),
+            std::string::npos);
+  EXPECT_NE(error_of_plan([](PlanRequest& q) {
+              q.micro_rows = int64_t{1} << 30;
+            }).find("--micro-batch 1073741824"),
+            std::string::npos);
+  EXPECT_NE(error_of_plan([](PlanRequest& q) {
+              q.global_batch_tokens = -64;
+            }).find("--global-batch -64: must be in"),
+            std::string::npos);
+  EXPECT_NE(error_of_plan([](PlanRequest& q) {
+              q.global_batch_tokens = 64 * 2 * 65537;
+            }).find("65537 micro-batches a step, more than 65536"),
+            std::string::npos);
+  // The search refuses them once instead of finding that no candidate plans.
+  PlanRequest s = cpu_request("dense-tiny.json", "dp=1");
+  s.efficiency = 0;
+  EXPECT_NE(testing::error_of([&] { search_layouts(s, 4, 1); }).find("--efficiency 0"),
+            std::string::npos);
+  s.efficiency = 0.5;
+  EXPECT_NE(testing::error_of([&] {
+              search_layouts(s, int64_t{1} << 21, 1);
+            }).find("--gpus 2097152: must be in [1, 1048576]"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "k3/apps/commands.h"
+#include "k3/apps/number_option.h"
 #include "k3/base/error.h"
 #include "k3/base/format.h"
 #include "k3/base/svg_plot.h"
@@ -92,7 +93,6 @@ void run_fit(const FitArgs& a) {
   FitOptions o;
   o.form = parse_law_form(a.form);
   o.huber_delta = a.huber_delta;
-  K3_CHECK(a.huber_delta > 0, "--huber-delta must be > 0");
   if (!a.grid.empty()) o.grid.override_axes(a.grid);
   for (const std::string& f : a.fix) apply_fix(o, f);
   size_t free = 0;
@@ -134,7 +134,6 @@ void run_fit(const FitArgs& a) {
 
   std::vector<ComputeOptimal> optimal;
   for (double c : a.budgets) {
-    K3_CHECK(c > 0, "--budgets: ", c, " is not a positive compute");
     if (o.form == LawForm::kCompute)
       optimal.push_back({c, NAN, NAN, law.loss_at_compute(c)});
     else
@@ -233,17 +232,27 @@ void add_fit(CLI::App& app) {
   cmd->add_option("--where", a->where, "Keep only rows with COLUMN=VALUE (repeatable)");
   cmd->add_option("--form", a->form, "nd: E + A/N^alpha + B/D^beta; c: E + A/C^alpha, C = 6 N D")
       ->capture_default_str();
-  cmd->add_option("--huber-delta", a->huber_delta, "Huber loss delta on log-loss residuals")
-      ->capture_default_str();
+  add_number(cmd, "--huber-delta", a->huber_delta, "Huber loss delta on log-loss residuals",
+             Bounds<double>{0, kUnbounded, true});
   cmd->add_option(
       "--grid", a->grid,
       "Start grid axes replacing the default, e.g. alpha=0:2:0.5,a=5 (a, b, e are logs)");
   cmd->add_option("--fix", a->fix, "Hold a term: E=1.69, A=406, B=411, alpha=0.34, beta=0.28");
-  cmd->add_option("--drop-outliers", a->drop_outliers,
-                  "Refit without points whose log residual is beyond K robust standard deviations");
-  cmd->add_option("--bootstrap", a->bootstrap, "Bootstrap resamples for 95% intervals (0: none)");
-  cmd->add_option("--seed", a->seed, "Seed of the bootstrap resamples")->capture_default_str();
-  cmd->add_option("--budgets", a->budgets, "Compute budgets C for the compute-optimal N, D")
+  add_number(cmd, "--drop-outliers", a->drop_outliers,
+             "Refit without points whose log residual is beyond K robust standard deviations (0: "
+             "none)",
+             Bounds<double>{0, kUnbounded});
+  add_number(cmd, "--bootstrap", a->bootstrap, "Bootstrap resamples for 95% intervals (0: none)",
+             Bounds<int>{0, kMaxResamples});
+  add_number(cmd, "--seed", a->seed, "Seed of the bootstrap resamples");
+  cmd->add_option_function<std::vector<std::string>>(
+         "--budgets",
+         [a](const std::vector<std::string>& texts) {
+           for (const std::string& t : texts)
+             a->budgets.push_back(
+                 parse_number("--budgets", t, Bounds<double>{0, kUnbounded, true}));
+         },
+         "Compute budgets C for the compute-optimal N, D")
       ->delimiter(',');
   cmd->add_option("--svg", a->svg, "Draw the fit to this SVG file");
   cmd->add_flag("--json", a->json, "Print one JSON object");

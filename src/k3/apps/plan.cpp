@@ -13,6 +13,7 @@
 
 #include "k3/activation/policy.h"
 #include "k3/apps/commands.h"
+#include "k3/apps/number_option.h"
 #include "k3/base/error.h"
 #include "k3/base/format.h"
 #include "k3/model/config.h"
@@ -139,32 +140,29 @@ void add_plan(CLI::App& app) {
   cmd->add_option("--cluster", a->cluster, "H100, H200, B200, H20 (8-GPU nodes), or cpu")
       ->capture_default_str();
   cmd->add_option("--layout", a->layout, "dp=..,tp=..,pp=..,vp=..,ep=..,cp=..[,sp=1]");
-  cmd->add_option("--zero", a->r.layout.zero, "ZeRO stage: 0, 1 or 2")->capture_default_str();
+  add_number(cmd, "--zero", a->r.layout.zero, "ZeRO stage: 0, 1 or 2");
   cmd->add_option("--activation", a->r.activation, activation::policy_names())
       ->capture_default_str();
   cmd->add_option("--optimizer", a->r.optimizer, "muon or adamw")->capture_default_str();
-  cmd->add_option("--seq", a->r.seq, "Tokens per sequence")->capture_default_str();
-  cmd->add_option("--global-batch", a->r.global_batch_tokens,
-                  "Tokens per step (0: one micro-batch per reader)")
-      ->capture_default_str();
-  cmd->add_option("--micro-batch", a->r.micro_rows, "Sequences per reader and micro-batch")
-      ->capture_default_str();
+  add_number(cmd, "--seq", a->r.seq, "Tokens per sequence (--seq x --micro-batch at most 2^24)");
+  add_number(cmd, "--global-batch", a->r.global_batch_tokens,
+             "Tokens per step, at most 2^40 (0: one micro-batch per reader)");
+  add_number(cmd, "--micro-batch", a->r.micro_rows, "Sequences per reader and micro-batch");
   cmd->add_option("--moe-dispatch", a->dispatch, "alltoall or moonep")->capture_default_str();
-  cmd->add_option("--moonep-slots", a->r.layout.moonep_slots, "MoonEP replica slots per rank")
-      ->capture_default_str();
-  cmd->add_option("--efficiency", a->r.efficiency, "Achieved share of peak compute")
-      ->capture_default_str();
+  add_number(cmd, "--moonep-slots", a->r.layout.moonep_slots, "MoonEP replica slots per rank");
+  add_number(cmd, "--efficiency", a->r.efficiency, "Achieved share of peak compute, in (0, 1]");
   cmd->add_option("--optimizer-in", a->optimizer_in,
                   "Where master weights and optimizer states live: gpu or host")
       ->capture_default_str();
   cmd->add_option("--routing", a->routing,
                   "A run's expert_load.jsonl (or its run directory): plan the expert-parallel "
                   "bytes with that run's routing");
-  cmd->add_option("--routing-step", a->routing_step, "--routing: the step (default: the last)");
+  add_number(cmd, "--routing-step", a->routing_step, "--routing: the step (-1: the last)");
   cmd->add_flag("--json", a->json, "Print one JSON object");
   cmd->add_flag("--search", a->search, "Rank the layouts that fit by predicted step time");
-  cmd->add_option("--gpus", a->gpus, "--search: GPUs (default: the --layout's product)");
-  cmd->add_option("--top", a->top, "--search: layouts shown")->capture_default_str();
+  add_number(cmd, "--gpus", a->gpus, "--search: GPUs (0: the --layout's product)",
+             Bounds<int64_t>{0, planner::kMaxGpus});
+  add_number(cmd, "--top", a->top, "--search: layouts shown", Bounds<size_t>{1, 1000});
   cmd->callback([a] {
     planner::PlanRequest r = a->r;
     const int zero = r.layout.zero;

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "k3/apps/commands.h"
+#include "k3/apps/number_option.h"
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
 #include "k3/base/stop_signals.h"
@@ -43,8 +44,6 @@ int exit_status(const ExecResult& r) {
 }
 
 void run(const SandboxArgs& a) {
-  K3_CHECK(a.timeout_s > 0, "--timeout must be > 0");
-  K3_CHECK(a.memory_mb >= 16, "--memory must be at least 16 (MiB)");
   ImageStore store(a.store);
   auto backend = make_backend(parse_backend(a.backend), store);
   if (const std::string why = backend->unavailable_reason(); !why.empty())
@@ -106,6 +105,15 @@ void serve(const SandboxArgs& a) {
   service.serve();
 }
 
+// A command's wall clock: from the service's least (1 ms) to a week; memory: 16 MiB to 16 TiB.
+void add_limit_options(CLI::App* cmd, SandboxArgs& a, const std::string& what) {
+  add_number(cmd, "--timeout", a.timeout_s,
+             what + " wall-clock limit in seconds, 0.001 to 604800 (exit status 124 past it)",
+             Bounds<double>{0.001, 604800});
+  add_number(cmd, "--memory", a.memory_mb, what + " memory limit in MiB, 16 to 16777216",
+             Bounds<double>{16, 16777216});
+}
+
 void add_store_option(CLI::App* cmd, SandboxArgs& a) {
   cmd->add_option(
       "--store", a.store,
@@ -125,8 +133,7 @@ void add_sandbox(CLI::App& app) {
   r->add_option("image", a->image, "'host', an image name or digest")->required();
   r->add_option("command", a->command, "The command and its arguments (after --)")->required();
   r->add_option("--backend", a->backend, "namespaces or microvm");
-  r->add_option("--timeout", a->timeout_s, "Wall-clock limit in seconds (exit status 124 past it)");
-  r->add_option("--memory", a->memory_mb, "Memory limit in MiB");
+  add_limit_options(r, *a, "The command's");
   add_store_option(r, *a);
   r->callback([a] { run(*a); });
 
@@ -146,14 +153,13 @@ void add_sandbox(CLI::App& app) {
 
   auto* s = sandbox->add_subcommand("serve", "Serve sandboxes over HTTP JSON on loopback");
   s->add_option("--host", a->host, "Loopback address to listen on");
-  s->add_option("--port", a->port, "Port (0: any free one, printed)");
+  add_number(s, "--port", a->port, "Port (0: any free one, printed)", Bounds<int>{0, 65535});
   s->add_option(
       "--token-file", a->token_file,
       "Write the bearer token here instead of printing it ($K3LAB_SANDBOX_TOKEN sets it)");
-  s->add_option("--warm", a->warm, "Warm sandboxes per image and backend");
-  s->add_option("--timeout", a->timeout_s,
-                "Each command's wall-clock limit in seconds (the most a request may ask)");
-  s->add_option("--memory", a->memory_mb, "Each sandbox's memory limit in MiB");
+  add_number(s, "--warm", a->warm, "Warm sandboxes per image and backend",
+             Bounds<size_t>{0, ServiceOptions{}.max_sandboxes});
+  add_limit_options(s, *a, "Each command's (the most a request may ask)");
   add_store_option(s, *a);
   s->callback([a] { serve(*a); });
 }

@@ -8,9 +8,11 @@
 #include <filesystem>
 
 #include "k3/apps/commands.h"
+#include "k3/apps/number_option.h"
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
 #include "k3/base/svg_plot.h"
+#include "k3/scaling/fit.h"
 #include "k3/sweep/compare.h"
 #include "k3/sweep/runner.h"
 #include "k3/train/loop/trainer.h"
@@ -65,15 +67,14 @@ void add_sweep(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "sweep", "Run a scaling sweep's training jobs (resumable), then compare its arms");
   cmd->add_option("sweep", a->file, "The sweep file (TOML)")->required();
-  cmd->add_option("--parallel", a->parallel, "Jobs at once (default: sweep.parallel)")
-      ->check(CLI::PositiveNumber);
+  add_number(cmd, "--parallel", a->parallel, "Jobs at once (0: sweep.parallel)",
+             Bounds<int64_t>{0, 1024});
   cmd->add_flag("--list", a->list, "Print the jobs (shapes, tokens, status) and run nothing");
   cmd->add_flag("--no-run", a->no_run, "Compare the jobs that have ended; start none");
   cmd->add_flag("--retry-failed", a->retry_failed, "Run again the jobs that failed");
-  cmd->add_option("--resamples", a->resamples, "Bootstrap resamples of each arm's fit (0: none)")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--seed", a->seed, "Seed of the bootstrap")->capture_default_str();
+  add_number(cmd, "--resamples", a->resamples, "Bootstrap resamples of each arm's fit (0: none)",
+             Bounds<int>{0, scaling::kMaxResamples});
+  add_number(cmd, "--seed", a->seed, "Seed of the bootstrap");
   cmd->callback([a] {
     const sweep::SweepSpec spec = sweep::load_sweep_spec(a->file);
     const std::vector<sweep::Job> jobs = sweep::plan_jobs(spec);

@@ -17,8 +17,14 @@ struct Layout {
   std::string str() const;  // "dp=4,tp=8,pp=8,vp=2,ep=8,cp=1"
 };
 
-// "dp=4,tp=8,pp=8" (sp=1 turns sequence parallelism on; unnamed sizes are 1). Throws one line
-// naming the part that is wrong.
+// The most GPUs a layout takes, and so the most any of its sizes may be: more than any cluster
+// has, and small enough that no product of sizes overflows or leaves a rank index's range.
+constexpr int64_t kMaxGpus = int64_t{1} << 20;
+
+// "dp=4,tp=8,pp=8" (sp=1 turns sequence parallelism on; unnamed sizes are 1, each size named at
+// most once). Throws one line naming the part that is wrong.
 Layout parse_layout(const std::string& text);
+// Throws one line unless every size lies in [1, kMaxGpus] and so do the GPUs they take.
+void check_layout_sizes(const Layout& l);
 
 }  // namespace k3::planner

@@ -1,6 +1,7 @@
 #include "k3/planner/plan.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <set>
 
@@ -77,15 +78,30 @@ double Plan::tokens_per_second() const {
   return static_cast<double>(sequences * request.seq) / step_seconds;
 }
 
+void detail::check_settings(const PlanRequest& r) {
+  K3_CHECK(r.layout.zero >= 0 && r.layout.zero <= 2, "--zero ", r.layout.zero, ": one of 0, 1, 2");
+  K3_CHECK(r.optimizer == "muon" || r.optimizer == "adamw", "--optimizer '", r.optimizer,
+           "': one of muon, adamw");
+  K3_CHECK(r.layout.moonep_slots >= 0 && r.layout.moonep_slots <= kMaxGpus, "--moonep-slots ",
+           r.layout.moonep_slots, ": must be in [0, ", kMaxGpus, "]");
+  K3_CHECK(std::isfinite(r.efficiency) && r.efficiency > 0 && r.efficiency <= 1, "--efficiency ",
+           r.efficiency, ": must be in (0, 1]");
+  K3_CHECK(r.seq >= 1 && r.seq <= kMaxMicroBatchTokens, "--seq ", r.seq, ": must be in [1, ",
+           kMaxMicroBatchTokens, "] tokens");
+  K3_CHECK(r.micro_rows >= 1 && r.micro_rows <= kMaxMicroBatchTokens / r.seq, "--micro-batch ",
+           r.micro_rows, ": ", r.micro_rows, " x --seq ", r.seq, " is not in [1, ",
+           kMaxMicroBatchTokens, "] tokens a reader holds at once");
+  K3_CHECK(r.global_batch_tokens >= 0 && r.global_batch_tokens <= kMaxStepTokens, "--global-batch ",
+           r.global_batch_tokens, ": must be in [0, ", kMaxStepTokens, "] tokens");
+}
+
 namespace {
 
 void check_request(const PlanRequest& r) {
   const Layout& l = r.layout;
   const model::ModelConfig& c = r.model;
-  K3_CHECK(l.zero >= 0 && l.zero <= 2, "--zero ", l.zero, ": one of 0, 1, 2");
-  K3_CHECK(r.optimizer == "muon" || r.optimizer == "adamw", "--optimizer '", r.optimizer,
-           "': one of muon, adamw");
-  K3_CHECK(r.seq > 0 && r.micro_rows > 0, "--seq and --micro-batch must be positive");
+  detail::check_settings(r);
+  check_layout_sizes(l);
   K3_CHECK(l.cp == 1 || r.seq % (2 * l.cp) == 0, "--seq ", r.seq,
            " does not cut into 2·cp = ", 2 * l.cp, " zig-zag chunks");
   K3_CHECK(l.ep == 1 || (c.num_experts > 0 && c.num_experts % l.ep == 0), "--layout: ep=", l.ep,
@@ -106,6 +122,9 @@ std::pair<int64_t, int64_t> batch_shape(const PlanRequest& r) {
   K3_CHECK(sequences % per_micro == 0, "--global-batch: ", sequences,
            " sequences do not split over dp·ep = ", r.layout.dp * r.layout.ep,
            " readers of --micro-batch ", r.micro_rows, " sequences");
+  K3_CHECK(sequences / per_micro <= kMaxMicroBatches, "--global-batch: ", sequences / per_micro,
+           " micro-batches a step, more than ", kMaxMicroBatches,
+           " (a larger --micro-batch takes fewer)");
   return {sequences, sequences / per_micro};
 }
 

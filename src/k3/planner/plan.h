@@ -31,6 +31,13 @@ struct MoeRouting {
   std::vector<int64_t> plan_loads;
 };
 
+// Bounds of a request: the tokens of one reader's micro-batch (--seq times --micro-batch) and of
+// a step (--global-batch), the micro-batches of a step, far beyond any run, and within what the
+// counts of tokens, bytes and FLOPs hold exactly.
+constexpr int64_t kMaxMicroBatchTokens = int64_t{1} << 24;
+constexpr int64_t kMaxStepTokens = int64_t{1} << 40;
+constexpr int64_t kMaxMicroBatches = int64_t{1} << 16;  // a step's, per reader
+
 struct PlanRequest {
   model::ModelConfig model;
   Cluster cluster;
@@ -92,8 +99,8 @@ struct Plan {
   double tokens_per_second() const;
 };
 
-// Checks the request (sizes divide, the batch splits) and plans it; throws one line naming what
-// is wrong.
+// Checks the request (sizes and batch within bounds, sizes divide, the batch splits) and plans it;
+// throws one line naming what is wrong.
 Plan make_plan(const PlanRequest& r);
 // The same with the model's parameter counts known (model/inventory.h; the last is the total);
 // every_memory_rank false: the memory of pipeline rank 0 alone (a screening).

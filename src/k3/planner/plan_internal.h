@@ -12,6 +12,10 @@
 
 namespace k3::planner::detail {
 
+// Throws one line unless the settings beside the layout (ZeRO, optimizer, MoonEP slots, efficiency,
+// sequence and batch sizes) lie in their bounds.
+void check_settings(const PlanRequest& r);
+
 // The request as a k3lab run configuration: train.batch_size = dp·ep·micro_rows sequences per
 // micro-batch, train.grad_accum = m, the layers as evenly over pp·vp stages as they go.
 train::RunConfig run_config(const PlanRequest& r, int64_t micro_batches);

@@ -18,6 +18,8 @@
 namespace k3::planner {
 
 std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top) {
+  detail::check_settings(r);  // refused once here, not as every candidate's failure
+  K3_CHECK(gpus >= 1 && gpus <= kMaxGpus, "--gpus ", gpus, ": must be in [1, ", kMaxGpus, "]");
   const model::ModelConfig& c = r.model;
   const int64_t node = r.cluster.gpus_per_node;
   const std::vector<model::ComponentCount> counts = parameter_counts(c);

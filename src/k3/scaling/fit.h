@@ -65,7 +65,9 @@ StartOutcome minimize_from(const FitPoints& points, const FitOptions& options, c
                            const LbfgsOptions& lbfgs);
 
 // Bootstrap: RESAMPLES fits of points drawn with replacement (seeded, one stream per resample),
-// each started from the full fit's best few minima. Returns each resample's theta.
+// each started from the full fit's best few minima. Returns each resample's theta. The command
+// line takes at most kMaxResamples (a fit each; their thetas held together).
+constexpr int kMaxResamples = 1000000;
 std::vector<Theta> bootstrap_fits(const FitPoints& points, const FitOptions& options,
                                   const FitResult& full, int resamples, uint64_t seed);
 

@@ -4,6 +4,8 @@
 #include <pcre2.h>
 
 #include <memory>
+#include <utility>
+#include <vector>
 
 #include "k3/base/error.h"
 #include "k3/data/tokenizer/utf8.h"
@@ -35,6 +37,35 @@ constexpr std::string_view kKimiTiktoken =
     R"([\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
     R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+// The pattern as PCRE2 must read it to split as tiktoken's regex (Rust's) does, and for each of
+// its bytes the offset in PATTERN it comes from (so that an error names the written offset).
+// Rust's \s is Unicode White_Space, where PCRE2's \s under UCP also takes U+180E (MONGOLIAN
+// VOWEL SEPARATOR, no longer White_Space since Unicode 6.3); Rust's \v is the vertical tab
+// alone, PCRE2's every vertical space. Other escapes mean the same to both.
+std::pair<std::string, std::vector<size_t>> as_pcre2(std::string_view pattern) {
+  std::string out;
+  std::vector<size_t> origin;
+  auto emit = [&](std::string_view text, size_t from) {
+    out += text;
+    origin.insert(origin.end(), text.size(), from);
+  };
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] != '\\' || i + 1 == pattern.size()) {
+      emit(pattern.substr(i, 1), i);
+      continue;
+    }
+    const char escaped = pattern[i + 1];
+    emit(escaped == 's'   ? R"(\p{White_Space})"
+         : escaped == 'S' ? R"(\P{White_Space})"
+         : escaped == 'v' ? R"(\x0B)"
+                          : pattern.substr(i, 2),
+         i);
+    ++i;
+  }
+  origin.push_back(pattern.size());
+  return {out, origin};
+}
+
 pcre2_code* as_code(void* code) { return static_cast<pcre2_code*>(code); }
 
 struct MatchDataFree {
@@ -52,14 +83,15 @@ Pretokenizer::Pretokenizer(std::string pattern)
   K3_CHECK_CTX(pattern_.find("&&[") == std::string::npos, ctx,
                "the pattern uses a class intersection (&&[...]), which PCRE2 does not have: "
                "write X minus Y as a negated class or a negative lookahead before X");
+  const auto [compiled, origin] = as_pcre2(pattern_);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern_.data()), pattern_.size(),
+  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(compiled.data()), compiled.size(),
                                    PCRE2_UTF | PCRE2_UCP, &error, &offset, nullptr);
   if (!code) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    throw Error(detail::concat("the pattern does not compile at offset ", offset, ": ",
+    throw Error(detail::concat("the pattern does not compile at offset ", origin[offset], ": ",
                                reinterpret_cast<const char*>(message)),
                 ctx);
   }
