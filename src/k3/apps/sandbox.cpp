@@ -96,7 +96,7 @@ void serve(const SandboxArgs& a) {
   const char* env = std::getenv("K3LAB_SANDBOX_TOKEN");
   o.token = env && *env ? env : random_token();
   Service service(store, o);
-  if (!a.token_file.empty()) write_file_atomic(a.token_file, o.token + "\n");
+  if (!a.token_file.empty()) write_file_atomic(a.token_file, o.token + "\n", 0600);  // a secret
   std::printf("k3lab sandbox service on http://%s:%d (token %s)\n", a.host.c_str(), service.port(),
               a.token_file.empty() ? o.token.c_str() : ("in " + a.token_file).c_str());
   std::fflush(stdout);

@@ -13,15 +13,13 @@
 #include "k3/sandbox/pool.h"
 #include "k3/sandbox/sandbox.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace k3::sandbox {
+
+class BoundedHttpServer;
 
 struct ServiceOptions {
   std::string host = "127.0.0.1";  // must be a loopback address
-  int port = 0;                    // 0: any free port (see Service::port)
+  int port = 0;                    // 1..65535, or 0: any free port (see Service::port)
   std::string token;               // required, at least 16 characters
   Limits limits;                   // each sandbox's, and the most a request may ask for
   size_t warm = 4;                 // warm sandboxes per (image, backend) pool; 0: no pools
@@ -55,7 +53,7 @@ class Service {
 
   ImageStore& store_;
   ServiceOptions options_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<BoundedHttpServer> server_;
   int port_ = 0;
   std::mutex mutex_;
   std::unique_ptr<Backend> backends_[2];
