@@ -39,10 +39,11 @@ class ThreadPerConnection : public httplib::TaskQueue {
   void enqueue(std::function<void()> job) override {
     std::lock_guard lock(mutex_);
     jobs_.push_back(std::move(job));
-    if (idle_ > 0)
-      wake_.notify_one();
-    else if (threads_.size() < max_)
+    // Idle threads already woken for earlier jobs are still counted idle until they take them.
+    if (jobs_.size() > idle_ && threads_.size() < max_)
       threads_.emplace_back([this] { work(); });
+    else
+      wake_.notify_one();
   }
 
   void shutdown() override {
