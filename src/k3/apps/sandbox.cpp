@@ -32,7 +32,7 @@ struct SandboxArgs {
   std::vector<std::string> command;
   double timeout_s = 30, memory_mb = 512;
   int port = 0;
-  size_t warm = 4;
+  size_t warm = 4, max_sandboxes = 256;
 };
 
 // The command's own exit status, 124 when it ran out of time (as timeout(1)), 128+N for signal N.
@@ -91,6 +91,7 @@ void serve(const SandboxArgs& a) {
   o.host = a.host;
   o.port = a.port;
   o.warm = a.warm;
+  o.max_sandboxes = a.max_sandboxes;
   o.limits.timeout_s = a.timeout_s;
   o.limits.memory_bytes = uint64_t(a.memory_mb * (1 << 20));
   const char* env = std::getenv("K3LAB_SANDBOX_TOKEN");
@@ -151,6 +152,8 @@ void add_sandbox(CLI::App& app) {
       "--token-file", a->token_file,
       "Write the bearer token here instead of printing it ($K3LAB_SANDBOX_TOKEN sets it)");
   s->add_option("--warm", a->warm, "Warm sandboxes per image and backend");
+  s->add_option("--max-sandboxes", a->max_sandboxes,
+                "Live sandboxes at most, the pools' warm ones included (256)");
   s->add_option("--timeout", a->timeout_s,
                 "Each command's wall-clock limit in seconds (the most a request may ask)");
   s->add_option("--memory", a->memory_mb, "Each sandbox's memory limit in MiB");

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <regex>
+#include <utility>
+#include <vector>
 
 #include "k3/base/checksum.h"
 #include "k3/base/error.h"
@@ -150,6 +152,7 @@ Service::Service(ImageStore& store, ServiceOptions options)
            options_.host, "' is not a loopback address");
   K3_CHECK(options_.port >= 0 && options_.port <= 65535, "port ", options_.port,
            " is not in 1..65535 (or 0: any free port)");
+  K3_CHECK(options_.max_sandboxes >= 1, "at least one sandbox must be allowed (max_sandboxes 0)");
   K3_CHECK(options_.token.size() >= 16,
            "the sandbox service's token must have at least 16 characters");
   routes();
@@ -162,9 +165,13 @@ Service::Service(ImageStore& store, ServiceOptions options)
 
 Service::~Service() {
   stop();
-  std::lock_guard lock(mutex_);
-  sandboxes_.clear();
-  pools_.clear();
+  std::unordered_map<std::string, PoolEntry> pools;
+  {
+    std::lock_guard lock(mutex_);
+    sandboxes_.clear();
+    pools.swap(pools_);
+  }
+  // Outside the lock: a pool's threads may be asking for room (which takes it) as it stops them.
 }
 
 void Service::serve() { server_->listen_after_bind(); }
@@ -184,23 +191,78 @@ std::shared_ptr<Sandbox> Service::find(const std::string& id) {
   return it->second;
 }
 
-std::unique_ptr<Sandbox> Service::start(const std::string& image_ref, BackendKind kind,
-                                        const Limits& limits, Pool** from) {
+size_t Service::alive_locked() const {
+  size_t n = sandboxes_.size() + admitted_ + retiring_;
+  for (const auto& [key, entry] : pools_) n += entry.pool->held();
+  return n;
+}
+
+Service::Admitted::Admitted(Admitted&& o) noexcept
+    : service(std::exchange(o.service, nullptr)),
+      sandbox(std::move(o.sandbox)),
+      pool(std::move(o.pool)) {}
+
+Service::Admitted::~Admitted() {
+  if (!service) return;                                    // moved from
+  if (sandbox && pool) pool->release(std::move(sandbox));  // reset or destroyed in the background
+  sandbox.reset();
+  std::lock_guard lock(service->mutex_);
+  --service->admitted_;
+}
+
+Service::Admitted Service::start(const std::string& image_ref, BackendKind kind,
+                                 const Limits& limits, bool pooled) {
   const Image image = store_.resolve(image_ref);  // a bad name is the request's fault first
   Backend& b = backend(kind);
   if (const std::string why = b.unavailable_reason(); !why.empty())
     throw Error(std::string("backend ") + backend_name(kind) + " is unavailable: " + why);
-  if (from) *from = nullptr;
-  if (!from || options_.warm == 0) return b.create(image, limits);
-  Pool* pool = nullptr;
+  const size_t cap = options_.max_sandboxes;
+  std::shared_ptr<Pool> pool;
+  std::vector<std::shared_ptr<Pool>> dropped;  // destroyed below, outside the lock
+  size_t dropped_held = 0;
   {
     std::lock_guard lock(mutex_);
-    auto& p = pools_[std::string(backend_name(kind)) + "/" + image.digest];
-    if (!p) p = std::make_unique<Pool>(b, image, limits, options_.warm, 2);
-    pool = p.get();
+    const auto too_many = [&] {
+      return TooMany("too many sandboxes (" + std::to_string(cap) + " alive)");
+    };
+    if (sandboxes_.size() + admitted_ >= cap) throw too_many();
+    const std::string key = std::string(backend_name(kind)) + "/" + image.digest;
+    if (pooled && options_.warm > 0) {
+      PoolEntry& e = pools_[key];
+      if (!e.pool)
+        e.pool = std::make_shared<Pool>(b, image, limits, options_.warm, 2, Pool::kDefaultMaxUses,
+                                        [this, cap] {
+                                          std::lock_guard room_lock(mutex_);
+                                          return alive_locked() <= cap;
+                                        });
+      e.last_use = ++uses_;
+      pool = e.pool;
+    }
+    // Room for one more: the other pools, least recently used first, are dropped (an idle
+    // sandbox of this image's own pool is room enough: acquiring it starts none).
+    while (alive_locked() >= cap && !(pool && pool->idle() > 0)) {
+      auto lru = pools_.end();
+      for (auto it = pools_.begin(); it != pools_.end(); ++it)
+        if (it->second.pool != pool &&
+            (lru == pools_.end() || it->second.last_use < lru->second.last_use))
+          lru = it;
+      if (lru == pools_.end()) throw too_many();
+      const size_t held = lru->second.pool->held();
+      dropped_held += held;
+      retiring_ += held;
+      dropped.push_back(std::move(lru->second.pool));
+      pools_.erase(lru);
+    }
+    ++admitted_;
   }
-  *from = pool;
-  return pool->acquire();
+  Admitted a(this, pool);
+  dropped.clear();  // each dropped pool's destructor destroys its sandboxes
+  if (dropped_held > 0) {
+    std::lock_guard lock(mutex_);
+    retiring_ -= dropped_held;
+  }
+  a.sandbox = pool ? pool->acquire() : b.create(image, limits);
+  return a;
 }
 
 json Service::exec(Sandbox& s, const json& body) {
@@ -300,7 +362,12 @@ void Service::routes() {
   };
   route("GET", "/v1/health", handle([this](const httplib::Request&, httplib::Response& res) {
           std::lock_guard lock(mutex_);
-          reply(res, 200, {{"ok", true}, {"sandboxes", sandboxes_.size()}});
+          reply(res, 200,
+                {{"ok", true},
+                 {"sandboxes", sandboxes_.size()},  // kept by id
+                 {"alive", alive_locked()},         // every live one, the pools' included
+                 {"pools", pools_.size()},
+                 {"max_sandboxes", options_.max_sandboxes}});
         }));
   route("GET", "/v1/images", handle([this](const httplib::Request&, httplib::Response& res) {
           json out = json::array();
@@ -316,19 +383,13 @@ void Service::routes() {
           const Limits limits = body.contains("limits")
                                     ? limits_from_json(body["limits"], options_.limits)
                                     : options_.limits;
+          // A sandbox that lives on is never released to a pool: one of its own when limits are
+          // asked for, else taken from the pool for good.
+          Admitted a = start(text(body, "image", "host"), kind, limits, !body.contains("limits"));
+          const std::string id = a.sandbox->id();
           {
             std::lock_guard lock(mutex_);
-            if (sandboxes_.size() >= options_.max_sandboxes)
-              throw TooMany("too many sandboxes (" + std::to_string(options_.max_sandboxes) +
-                            " alive)");
-          }
-          Pool* pool = nullptr;  // a sandbox that lives on is never released to it
-          std::shared_ptr<Sandbox> s = start(text(body, "image", "host"), kind, limits,
-                                             body.contains("limits") ? nullptr : &pool);
-          const std::string id = s->id();
-          {
-            std::lock_guard lock(mutex_);
-            sandboxes_[id] = std::move(s);
+            sandboxes_[id] = std::move(a.sandbox);
           }
           reply(res, 201, {{"id", id}});
         }));
@@ -390,10 +451,8 @@ void Service::routes() {
           const BackendKind kind = parse_backend(text(body, "backend", "namespaces"));
           body.erase("image");
           body.erase("backend");
-          Pool* pool = nullptr;
-          auto s = start(image, kind, options_.limits, &pool);
-          reply(res, 200, exec(*s, body));
-          if (pool) pool->release(std::move(s));  // reset or destroyed after the reply, not before
+          const Admitted a = start(image, kind, options_.limits, true);
+          reply(res, 200, exec(*a.sandbox, body));  // released to its pool after the reply
         }));
 }
 
