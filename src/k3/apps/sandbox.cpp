@@ -33,7 +33,7 @@ struct SandboxArgs {
   std::vector<std::string> command;
   double timeout_s = 30, memory_mb = 512;
   int port = 0;
-  size_t warm = 4;
+  size_t warm = 4, max_sandboxes = 256;
 };
 
 // The command's own exit status, 124 when it ran out of time (as timeout(1)), 128+N for signal N.
@@ -90,12 +90,13 @@ void serve(const SandboxArgs& a) {
   o.host = a.host;
   o.port = a.port;
   o.warm = a.warm;
+  o.max_sandboxes = a.max_sandboxes;
   o.limits.timeout_s = a.timeout_s;
   o.limits.memory_bytes = uint64_t(a.memory_mb * (1 << 20));
   const char* env = std::getenv("K3LAB_SANDBOX_TOKEN");
   o.token = env && *env ? env : random_token();
   Service service(store, o);
-  if (!a.token_file.empty()) write_file_atomic(a.token_file, o.token + "\n");
+  if (!a.token_file.empty()) write_file_atomic(a.token_file, o.token + "\n", 0600);  // a secret
   std::printf("k3lab sandbox service on http://%s:%d (token %s)\n", a.host.c_str(), service.port(),
               a.token_file.empty() ? o.token.c_str() : ("in " + a.token_file).c_str());
   std::fflush(stdout);
@@ -157,8 +158,11 @@ void add_sandbox(CLI::App& app) {
   s->add_option(
       "--token-file", a->token_file,
       "Write the bearer token here instead of printing it ($K3LAB_SANDBOX_TOKEN sets it)");
-  add_number(s, "--warm", a->warm, "Warm sandboxes per image and backend",
-             Bounds<size_t>{0, ServiceOptions{}.max_sandboxes});
+  add_number(s, "--warm", a->warm, "Warm sandboxes per image and backend, 0 to 256",
+             Bounds<size_t>{0, 256});
+  add_number(s, "--max-sandboxes", a->max_sandboxes,
+             "Live sandboxes at most, the pools' warm ones included, 1 to 65536",
+             Bounds<size_t>{1, 65536});
   add_limit_options(s, *a, "Each command's (the most a request may ask)");
   add_store_option(s, *a);
   s->callback([a] { serve(*a); });

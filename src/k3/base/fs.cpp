@@ -19,10 +19,11 @@ namespace k3 {
   throw Error(what + ": " + std::strerror(errno), ErrorContext{path, "", -1});
 }
 
-void write_file_atomic(const std::string& path, std::string_view bytes) {
+void write_file_atomic(const std::string& path, std::string_view bytes, mode_t mode) {
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  ::unlink(tmp.c_str());  // one left by a crash, or planted (unlink removes a link, not its target)
   {
-    FileWriter out(tmp);
+    FileWriter out(tmp, FileCreation::kNewOnly, mode);
     out.write(bytes);
     out.finish();
   }
@@ -55,8 +56,9 @@ bool file_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-FileWriter::FileWriter(std::string path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+FileWriter::FileWriter(std::string path, FileCreation how, mode_t mode) : path_(std::move(path)) {
+  const int flags = how == FileCreation::kNewOnly ? O_EXCL | O_NOFOLLOW : O_TRUNC;
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | flags, mode);
   if (fd_ < 0) k3::fail(path_, "cannot create");
 }
 

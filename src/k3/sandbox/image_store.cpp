@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -166,13 +167,28 @@ std::string tree_digest(const std::string& dir) {
   return h.hex_digest();
 }
 
+std::string printable(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte < 0x7f) {
+      out += c;
+    } else {
+      char hex[5];
+      std::snprintf(hex, sizeof hex, "\\x%02x", byte);
+      out += hex;
+    }
+  }
+  return out;
+}
+
 void check_image_name(const std::string& name) {
   const bool ok =
       !name.empty() && name.size() <= 128 && name[0] != '.' &&
       std::all_of(name.begin(), name.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
       });
-  K3_CHECK(ok, "image name '", name, "' is not valid (letters, digits, '.', '_', '-')");
+  K3_CHECK(ok, "image name '", printable(name), "' is not valid (letters, digits, '.', '_', '-')");
   K3_CHECK(name != "host", "image name 'host' is the built-in image");
 }
 
@@ -330,18 +346,30 @@ Image ImageStore::resolve(const std::string& ref) const {
       digest = file;
     }
   }
-  K3_CHECK(!digest.empty(), "unknown image '", ref, "' (not 'host', a name or a digest in ", root_,
-           ")");
+  K3_CHECK(!digest.empty(), "unknown image '", printable(ref),
+           "' (not 'host', a name or a digest in ", root_, ")");
   const std::string path = root_ + "/images/" + digest + ".json";
-  K3_CHECK(file_exists(path), "image '", ref, "' points at missing manifest ", path);
+  K3_CHECK(file_exists(path), "image '", printable(ref), "' points at missing manifest ", path);
+  // Written by the store itself: anything else than its own shape is damage, said in our words.
   nlohmann::json manifest;
   try {
     manifest = nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    throw Error("image manifest " + path + " is not valid JSON: " + e.what());
+  } catch (const nlohmann::json::exception&) {
+    throw DamagedStore("image manifest " + path + " is damaged: not valid JSON");
   }
+  const nlohmann::json* layers =
+      manifest.is_object() && manifest.contains("layers") ? &manifest["layers"] : nullptr;
+  const bool shaped = layers && layers->is_array() &&
+                      std::all_of(layers->begin(), layers->end(),
+                                  [](const nlohmann::json& l) {
+                                    return l.is_string() && is_hex_digest(l.get<std::string>(), 64);
+                                  }) &&
+                      manifest.value("host_system", nlohmann::json(false)).is_boolean();
+  if (!shaped)
+    throw DamagedStore("image manifest " + path +
+                       " is damaged: not {\"host_system\": bool, \"layers\": [digests]}");
   Image image{digest, {}, manifest.value("host_system", false)};
-  for (const auto& layer : manifest.at("layers")) {
+  for (const auto& layer : *layers) {
     const std::string dir = root_ + "/layers/" + layer.get<std::string>();
     K3_CHECK(fs::is_directory(dir), "image ", digest, " is missing its layer ", dir);
     image.layers.push_back(dir);

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "k3/base/error.h"
 #include "k3/sandbox/wire.h"
 
 namespace k3::sandbox {
@@ -74,5 +75,15 @@ std::string tree_digest(const std::string& dir);
 
 // Image and layer names: letters, digits, '.', '_', '-' (1 to 128), not starting with '.'.
 void check_image_name(const std::string& name);
+
+// TEXT as an error message quotes it: bytes outside printable ASCII as \xNN, so that a name with
+// a newline or an escape sequence cannot break or forge the one line of an error.
+std::string printable(const std::string& text);
+
+// A file of the store that is not what it must be (a damaged manifest): the store's fault, not
+// the request's; the message names the file.
+struct DamagedStore : Error {
+  using Error::Error;
+};
 
 }  // namespace k3::sandbox

@@ -10,12 +10,13 @@ constexpr size_t kGiveUpAfterFailures = 3;  // in a row: the pool stops retrying
 }
 
 Pool::Pool(Backend& backend, Image image, Limits limits, size_t warm, int refill_threads,
-           size_t max_uses)
+           size_t max_uses, std::function<bool()> room)
     : backend_(backend),
       image_(std::move(image)),
       limits_(limits),
       warm_(warm),
-      max_uses_(std::max<size_t>(max_uses, 1)) {
+      max_uses_(std::max<size_t>(max_uses, 1)),
+      room_(std::move(room)) {
   for (int i = 0; i < refill_threads && warm_ > 0; ++i) threads_.emplace_back([this] { refill(); });
 }
 
@@ -73,6 +74,14 @@ void Pool::refill() {
     }
     ++starting_;
     lock.unlock();
+    if (room_ && !room_()) {  // the owner's cap: no more until someone acquires
+      lock.lock();
+      --starting_;
+      failures_in_a_row_ = kGiveUpAfterFailures;
+      last_error_ = "no room under the owner's cap on live sandboxes";
+      changed_.notify_all();
+      continue;
+    }
     std::unique_ptr<Sandbox> s;
     std::string error;
     try {
@@ -132,6 +141,11 @@ size_t Pool::hits() const {
 size_t Pool::misses() const {
   std::lock_guard lock(mutex_);
   return misses_;
+}
+
+size_t Pool::held() const {
+  std::lock_guard lock(mutex_);
+  return idle_.size() + starting_ + released_.size() + recycling_;
 }
 
 size_t Pool::reused() const {

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -27,8 +28,10 @@ class Pool {
 
   // Starts sandboxes, by REFILL_THREADS threads, while fewer than WARM are idle (reset ones go
   // back to the idle ones all the same); each serves up to MAX_USES users (1: never reused).
+  // ROOM, when given, is asked before each background start (which held() already counts):
+  // false, and the pool starts none until its next acquire (an owner's cap on live sandboxes).
   Pool(Backend& backend, Image image, Limits limits, size_t warm, int refill_threads = 1,
-       size_t max_uses = kDefaultMaxUses);
+       size_t max_uses = kDefaultMaxUses, std::function<bool()> room = {});
   ~Pool();  // stops refilling and destroys the idle sandboxes
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
@@ -49,6 +52,8 @@ class Pool {
   size_t hits() const;
   size_t misses() const;
   size_t reused() const;  // released sandboxes that went back to the idle ones
+  // Live sandboxes the pool holds: idle, starting, and released ones being reset.
+  size_t held() const;
   std::string last_error() const;  // why the last background start failed, or ""
 
  private:
@@ -57,11 +62,11 @@ class Pool {
   Image image_;
   Limits limits_;
   size_t warm_, max_uses_;
+  std::function<bool()> room_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::unique_ptr<Sandbox>> idle_, released_;
-  size_t starting_ = 0, recycling_ = 0, hits_ = 0, misses_ = 0, reused_ = 0,
-         failures_in_a_row_ = 0;
+  size_t starting_ = 0, recycling_ = 0, hits_ = 0, misses_ = 0, reused_ = 0, failures_in_a_row_ = 0;
   std::string last_error_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;

@@ -1,13 +1,17 @@
 #include "k3/sandbox/service.h"
 
 #include <arpa/inet.h>
-#include <httplib.h>
 
 #include <cmath>
+#include <regex>
+#include <utility>
+#include <vector>
 
+#include "k3/base/checksum.h"
 #include "k3/base/error.h"
 #include "k3/data/tokenizer/tokenizer_files.h"
 #include "k3/data/tokenizer/utf8.h"
+#include "k3/sandbox/http_server.h"
 
 namespace k3::sandbox {
 
@@ -80,12 +84,39 @@ void reply(httplib::Response& res, int status, const json& body) {
                   "application/json");
 }
 
-// Constant-time comparison, so the token cannot be guessed byte by byte from response times.
-bool same_token(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.size() ? b.size() : 1)]);
+// Compared through their digests, so that neither the bytes nor the length of the token can be
+// learnt from response times.
+bool same_secret(const std::string& a, const std::string& b) {
+  const std::string x = sha256_hex(a), y = sha256_hex(b);
+  unsigned char diff = 0;
+  for (size_t i = 0; i < x.size(); ++i) diff |= static_cast<unsigned char>(x[i] ^ y[i]);
   return diff == 0;
+}
+
+// The most a request body may hold: a file put in one request fits in one agent frame.
+constexpr size_t kMaxBody = wire::kMaxFrame / 2;
+
+// What is wrong with how REQ frames its body, or "" (looked at before the body is read, so a
+// refused body is never read: the connection closes after an error).
+std::pair<int, std::string> body_refusal(const httplib::Request& req) {
+  const std::string& m = req.method;
+  if (m != "GET" && m != "HEAD" && m != "POST" && m != "PUT" && m != "DELETE")
+    return {405, "method " + m + " is not supported"};
+  if (req.has_header("Transfer-Encoding"))
+    return {411, "a request body needs a Content-Length (Transfer-Encoding is not accepted)"};
+  const size_t lengths = req.get_header_value_count("Content-Length");
+  if (lengths == 0)
+    return (m == "POST" || m == "PUT")
+               ? std::pair{411, "a " + m + " request needs a Content-Length"}
+               : std::pair{0, std::string()};
+  const std::string length = req.get_header_value("Content-Length");
+  if (lengths > 1 || length.empty() || length.size() > 18 ||
+      length.find_first_not_of("0123456789") != std::string::npos)
+    return {400, "the Content-Length header is not one byte count"};
+  if (std::stoull(length) > kMaxBody)
+    return {413, "the body of " + length + " bytes exceeds the limit of " +
+                     std::to_string(kMaxBody) + " bytes"};
+  return {0, ""};
 }
 
 struct NotFound : Error {
@@ -116,13 +147,18 @@ Limits limits_from_json(const json& j, const Limits& d) {
 }
 
 Service::Service(ImageStore& store, ServiceOptions options)
-    : store_(store), options_(std::move(options)), server_(std::make_unique<httplib::Server>()) {
+    : store_(store),
+      options_(std::move(options)),
+      server_(std::make_unique<BoundedHttpServer>(HttpLimits{})) {
   K3_CHECK(is_loopback_address(options_.host), "the sandbox service listens on loopback only; '",
            options_.host, "' is not a loopback address");
+  K3_CHECK(options_.port >= 0 && options_.port <= 65535, "port ", options_.port,
+           " is not in 1..65535 (or 0: any free port)");
+  K3_CHECK(options_.max_sandboxes >= 1, "at least one sandbox must be allowed (max_sandboxes 0)");
   K3_CHECK(options_.token.size() >= 16,
            "the sandbox service's token must have at least 16 characters");
   routes();
-  server_->set_payload_max_length(wire::kMaxFrame / 2);
+  server_->set_payload_max_length(kMaxBody);
   port_ = options_.port == 0
               ? server_->bind_to_any_port(options_.host)
               : (server_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
@@ -131,9 +167,13 @@ Service::Service(ImageStore& store, ServiceOptions options)
 
 Service::~Service() {
   stop();
-  std::lock_guard lock(mutex_);
-  sandboxes_.clear();
-  pools_.clear();
+  std::unordered_map<std::string, PoolEntry> pools;
+  {
+    std::lock_guard lock(mutex_);
+    sandboxes_.clear();
+    pools.swap(pools_);
+  }
+  // Outside the lock: a pool's threads may be asking for room (which takes it) as it stops them.
 }
 
 void Service::serve() { server_->listen_after_bind(); }
@@ -149,27 +189,82 @@ Backend& Service::backend(BackendKind kind) {
 std::shared_ptr<Sandbox> Service::find(const std::string& id) {
   std::lock_guard lock(mutex_);
   const auto it = sandboxes_.find(id);
-  if (it == sandboxes_.end()) throw NotFound("no sandbox '" + id + "'");
+  if (it == sandboxes_.end()) throw NotFound("no sandbox '" + printable(id) + "'");
   return it->second;
 }
 
-std::unique_ptr<Sandbox> Service::start(const std::string& image_ref, BackendKind kind,
-                                        const Limits& limits, Pool** from) {
+size_t Service::alive_locked() const {
+  size_t n = sandboxes_.size() + admitted_ + retiring_;
+  for (const auto& [key, entry] : pools_) n += entry.pool->held();
+  return n;
+}
+
+Service::Admitted::Admitted(Admitted&& o) noexcept
+    : service(std::exchange(o.service, nullptr)),
+      sandbox(std::move(o.sandbox)),
+      pool(std::move(o.pool)) {}
+
+Service::Admitted::~Admitted() {
+  if (!service) return;                                    // moved from
+  if (sandbox && pool) pool->release(std::move(sandbox));  // reset or destroyed in the background
+  sandbox.reset();
+  std::lock_guard lock(service->mutex_);
+  --service->admitted_;
+}
+
+Service::Admitted Service::start(const std::string& image_ref, BackendKind kind,
+                                 const Limits& limits, bool pooled) {
+  const Image image = store_.resolve(image_ref);  // a bad name is the request's fault first
   Backend& b = backend(kind);
   if (const std::string why = b.unavailable_reason(); !why.empty())
     throw Error(std::string("backend ") + backend_name(kind) + " is unavailable: " + why);
-  const Image image = store_.resolve(image_ref);
-  if (from) *from = nullptr;
-  if (!from || options_.warm == 0) return b.create(image, limits);
-  Pool* pool = nullptr;
+  const size_t cap = options_.max_sandboxes;
+  std::shared_ptr<Pool> pool;
+  std::vector<std::shared_ptr<Pool>> dropped;  // destroyed below, outside the lock
+  size_t dropped_held = 0;
   {
     std::lock_guard lock(mutex_);
-    auto& p = pools_[std::string(backend_name(kind)) + "/" + image.digest];
-    if (!p) p = std::make_unique<Pool>(b, image, limits, options_.warm, 2);
-    pool = p.get();
+    const auto too_many = [&] {
+      return TooMany("too many sandboxes (" + std::to_string(cap) + " alive)");
+    };
+    if (sandboxes_.size() + admitted_ >= cap) throw too_many();
+    const std::string key = std::string(backend_name(kind)) + "/" + image.digest;
+    if (pooled && options_.warm > 0) {
+      PoolEntry& e = pools_[key];
+      if (!e.pool)
+        e.pool = std::make_shared<Pool>(b, image, limits, options_.warm, 2, Pool::kDefaultMaxUses,
+                                        [this, cap] {
+                                          std::lock_guard room_lock(mutex_);
+                                          return alive_locked() <= cap;
+                                        });
+      e.last_use = ++uses_;
+      pool = e.pool;
+    }
+    // Room for one more: the other pools, least recently used first, are dropped (an idle
+    // sandbox of this image's own pool is room enough: acquiring it starts none).
+    while (alive_locked() >= cap && !(pool && pool->idle() > 0)) {
+      auto lru = pools_.end();
+      for (auto it = pools_.begin(); it != pools_.end(); ++it)
+        if (it->second.pool != pool &&
+            (lru == pools_.end() || it->second.last_use < lru->second.last_use))
+          lru = it;
+      if (lru == pools_.end()) throw too_many();
+      const size_t held = lru->second.pool->held();
+      dropped_held += held;
+      retiring_ += held;
+      dropped.push_back(std::move(lru->second.pool));
+      pools_.erase(lru);
+    }
+    ++admitted_;
   }
-  *from = pool;
-  return pool->acquire();
+  Admitted a(this, pool);
+  dropped.clear();  // each dropped pool's destructor destroys its sandboxes
+  if (dropped_held > 0) {
+    std::lock_guard lock(mutex_);
+    retiring_ -= dropped_held;
+  }
+  a.sandbox = pool ? pool->acquire() : b.create(image, limits);
+  return a;
 }
 
 json Service::exec(Sandbox& s, const json& body) {
@@ -204,15 +299,65 @@ json Service::exec(Sandbox& s, const json& body) {
 
 void Service::routes() {
   auto& srv = *server_;
-  // Every handler: the token first, then one JSON reply, errors as {"error": "one line"}.
+  // Every request, whatever its route and method: the token first (exactly one Authorization
+  // header, exactly "Bearer TOKEN"), then its body's framing, before cpp-httplib reads the body.
+  srv.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.get_header_value_count("Authorization") != 1 ||
+        !same_secret(req.get_header_value("Authorization"), "Bearer " + options_.token)) {
+      reply(res, 401, {{"error", "missing or wrong bearer token"}});
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const auto [status, why] = body_refusal(req);
+    if (status == 0) return httplib::Server::HandlerResponse::Unhandled;
+    reply(res, status, {{"error", why}});
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Which methods each route takes: a known path asked with another method is a 405.
+  auto methods = std::make_shared<std::vector<std::pair<std::regex, std::string>>>();
+  auto route = [&srv, methods](const std::string& method, const std::string& pattern,
+                               httplib::Server::Handler handler) {
+    if (method == "GET") srv.Get(pattern, std::move(handler));
+    if (method == "POST") srv.Post(pattern, std::move(handler));
+    if (method == "PUT") srv.Put(pattern, std::move(handler));
+    if (method == "DELETE") srv.Delete(pattern, std::move(handler));
+    methods->emplace_back(std::regex(pattern), method);
+  };
+  // Every error status has a JSON body: those that cpp-httplib answers itself get one here.
+  srv.set_error_handler(httplib::Server::HandlerWithResponse(
+      [methods](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        std::string allowed;
+        for (const auto& [pattern, method] : *methods)
+          if (std::regex_match(req.path, pattern))
+            allowed += (allowed.empty() ? "" : ", ") + method;
+        std::string why = "the request failed (HTTP " + std::to_string(res.status) + ")";
+        if (res.status == 404 && !allowed.empty()) {
+          res.status = 405;
+          why = "method " + req.method + " is not allowed on " + printable(req.path) +
+                " (it takes " + allowed + ")";
+        } else if (res.status == 404) {
+          why = "no such route: " + printable(req.path);
+        } else if (res.status == 400) {
+          why = "the request is not valid HTTP";
+        } else if (res.status == 414) {
+          why = "the request target is too long";
+        } else if (res.status == 416) {
+          why = "the Range header is not valid";
+        }
+        reply(res, res.status, {{"error", why}});
+        return httplib::Server::HandlerResponse::Unhandled;  // Handled would apply Range headers
+      }));
+  srv.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
+        reply(res, 500, {{"error", "internal error"}});
+      });
+  // Every handler: one JSON reply, errors as {"error": "one line"}.
   auto handle = [this](auto&& body) {
     return [this, body](const httplib::Request& req, httplib::Response& res) {
-      if (!same_token(req.get_header_value("Authorization"), "Bearer " + options_.token)) {
-        reply(res, 401, {{"error", "missing or wrong bearer token"}});
-        return;
-      }
       try {
         body(req, res);
+      } catch (const DamagedStore& e) {
+        reply(res, 500, {{"error", e.message()}});
       } catch (const NotFound& e) {
         reply(res, 404, {{"error", e.message()}});
       } catch (const TooMany& e) {
@@ -224,103 +369,100 @@ void Service::routes() {
       }
     };
   };
-  srv.Get("/v1/health", handle([this](const httplib::Request&, httplib::Response& res) {
+  route("GET", "/v1/health", handle([this](const httplib::Request&, httplib::Response& res) {
+          std::lock_guard lock(mutex_);
+          reply(res, 200,
+                {{"ok", true},
+                 {"sandboxes", sandboxes_.size()},  // kept by id
+                 {"alive", alive_locked()},         // every live one, the pools' included
+                 {"pools", pools_.size()},
+                 {"max_sandboxes", options_.max_sandboxes}});
+        }));
+  route("GET", "/v1/images", handle([this](const httplib::Request&, httplib::Response& res) {
+          json out = json::array();
+          for (const auto& [name, digest] : store_.names())
+            out.push_back({{"name", name}, {"digest", digest}});
+          reply(res, 200, out);
+        }));
+  route("POST", "/v1/sandboxes",
+        handle([this](const httplib::Request& req, httplib::Response& res) {
+          const json body = parse_body(req);
+          check_keys(body, {"image", "backend", "limits"});
+          const BackendKind kind = parse_backend(text(body, "backend", "namespaces"));
+          const Limits limits = body.contains("limits")
+                                    ? limits_from_json(body["limits"], options_.limits)
+                                    : options_.limits;
+          // A sandbox that lives on is never released to a pool: one of its own when limits are
+          // asked for, else taken from the pool for good.
+          Admitted a = start(text(body, "image", "host"), kind, limits, !body.contains("limits"));
+          const std::string id = a.sandbox->id();
+          {
             std::lock_guard lock(mutex_);
-            reply(res, 200, {{"ok", true}, {"sandboxes", sandboxes_.size()}});
-          }));
-  srv.Get("/v1/images", handle([this](const httplib::Request&, httplib::Response& res) {
-            json out = json::array();
-            for (const auto& [name, digest] : store_.names())
-              out.push_back({{"name", name}, {"digest", digest}});
-            reply(res, 200, out);
-          }));
-  srv.Post("/v1/sandboxes", handle([this](const httplib::Request& req, httplib::Response& res) {
-             const json body = parse_body(req);
-             check_keys(body, {"image", "backend", "limits"});
-             const BackendKind kind = parse_backend(text(body, "backend", "namespaces"));
-             const Limits limits = body.contains("limits")
-                                       ? limits_from_json(body["limits"], options_.limits)
-                                       : options_.limits;
-             {
-               std::lock_guard lock(mutex_);
-               if (sandboxes_.size() >= options_.max_sandboxes)
-                 throw TooMany("too many sandboxes (" + std::to_string(options_.max_sandboxes) +
-                               " alive)");
-             }
-             Pool* pool = nullptr;  // a sandbox that lives on is never released to it
-             std::shared_ptr<Sandbox> s = start(text(body, "image", "host"), kind, limits,
-                                                body.contains("limits") ? nullptr : &pool);
-             const std::string id = s->id();
-             {
-               std::lock_guard lock(mutex_);
-               sandboxes_[id] = std::move(s);
-             }
-             reply(res, 201, {{"id", id}});
-           }));
-  srv.Post(R"(/v1/sandboxes/([^/]+)/exec)",
-           handle([this](const httplib::Request& req, httplib::Response& res) {
-             auto s = find(req.matches[1]);
-             try {
-               reply(res, 200, exec(*s, parse_body(req)));
-             } catch (const Error&) {
-               if (!s->alive()) {  // it broke: forget it
-                 std::lock_guard lock(mutex_);
-                 sandboxes_.erase(s->id());
-               }
-               throw;
-             }
-           }));
-  srv.Put(R"(/v1/sandboxes/([^/]+)/files)",
-          handle([this](const httplib::Request& req, httplib::Response& res) {
-            auto s = find(req.matches[1]);
-            K3_CHECK(req.has_param("path"), "the query parameter 'path' is missing");
-            unsigned mode = 0644;
-            if (req.has_param("mode")) {
-              const std::string m = req.get_param_value("mode");
-              K3_CHECK(!m.empty() && m.size() <= 4 &&
-                           m.find_first_not_of("01234567") == std::string::npos,
-                       "'mode' must be octal (e.g. 755), got '", m, "'");
-              mode = unsigned(std::stoul(m, nullptr, 8));
+            sandboxes_[id] = std::move(a.sandbox);
+          }
+          reply(res, 201, {{"id", id}});
+        }));
+  route("POST", R"(/v1/sandboxes/([^/]+)/exec)",
+        handle([this](const httplib::Request& req, httplib::Response& res) {
+          auto s = find(req.matches[1]);
+          try {
+            reply(res, 200, exec(*s, parse_body(req)));
+          } catch (const Error&) {
+            if (!s->alive()) {  // it broke: forget it
+              std::lock_guard lock(mutex_);
+              sandboxes_.erase(s->id());
             }
-            s->put(req.get_param_value("path"), req.body, mode);
-            reply(res, 200, {{"written", req.body.size()}});
-          }));
-  srv.Get(R"(/v1/sandboxes/([^/]+)/files)",
-          handle([this](const httplib::Request& req, httplib::Response& res) {
-            auto s = find(req.matches[1]);
-            K3_CHECK(req.has_param("path"), "the query parameter 'path' is missing");
-            res.set_content(s->get(req.get_param_value("path")), "application/octet-stream");
-          }));
-  srv.Post(R"(/v1/sandboxes/([^/]+)/snapshot)",
-           handle([this](const httplib::Request& req, httplib::Response& res) {
-             auto s = find(req.matches[1]);
-             const json body = parse_body(req);
-             check_keys(body, {"name"});
-             reply(res, 201, {{"digest", s->snapshot(text(body, "name", ""))}});
-           }));
-  srv.Delete(R"(/v1/sandboxes/([^/]+))",
-             handle([this](const httplib::Request& req, httplib::Response& res) {
-               std::shared_ptr<Sandbox> s = find(req.matches[1]);
-               {
-                 std::lock_guard lock(mutex_);
-                 sandboxes_.erase(s->id());
-               }
-               s->destroy();
-               reply(res, 200, {{"destroyed", s->id()}});
-             }));
+            throw;
+          }
+        }));
+  route("PUT", R"(/v1/sandboxes/([^/]+)/files)",
+        handle([this](const httplib::Request& req, httplib::Response& res) {
+          auto s = find(req.matches[1]);
+          K3_CHECK(req.has_param("path"), "the query parameter 'path' is missing");
+          unsigned mode = 0644;
+          if (req.has_param("mode")) {
+            const std::string m = req.get_param_value("mode");
+            K3_CHECK(
+                !m.empty() && m.size() <= 4 && m.find_first_not_of("01234567") == std::string::npos,
+                "'mode' must be octal (e.g. 755), got '", m, "'");
+            mode = unsigned(std::stoul(m, nullptr, 8));
+          }
+          s->put(req.get_param_value("path"), req.body, mode);
+          reply(res, 200, {{"written", req.body.size()}});
+        }));
+  route("GET", R"(/v1/sandboxes/([^/]+)/files)",
+        handle([this](const httplib::Request& req, httplib::Response& res) {
+          auto s = find(req.matches[1]);
+          K3_CHECK(req.has_param("path"), "the query parameter 'path' is missing");
+          res.set_content(s->get(req.get_param_value("path")), "application/octet-stream");
+        }));
+  route("POST", R"(/v1/sandboxes/([^/]+)/snapshot)",
+        handle([this](const httplib::Request& req, httplib::Response& res) {
+          auto s = find(req.matches[1]);
+          const json body = parse_body(req);
+          check_keys(body, {"name"});
+          reply(res, 201, {{"digest", s->snapshot(text(body, "name", ""))}});
+        }));
+  route("DELETE", R"(/v1/sandboxes/([^/]+))",
+        handle([this](const httplib::Request& req, httplib::Response& res) {
+          std::shared_ptr<Sandbox> s = find(req.matches[1]);
+          {
+            std::lock_guard lock(mutex_);
+            sandboxes_.erase(s->id());
+          }
+          s->destroy();
+          reply(res, 200, {{"destroyed", s->id()}});
+        }));
   // One command in a clean sandbox (from the pool), released after: the common RL step.
-  srv.Post("/v1/run", handle([this](const httplib::Request& req, httplib::Response& res) {
-             json body = parse_body(req);
-             const std::string image = text(body, "image", "host");
-             const BackendKind kind = parse_backend(text(body, "backend", "namespaces"));
-             body.erase("image");
-             body.erase("backend");
-             Pool* pool = nullptr;
-             auto s = start(image, kind, options_.limits, &pool);
-             reply(res, 200, exec(*s, body));
-             if (pool)
-               pool->release(std::move(s));  // reset or destroyed after the reply, not before
-           }));
+  route("POST", "/v1/run", handle([this](const httplib::Request& req, httplib::Response& res) {
+          json body = parse_body(req);
+          const std::string image = text(body, "image", "host");
+          const BackendKind kind = parse_backend(text(body, "backend", "namespaces"));
+          body.erase("image");
+          body.erase("backend");
+          const Admitted a = start(image, kind, options_.limits, true);
+          reply(res, 200, exec(*a.sandbox, body));  // released to its pool after the reply
+        }));
 }
 
 }  // namespace k3::sandbox
