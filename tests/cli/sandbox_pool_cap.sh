@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `k3lab sandbox serve --max-sandboxes N` bounds every live sandbox, the pools' warm ones included:
 # each image (snapshots are images of their own) gets a pool, and a new pool past the cap makes
-# room by dropping the least recently used one. The agents counted in /proc, sampled throughout,
-# never exceed the cap; /v1/health's "alive" says what they are; users past it get 429.
+# room by dropping the least recently used one. The service's agents counted in /proc, sampled
+# throughout, never exceed the cap; /v1/health's "alive" says what they are; users past it get 429.
 source "$(dirname "$0")/common.sh"
 [ "$(id -u)" -eq 0 ] && command -v bwrap >/dev/null || { echo "skipped: needs root and bwrap"; exit 77; }
 export K3LAB_SANDBOX_STORE=$(mktemp -d /tmp/k3sbx-cap.XXXXXX)
@@ -14,20 +14,29 @@ trap 'kill -9 $server 2>/dev/null || true; rm -rf "$K3LAB_SANDBOX_STORE"' EXIT
 for _ in $(seq 100); do grep -q "service on" "$WORK/serve.log" && break; sleep 0.1; done
 url=$(grep -o 'http://[0-9.:]*' "$WORK/serve.log") || fail "the service did not start: $(cat "$WORK/serve.log")"
 
-PYTHONPATH="$ROOT/clients" /usr/bin/python3 - "$url" "$(cat "$WORK/token")" <<'PY' || fail "the cap was not kept"
+PYTHONPATH="$ROOT/clients" /usr/bin/python3 - "$url" "$(cat "$WORK/token")" "$server" <<'PY' || fail "the cap was not kept"
 import os, sys, threading, time
 from k3lab_sandbox import Client, SandboxError
 
-url, token = sys.argv[1], sys.argv[2]
+url, token, server = sys.argv[1], sys.argv[2], int(sys.argv[3])
 c = Client(url, token)
 CAP = 5
+
+def descends_from_server(pid):  # other tests' services may run agents beside ours
+    while pid > 1:
+        if pid == server:
+            return True
+        with open(f"/proc/{pid}/status") as f:
+            pid = int(next(l for l in f if l.startswith("PPid:")).split()[1])
+    return False
 
 def agents():
     n = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            n += open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0] == b"/.k3lab-agent"
-        except OSError:
+            if open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0] == b"/.k3lab-agent":
+                n += descends_from_server(int(pid))
+        except (OSError, StopIteration):
             pass
     return n
 

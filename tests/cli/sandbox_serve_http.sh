@@ -167,5 +167,5 @@ for damage in ["{not json", '{"layers": 7}', "[]"]:
     assert message.startswith(f"image manifest {manifest} is damaged"), message
 print("http: ok")
 PY
-expect_error "port 70000 is not in 1..65535" "$K3LAB" sandbox serve --port 70000
+expect_error "--port 70000: must be in \[0, 65535\]" "$K3LAB" sandbox serve --port 70000
 echo "sandbox serve http: ok"

@@ -45,7 +45,7 @@ void Pool::refill() {
   for (;;) {
     changed_.wait(lock, [&] {
       return stopping_ || !released_.empty() ||
-             (idle_.size() + starting_ + recycling_ < warm_ &&
+             (idle_.size() + asking_ + starting_ + recycling_ < warm_ + claimed_ &&
               failures_in_a_row_ < kGiveUpAfterFailures);
     });
     if (stopping_) return;
@@ -72,16 +72,22 @@ void Pool::refill() {
       changed_.notify_all();
       continue;
     }
+    if (room_) {  // the owner's cap: without room, no more until someone acquires
+      ++asking_;
+      lock.unlock();
+      const bool room = room_();
+      lock.lock();
+      --asking_;
+      if (stopping_) return;
+      if (!room) {
+        failures_in_a_row_ = kGiveUpAfterFailures;
+        last_error_ = "no room under the owner's cap on live sandboxes";
+        changed_.notify_all();
+        continue;
+      }
+    }
     ++starting_;
     lock.unlock();
-    if (room_ && !room_()) {  // the owner's cap: no more until someone acquires
-      lock.lock();
-      --starting_;
-      failures_in_a_row_ = kGiveUpAfterFailures;
-      last_error_ = "no room under the owner's cap on live sandboxes";
-      changed_.notify_all();
-      continue;
-    }
     std::unique_ptr<Sandbox> s;
     std::string error;
     try {
@@ -102,11 +108,23 @@ void Pool::refill() {
   }
 }
 
-std::unique_ptr<Sandbox> Pool::acquire() {
+bool Pool::claim() {
+  std::lock_guard lock(mutex_);
+  if (idle_.size() + starting_ <= claimed_) return false;
+  ++claimed_;
+  return true;
+}
+
+std::unique_ptr<Sandbox> Pool::acquire(bool claimed) {
   {
-    std::lock_guard lock(mutex_);
+    std::unique_lock lock(mutex_);
     failures_in_a_row_ = 0;  // someone wants one: try again
-    if (!idle_.empty()) {
+    if (claimed) {
+      // Each claim is met by an idle or starting sandbox: wait for one while enough are started.
+      changed_.wait(lock, [&] { return !idle_.empty() || idle_.size() + starting_ < claimed_; });
+      --claimed_;
+    }
+    if (idle_.size() > (claimed ? 0 : claimed_)) {  // unclaimed: never one reserved for another
       auto s = std::move(idle_.front());
       idle_.pop_front();
       ++hits_;
@@ -145,7 +163,12 @@ size_t Pool::misses() const {
 
 size_t Pool::held() const {
   std::lock_guard lock(mutex_);
-  return idle_.size() + starting_ + released_.size() + recycling_;
+  return idle_.size() + asking_ + starting_ + released_.size() + recycling_;
+}
+
+size_t Pool::asking() const {
+  std::lock_guard lock(mutex_);
+  return asking_;
 }
 
 size_t Pool::reused() const {

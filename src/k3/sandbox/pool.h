@@ -28,16 +28,20 @@ class Pool {
 
   // Starts sandboxes, by REFILL_THREADS threads, while fewer than WARM are idle (reset ones go
   // back to the idle ones all the same); each serves up to MAX_USES users (1: never reused).
-  // ROOM, when given, is asked before each background start (which held() already counts):
-  // false, and the pool starts none until its next acquire (an owner's cap on live sandboxes).
+  // ROOM, when given, is asked before each background start, which held() and asking() count
+  // while it is asked: false, and the pool starts none until its next acquire (an owner's cap on
+  // live sandboxes).
   Pool(Backend& backend, Image image, Limits limits, size_t warm, int refill_threads = 1,
        size_t max_uses = kDefaultMaxUses, std::function<bool()> room = {});
   ~Pool();  // stops refilling and destroys the idle sandboxes
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
-  // A warm sandbox if one is ready, else one started now (a "miss").
-  std::unique_ptr<Sandbox> acquire();
+  // Reserves an idle or starting sandbox for an acquire to come, if one is not yet reserved.
+  bool claim();
+  // A warm sandbox if one is ready, else one started now (a "miss"); CLAIMED (after claim()
+  // returned true): the reserved one, waiting for it to start, or if its start fails, a new one.
+  std::unique_ptr<Sandbox> acquire(bool claimed = false);
   // Resets SANDBOX for its next user, or destroys it, in the background (before any new sandbox
   // is started; destroyed at once, in the caller, by a pool without warm sandboxes, which has no
   // background threads); the pool's destructor waits for it.
@@ -54,6 +58,10 @@ class Pool {
   size_t reused() const;  // released sandboxes that went back to the idle ones
   // Live sandboxes the pool holds: idle, starting, and released ones being reset.
   size_t held() const;
+  // Background starts waiting for ROOM's answer (held() counts them): the owner's ROOM, which
+  // counts them too, may discount them when it admits a sandbox of its own, since each of them
+  // asks after the admission and is refused if no room is left.
+  size_t asking() const;
   std::string last_error() const;  // why the last background start failed, or ""
 
  private:
@@ -66,7 +74,7 @@ class Pool {
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::unique_ptr<Sandbox>> idle_, released_;
-  size_t starting_ = 0, recycling_ = 0, hits_ = 0, misses_ = 0, reused_ = 0, failures_in_a_row_ = 0;
+  size_t asking_ = 0, starting_ = 0, recycling_ = 0, claimed_ = 0, hits_ = 0, misses_ = 0, reused_ = 0, failures_in_a_row_ = 0;
   std::string last_error_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;

@@ -193,9 +193,10 @@ std::shared_ptr<Sandbox> Service::find(const std::string& id) {
   return it->second;
 }
 
-size_t Service::alive_locked() const {
+size_t Service::alive_locked(bool with_asks) const {
   size_t n = sandboxes_.size() + admitted_ + retiring_;
-  for (const auto& [key, entry] : pools_) n += entry.pool->held();
+  for (const auto& [key, entry] : pools_)
+    n += entry.pool->held() - (with_asks ? 0 : entry.pool->asking());
   return n;
 }
 
@@ -222,10 +223,14 @@ Service::Admitted Service::start(const std::string& image_ref, BackendKind kind,
   std::shared_ptr<Pool> pool;
   std::vector<std::shared_ptr<Pool>> dropped;  // destroyed below, outside the lock
   size_t dropped_held = 0;
+  bool claimed = false;
   {
     std::lock_guard lock(mutex_);
     const auto too_many = [&] {
-      return TooMany("too many sandboxes (" + std::to_string(cap) + " alive)");
+      const size_t users = sandboxes_.size() + admitted_;
+      return TooMany("too many sandboxes: " + std::to_string(cap) + " may live, " +
+                     std::to_string(users) + " are users', " +
+                     std::to_string(alive_locked(false) - users) + " warm, resetting or ending");
     };
     if (sandboxes_.size() + admitted_ >= cap) throw too_many();
     const std::string key = std::string(backend_name(kind)) + "/" + image.digest;
@@ -240,9 +245,13 @@ Service::Admitted Service::start(const std::string& image_ref, BackendKind kind,
       e.last_use = ++uses_;
       pool = e.pool;
     }
-    // Room for one more: the other pools, least recently used first, are dropped (an idle
-    // sandbox of this image's own pool is room enough: acquiring it starts none).
-    while (alive_locked() >= cap && !(pool && pool->idle() > 0)) {
+    // Room for one more: a sandbox of this image's own pool, idle or starting, claimed for this
+    // user is room enough (acquiring it starts none); else the other pools, least recently used
+    // first, are dropped. The pools' background starts still asking for room do not count: each
+    // is refused after this. A dropped pool's sandboxes count (as retiring) until destroyed,
+    // which happens before this one starts.
+    claimed = pool && pool->claim();
+    while (!claimed && alive_locked(false) - dropped_held >= cap) {
       auto lru = pools_.end();
       for (auto it = pools_.begin(); it != pools_.end(); ++it)
         if (it->second.pool != pool &&
@@ -263,7 +272,7 @@ Service::Admitted Service::start(const std::string& image_ref, BackendKind kind,
     std::lock_guard lock(mutex_);
     retiring_ -= dropped_held;
   }
-  a.sandbox = pool ? pool->acquire() : b.create(image, limits);
+  a.sandbox = pool ? pool->acquire(claimed) : b.create(image, limits);
   return a;
 }
 
@@ -449,8 +458,13 @@ void Service::routes() {
           {
             std::lock_guard lock(mutex_);
             sandboxes_.erase(s->id());
+            ++retiring_;  // counted until destroyed
           }
           s->destroy();
+          {
+            std::lock_guard lock(mutex_);
+            --retiring_;
+          }
           reply(res, 200, {{"destroyed", s->id()}});
         }));
   // One command in a clean sandbox (from the pool), released after: the common RL step.

@@ -60,7 +60,8 @@ class Service {
   // Room under the cap is made by dropping the least recently used other pools; without room, a
   // TooMany error.
   Admitted start(const std::string& image, BackendKind kind, const Limits& limits, bool pooled);
-  size_t alive_locked() const;  // every live sandbox: users', pools', retiring pools'
+  // Every live sandbox: users', pools', retiring ones; WITH_ASKS: pools' starts asking for room.
+  size_t alive_locked(bool with_asks = true) const;
   nlohmann::json exec(Sandbox& s, const nlohmann::json& body);
 
   ImageStore& store_;
@@ -77,7 +78,7 @@ class Service {
   uint64_t uses_ = 0;
   std::unordered_map<std::string, std::shared_ptr<Sandbox>> sandboxes_;
   size_t admitted_ = 0;  // users' sandboxes between admission and their Admitted's end
-  size_t retiring_ = 0;  // sandboxes of dropped pools not yet destroyed
+  size_t retiring_ = 0;  // sandboxes of dropped pools and deleted ones not yet destroyed
 };
 
 }  // namespace k3::sandbox
