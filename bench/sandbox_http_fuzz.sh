@@ -11,7 +11,7 @@ chmod 755 "$work"
 export K3LAB_SANDBOX_STORE=$work/store
 "$k3lab" sandbox serve --warm 0 --timeout 2 --token-file "$work/token" > "$work/serve.log" 2>&1 &
 server=$!
-trap 'kill -9 $server 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill -9 $server 2>/dev/null || true; for _ in $(seq 50); do rm -rf "$work" 2>/dev/null && break; sleep 0.1; done' EXIT
 for _ in $(seq 100); do grep -q "service on" "$work/serve.log" && break; sleep 0.1; done
 url=$(grep -o 'http://[0-9.:]*' "$work/serve.log") || { cat "$work/serve.log"; exit 1; }
 /usr/bin/python3 "$here/sandbox_http_fuzz.py" "$url" "$(cat "$work/token")" --seconds "$seconds" --seed "$seed"

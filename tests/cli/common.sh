@@ -140,3 +140,13 @@ resume_matches() {  # RUN NAME NP SETTINGS...
     fail "step 6 loss: $(basename "$from") $want, resumed as $name $got"
   echo "ok: resumed as $name: step 6 loss $got ($(basename "$from"): $want)"
 }
+
+# Stops the sandbox service PID (SIGTERM: it destroys its sandboxes; SIGKILL past 10 s, after
+# which its guardian removes them), then removes its store STORE once nothing is left in it.
+stop_service() {  # PID STORE
+  kill -TERM "$1" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -9 "$1" 2>/dev/null || true
+  for _ in $(seq 50); do rm -rf "$2" 2>/dev/null && return 0; sleep 0.1; done
+  rm -rf "$2"
+}

@@ -10,7 +10,7 @@ chmod 755 "$K3LAB_SANDBOX_STORE"
 "$K3LAB" sandbox serve --warm 2 --max-sandboxes 5 --timeout 5 --token-file "$WORK/token" \
   > "$WORK/serve.log" 2>&1 &
 server=$!
-trap 'kill -9 $server 2>/dev/null || true; rm -rf "$K3LAB_SANDBOX_STORE"' EXIT
+trap 'stop_service $server "$K3LAB_SANDBOX_STORE"' EXIT
 for _ in $(seq 100); do grep -q "service on" "$WORK/serve.log" && break; sleep 0.1; done
 url=$(grep -o 'http://[0-9.:]*' "$WORK/serve.log") || fail "the service did not start: $(cat "$WORK/serve.log")"
 

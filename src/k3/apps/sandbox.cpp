@@ -20,6 +20,7 @@
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
 #include "k3/base/stop_signals.h"
+#include "k3/sandbox/leftovers.h"
 #include "k3/sandbox/service.h"
 
 namespace k3::apps {
@@ -45,6 +46,7 @@ int exit_status(const ExecResult& r) {
 
 void run(const SandboxArgs& a) {
   ImageStore store(a.store);
+  start_guardian(store.root());  // the sandbox removed even if this process is killed
   auto backend = make_backend(parse_backend(a.backend), store);
   if (const std::string why = backend->unavailable_reason(); !why.empty())
     throw Error("backend " + a.backend + " is unavailable: " + why);
@@ -86,6 +88,7 @@ std::string random_token() {
 
 void serve(const SandboxArgs& a) {
   ImageStore store(a.store);
+  start_guardian(store.root());  // its sandboxes removed even if this process is killed
   ServiceOptions o;
   o.host = a.host;
   o.port = a.port;

@@ -22,7 +22,7 @@ namespace {
 constexpr int64_t kReplyGraceMs = 5000;  // beyond a command's own timeout
 }
 
-AgentSandbox::AgentSandbox(std::string id, Limits limits, std::string run,
+AgentSandbox::AgentSandbox(std::string id, Limits limits, ImageStore::RunDir run,
                            int64_t start_deadline_ms)
     : limits_(limits), run_(std::move(run)), start_deadline_ms_(start_deadline_ms) {
   id_ = std::move(id);
@@ -36,7 +36,7 @@ void AgentSandbox::start(ForkThread& forker, const std::function<void()>& setup,
     ::close(to_agent[1]);
     throw Error(std::string("pipe: ") + std::strerror(errno));
   }
-  const int log = open((run_ + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int log = open((run_.path() + ".log").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   const std::vector<std::string> procs = cgroups_.procs_files();
   const pid_t pid = forker.fork([&] {
     // Only plain system calls from here on (a child of a threaded process).
@@ -58,7 +58,7 @@ void AgentSandbox::start(ForkThread& forker, const std::function<void()>& setup,
   try {
     agent_.await_ready(start_deadline_ms_);
   } catch (const std::exception& e) {
-    std::ifstream in(run_ + ".log");
+    std::ifstream in(run_.path() + ".log");
     std::string line, last;
     while (std::getline(in, line))
       if (!line.empty()) last = line;
@@ -136,10 +136,10 @@ void AgentSandbox::destroy_locked() {
   }
   cgroups_.remove();  // SIGKILLs whatever is left in them first
   std::error_code ec;
-  if (!run_.empty()) {
-    fs::remove_all(run_, ec);
-    fs::remove(run_ + ".log", ec);
-    run_.clear();
+  if (!run_.path().empty()) {
+    fs::remove_all(run_.path(), ec);
+    fs::remove(run_.path() + ".log", ec);
+    run_ = {};  // unlocked once removed
   }
 }
 

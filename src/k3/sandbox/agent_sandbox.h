@@ -12,6 +12,7 @@
 #include "k3/sandbox/agent_client.h"
 #include "k3/sandbox/cgroups.h"
 #include "k3/sandbox/fork_thread.h"
+#include "k3/sandbox/image_store.h"
 #include "k3/sandbox/sandbox.h"
 
 namespace k3::sandbox {
@@ -28,7 +29,7 @@ class AgentSandbox : public Sandbox {
  protected:
   // RUN: the sandbox's run directory (removed on destroy, with RUN.log). START_DEADLINE_MS bounds
   // the start and each file transfer.
-  AgentSandbox(std::string id, Limits limits, std::string run, int64_t start_deadline_ms);
+  AgentSandbox(std::string id, Limits limits, ImageStore::RunDir run, int64_t start_deadline_ms);
 
   // Forks (on FORKER) a child that joins the cgroups, gets the agent channel as stdin and stdout
   // and RUN.log as stderr, then runs SETUP (which must exec); waits for the agent's first answer.
@@ -44,7 +45,7 @@ class AgentSandbox : public Sandbox {
   bool tainted() const { return tainted_; }
 
   Limits limits_;
-  std::string run_;
+  ImageStore::RunDir run_;
   Cgroups cgroups_;
   std::mutex mutex_;  // one request at a time
 

@@ -217,6 +217,18 @@ void remove_stale_cgroups(const std::string& prefix, int min_age_s) {
   }
 }
 
+void remove_cgroups_named(const std::string& name) {
+  Cgroups found;
+  std::string own;
+  for (const char* c : {"memory", "pids", "cpu"})
+    if (own_cgroup(c, own))
+      found.groups_.push_back({c, "/sys/fs/cgroup/" + std::string(c) + (own == "/" ? "" : own) +
+                                      "/" + name});
+  if (own_cgroup("", own)) found.groups_.push_back({"unified", "/sys/fs/cgroup" + own + "/" + name});
+  std::erase_if(found.groups_, [](const auto& g) { return !is_dir(g.dir); });
+  found.remove();
+}
+
 bool join_cgroups(const std::vector<std::string>& procs_files) {
   char pid[24];
   int n = 0;

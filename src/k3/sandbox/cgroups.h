@@ -40,6 +40,7 @@ class Cgroups {
   void remove();
 
  private:
+  friend void remove_cgroups_named(const std::string& name);
   struct Group {
     std::string controller;  // "memory", "pids", "cpu" or "unified"
     std::string dir;
@@ -52,6 +53,10 @@ class Cgroups {
 // Removes the empty cgroups whose names start with PREFIX, below this process's own in each
 // hierarchy, that are older than MIN_AGE_S: what a k3lab that was killed left behind.
 void remove_stale_cgroups(const std::string& prefix, int min_age_s);
+
+// Removes the cgroups named NAME below this process's own, SIGKILLing their members first (what
+// an abandoned sandbox left: see ImageStore::remove_abandoned_runs).
+void remove_cgroups_named(const std::string& name);
 
 // Joins the cgroups by writing this process's pid to each file: for a forked child before exec
 // (only async-signal-safe calls). Returns false if any write failed.

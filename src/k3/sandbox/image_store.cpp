@@ -1,6 +1,7 @@
 #include "k3/sandbox/image_store.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/xattr.h>
@@ -10,6 +11,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -43,8 +45,11 @@ std::string file_digest(const std::string& path) {
   Sha256 h;
   uint64_t zero_blocks = 0;
   const auto add_zero_blocks = [&] {
-    if (zero_blocks)
-      h.update(std::string(1, '\0') + std::to_string(zero_blocks) + " zero blocks\n");
+    if (zero_blocks) {
+      const std::string run = std::to_string(zero_blocks) + " zero blocks\n";
+      h.update(std::string_view("\0", 1));
+      h.update(run);
+    }
     zero_blocks = 0;
   };
   std::vector<char> buf(1 << 20);
@@ -388,12 +393,84 @@ std::vector<std::pair<std::string, std::string>> ImageStore::names() const {
   return out;
 }
 
-std::string ImageStore::make_run_dir(const std::string& sandbox_id) const {
-  const std::string dir = root_ + "/run/" + sandbox_id;
+ImageStore::RunDir::~RunDir() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+ImageStore::RunDir::RunDir(RunDir&& o) noexcept
+    : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)) {}
+
+ImageStore::RunDir& ImageStore::RunDir::operator=(RunDir&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    path_ = std::move(o.path_);
+    fd_ = std::exchange(o.fd_, -1);
+  }
+  return *this;
+}
+
+namespace {
+
+// run/ opened and flocked in MODE: shared by each sandbox between making its directory and
+// locking it, exclusive while abandoned ones are removed, so that none is seen in between.
+int lock_runs(const std::string& run, int mode) {
+  const int fd = ::open(run.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  K3_CHECK(fd >= 0, "cannot open ", run, ": ", std::strerror(errno));
+  while (flock(fd, mode) != 0)
+    if (errno != EINTR) {
+      const int e = errno;
+      ::close(fd);
+      throw Error("cannot lock " + run + ": " + std::strerror(e));
+    }
+  return fd;
+}
+
+}  // namespace
+
+ImageStore::RunDir ImageStore::make_run_dir(const std::string& sandbox_id) const {
+  const std::string run = root_ + "/run", dir = run + "/" + sandbox_id;
+  const int runs = lock_runs(run, LOCK_SH);
+  int fd = -1;
+  if (::mkdir(dir.c_str(), 0777) == 0)
+    fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  const int e = errno;
+  const bool locked = fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0;
+  ::close(runs);
+  if (!locked && fd >= 0) ::close(fd);
+  K3_CHECK(locked, "cannot create ", dir, ": ", std::strerror(fd >= 0 ? errno : e));
+  return RunDir(dir, fd);
+}
+
+size_t ImageStore::remove_abandoned_runs(
+    const std::function<void(const std::string&)>& ended) const {
+  const std::string run = root_ + "/run";
+  const int runs = lock_runs(run, LOCK_EX);
+  size_t removed = 0;
   std::error_code ec;
-  fs::create_directory(dir, ec);
-  K3_CHECK(!ec, "cannot create ", dir, ": ", ec.message());
-  return dir;
+  try {
+    for (const auto& e : fs::directory_iterator(run, ec)) {
+      const std::string path = e.path().string(), name = e.path().filename().string();
+      if (e.is_directory(ec) && !e.is_symlink(ec)) {
+        const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) continue;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0) {  // its holder is gone
+          ended(name);
+          fs::remove_all(path, ec);
+          fs::remove(path + ".log", ec);
+          ++removed;
+        }
+        ::close(fd);
+      } else if (e.path().extension() == ".log" && !fs::exists(e.path().parent_path() /
+                                                                e.path().stem(), ec)) {
+        fs::remove(path, ec);  // its directory was removed, its end cut short
+      }
+    }
+  } catch (...) {
+    ::close(runs);
+    throw;
+  }
+  ::close(runs);
+  return removed;
 }
 
 }  // namespace k3::sandbox

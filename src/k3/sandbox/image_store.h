@@ -8,9 +8,11 @@
 //   layers/<sha256>/      a layer's tree, named by the hash of its contents (tree_digest)
 //   images/<sha256>.json  {"host_system": bool, "layers": [layer digests, bottom first]}
 //   names/<name>          the digest a name points at
-//   run/<sandbox id>/     a live sandbox's private directory (removed when it is destroyed)
+//   run/<sandbox id>/     a live sandbox's private directory (removed when it is destroyed),
+//                         locked by its process while the sandbox lives
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,8 +56,27 @@ class ImageStore {
   Image resolve(const std::string& ref) const;
   std::vector<std::pair<std::string, std::string>> names() const;  // (name, digest), sorted
 
-  // A fresh empty directory under run/ for one sandbox (its backend removes it).
-  std::string make_run_dir(const std::string& sandbox_id) const;
+  // A sandbox's directory under run/, locked (flock) while this lives: a process that ends in
+  // any way, SIGKILL included, leaves it unlocked, which marks it abandoned. Its sandbox removes
+  // the directory itself.
+  class RunDir {
+   public:
+    RunDir() = default;
+    RunDir(std::string path, int lock_fd) : path_(std::move(path)), fd_(lock_fd) {}
+    ~RunDir();  // unlocks
+    RunDir(RunDir&& o) noexcept;
+    RunDir& operator=(RunDir&& o) noexcept;
+    const std::string& path() const { return path_; }
+
+   private:
+    std::string path_;
+    int fd_ = -1;
+  };
+  // A fresh empty directory under run/ for one sandbox.
+  RunDir make_run_dir(const std::string& sandbox_id) const;
+  // Removes run/'s abandoned directories (and logs), calling ENDED with each one's sandbox id
+  // first (to end what else its sandbox left); never one being made or in use. Returns how many.
+  size_t remove_abandoned_runs(const std::function<void(const std::string&)>& ended) const;
 
  private:
   std::string store_layer(const std::string& staged);  // renames a staged tree into layers/

@@ -25,6 +25,7 @@
 #include "k3/base/fs.h"
 #include "k3/sandbox/agent_sandbox.h"
 #include "k3/sandbox/cgroups.h"
+#include "k3/sandbox/leftovers.h"
 #include "k3/sandbox/host_process.h"
 #include "k3/sandbox/namespaces_backend.h"
 
@@ -155,9 +156,9 @@ uint64_t tree_bytes(const std::string& dir) {
 class MicrovmSandbox : public AgentSandbox {
  public:
   MicrovmSandbox(const std::vector<std::string>& args, ImageStore& store, Image image,
-                 const Limits& limits, const std::string& id, const std::string& run,
+                 const Limits& limits, const std::string& id, ImageStore::RunDir run,
                  ForkThread& forker)
-      : AgentSandbox(id, limits, run, kBootDeadlineMs), store_(store), image_(std::move(image)) {
+      : AgentSandbox(id, limits, std::move(run), kBootDeadlineMs), store_(store), image_(std::move(image)) {
     try {
       cgroups_ =
           Cgroups("k3lab-" + id_, {guest_ram_bytes(limits_) + kQemuOverheadBytes, 0, limits_.cpus});
@@ -218,6 +219,7 @@ MicrovmBackend::MicrovmBackend(ImageStore& store)
         "no usable /dev/kvm on this machine (K3LAB_MICROVM_TCG=1 runs guests under slow software "
         "emulation)";
   }
+  remove_leftovers(store_);  // of sandboxes whose process was killed
   remove_stale_cgroups("k3lab-vm-", 60);
 }
 
@@ -286,7 +288,8 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
            "linux-image-amd64 (or set K3LAB_MICROVM_KERNEL to a kernel with 9p)");
   K3_CHECK(image.layers.size() <= 20, "a microvm image may have at most 20 layers");
   const std::string id = new_sandbox_id("vm-");
-  const std::string run = store_.make_run_dir(id);
+  ImageStore::RunDir run_dir = store_.make_run_dir(id);
+  const std::string run = run_dir.path();
   const uint64_t disk = limits.disk_bytes ? limits.disk_bytes : (256ull << 20);
   // No legacy timers or interrupt controller: under KVM the guest keeps time with kvmclock; under
   // software emulation it is told the TSC's rate instead of measuring it, and the translation
@@ -338,7 +341,8 @@ std::unique_ptr<Sandbox> MicrovmBackend::create(const Image& image, const Limits
     argv.insert(argv.end(), {"-fsdev", "local,id=usr,path=/usr,security_model=none,readonly=on",
                              "-device", "virtio-9p-device,fsdev=usr,mount_tag=usr"});
   }
-  return std::make_unique<MicrovmSandbox>(argv, store_, image, limits, id, run, forker_);
+  return std::make_unique<MicrovmSandbox>(argv, store_, image, limits, id, std::move(run_dir),
+                                          forker_);
 }
 
 }  // namespace k3::sandbox

@@ -21,6 +21,7 @@
 #include "k3/base/error.h"
 #include "k3/sandbox/agent_sandbox.h"
 #include "k3/sandbox/cgroups.h"
+#include "k3/sandbox/leftovers.h"
 #include "k3/sandbox/host_process.h"
 #include "k3/sandbox/seccomp_policy.h"
 #include "k3/sandbox/writable_layer.h"
@@ -159,30 +160,30 @@ class NamespacesSandbox : public AgentSandbox {
   // The writable layer is visible only in the sandbox's mount namespace: reach it through the
   // root of its first process. No command runs meanwhile (the agent is idle between requests).
   std::string upper() const {
-    return "/proc/" + std::to_string(child()) + "/root" + run_ + "/upper";
+    return "/proc/" + std::to_string(child()) + "/root" + run_.path() + "/upper";
   }
 
   SetupPlan plan_setup(const std::string& bwrap, const std::string& agent, int filter_fd) {
     args_ = bwrap_isolation_flags(bwrap);
-    args_.insert(args_.end(), {"--hostname", "sandbox", "--bind", run_ + "/root", "/"});
+    args_.insert(args_.end(), {"--hostname", "sandbox", "--bind", run_.path() + "/root", "/"});
     if (image_.host_system) add_host_system(args_, &mount_points_);
     // bubblewrap's /dev is a tmpfs of no size limit: read-only, but for /dev/shm, which is on the
     // writable layer's tmpfs.
     args_.insert(args_.end(), {"--proc", "/proc", "--dev", "/dev"});
-    args_.insert(args_.end(), {"--bind", run_ + "/shm", "/dev/shm", "--remount-ro", "/dev"});
-    args_.insert(args_.end(), {"--perms", "1777", "--dir", "/tmp", "--ro-bind", run_ + "/agent",
+    args_.insert(args_.end(), {"--bind", run_.path() + "/shm", "/dev/shm", "--remount-ro", "/dev"});
+    args_.insert(args_.end(), {"--perms", "1777", "--dir", "/tmp", "--ro-bind", run_.path() + "/agent",
                                kAgentInside, "--chdir", "/", "--", kAgentInside, "--stdio"});
     if (filter_fd >= 0) args_.insert(args_.end(), {"--filter-fd", std::to_string(kFilterFdInside)});
     mount_points_.insert(mount_points_.end(), {"/proc", "/dev", kAgentInside});
     SetupPlan plan;
-    plan.run = run_;
+    plan.run = run_.path();
     plan.filter_fd = filter_fd;
-    plan.upper = run_ + "/upper";
-    plan.work = run_ + "/work";
-    plan.root = run_ + "/root";
-    plan.shm = run_ + "/shm";
+    plan.upper = run_.path() + "/upper";
+    plan.work = run_.path() + "/work";
+    plan.root = run_.path() + "/root";
+    plan.shm = run_.path() + "/shm";
     plan.agent = agent;
-    plan.agent_copy = run_ + "/agent";
+    plan.agent_copy = run_.path() + "/agent";
     // Layers are stacked top first in lowerdir; the tmpfs's size is the disk limit.
     if (!image_.layers.empty()) {
       plan.overlay_options = "lowerdir=";
@@ -244,6 +245,7 @@ void add_host_system(std::vector<std::string>& args, std::vector<std::string>* m
 
 NamespacesBackend::NamespacesBackend(ImageStore& store)
     : store_(store), bwrap_(find_program("bwrap")) {
+  remove_leftovers(store_);  // of sandboxes whose process was killed
   remove_stale_cgroups("k3lab-ns-", 60);
   try {
     agent_ = agent_path();
