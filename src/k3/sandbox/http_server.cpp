@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -15,6 +16,8 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
+
+#include "k3/base/error.h"
 
 namespace k3::sandbox {
 
@@ -287,6 +290,12 @@ void linger_and_close(int fd) {
 BoundedHttpServer::BoundedHttpServer(HttpLimits limits) : limits_(limits) {
   // Beyond the connection limit a few more threads answer 503 at once instead of queueing.
   new_task_queue = [this] { return new ThreadPerConnection(limits_.max_connections + 16); };
+}
+
+void BoundedHttpServer::widen_backlog(int backlog) {
+  // listen() again on a listening socket changes its backlog (Linux).
+  K3_CHECK(svr_sock_ != INVALID_SOCKET && ::listen(svr_sock_, backlog) == 0,
+           "cannot widen the listening socket's backlog: ", std::strerror(errno));
 }
 
 bool BoundedHttpServer::process_and_close_socket(socket_t sock) {

@@ -34,6 +34,9 @@ class BoundedHttpServer : public httplib::Server {
  public:
   explicit BoundedHttpServer(HttpLimits limits);
   const HttpLimits& limits() const { return limits_; }
+  // After a bind: a burst of up to BACKLOG connections waits in the kernel's queue instead of
+  // being dropped there and retried by its clients a second later (cpp-httplib listens with 5).
+  void widen_backlog(int backlog = 1024);
 
  private:
   bool process_and_close_socket(socket_t sock) override;

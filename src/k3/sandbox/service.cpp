@@ -163,6 +163,7 @@ Service::Service(ImageStore& store, ServiceOptions options)
               ? server_->bind_to_any_port(options_.host)
               : (server_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
   K3_CHECK(port_ > 0, "cannot listen on ", options_.host, ":", options_.port);
+  server_->widen_backlog();
 }
 
 Service::~Service() {
