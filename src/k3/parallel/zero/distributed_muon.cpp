@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
+#include <functional>
 #include <numeric>
+#include <queue>
 #include <tuple>
+#include <utility>
 
 #include "k3/base/error.h"
 
@@ -111,24 +113,40 @@ std::vector<MuonUnit> muon_units(const optim::ParamSet& params,
 }
 
 std::vector<int> assign_unit_owners(std::span<const MuonUnit> units, int tp, int dp, int ns_steps) {
+  K3_CHECK(tp >= 1 && dp >= 1, "distributed Muon: owners over tp ", tp, " x dp ", dp);
   std::vector<size_t> order(units.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return ns_cost(units[a], ns_steps) > ns_cost(units[b], ns_steps);
   });
-  std::vector<double> load(static_cast<size_t>(tp * dp), 0.0);
+  // Each tp coordinate's ranks by (load, dp coordinate), least first. Rank t + tp·d grows with
+  // (d, t), so the least (load, rank) over a unit's coordinates, found from each coordinate's
+  // least, is the rank a scan of all of them in rank order with a strict < would pick.
+  using Entry = std::pair<double, int>;  // load, dp coordinate
+  using Heap = std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>;
+  std::vector<Heap> least;
+  least.reserve(static_cast<size_t>(tp));
+  std::vector<Entry> idle(static_cast<size_t>(dp));
+  for (int d = 0; d < dp; ++d) idle[static_cast<size_t>(d)] = {0.0, d};
+  for (int t = 0; t < tp; ++t) least.emplace_back(std::greater<Entry>{}, idle);
   std::vector<int> owners(units.size(), 0);
   for (size_t u : order) {
-    size_t best = 0;
-    double least = std::numeric_limits<double>::infinity();
-    for (int d = 0; d < dp; ++d)  // candidates in increasing rank order
-      for (int t = units[u].tp_first; t < units[u].tp_end; ++t)
-        if (const auto r = static_cast<size_t>(t + tp * d); load[r] < least) {
-          least = load[r];
-          best = r;
-        }
-    owners[u] = static_cast<int>(best);
-    load[best] += ns_cost(units[u], ns_steps);
+    const MuonUnit& unit = units[u];
+    K3_CHECK(unit.tp_first >= 0 && unit.tp_first < unit.tp_end && unit.tp_end <= tp,
+             "distributed Muon: unit ", u, " lies on tp coordinates [", unit.tp_first, ", ",
+             unit.tp_end, ") of ", tp);
+    int best = unit.tp_first;
+    for (int t = unit.tp_first + 1; t < unit.tp_end; ++t) {
+      const Entry& a = least[static_cast<size_t>(t)].top();
+      const Entry& b = least[static_cast<size_t>(best)].top();
+      if (std::pair{a.first, t + tp * a.second} < std::pair{b.first, best + tp * b.second})
+        best = t;
+    }
+    Heap& heap = least[static_cast<size_t>(best)];
+    const auto [load, d] = heap.top();
+    heap.pop();
+    heap.push({load + ns_cost(unit, ns_steps), d});
+    owners[u] = best + tp * d;
   }
   return owners;
 }

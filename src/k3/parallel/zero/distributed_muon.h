@@ -66,7 +66,8 @@ std::vector<MuonUnit> muon_units(const optim::ParamSet& params,
 
 // Owner of each unit: greedy, largest Newton–Schulz cost first, onto the least loaded of the
 // group ranks on the unit's tp coordinates (ties: the earlier unit, the lower rank).
-// Deterministic, so every rank agrees.
+// Deterministic, so every rank agrees. Each tp coordinate keeps its ranks in a heap by load, so
+// a unit costs O(log dp) per tp coordinate it lies on, not a scan of all tp · dp ranks.
 std::vector<int> assign_unit_owners(std::span<const MuonUnit> units, int tp, int dp, int ns_steps);
 
 // Bytes `rank` sends plus receives in one step, analytically: for every piece held by a rank
