@@ -39,17 +39,14 @@ bool owner_holds(int owner, const MuonPiece& p, int tp, int zero_stage) {
 
 // Slot i's units, block by block (a replicated slot's copies on each tp coordinate in turn).
 // A part: elements of the unit on tp coordinate t, `n` floats from `local` in the flat buffers,
-// at `at` in the unit's layout; ZeRO cuts it into pieces.
+// at `at` in the unit's layout; ZeRO cuts it into pieces. add_part(u, t, local, n, at) is called
+// for each part of unit u (the last one in `out`), in the unit's layout order.
+template <typename AddPart>
 void add_units(std::vector<MuonUnit>& out, const optim::ParamSet& params, size_t i,
-               int64_t block_rows, const ShardLayout& layout, int tp) {
+               int64_t block_rows, int tp, AddPart add_part) {
   const optim::ParamSlot& p = params.slots[i];
   const Shape& g = p.global();
   const auto [rows, cols, r] = optim::muon_geometry(p.name, g, block_rows);
-  auto add_part = [&](MuonUnit& u, int t, size_t local, int64_t n, int64_t at) {
-    layout.for_each_owner({local, local + static_cast<size_t>(n)}, [&](int d, FlatRange piece) {
-      u.pieces.push_back({t + tp * d, piece, at + static_cast<int64_t>(piece.begin - local)});
-    });
-  };
   const auto last = static_cast<int>(g.size()) - 1;
   // Rows split: of each `span` global rows (one run per index of the dimensions before the
   // split one), tp coordinate t holds the t-th `share`.
@@ -84,6 +81,25 @@ void add_units(std::vector<MuonUnit>& out, const optim::ParamSet& params, size_t
   }
 }
 
+// Units grouped by (shape, layout) in the order each first appears, as indices into `all`.
+std::vector<size_t> processing_order(const std::vector<MuonUnit>& all) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> keys;
+  std::vector<std::vector<size_t>> groups;
+  for (size_t u = 0; u < all.size(); ++u) {
+    const auto key = std::tuple(all[u].rows, all[u].cols, all[u].panel_cols);
+    const auto at = static_cast<size_t>(std::find(keys.begin(), keys.end(), key) - keys.begin());
+    if (at == keys.size()) {
+      keys.push_back(key);
+      groups.emplace_back();
+    }
+    groups[at].push_back(u);
+  }
+  std::vector<size_t> order;
+  order.reserve(all.size());
+  for (const std::vector<size_t>& g : groups) order.insert(order.end(), g.begin(), g.end());
+  return order;
+}
+
 }  // namespace
 
 // Every slot's units, grouped by (shape, layout) in the order each first appears: owners then
@@ -92,23 +108,17 @@ std::vector<MuonUnit> muon_units(const optim::ParamSet& params,
                                  const std::vector<int64_t>& block_rows, const ShardLayout& layout,
                                  int tp) {
   optim::check_block_sizes(params, block_rows);
+  auto add_pieces = [&](MuonUnit& u, int t, size_t local, int64_t n, int64_t at) {
+    layout.for_each_owner({local, local + static_cast<size_t>(n)}, [&](int d, FlatRange piece) {
+      u.pieces.push_back({t + tp * d, piece, at + static_cast<int64_t>(piece.begin - local)});
+    });
+  };
   std::vector<MuonUnit> all;
   for (size_t i = 0; i < params.slots.size(); ++i)
-    add_units(all, params, i, block_rows[i], layout, tp);
-  std::vector<std::tuple<int64_t, int64_t, int64_t>> keys;
-  std::vector<std::vector<MuonUnit>> groups;
-  for (MuonUnit& u : all) {
-    const auto key = std::tuple(u.rows, u.cols, u.panel_cols);
-    const auto at = static_cast<size_t>(std::find(keys.begin(), keys.end(), key) - keys.begin());
-    if (at == keys.size()) {
-      keys.push_back(key);
-      groups.emplace_back();
-    }
-    groups[at].push_back(std::move(u));
-  }
+    add_units(all, params, i, block_rows[i], tp, add_pieces);
   std::vector<MuonUnit> ordered;
-  for (std::vector<MuonUnit>& g : groups)
-    for (MuonUnit& u : g) ordered.push_back(std::move(u));
+  ordered.reserve(all.size());
+  for (size_t u : processing_order(all)) ordered.push_back(std::move(all[u]));
   return ordered;
 }
 
@@ -161,6 +171,51 @@ int64_t muon_p2p_bytes(std::span<const MuonUnit> units, std::span<const int> own
       if (!owner_holds(owners[u], p, tp, zero_stage)) bytes += bytes_of(p);  // gradient
     }
   return bytes;
+}
+
+int64_t muon_p2p_bytes(const optim::ParamSet& params, const std::vector<int64_t>& block_rows,
+                       const ShardLayout& layout, int tp, int zero_stage, int ns_steps, int rank) {
+  K3_CHECK(tp >= 1 && rank >= 0 && rank < tp * layout.ranks(), "distributed Muon: rank ", rank,
+           " of tp ", tp, " x ", layout.ranks());
+  optim::check_block_sizes(params, block_rows);
+  // The units without their pieces, and each one's parts: tp coordinate and flat range.
+  struct Part {
+    int t;
+    FlatRange range;
+  };
+  std::vector<MuonUnit> all;
+  std::vector<std::vector<Part>> parts;
+  auto add_part = [&](MuonUnit&, int t, size_t local, int64_t n, int64_t) {
+    parts.resize(all.size());
+    parts.back().push_back({t, {local, local + static_cast<size_t>(n)}});
+  };
+  for (size_t i = 0; i < params.slots.size(); ++i)
+    add_units(all, params, i, block_rows[i], tp, add_part);
+  parts.resize(all.size());
+  const std::vector<size_t> order = processing_order(all);
+  std::vector<MuonUnit> units;
+  units.reserve(all.size());
+  for (size_t u : order) units.push_back(std::move(all[u]));
+  const std::vector<int> owners = assign_unit_owners(units, tp, layout.ranks(), ns_steps);
+  // The pieces muon_p2p_bytes(units, owners, ...) counts, part by part: of a unit `rank` owns,
+  // every piece another rank holds (its X; its gradient unless the holder shares the owner's
+  // tp coordinate below ZeRO 2); of another's unit, `rank`'s own pieces, the same way.
+  const int me_t = rank % tp, me_d = rank / tp;
+  int64_t floats = 0;
+  for (size_t k = 0; k < units.size(); ++k) {
+    const int owner = owners[k], owner_t = owner % tp;
+    for (const Part& p : parts[order[k]]) {
+      const int64_t copies = zero_stage == 2 || p.t != owner_t ? 2 : 1;  // X, and the gradient
+      if (owner == rank) {
+        int64_t others = static_cast<int64_t>(p.range.size());
+        if (p.t == me_t) others -= static_cast<int64_t>(layout.floats_of(p.range, me_d));
+        floats += copies * others;
+      } else if (p.t == me_t) {
+        floats += copies * static_cast<int64_t>(layout.floats_of(p.range, me_d));
+      }
+    }
+  }
+  return floats * static_cast<int64_t>(sizeof(float));
 }
 
 DistributedMuon::DistributedMuon(optim::ParamSet params, const std::vector<int64_t>& block_rows,
