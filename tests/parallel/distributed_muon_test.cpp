@@ -2,6 +2,9 @@
 #include "k3/parallel/zero/distributed_muon.h"
 
 #include <cstdio>
+#include <limits>
+#include <numeric>
+#include <random>
 
 #include "k3/parallel/zero/sharded_optimizer.h"
 #include "parallel/zero_fixture.h"
@@ -37,6 +40,61 @@ TEST(DistributedMuon, OwnersBalanceNewtonSchulzWork) {
     EXPECT_GT(*lo, 0.0) << ranks << " ranks";
     EXPECT_EQ(owners, assign_unit_owners(blocks, 1, ranks, 5));  // deterministic
   }
+}
+
+// The owners by the plain rule: largest cost first (stable), each onto the first rank of least
+// load met scanning dp coordinates outer and the unit's tp coordinates inner (rank t + tp·d,
+// in increasing order), with a strict <.
+std::vector<int> owners_by_scan(std::span<const MuonUnit> units, int tp, int dp) {
+  std::vector<size_t> order(units.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return 5 * ns_cost(units[a]) > 5 * ns_cost(units[b]);
+  });
+  std::vector<double> load(static_cast<size_t>(tp * dp), 0.0);
+  std::vector<int> owners(units.size(), 0);
+  for (size_t u : order) {
+    size_t best = 0;
+    double least = std::numeric_limits<double>::infinity();
+    for (int d = 0; d < dp; ++d)
+      for (int t = units[u].tp_first; t < units[u].tp_end; ++t)
+        if (const auto r = static_cast<size_t>(t + tp * d); load[r] < least) {
+          least = load[r];
+          best = r;
+        }
+    owners[u] = static_cast<int>(best);
+    load[best] += 5 * ns_cost(units[u]);
+  }
+  return owners;
+}
+
+// Random units of a few shapes (so that loads tie often), each on one tp coordinate, a range of
+// them or all: the owners equal the scan's, ties included.
+TEST(DistributedMuon, OwnersEqualTheScanInRankOrder) {
+  const std::vector<std::pair<int64_t, int64_t>> shapes = {{64, 512}, {512, 64},  {512, 512},
+                                                           {16, 96},  {128, 128}, {1, 7}};
+  std::mt19937_64 rng(41);
+  int compared = 0;
+  for (int tp : {1, 2, 3, 4, 8})
+    for (int dp : {1, 2, 3, 5, 16})
+      for (int n : {0, 1, 7, 60, 400}) {
+        std::vector<MuonUnit> units;
+        for (int k = 0; k < n; ++k) {
+          const auto [rows, cols] = shapes[rng() % shapes.size()];
+          MuonUnit u{.rows = rows, .cols = cols};
+          // One coordinate, a range of them, or all.
+          const uint64_t kind = rng() % 3;
+          const int first = static_cast<int>(rng() % static_cast<uint64_t>(tp)),
+                    more = static_cast<int>(rng() % static_cast<uint64_t>(tp - first));
+          u.tp_first = kind == 2 ? 0 : first;
+          u.tp_end = kind == 0 ? first + 1 : kind == 1 ? first + 1 + more : tp;
+          units.push_back(u);
+        }
+        EXPECT_EQ(assign_unit_owners(units, tp, dp, 5), owners_by_scan(units, tp, dp))
+            << "tp " << tp << ", dp " << dp << ", " << n << " units";
+        ++compared;
+      }
+  EXPECT_EQ(compared, 125);
 }
 
 // One step's Muon point-to-point bytes, as the group's counters saw them, equal the analytic

@@ -267,6 +267,35 @@ TEST(TensorParallelOptimizer, OwnersAreBalancedAndDeterministic) {
   }
 }
 
+// The count for one rank from the parameters (what the planner uses) equals the count over
+// every rank's pieces of the units and owners DistributedMuon makes: every rank of tp × dp
+// layouts (dp 3 and 5 cut buckets unevenly), buckets whole, tiny and mid-sized, ZeRO 0, 1, 2.
+TEST(DistributedMuon, RankBytesEqualTheCountOverEveryPiece) {
+  const Tensors g(tp_specs());
+  int64_t nonzero = 0;
+  for (int tp : {1, 2, 4}) {
+    const Shards shards(g, tp, 0);  // the flat offsets are the same on every tp coordinate
+    const optim::OptimizerParts parts =
+        optim::split_by_optimizer(param_set(shards.registry), shards.plan());
+    for (int dp : {1, 2, 3, 5})
+      for (size_t buckets : {size_t{0}, size_t{7}, size_t{64}, size_t{200}})
+        for (int zero : {0, 1, 2}) {
+          const ShardLayout cut(shards.registry, dp, 0, buckets);
+          const ShardLayout layout = zero == 0 ? cut.alone() : cut;
+          const std::vector<MuonUnit> units = muon_units(parts.muon, parts.block_rows, layout, tp);
+          const std::vector<int> owners = assign_unit_owners(units, tp, layout.ranks(), 5);
+          for (int rank = 0; rank < tp * layout.ranks(); ++rank) {
+            const int64_t want = muon_p2p_bytes(units, owners, tp, zero, rank);
+            EXPECT_EQ(muon_p2p_bytes(parts.muon, parts.block_rows, layout, tp, zero, 5, rank), want)
+                << "tp" << tp << "×dp" << dp << ", buckets of " << buckets << ", zero " << zero
+                << ", rank " << rank;
+            nonzero += want > 0;
+          }
+        }
+  }
+  EXPECT_GT(nonzero, 100);
+}
+
 std::unordered_map<std::string, Tensor> by_name(std::vector<std::pair<std::string, Tensor>> state) {
   std::unordered_map<std::string, Tensor> out;
   for (auto& [name, t] : state) out.emplace(name, std::move(t));

@@ -67,7 +67,8 @@ int64_t layers_held(const model::Model& m) {
 }
 
 // Distributed Muon's point-to-point bytes (sent plus received) of group rank 0 in one step: its
-// units and owners as the sharded optimizer makes them on this layout.
+// units and owners as the sharded optimizer makes them on this layout, counted without listing
+// every dp rank's pieces of every unit (parallel::muon_p2p_bytes on the parameters).
 double muon_p2p_bytes(const PlanRequest& r, const model::Model& lead, int64_t m) {
   const Layout& l = r.layout;
   const optim::ParamSet params = parallel::param_set(lead.params());
@@ -76,12 +77,9 @@ double muon_p2p_bytes(const PlanRequest& r, const model::Model& lead, int64_t m)
   const parallel::ShardLayout layout(lead.params(), static_cast<int>(l.dp), 0,
                                      static_cast<size_t>(r.bucket_mib * 1024 * 1024 / 4));
   const parallel::ShardLayout held = l.zero == 0 ? layout.alone() : layout;
-  const int tp = static_cast<int>(l.tp);
-  const std::vector<parallel::MuonUnit> units =
-      parallel::muon_units(parts.muon, parts.block_rows, held, tp);
-  const std::vector<int> owners =
-      parallel::assign_unit_owners(units, tp, held.ranks(), optim::MuonConfig{}.ns_steps);
-  return static_cast<double>(parallel::muon_p2p_bytes(units, owners, tp, l.zero, 0));
+  return static_cast<double>(parallel::muon_p2p_bytes(parts.muon, parts.block_rows, held,
+                                                      static_cast<int>(l.tp), l.zero,
+                                                      optim::MuonConfig{}.ns_steps, 0));
 }
 
 // One MoE layer's step under measured routing, for ep rank 0: rows computed, replicas of its

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <limits>
+#include <functional>
 #include <numeric>
+#include <queue>
 #include <tuple>
+#include <utility>
 
 #include "k3/base/error.h"
 
@@ -37,17 +39,14 @@ bool owner_holds(int owner, const MuonPiece& p, int tp, int zero_stage) {
 
 // Slot i's units, block by block (a replicated slot's copies on each tp coordinate in turn).
 // A part: elements of the unit on tp coordinate t, `n` floats from `local` in the flat buffers,
-// at `at` in the unit's layout; ZeRO cuts it into pieces.
+// at `at` in the unit's layout; ZeRO cuts it into pieces. add_part(u, t, local, n, at) is called
+// for each part of unit u (the last one in `out`), in the unit's layout order.
+template <typename AddPart>
 void add_units(std::vector<MuonUnit>& out, const optim::ParamSet& params, size_t i,
-               int64_t block_rows, const ShardLayout& layout, int tp) {
+               int64_t block_rows, int tp, AddPart add_part) {
   const optim::ParamSlot& p = params.slots[i];
   const Shape& g = p.global();
   const auto [rows, cols, r] = optim::muon_geometry(p.name, g, block_rows);
-  auto add_part = [&](MuonUnit& u, int t, size_t local, int64_t n, int64_t at) {
-    layout.for_each_owner({local, local + static_cast<size_t>(n)}, [&](int d, FlatRange piece) {
-      u.pieces.push_back({t + tp * d, piece, at + static_cast<int64_t>(piece.begin - local)});
-    });
-  };
   const auto last = static_cast<int>(g.size()) - 1;
   // Rows split: of each `span` global rows (one run per index of the dimensions before the
   // split one), tp coordinate t holds the t-th `share`.
@@ -82,6 +81,25 @@ void add_units(std::vector<MuonUnit>& out, const optim::ParamSet& params, size_t
   }
 }
 
+// Units grouped by (shape, layout) in the order each first appears, as indices into `all`.
+std::vector<size_t> processing_order(const std::vector<MuonUnit>& all) {
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> keys;
+  std::vector<std::vector<size_t>> groups;
+  for (size_t u = 0; u < all.size(); ++u) {
+    const auto key = std::tuple(all[u].rows, all[u].cols, all[u].panel_cols);
+    const auto at = static_cast<size_t>(std::find(keys.begin(), keys.end(), key) - keys.begin());
+    if (at == keys.size()) {
+      keys.push_back(key);
+      groups.emplace_back();
+    }
+    groups[at].push_back(u);
+  }
+  std::vector<size_t> order;
+  order.reserve(all.size());
+  for (const std::vector<size_t>& g : groups) order.insert(order.end(), g.begin(), g.end());
+  return order;
+}
+
 }  // namespace
 
 // Every slot's units, grouped by (shape, layout) in the order each first appears: owners then
@@ -90,45 +108,55 @@ std::vector<MuonUnit> muon_units(const optim::ParamSet& params,
                                  const std::vector<int64_t>& block_rows, const ShardLayout& layout,
                                  int tp) {
   optim::check_block_sizes(params, block_rows);
+  auto add_pieces = [&](MuonUnit& u, int t, size_t local, int64_t n, int64_t at) {
+    layout.for_each_owner({local, local + static_cast<size_t>(n)}, [&](int d, FlatRange piece) {
+      u.pieces.push_back({t + tp * d, piece, at + static_cast<int64_t>(piece.begin - local)});
+    });
+  };
   std::vector<MuonUnit> all;
   for (size_t i = 0; i < params.slots.size(); ++i)
-    add_units(all, params, i, block_rows[i], layout, tp);
-  std::vector<std::tuple<int64_t, int64_t, int64_t>> keys;
-  std::vector<std::vector<MuonUnit>> groups;
-  for (MuonUnit& u : all) {
-    const auto key = std::tuple(u.rows, u.cols, u.panel_cols);
-    const auto at = static_cast<size_t>(std::find(keys.begin(), keys.end(), key) - keys.begin());
-    if (at == keys.size()) {
-      keys.push_back(key);
-      groups.emplace_back();
-    }
-    groups[at].push_back(std::move(u));
-  }
+    add_units(all, params, i, block_rows[i], tp, add_pieces);
   std::vector<MuonUnit> ordered;
-  for (std::vector<MuonUnit>& g : groups)
-    for (MuonUnit& u : g) ordered.push_back(std::move(u));
+  ordered.reserve(all.size());
+  for (size_t u : processing_order(all)) ordered.push_back(std::move(all[u]));
   return ordered;
 }
 
 std::vector<int> assign_unit_owners(std::span<const MuonUnit> units, int tp, int dp, int ns_steps) {
+  K3_CHECK(tp >= 1 && dp >= 1, "distributed Muon: owners over tp ", tp, " x dp ", dp);
   std::vector<size_t> order(units.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return ns_cost(units[a], ns_steps) > ns_cost(units[b], ns_steps);
   });
-  std::vector<double> load(static_cast<size_t>(tp * dp), 0.0);
+  // Each tp coordinate's ranks by (load, dp coordinate), least first. Rank t + tp·d grows with
+  // (d, t), so the least (load, rank) over a unit's coordinates, found from each coordinate's
+  // least, is the rank a scan of all of them in rank order with a strict < would pick.
+  using Entry = std::pair<double, int>;  // load, dp coordinate
+  using Heap = std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>>;
+  std::vector<Heap> least;
+  least.reserve(static_cast<size_t>(tp));
+  std::vector<Entry> idle(static_cast<size_t>(dp));
+  for (int d = 0; d < dp; ++d) idle[static_cast<size_t>(d)] = {0.0, d};
+  for (int t = 0; t < tp; ++t) least.emplace_back(std::greater<Entry>{}, idle);
   std::vector<int> owners(units.size(), 0);
   for (size_t u : order) {
-    size_t best = 0;
-    double least = std::numeric_limits<double>::infinity();
-    for (int d = 0; d < dp; ++d)  // candidates in increasing rank order
-      for (int t = units[u].tp_first; t < units[u].tp_end; ++t)
-        if (const auto r = static_cast<size_t>(t + tp * d); load[r] < least) {
-          least = load[r];
-          best = r;
-        }
-    owners[u] = static_cast<int>(best);
-    load[best] += ns_cost(units[u], ns_steps);
+    const MuonUnit& unit = units[u];
+    K3_CHECK(unit.tp_first >= 0 && unit.tp_first < unit.tp_end && unit.tp_end <= tp,
+             "distributed Muon: unit ", u, " lies on tp coordinates [", unit.tp_first, ", ",
+             unit.tp_end, ") of ", tp);
+    int best = unit.tp_first;
+    for (int t = unit.tp_first + 1; t < unit.tp_end; ++t) {
+      const Entry& a = least[static_cast<size_t>(t)].top();
+      const Entry& b = least[static_cast<size_t>(best)].top();
+      if (std::pair{a.first, t + tp * a.second} < std::pair{b.first, best + tp * b.second})
+        best = t;
+    }
+    Heap& heap = least[static_cast<size_t>(best)];
+    const auto [load, d] = heap.top();
+    heap.pop();
+    heap.push({load + ns_cost(unit, ns_steps), d});
+    owners[u] = best + tp * d;
   }
   return owners;
 }
@@ -143,6 +171,51 @@ int64_t muon_p2p_bytes(std::span<const MuonUnit> units, std::span<const int> own
       if (!owner_holds(owners[u], p, tp, zero_stage)) bytes += bytes_of(p);  // gradient
     }
   return bytes;
+}
+
+int64_t muon_p2p_bytes(const optim::ParamSet& params, const std::vector<int64_t>& block_rows,
+                       const ShardLayout& layout, int tp, int zero_stage, int ns_steps, int rank) {
+  K3_CHECK(tp >= 1 && rank >= 0 && rank < tp * layout.ranks(), "distributed Muon: rank ", rank,
+           " of tp ", tp, " x ", layout.ranks());
+  optim::check_block_sizes(params, block_rows);
+  // The units without their pieces, and each one's parts: tp coordinate and flat range.
+  struct Part {
+    int t;
+    FlatRange range;
+  };
+  std::vector<MuonUnit> all;
+  std::vector<std::vector<Part>> parts;
+  auto add_part = [&](MuonUnit&, int t, size_t local, int64_t n, int64_t) {
+    parts.resize(all.size());
+    parts.back().push_back({t, {local, local + static_cast<size_t>(n)}});
+  };
+  for (size_t i = 0; i < params.slots.size(); ++i)
+    add_units(all, params, i, block_rows[i], tp, add_part);
+  parts.resize(all.size());
+  const std::vector<size_t> order = processing_order(all);
+  std::vector<MuonUnit> units;
+  units.reserve(all.size());
+  for (size_t u : order) units.push_back(std::move(all[u]));
+  const std::vector<int> owners = assign_unit_owners(units, tp, layout.ranks(), ns_steps);
+  // The pieces muon_p2p_bytes(units, owners, ...) counts, part by part: of a unit `rank` owns,
+  // every piece another rank holds (its X; its gradient unless the holder shares the owner's
+  // tp coordinate below ZeRO 2); of another's unit, `rank`'s own pieces, the same way.
+  const int me_t = rank % tp, me_d = rank / tp;
+  int64_t floats = 0;
+  for (size_t k = 0; k < units.size(); ++k) {
+    const int owner = owners[k], owner_t = owner % tp;
+    for (const Part& p : parts[order[k]]) {
+      const int64_t copies = zero_stage == 2 || p.t != owner_t ? 2 : 1;  // X, and the gradient
+      if (owner == rank) {
+        int64_t others = static_cast<int64_t>(p.range.size());
+        if (p.t == me_t) others -= static_cast<int64_t>(layout.floats_of(p.range, me_d));
+        floats += copies * others;
+      } else if (p.t == me_t) {
+        floats += copies * static_cast<int64_t>(layout.floats_of(p.range, me_d));
+      }
+    }
+  }
+  return floats * static_cast<int64_t>(sizeof(float));
 }
 
 DistributedMuon::DistributedMuon(optim::ParamSet params, const std::vector<int64_t>& block_rows,

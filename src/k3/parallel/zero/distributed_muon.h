@@ -66,7 +66,8 @@ std::vector<MuonUnit> muon_units(const optim::ParamSet& params,
 
 // Owner of each unit: greedy, largest Newton–Schulz cost first, onto the least loaded of the
 // group ranks on the unit's tp coordinates (ties: the earlier unit, the lower rank).
-// Deterministic, so every rank agrees.
+// Deterministic, so every rank agrees. Each tp coordinate keeps its ranks in a heap by load, so
+// a unit costs O(log dp) per tp coordinate it lies on, not a scan of all tp · dp ranks.
 std::vector<int> assign_unit_owners(std::span<const MuonUnit> units, int tp, int dp, int ns_steps);
 
 // Bytes `rank` sends plus receives in one step, analytically: for every piece held by a rank
@@ -74,6 +75,14 @@ std::vector<int> assign_unit_owners(std::span<const MuonUnit> units, int tp, int
 // its gradient.
 int64_t muon_p2p_bytes(std::span<const MuonUnit> units, std::span<const int> owners, int tp,
                        int zero_stage, int rank);
+
+// The same count for group rank `rank` of the units muon_units(params, block_rows, layout, tp)
+// makes and their owners from assign_unit_owners(units, tp, layout.ranks(), ns_steps), without
+// listing every rank's pieces: the owners follow from the units' shapes alone, and the count
+// needs only the parts of each unit and the rank's own share of them. Memory grows with the
+// units, not with units × dp; what the planner uses for a layout of thousands of dp ranks.
+int64_t muon_p2p_bytes(const optim::ParamSet& params, const std::vector<int64_t>& block_rows,
+                       const ShardLayout& layout, int tp, int zero_stage, int ns_steps, int rank);
 
 // A rank's Muon communication and memory. Working buffers: X of one batch, the buffer of the
 // units spanning tp that it owns, and the Newton–Schulz workspace (the batch's inputs, four m×m

@@ -45,6 +45,21 @@ ShardLayout ShardLayout::alone() const {
   return one;
 }
 
+size_t ShardLayout::floats_of(FlatRange r, int rank) const {
+  K3_CHECK(rank >= 0 && rank < ranks_, "shard layout: rank ", rank, " of ", ranks_);
+  auto first = std::partition_point(buckets_.begin(), buckets_.end(),
+                                    [&](const Bucket& b) { return b.range.begin >= r.end; });
+  auto last = std::partition_point(first, buckets_.end(),
+                                   [&](const Bucket& b) { return b.range.end > r.begin; });
+  size_t n = 0;
+  for (auto b = first; b != last; ++b) {
+    const FlatRange p = b->piece(rank);
+    const size_t lo = std::max(p.begin, r.begin), hi = std::min(p.end, r.end);
+    if (lo < hi) n += hi - lo;
+  }
+  return n;
+}
+
 std::vector<FlatRange> ShardLayout::owned(int r) const {
   std::vector<FlatRange> out;
   for (const Bucket& b : buckets_)

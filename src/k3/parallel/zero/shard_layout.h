@@ -46,6 +46,8 @@ class ShardLayout {
   // Rank r's pieces, in flat-buffer order.
   std::vector<FlatRange> owned(int r) const;
   std::vector<FlatRange> owned() const { return owned(rank_); }
+  // Floats of [r.begin, r.end) in rank's pieces: the sizes for_each_owner gives that rank, summed.
+  size_t floats_of(FlatRange r, int rank) const;
   // Calls f(rank, piece) for each non-empty intersection of [r.begin, r.end) with a rank's
   // pieces, in flat-buffer order.
   template <typename F>
