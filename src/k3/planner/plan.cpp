@@ -241,6 +241,9 @@ Plan detail::make_plan(const PlanRequest& r, const std::vector<model::ComponentC
   // micro-batches in flight), the second (the first given a remainder layer) and the last (the
   // head); traffic: the lead's (pp rank 0).
   const int last = static_cast<int>(r.layout.pp) - 1;
+  // The pipeline schedule first: a batch it does not admit (the interleaved schedule's fewer
+  // micro-batches than pp) is refused before any rank is described, which takes far longer.
+  train::activation_layout(c, r.model, 0);
   const std::set<int> ranks =
       every_memory_rank ? std::set<int>{0, std::min(1, last), last} : std::set<int>{0};
   for (int rank : ranks) {
