@@ -31,6 +31,10 @@ using DescribedRanks = std::map<int, std::shared_ptr<const model::Model>>;
 Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
                bool every_memory_rank, DescribedRanks& described);
 
+// The memory ranks beyond 0 (the second and the last) weighed into a plan made with rank 0's
+// alone (every_memory_rank false): the plan make_plan gives with every memory rank.
+void add_memory_ranks(Plan& plan, DescribedRanks& described);
+
 // One GPU's memory by part, from the run's estimate for that rank.
 std::vector<MemoryPart> memory_parts(const PlanRequest& r, const train::RunMemory& m);
 

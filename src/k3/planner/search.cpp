@@ -81,12 +81,15 @@ std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top)
   std::sort(fitting.begin(), fitting.end(), [](const auto& a, const auto& b) {
     return std::pair{a.second.step_seconds, a.first} < std::pair{b.second.step_seconds, b.first};
   });
-  // The fastest 3·top planned in full (every memory rank).
+  // The fastest 3·top planned in full: their other memory ranks (the second and the last) beside
+  // rank 0's, as make_plan with every memory rank.
   fitting.resize(std::min(fitting.size(), 3 * top));
   std::vector<std::optional<Plan>> full(fitting.size());
 #pragma omp parallel for schedule(dynamic)
   for (size_t i = 0; i < fitting.size(); ++i) {
-    Plan p = make_plan(fitting[i].second.request, counts);
+    Plan p = std::move(fitting[i].second);
+    detail::DescribedRanks described;
+    detail::add_memory_ranks(p, described);
     if (p.fits()) full[i] = std::move(p);
   }
   std::vector<Plan> best;
