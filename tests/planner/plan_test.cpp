@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <set>
+#include <tuple>
 
 #include "common/test_util.h"
 #include "k3/base/error.h"
@@ -214,6 +215,33 @@ TEST(Planner, ScreenedPlanCompletedShowsTheWorstMemoryRank) {
       EXPECT_EQ(screened.step_seconds, full.step_seconds) << what;
     }
   EXPECT_EQ(worst, (std::set<int>{0, 1}));  // the layouts tell the ranks apart
+}
+
+// The candidates passed over by their step bound change nothing: the same layouts, figures and
+// memory as when every candidate is screened.
+TEST(Planner, SearchPassesOverOnlyLayoutsThatCannotRankAmongTheFastest) {
+  PlanRequest r;
+  r.model = model::load_model_config(testing::source_dir() + "/configs/k3-small.json");
+  r.cluster = cluster_preset("H100");
+  r.activation = "recompute";
+  size_t passed_over = 0;
+  for (const auto& [gpus, global_batch, top] :
+       {std::tuple{64, int64_t{0}, size_t{2}}, {64, int64_t{0}, size_t{10}},
+        {64, int64_t{2048 * 256}, size_t{3}}, {64, int64_t{2048 * 256}, size_t{10}},
+        {128, int64_t{0}, size_t{1}}}) {
+    r.global_batch_tokens = global_batch;
+    const std::vector<Plan> all = detail::search_layouts(r, gpus, top, /*bounded=*/false);
+    const std::vector<Plan> bounded =
+        detail::search_layouts(r, gpus, top, /*bounded=*/true, &passed_over);
+    ASSERT_EQ(bounded.size(), all.size()) << gpus;
+    for (size_t i = 0; i < all.size(); ++i) {
+      EXPECT_EQ(bounded[i].request.layout.str(), all[i].request.layout.str()) << gpus << " " << i;
+      EXPECT_EQ(bounded[i].step_seconds, all[i].step_seconds) << gpus << " " << i;
+      EXPECT_EQ(bounded[i].hbm_bytes(), all[i].hbm_bytes()) << gpus << " " << i;
+      EXPECT_EQ(bounded[i].worst_pp_rank, all[i].worst_pp_rank) << gpus << " " << i;
+    }
+  }
+  EXPECT_GT(passed_over, 0u);  // the bound spared some
 }
 
 TEST(Planner, RefusesWhatDoesNotSplit) {

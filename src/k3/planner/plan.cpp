@@ -232,6 +232,16 @@ Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& c
 
 namespace {
 
+// What the roofline reads beside the transfers: the parameter counts and the bubble.
+void step_without_traffic(Plan& plan, const std::vector<model::ComponentCount>& counts) {
+  const Layout& l = plan.request.layout;
+  plan.params_total = counts.back().total;
+  plan.params_active = counts.back().active;
+  for (const model::ComponentCount& cc : counts)
+    if (cc.component == "embedding") plan.params_embedding = cc.total;
+  plan.bubble = l.pp > 1 ? pipeline_bubble(l.pp, l.vp, plan.micro_batches) : 0;
+}
+
 // Pipeline rank RANK's memory, the plan's when it is rank 0's or needs more than the plan's.
 void weigh_memory_rank(Plan& plan, const train::RunConfig& c, int rank,
                        detail::DescribedRanks& described) {
@@ -273,14 +283,19 @@ Plan detail::make_plan(const PlanRequest& r, const std::vector<model::ComponentC
   train::activation_layout(c, r.model, 0);
   weigh_memory_rank(plan, c, 0, described);
   if (every_memory_rank) detail::add_memory_ranks(plan, described);
-  plan.params_total = counts.back().total;
-  plan.params_active = counts.back().active;
-  for (const model::ComponentCount& cc : counts)
-    if (cc.component == "embedding") plan.params_embedding = cc.total;
   plan.traffic = detail::step_traffic(r, *described.at(0), plan.micro_batches);
-  plan.bubble = r.layout.pp > 1 ? pipeline_bubble(r.layout.pp, r.layout.vp, plan.micro_batches) : 0;
+  step_without_traffic(plan, counts);
   detail::roofline(plan);
   return plan;
+}
+
+double detail::step_bound(const PlanRequest& r, const std::vector<model::ComponentCount>& counts) {
+  Plan plan;
+  plan.request = r;
+  std::tie(plan.sequences, plan.micro_batches) = batch_shape(r);
+  step_without_traffic(plan, counts);
+  detail::roofline(plan);  // no transfers: compute and bubble alone
+  return plan.step_seconds;
 }
 
 }  // namespace k3::planner
