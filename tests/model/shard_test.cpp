@@ -91,6 +91,29 @@ TEST(ShardedRegistry, RefusesUnevenSplits) {
   EXPECT_THROW(ParamRegistry(GroupPlaces{{"tp", {2, 2}}}), Error);
 }
 
+// The names index every tensor through the table's growth: each found at its index, an absent
+// name (also one a prefix or an extension of a registered one) not, a second registration refused,
+// and a refused registration not found.
+TEST(ShardedRegistry, FindsEveryNameItRegistered) {
+  ParamRegistry reg(GroupPlaces{{"tp", {2, 0}}});
+  const int n = 5000;  // grows the table from 64 slots seven times
+  auto name = [](int i) { return "model.layers." + std::to_string(i % 93) + ".experts." +
+                                 std::to_string(i) + ".w1.weight"; };
+  for (int i = 0; i < n; ++i) ASSERT_EQ(reg.add(name(i), {2, 3}, ParamInit::zeros()), i);
+  for (int i = 0; i < n; ++i) ASSERT_EQ(reg.find(name(i)), i) << name(i);
+  EXPECT_EQ(reg.find("model.layers.0.experts.0.w1"), -1);
+  EXPECT_EQ(reg.find(name(0) + "x"), -1);
+  EXPECT_EQ(reg.find(""), -1);
+  EXPECT_EQ(ParamRegistry().find("w"), -1);
+  const std::string e = testing::error_of([&] { reg.add(name(4321), {1}, ParamInit::zeros()); });
+  EXPECT_NE(e.find("'" + name(4321) + "' registered twice"), std::string::npos) << e;
+  EXPECT_THROW(reg.add("odd", {3}, ParamInit::zeros(), {0, "tp"}), Error);  // uneven over tp
+  EXPECT_EQ(reg.find("odd"), -1);
+  EXPECT_EQ(reg.size(), n);
+  EXPECT_EQ(reg.add("odd", {4}, ParamInit::zeros(), {0, "tp"}), n);  // the refused left no trace
+  EXPECT_EQ(reg.find("odd"), n);
+}
+
 // One registry per rank of tp = 2 and the unsplit one, all with the same global weights.
 struct Ranks {
   ParamRegistry whole, rank[2]{ParamRegistry(GroupPlaces{{"tp", {2, 0}}}),

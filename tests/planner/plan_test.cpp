@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <set>
+#include <tuple>
 
 #include "common/test_util.h"
 #include "k3/base/error.h"
@@ -160,6 +162,86 @@ TEST(Planner, SearchRanksFittingLayoutsOfTheGpuCount) {
       EXPECT_LE(best[i - 1].step_seconds, best[i].step_seconds);
     }
   }
+}
+
+// A search screens with pipeline rank 0's memory and completes the fastest with the other memory
+// ranks; both that and the plan made with every memory rank show the rank of ranks 0, 1 and the
+// last whose estimate is the largest (the first of equals), part by part.
+TEST(Planner, ScreenedPlanCompletedShowsTheWorstMemoryRank) {
+  PlanRequest r;
+  r.model = model::load_model_config(testing::source_dir() + "/configs/k3-small.json");
+  r.cluster = cluster_preset("H100");
+  r.seq = 2048;
+  r.global_batch_tokens = 2048 * 64;
+  const std::vector<model::ComponentCount> counts = parameter_counts(r.model);
+  std::set<int> worst;
+  for (const char* activation : {"keep", "recompute"})
+    for (const char* layout : {"dp=8,tp=2", "dp=2,tp=2,pp=4", "dp=2,pp=4,vp=2,ep=2",
+                               "dp=4,pp=2,ep=2,cp=2", "dp=1,tp=2,pp=8,ep=2", "dp=1,pp=12"}) {
+      r.activation = activation;
+      r.layout = parse_layout(layout);
+      r.layout.sequence_parallel = r.layout.tp > 1;
+      const std::string what = std::string(layout) + " " + activation;
+      Plan screened = make_plan(r, counts, /*every_memory_rank=*/false);
+      EXPECT_EQ(screened.worst_pp_rank, 0) << what;
+      detail::DescribedRanks described;
+      detail::add_memory_ranks(screened, described);
+      const Plan full = make_plan(r, counts, /*every_memory_rank=*/true);
+      // The reference: each of the ranks described and estimated on its own.
+      const train::RunConfig c = detail::run_config(r, full.micro_batches);
+      const int last = static_cast<int>(r.layout.pp) - 1;
+      int most_rank = -1;
+      double most = 0;
+      std::vector<MemoryPart> most_parts;
+      for (int rank : std::set<int>{0, std::min(1, last), last}) {
+        const std::vector<MemoryPart> parts = detail::memory_parts(
+            r, train::estimate_run_memory(*detail::describe_rank(r, c, rank), c, 0));
+        double sum = 0;
+        for (const MemoryPart& m : parts) sum += m.bytes;
+        if (most_rank < 0 || sum > most) most_rank = rank, most = sum, most_parts = parts;
+      }
+      worst.insert(most_rank);
+      for (const Plan* p : std::initializer_list<const Plan*>{&screened, &full}) {
+        EXPECT_EQ(p->worst_pp_rank, most_rank) << what;
+        ASSERT_EQ(p->memory.size(), most_parts.size()) << what;
+        for (size_t i = 0; i < most_parts.size(); ++i) {
+          EXPECT_EQ(p->memory[i].name, most_parts[i].name) << what;
+          EXPECT_EQ(p->memory[i].bytes, most_parts[i].bytes) << what << ": " << most_parts[i].name;
+          EXPECT_EQ(p->memory[i].host, most_parts[i].host) << what;
+          EXPECT_EQ(p->memory[i].detail, most_parts[i].detail) << what;
+        }
+      }
+      EXPECT_EQ(screened.fits(), full.fits()) << what;
+      EXPECT_EQ(screened.step_seconds, full.step_seconds) << what;
+    }
+  EXPECT_EQ(worst, (std::set<int>{0, 1}));  // the layouts tell the ranks apart
+}
+
+// The candidates passed over by their step bound change nothing: the same layouts, figures and
+// memory as when every candidate is screened.
+TEST(Planner, SearchPassesOverOnlyLayoutsThatCannotRankAmongTheFastest) {
+  PlanRequest r;
+  r.model = model::load_model_config(testing::source_dir() + "/configs/k3-small.json");
+  r.cluster = cluster_preset("H100");
+  r.activation = "recompute";
+  size_t passed_over = 0;
+  for (const auto& [gpus, global_batch, top] :
+       {std::tuple{64, int64_t{0}, size_t{2}}, {64, int64_t{0}, size_t{10}},
+        {64, int64_t{2048 * 256}, size_t{3}}, {64, int64_t{2048 * 256}, size_t{10}},
+        {128, int64_t{0}, size_t{1}}}) {
+    r.global_batch_tokens = global_batch;
+    const std::vector<Plan> all = detail::search_layouts(r, gpus, top, /*bounded=*/false);
+    const std::vector<Plan> bounded =
+        detail::search_layouts(r, gpus, top, /*bounded=*/true, &passed_over);
+    ASSERT_EQ(bounded.size(), all.size()) << gpus;
+    for (size_t i = 0; i < all.size(); ++i) {
+      EXPECT_EQ(bounded[i].request.layout.str(), all[i].request.layout.str()) << gpus << " " << i;
+      EXPECT_EQ(bounded[i].step_seconds, all[i].step_seconds) << gpus << " " << i;
+      EXPECT_EQ(bounded[i].hbm_bytes(), all[i].hbm_bytes()) << gpus << " " << i;
+      EXPECT_EQ(bounded[i].worst_pp_rank, all[i].worst_pp_rank) << gpus << " " << i;
+    }
+  }
+  EXPECT_GT(passed_over, 0u);  // the bound spared some
 }
 
 TEST(Planner, RefusesWhatDoesNotSplit) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
@@ -63,7 +64,20 @@ ParamRegistry::~ParamRegistry() {
 
 int ParamRegistry::add(std::string name, Shape shape, ParamInit init, ShardSpec shard) {
   K3_CHECK(!values_, "parameter '", name, "' registered after allocation");
-  K3_CHECK(!by_name_.count(name), "parameter '", name, "' registered twice");
+  if (2 * (infos_.size() + 1) > by_name_.size()) {  // grow: every name again, by its hash
+    const size_t slots = std::max<size_t>(64, 2 * by_name_.size());
+    const std::vector<NameSlot> old = std::exchange(by_name_, std::vector<NameSlot>(slots));
+    const size_t mask = by_name_.size() - 1;
+    for (const NameSlot& e : old)
+      if (e.index >= 0) {
+        size_t i = e.hash & mask;
+        while (by_name_[i].index >= 0) i = (i + 1) & mask;
+        by_name_[i] = e;
+      }
+  }
+  const size_t h = std::hash<std::string>{}(name);
+  NameSlot& slot = by_name_[name_slot(name, h)];
+  K3_CHECK(slot.index < 0, "parameter '", name, "' registered twice");
   ParamInfo p;
   p.name = std::move(name);
   p.shape = std::move(shape);
@@ -97,7 +111,7 @@ int ParamRegistry::add(std::string name, Shape shape, ParamInit init, ShardSpec 
   p.offset = flat_size_;
   flat_size_ +=
       (static_cast<size_t>(p.local_numel()) + 15) / 16 * 16;  // keep every tensor 64-byte aligned
-  by_name_[p.name] = size();
+  slot = {h, size()};
   infos_.push_back(std::move(p));
   return size() - 1;
 }
@@ -141,9 +155,18 @@ void ParamRegistry::zero_grads() {
   if (grads_) std::memset(grads_, 0, flat_size_ * sizeof(float));
 }
 
+size_t ParamRegistry::name_slot(const std::string& name, size_t h) const {
+  const size_t mask = by_name_.size() - 1;
+  size_t i = h & mask;
+  while (by_name_[i].index >= 0 &&
+         (by_name_[i].hash != h || infos_[static_cast<size_t>(by_name_[i].index)].name != name))
+    i = (i + 1) & mask;
+  return i;
+}
+
 int ParamRegistry::find(const std::string& name) const {
-  auto it = by_name_.find(name);
-  return it == by_name_.end() ? -1 : it->second;
+  if (by_name_.empty()) return -1;
+  return by_name_[name_slot(name, std::hash<std::string>{}(name))].index;
 }
 
 Tensor ParamRegistry::value(int i) const {

@@ -11,7 +11,6 @@
 #include <functional>
 #include <map>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "k3/tensor/tensor.h"
@@ -138,7 +137,17 @@ class ParamRegistry {
   GroupPlaces places_;
   int pp_owner_ = -1;
   std::vector<ParamInfo> infos_;
-  std::unordered_map<std::string, int> by_name_;
+  // The parameters by name: an open-addressed table of (hash of the name, index into infos_),
+  // a power of two long and at most half full, -1 an empty slot. A K3 rank registers a quarter of
+  // a million tensors (every expert of every layer): one probe a registration and no node or copy
+  // of the name each.
+  struct NameSlot {
+    size_t hash = 0;
+    int index = -1;
+  };
+  std::vector<NameSlot> by_name_;
+  // The slot holding NAME (of hash H), or the empty slot where it would go.
+  size_t name_slot(const std::string& name, size_t h) const;
   size_t flat_size_ = 0;
   float* values_ = nullptr;
   float* grads_ = nullptr;

@@ -230,6 +230,44 @@ Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& c
   return detail::make_plan(r, counts, every_memory_rank, described);
 }
 
+namespace {
+
+// What the roofline reads beside the transfers: the parameter counts and the bubble.
+void step_without_traffic(Plan& plan, const std::vector<model::ComponentCount>& counts) {
+  const Layout& l = plan.request.layout;
+  plan.params_total = counts.back().total;
+  plan.params_active = counts.back().active;
+  for (const model::ComponentCount& cc : counts)
+    if (cc.component == "embedding") plan.params_embedding = cc.total;
+  plan.bubble = l.pp > 1 ? pipeline_bubble(l.pp, l.vp, plan.micro_batches) : 0;
+}
+
+// Pipeline rank RANK's memory, the plan's when it is rank 0's or needs more than the plan's.
+void weigh_memory_rank(Plan& plan, const train::RunConfig& c, int rank,
+                       detail::DescribedRanks& described) {
+  const PlanRequest& r = plan.request;
+  std::shared_ptr<const model::Model>& d = described[rank];
+  if (!d) d = detail::describe_rank(r, c, rank);
+  std::vector<MemoryPart> parts = detail::memory_parts(r, train::estimate_run_memory(*d, c, 0));
+  auto sum = [](const std::vector<MemoryPart>& v) {
+    return std::accumulate(v.begin(), v.end(), 0.0,
+                           [](double s, const MemoryPart& m) { return s + m.bytes; });
+  };
+  if (rank == 0 || sum(parts) > sum(plan.memory)) {
+    plan.memory = std::move(parts);
+    plan.worst_pp_rank = rank;
+  }
+}
+
+}  // namespace
+
+void detail::add_memory_ranks(Plan& plan, DescribedRanks& described) {
+  const int last = static_cast<int>(plan.request.layout.pp) - 1;
+  const train::RunConfig c = detail::run_config(plan.request, plan.micro_batches);
+  for (int rank : std::set<int>{std::min(1, last), last})
+    if (rank > 0) weigh_memory_rank(plan, c, rank, described);
+}
+
 Plan detail::make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
                        bool every_memory_rank, DescribedRanks& described) {
   check_request(r);
@@ -240,30 +278,24 @@ Plan detail::make_plan(const PlanRequest& r, const std::vector<model::ComponentC
   // Memory: the pipeline rank needing the most of the first (the embedding, the most
   // micro-batches in flight), the second (the first given a remainder layer) and the last (the
   // head); traffic: the lead's (pp rank 0).
-  const int last = static_cast<int>(r.layout.pp) - 1;
-  const std::set<int> ranks =
-      every_memory_rank ? std::set<int>{0, std::min(1, last), last} : std::set<int>{0};
-  for (int rank : ranks) {
-    std::shared_ptr<const model::Model>& d = described[rank];
-    if (!d) d = detail::describe_rank(r, c, rank);
-    std::vector<MemoryPart> parts = detail::memory_parts(r, train::estimate_run_memory(*d, c, 0));
-    auto sum = [](const std::vector<MemoryPart>& v) {
-      return std::accumulate(v.begin(), v.end(), 0.0,
-                             [](double s, const MemoryPart& m) { return s + m.bytes; });
-    };
-    if (rank == 0 || sum(parts) > sum(plan.memory)) {
-      plan.memory = std::move(parts);
-      plan.worst_pp_rank = rank;
-    }
-  }
-  plan.params_total = counts.back().total;
-  plan.params_active = counts.back().active;
-  for (const model::ComponentCount& cc : counts)
-    if (cc.component == "embedding") plan.params_embedding = cc.total;
+  // The pipeline schedule first: a batch it does not admit (the interleaved schedule's fewer
+  // micro-batches than pp) is refused before any rank is described, which takes far longer.
+  train::activation_layout(c, r.model, 0);
+  weigh_memory_rank(plan, c, 0, described);
+  if (every_memory_rank) detail::add_memory_ranks(plan, described);
   plan.traffic = detail::step_traffic(r, *described.at(0), plan.micro_batches);
-  plan.bubble = r.layout.pp > 1 ? pipeline_bubble(r.layout.pp, r.layout.vp, plan.micro_batches) : 0;
+  step_without_traffic(plan, counts);
   detail::roofline(plan);
   return plan;
+}
+
+double detail::step_bound(const PlanRequest& r, const std::vector<model::ComponentCount>& counts) {
+  Plan plan;
+  plan.request = r;
+  std::tie(plan.sequences, plan.micro_batches) = batch_shape(r);
+  step_without_traffic(plan, counts);
+  detail::roofline(plan);  // no transfers: compute and bubble alone
+  return plan.step_seconds;
 }
 
 }  // namespace k3::planner

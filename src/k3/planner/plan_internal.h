@@ -31,6 +31,20 @@ using DescribedRanks = std::map<int, std::shared_ptr<const model::Model>>;
 Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
                bool every_memory_rank, DescribedRanks& described);
 
+// The step time of the request's compute and bubble alone, as the roofline adds them up before
+// the exposed transfers: no plan of the request takes less (a sum of more terms, none negative,
+// rounds to no less). Throws as make_plan does where the batch does not split.
+double step_bound(const PlanRequest& r, const std::vector<model::ComponentCount>& counts);
+
+// search_layouts; bounded false: every candidate screened, none passed over by its step bound.
+// passed_over: where to count those passed over.
+std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top, bool bounded,
+                                 size_t* passed_over = nullptr);
+
+// The memory ranks beyond 0 (the second and the last) weighed into a plan made with rank 0's
+// alone (every_memory_rank false): the plan make_plan gives with every memory rank.
+void add_memory_ranks(Plan& plan, DescribedRanks& described);
+
 // One GPU's memory by part, from the run's estimate for that rank.
 std::vector<MemoryPart> memory_parts(const PlanRequest& r, const train::RunMemory& m);
 

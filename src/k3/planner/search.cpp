@@ -3,13 +3,16 @@
 // the experts, pp up to 16 with 1 or 2 chunks a rank. A layout whose weights and optimizer share
 // alone cannot fit (the dense parameters over tp·pp, the routed experts over tp·ep·pp) is passed
 // over unplanned; the others are screened with pipeline rank 0's memory, and the fastest 3·top
-// that fit planned in full. Layouts that differ only in dp and cp share the description of their
-// pipeline ranks (what a rank holds), and the groups are planned side by side on the OpenMP
-// threads.
+// that fit completed with their other memory ranks. A layout whose compute and bubble alone take
+// longer than the 3·top fastest fitting steps screened so far is passed over undescribed.
+// Layouts that differ only in dp and cp share the description of their pipeline ranks (what a
+// rank holds), and the groups are planned side by side on the OpenMP threads.
 #include <algorithm>
 #include <array>
 #include <map>
+#include <limits>
 #include <optional>
+#include <queue>
 
 #include "k3/base/error.h"
 #include "k3/planner/plan.h"
@@ -18,6 +21,11 @@
 namespace k3::planner {
 
 std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top) {
+  return detail::search_layouts(r, gpus, top, /*bounded=*/true);
+}
+
+std::vector<Plan> detail::search_layouts(const PlanRequest& r, int64_t gpus, size_t top,
+                                         bool bounded, size_t* passed_over) {
   detail::check_settings(r);  // refused once here, not as every candidate's failure
   K3_CHECK(gpus >= 1 && gpus <= kMaxGpus, "--gpus ", gpus, ": must be in [1, ", kMaxGpus, "]");
   const model::ModelConfig& c = r.model;
@@ -58,18 +66,58 @@ std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top)
             q.layout.moonep = r.layout.moonep && ep > 1;
             groups[{tp, ep, pp, vp}].emplace_back(order++, q);
           }
-  std::vector<std::vector<std::pair<size_t, PlanRequest>>*> work;
-  for (auto& [key, requests] : groups) work.push_back(&requests);
+  // A bound below each candidate's step time, its compute and bubble: a candidate whose bound
+  // exceeds the slowest of the fastest 3·top fitting steps screened so far cannot be among the
+  // fastest 3·top, and is passed over undescribed. The groups go by their lowest bound, so that
+  // the bar falls early; which candidates it spares depends on the threads' timing, the fastest
+  // 3·top do not.
+  struct Group {
+    double bound = 0;  // the lowest of its candidates'
+    std::vector<std::pair<size_t, PlanRequest>>* requests = nullptr;
+    std::vector<double> bounds;
+  };
+  std::vector<Group> work;
+  for (auto& [key, requests] : groups) {
+    Group g{std::numeric_limits<double>::infinity(), &requests, {}};
+    for (const auto& [tried, q] : requests) {
+      double bound = -std::numeric_limits<double>::infinity();  // planned, and refused there
+      try {
+        bound = detail::step_bound(q, counts);
+      } catch (const Error&) {
+      }
+      g.bounds.push_back(bound);
+      g.bound = std::min(g.bound, bound);
+    }
+    work.push_back(std::move(g));
+  }
+  std::stable_sort(work.begin(), work.end(),
+                   [](const Group& a, const Group& b) { return a.bound < b.bound; });
+  const size_t keep = 3 * top;
+  std::priority_queue<double> fastest;  // the fastest `keep` fitting steps so far, slowest on top
   // Screened with pipeline rank 0's memory, the groups side by side.
   std::vector<std::vector<std::pair<size_t, Plan>>> screened(work.size());
 #pragma omp parallel for schedule(dynamic)
   for (size_t g = 0; g < work.size(); ++g) {
     // A described K3 rank takes hundreds of MB: a thread holds one group's at a time.
     detail::DescribedRanks described;
-    for (const auto& [tried, q] : *work[g]) {
+    for (size_t i = 0; i < work[g].requests->size(); ++i) {
+      const auto& [tried, q] = (*work[g].requests)[i];
+      bool beyond = false;
+#pragma omp critical(search_fastest)
+      {
+        beyond = bounded && fastest.size() == keep && work[g].bounds[i] > fastest.top();
+        if (beyond && passed_over) ++*passed_over;
+      }
+      if (beyond) continue;
       try {
         Plan p = detail::make_plan(q, counts, /*every_memory_rank=*/false, described);
-        if (p.fits()) screened[g].emplace_back(tried, std::move(p));
+        if (!p.fits()) continue;
+#pragma omp critical(search_fastest)
+        {
+          fastest.push(p.step_seconds);
+          if (fastest.size() > keep) fastest.pop();
+        }
+        screened[g].emplace_back(tried, std::move(p));
       } catch (const Error&) {
         // a layout the model or the batch does not admit
       }
@@ -81,12 +129,15 @@ std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top)
   std::sort(fitting.begin(), fitting.end(), [](const auto& a, const auto& b) {
     return std::pair{a.second.step_seconds, a.first} < std::pair{b.second.step_seconds, b.first};
   });
-  // The fastest 3·top planned in full (every memory rank).
+  // The fastest 3·top planned in full: their other memory ranks (the second and the last) beside
+  // rank 0's, as make_plan with every memory rank.
   fitting.resize(std::min(fitting.size(), 3 * top));
   std::vector<std::optional<Plan>> full(fitting.size());
 #pragma omp parallel for schedule(dynamic)
   for (size_t i = 0; i < fitting.size(); ++i) {
-    Plan p = make_plan(fitting[i].second.request, counts);
+    Plan p = std::move(fitting[i].second);
+    detail::DescribedRanks described;
+    detail::add_memory_ranks(p, described);
     if (p.fits()) full[i] = std::move(p);
   }
   std::vector<Plan> best;
