@@ -20,6 +20,16 @@
 namespace k3::planner {
 namespace {
 
+// k3-small on H100s at sequence 2048, a step of 64 sequences: the searches' request.
+PlanRequest small_h100_request() {
+  PlanRequest r;
+  r.model = model::load_model_config(testing::source_dir() + "/configs/k3-small.json");
+  r.cluster = cluster_preset("H100");
+  r.seq = 2048;
+  r.global_batch_tokens = 2048 * 64;
+  return r;
+}
+
 PlanRequest cpu_request(const std::string& config, const std::string& layout) {
   PlanRequest r;
   r.model = model::load_model_config(testing::source_dir() + "/configs/" + config);
@@ -148,11 +158,7 @@ TEST(Planner, ExpertBytesFollowTheMeasuredRouting) {
 }
 
 TEST(Planner, SearchRanksFittingLayoutsOfTheGpuCount) {
-  PlanRequest r;
-  r.model = model::load_model_config(testing::source_dir() + "/configs/k3-small.json");
-  r.cluster = cluster_preset("H100");
-  r.seq = 2048;
-  r.global_batch_tokens = 2048 * 64;
+  PlanRequest r = small_h100_request();
   const std::vector<Plan> best = search_layouts(r, 16, 4);
   ASSERT_FALSE(best.empty());
   for (size_t i = 0; i < best.size(); ++i) {
@@ -168,11 +174,7 @@ TEST(Planner, SearchRanksFittingLayoutsOfTheGpuCount) {
 // ranks; both that and the plan made with every memory rank show the rank of ranks 0, 1 and the
 // last whose estimate is the largest (the first of equals), part by part.
 TEST(Planner, ScreenedPlanCompletedShowsTheWorstMemoryRank) {
-  PlanRequest r;
-  r.model = model::load_model_config(testing::source_dir() + "/configs/k3-small.json");
-  r.cluster = cluster_preset("H100");
-  r.seq = 2048;
-  r.global_batch_tokens = 2048 * 64;
+  PlanRequest r = small_h100_request();
   const std::vector<model::ComponentCount> counts = parameter_counts(r.model);
   std::set<int> worst;
   for (const char* activation : {"keep", "recompute"})
