@@ -26,17 +26,23 @@ def descends_from_server(pid):  # other tests' services may run agents beside ou
     while pid > 1:
         if pid == server:
             return True
-        with open(f"/proc/{pid}/status") as f:
-            pid = int(next(l for l in f if l.startswith("PPid:")).split()[1])
+        pid = parent(pid)
     return False
 
-def agents():
+def is_agent(pid):
+    return open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0] == b"/.k3lab-agent"
+
+def parent(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(l for l in f if l.startswith("PPid:")).split()[1])
+
+def agents():  # a command's process is an agent's fork until it execs: not an agent of its own
     n = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")[0] == b"/.k3lab-agent":
+            if is_agent(pid) and not is_agent(parent(pid)):
                 n += descends_from_server(int(pid))
-        except (OSError, StopIteration):
+        except (OSError, StopIteration, ValueError):
             pass
     return n
 

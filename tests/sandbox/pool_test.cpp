@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "fixture.h"
@@ -45,6 +47,43 @@ TEST_F(SandboxTest, PoolWithoutWarmSandboxesStartsOnDemand) {
   auto s = pool.acquire();
   EXPECT_EQ(pool.misses(), 1u);
   EXPECT_EQ(sh(*s, "echo cold").stdout_data, "cold\n");
+}
+
+// The owner's ROOM turns an ask into a start under its own lock: as soon as it has said yes, the
+// pool counts that start as starting, not asking, so an admission the owner makes right after
+// (which discounts asks, each refused later) still counts it.
+TEST_F(SandboxTest, PoolCountsAStartAsStartingOnceItsOwnerGrantsRoom) {
+  Pool* self = nullptr;
+  std::mutex owner;
+  std::atomic<int> grants = 0, seen_asking = -1, seen_held = -1;
+  Pool pool(*backend_, store_->resolve("host"), Limits{}, 1, 1, Pool::kDefaultMaxUses,
+            [&](const std::function<void()>& starting) {
+              std::lock_guard lock(owner);
+              if (grants++ > 0) return false;
+              starting();
+              seen_asking = int(self->asking());
+              seen_held = int(self->held());
+              return true;
+            });
+  self = &pool;
+  pool.wait_until_full();
+  EXPECT_EQ(grants.load(), 1);
+  EXPECT_EQ(seen_asking.load(), 0) << "a granted start still counted as an ask";
+  EXPECT_EQ(seen_held.load(), 1);
+  EXPECT_EQ(pool.idle(), 1u);
+}
+
+// A pool its owner stops while a user still holds one of its sandboxes: the idle ones are gone at
+// once, and the held one is destroyed when released, in the caller, not kept warm.
+TEST_F(SandboxTest, AStoppedPoolKeepsNothingAlive) {
+  Pool pool(*backend_, store_->resolve("host"), Limits{}, 2, 2);
+  pool.wait_until_full();
+  auto held = pool.acquire();
+  pool.stop();
+  EXPECT_EQ(pool.held(), 0u);
+  EXPECT_EQ(count_agent_processes(), agents_before_ + 1) << "only the user's sandbox is left";
+  pool.release(std::move(held));
+  EXPECT_EQ(count_agent_processes(), agents_before_);
 }
 
 // Hundreds of namespace sandboxes alive at once, each answering, then all gone.

@@ -10,7 +10,7 @@ constexpr size_t kGiveUpAfterFailures = 3;  // in a row: the pool stops retrying
 }
 
 Pool::Pool(Backend& backend, Image image, Limits limits, size_t warm, int refill_threads,
-           size_t max_uses, std::function<bool()> room)
+           size_t max_uses, Room room)
     : backend_(backend),
       image_(std::move(image)),
       limits_(limits),
@@ -20,21 +20,29 @@ Pool::Pool(Backend& backend, Image image, Limits limits, size_t warm, int refill
   for (int i = 0; i < refill_threads && warm_ > 0; ++i) threads_.emplace_back([this] { refill(); });
 }
 
-Pool::~Pool() {
+Pool::~Pool() { stop(); }
+
+void Pool::stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   changed_.notify_all();
-  for (auto& t : threads_) t.join();
-  released_.clear();  // each sandbox's destructor destroys it
-  idle_.clear();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  std::deque<std::unique_ptr<Sandbox>> idle, released;
+  {
+    std::lock_guard lock(mutex_);
+    idle.swap(idle_);
+    released.swap(released_);
+  }
+  // Each sandbox's destructor destroys it, here, outside the lock.
 }
 
 void Pool::release(std::unique_ptr<Sandbox> sandbox) {
-  if (threads_.empty()) return;  // no background threads: destroyed here, now
   {
     std::lock_guard lock(mutex_);
+    if (threads_.empty() || stopping_) return;  // no background threads: destroyed here, now
     released_.push_back(std::move(sandbox));
   }
   changed_.notify_all();
@@ -75,18 +83,27 @@ void Pool::refill() {
     if (room_) {  // the owner's cap: without room, no more until someone acquires
       ++asking_;
       lock.unlock();
-      const bool room = room_();
+      const bool room = room_([this] {
+        std::lock_guard starting_lock(mutex_);
+        --asking_;
+        ++starting_;
+      });
       lock.lock();
-      --asking_;
-      if (stopping_) return;
       if (!room) {
+        --asking_;
+        if (stopping_) return;
         failures_in_a_row_ = kGiveUpAfterFailures;
         last_error_ = "no room under the owner's cap on live sandboxes";
         changed_.notify_all();
         continue;
       }
+      if (stopping_) {
+        --starting_;
+        return;
+      }
+    } else {
+      ++starting_;
     }
-    ++starting_;
     lock.unlock();
     std::unique_ptr<Sandbox> s;
     std::string error;

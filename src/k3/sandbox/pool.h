@@ -30,10 +30,16 @@ class Pool {
   // back to the idle ones all the same); each serves up to MAX_USES users (1: never reused).
   // ROOM, when given, is asked before each background start, which held() and asking() count
   // while it is asked: false, and the pool starts none until its next acquire (an owner's cap on
-  // live sandboxes).
+  // live sandboxes). Its owner answers under its own lock and, when it answers yes, calls the
+  // function it is given under that same lock: the ask becomes a start there, so that no
+  // admission of the owner's sees the start as neither.
+  using Room = std::function<bool(const std::function<void()>& starting)>;
   Pool(Backend& backend, Image image, Limits limits, size_t warm, int refill_threads = 1,
-       size_t max_uses = kDefaultMaxUses, std::function<bool()> room = {});
-  ~Pool();  // stops refilling and destroys the idle sandboxes
+       size_t max_uses = kDefaultMaxUses, Room room = {});
+  ~Pool();  // stop()
+  // Stops refilling and destroys the idle and released sandboxes; a sandbox released after is
+  // destroyed at once, in the caller. For an owner that drops a pool others may still hold.
+  void stop();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
@@ -70,11 +76,12 @@ class Pool {
   Image image_;
   Limits limits_;
   size_t warm_, max_uses_;
-  std::function<bool()> room_;
+  Room room_;
   mutable std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<std::unique_ptr<Sandbox>> idle_, released_;
-  size_t asking_ = 0, starting_ = 0, recycling_ = 0, claimed_ = 0, hits_ = 0, misses_ = 0, reused_ = 0, failures_in_a_row_ = 0;
+  size_t asking_ = 0, starting_ = 0, recycling_ = 0, claimed_ = 0, hits_ = 0, misses_ = 0,
+         reused_ = 0, failures_in_a_row_ = 0;
   std::string last_error_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;

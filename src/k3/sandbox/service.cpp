@@ -231,7 +231,7 @@ Service::Admitted Service::start(const std::string& image_ref, BackendKind kind,
       const size_t users = sandboxes_.size() + admitted_;
       return TooMany("too many sandboxes: " + std::to_string(cap) + " may live, " +
                      std::to_string(users) + " are users', " +
-                     std::to_string(alive_locked(false) - users) + " warm, resetting or ending");
+                     std::to_string(alive_locked() - users) + " warm, resetting or ending");
     };
     if (sandboxes_.size() + admitted_ >= cap) throw too_many();
     const std::string key = std::string(backend_name(kind)) + "/" + image.digest;
@@ -239,9 +239,12 @@ Service::Admitted Service::start(const std::string& image_ref, BackendKind kind,
       PoolEntry& e = pools_[key];
       if (!e.pool)
         e.pool = std::make_shared<Pool>(b, image, limits, options_.warm, 2, Pool::kDefaultMaxUses,
-                                        [this, cap] {
+                                        [this, cap](const std::function<void()>& starting) {
                                           std::lock_guard room_lock(mutex_);
-                                          return alive_locked() <= cap;
+                                          if (alive_locked(true) > cap)
+                                            return false;  // this ask counted
+                                          starting();
+                                          return true;
                                         });
       e.last_use = ++uses_;
       pool = e.pool;
@@ -252,7 +255,7 @@ Service::Admitted Service::start(const std::string& image_ref, BackendKind kind,
     // is refused after this. A dropped pool's sandboxes count (as retiring) until destroyed,
     // which happens before this one starts.
     claimed = pool && pool->claim();
-    while (!claimed && alive_locked(false) - dropped_held >= cap) {
+    while (!claimed && alive_locked() - dropped_held >= cap) {
       auto lru = pools_.end();
       for (auto it = pools_.begin(); it != pools_.end(); ++it)
         if (it->second.pool != pool &&
@@ -268,7 +271,8 @@ Service::Admitted Service::start(const std::string& image_ref, BackendKind kind,
     ++admitted_;
   }
   Admitted a(this, pool);
-  dropped.clear();  // each dropped pool's destructor destroys its sandboxes
+  for (auto& p : dropped) p->stop();  // destroys its sandboxes, though a user may still hold it
+  dropped.clear();
   if (dropped_held > 0) {
     std::lock_guard lock(mutex_);
     retiring_ -= dropped_held;

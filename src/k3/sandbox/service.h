@@ -60,8 +60,9 @@ class Service {
   // Room under the cap is made by dropping the least recently used other pools; without room, a
   // TooMany error.
   Admitted start(const std::string& image, BackendKind kind, const Limits& limits, bool pooled);
-  // Every live sandbox: users', pools', retiring ones; WITH_ASKS: pools' starts asking for room.
-  size_t alive_locked(bool with_asks = true) const;
+  // Every live sandbox: users', pools', retiring ones; WITH_ASKS: and the pools' starts still
+  // asking for room (none alive yet, each refused if the answer would pass the cap).
+  size_t alive_locked(bool with_asks = false) const;
   nlohmann::json exec(Sandbox& s, const nlohmann::json& body);
 
   ImageStore& store_;
