@@ -25,7 +25,7 @@ url=$(grep -o 'http://[0-9.:]*' "$WORK/serve.log") || fail "the service did not 
 [ "$(stat -c %a "$WORK/token")" = 600 ] || fail "the token file is mode $(stat -c %a "$WORK/token")"
 
 /usr/bin/python3 - "$url" "$(cat "$WORK/token")" "$server" "$K3LAB_SANDBOX_STORE" <<'PY'
-import json, re, socket, sys, threading, time
+import json, re, select, socket, sys, threading, time
 
 url, token, pid, store = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 host, port = url[len("http://"):].split(":")
@@ -135,13 +135,14 @@ assert grown < 50, f"the service's peak memory grew by {grown:.0f} MiB"
 # 32 slow unauthenticated clients, each sending a byte of its request every 0.2 s: health checks
 # still answer, each within 2 s, and each slow client gets 408 at the 10 s head deadline.
 slow_ends = []
-def dribble():
+def dribble():  # stops sending once the answer comes: bytes sent after the close reset it
     with connect() as s:
         t = time.monotonic()
         try:
             for byte in b"GET /v1/health HTTP/1.1\r\nX-Slow: " + b"s" * 1000:
                 s.sendall(bytes([byte]))
-                time.sleep(0.2)
+                if select.select([s], [], [], 0.2)[0]:
+                    break
         except OSError:
             pass
         slow_ends.append((read_response(s)[0], time.monotonic() - t))

@@ -53,16 +53,17 @@ TEST_F(SandboxTest, PoolWithoutWarmSandboxesStartsOnDemand) {
 // pool counts that start as starting, not asking, so an admission the owner makes right after
 // (which discounts asks, each refused later) still counts it.
 TEST_F(SandboxTest, PoolCountsAStartAsStartingOnceItsOwnerGrantsRoom) {
-  Pool* self = nullptr;
+  std::atomic<Pool*> self = nullptr;  // set once constructed; its thread may ask before that
   std::mutex owner;
   std::atomic<int> grants = 0, seen_asking = -1, seen_held = -1;
   Pool pool(*backend_, store_->resolve("host"), Limits{}, 1, 1, Pool::kDefaultMaxUses,
             [&](const std::function<void()>& starting) {
+              while (!self.load()) std::this_thread::yield();
               std::lock_guard lock(owner);
               if (grants++ > 0) return false;
               starting();
-              seen_asking = int(self->asking());
-              seen_held = int(self->held());
+              seen_asking = int(self.load()->asking());
+              seen_held = int(self.load()->held());
               return true;
             });
   self = &pool;
