@@ -15,7 +15,8 @@ void adamw_step(const AdamWParams& p, float* param, const float* grad, float* m,
   // m̂ = m / (1 - b1^t), v̂ = v / (1 - b2^t); folded into two scalars.
   const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(double{b1}, double(p.step))));
   const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(double{b2}, double(p.step))));
-#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
+#pragma omp parallel if (n > (1 << 15))
+#pragma omp for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float g = grad[i] * gs;
     const float mi = b1 * m[i] + (1.0f - b1) * g;

@@ -12,20 +12,23 @@ void sigmoid(const float* x, float* y, int64_t n) {
 }
 
 void add(const float* a, const float* b, float* out, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > 32768)
+#pragma omp parallel if (n > 32768)
+#pragma omp for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 void add_inplace(float* acc, const float* x, int64_t n) { add(acc, x, acc, n); }
 
 void sigmoid_gate_forward(const float* x, const float* g, float* y, int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > 32768)
+#pragma omp parallel if (n > 32768)
+#pragma omp for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) y[i] = x[i] * sigmoid(g[i]);
 }
 
 void sigmoid_gate_backward(const float* x, const float* g, const float* dy, float* dx, float* dg,
                            int64_t n) {
-#pragma omp parallel for simd schedule(static) if (n > 32768)
+#pragma omp parallel if (n > 32768)
+#pragma omp for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const float s = sigmoid(g[i]);
     dx[i] = dy[i] * s;

@@ -9,12 +9,14 @@ static constexpr int64_t kParallelMin = 1 << 15;
 
 void glu_forward(const GluParams& p, const float* g, const float* u, float* h, int64_t n) {
   if (p.kind == GluKind::SiLU) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+#pragma omp parallel if (n > kParallelMin)
+#pragma omp for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) h[i] = g[i] * fast::sigmoid(g[i]) * u[i];
     return;
   }
   const float b1 = p.beta1, b2 = p.beta2, ib1 = 1.0f / b1, ib2 = 1.0f / b2;
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+#pragma omp parallel if (n > kParallelMin)
+#pragma omp for simd schedule(static)
   for (int64_t i = 0; i < n; ++i)
     h[i] = b1 * fast::tanh(g[i] * ib1) * fast::sigmoid(g[i]) * (b2 * fast::tanh(u[i] * ib2));
 }
@@ -26,7 +28,8 @@ void glu_forward(const GluParams& p, const float* g, const float* u, float* h, i
 void glu_backward(const GluParams& p, const float* g, const float* u, const float* dh, float* dg,
                   float* du, int64_t n) {
   if (p.kind == GluKind::SiLU) {
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+#pragma omp parallel if (n > kParallelMin)
+#pragma omp for simd schedule(static)
     for (int64_t i = 0; i < n; ++i) {
       const fast::SigmoidPair sg = fast::sigmoid_pair(g[i]);
       dg[i] = dh[i] * u[i] * (sg.s + g[i] * sg.s * sg.c);
@@ -35,7 +38,8 @@ void glu_backward(const GluParams& p, const float* g, const float* u, const floa
     return;
   }
   const float b1 = p.beta1, b2 = p.beta2, ib1 = 1.0f / b1, ib2 = 1.0f / b2;
-#pragma omp parallel for simd schedule(static) if (n > kParallelMin)
+#pragma omp parallel if (n > kParallelMin)
+#pragma omp for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const fast::SigmoidPair sg = fast::sigmoid_pair(g[i]);
     const fast::TanhPair t1 = fast::tanh_pair(g[i] * ib1), t2 = fast::tanh_pair(u[i] * ib2);

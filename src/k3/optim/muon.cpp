@@ -105,7 +105,8 @@ float muon_update_scale(int64_t rows, int64_t cols) {
 }
 
 void muon_apply(float* w, const float* x, int64_t n, float lr, float scale, float weight_decay) {
-#pragma omp parallel for simd schedule(static) if (n > (1 << 15))
+#pragma omp parallel if (n > (1 << 15))
+#pragma omp for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) w[i] -= lr * (scale * x[i] + weight_decay * w[i]);
 }
 
