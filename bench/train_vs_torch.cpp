@@ -19,23 +19,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "flags.h"
-#include "k3/base/arena.h"
 #include "k3/base/profile.h"
 #include "k3/base/threads.h"
-#include "k3/base/timer.h"
 #include "k3/model/model.h"
-#include "k3/optim/adamw.h"
-#include "k3/parallel/optim_adapters.h"
-#include "k3/train/session.h"
 #include "peak.h"
 #include "spread.h"
 #include "torch_child.h"
+#include "train_step.h"
 
 namespace {
 
@@ -56,50 +51,6 @@ struct Options {
   std::string config;  // empty: every shape
 };
 
-// k3lab's side: the model, a random batch whose targets are the next tokens, the optimizer.
-class K3Side {
- public:
-  K3Side(const k3::model::ModelConfig& c, const Shape& s)
-      : model_(c),
-        opt_(k3::parallel::param_set(model_.params()),
-             k3::optim::AdamWConfig{0.9f, 0.95f, 1e-8f, 0.1f}) {
-    model_.initialize(1);
-    std::mt19937 rng(2);
-    std::uniform_int_distribution<int32_t> draw(0, static_cast<int32_t>(c.vocab_size - 1));
-    std::vector<int32_t> row(static_cast<size_t>(s.T + 1));
-    for (int64_t b = 0; b < s.B; ++b) {
-      for (int32_t& t : row) t = draw(rng);
-      tokens_.insert(tokens_.end(), row.begin(), row.end() - 1);
-      targets_.insert(targets_.end(), row.begin() + 1, row.end());
-    }
-    batch_ = {tokens_.data(), targets_.data(), s.B, s.T};
-  }
-
-  // One step at precision p; under bf16 it includes refreshing the weights' bf16 copy after the
-  // optimizer, as the trainer does. (Switching precision refreshes it too, outside the timer.)
-  double step(k3::kernels::Precision p) {
-    if (model_.precision() != p) model_.set_precision(p);
-    k3::Timer timer;
-    model_.params().zero_grads();
-    model_.forward_backward(arena_, acts_, batch_, 1.0f / static_cast<float>(batch_.B * batch_.T));
-    {
-      k3::ProfileScope time("optimizer");
-      opt_.step(1e-3f, 1.0f);
-    }
-    model_.weights_changed();
-    return timer.seconds();
-  }
-  const k3::model::Model& model() const { return model_; }
-
- private:
-  k3::model::Model model_;
-  k3::optim::AdamW opt_;
-  std::vector<int32_t> tokens_, targets_;
-  k3::model::TokenBatch batch_;
-  k3::Arena arena_ = k3::train::step_arena();  // the warm-up steps fault in what a step uses
-  k3::activation::ActivationManager acts_;
-};
-
 // PyTorch's side: a child process that first prints "blas <library>" once its model is built,
 // then answers each "step" line with the seconds of one training step.
 std::string torch_command(const std::filesystem::path& config, const Shape& s, const Options& o) {
@@ -111,7 +62,7 @@ std::string torch_command(const std::filesystem::path& config, const Shape& s, c
 
 // Where k3lab's bf16 step spends its time: the profile buckets (k3/base/profile.h) over `steps`
 // steps, per step, as a tree: "gemm" and "gemm: operands to bf16" lie within the layers' buckets.
-std::string profile_bf16(K3Side& ours, const char* name, int steps) {
+std::string profile_bf16(k3::bench::TrainStep& ours, const char* name, int steps) {
   if (steps < 1) return "";
   ours.step(k3::kernels::Precision::BF16);  // switching precision is not part of a step
   k3::Profile::reset();
@@ -164,7 +115,7 @@ int main(int argc, char** argv) {
       k3::bench::TorchChild torch(torch_command(config, s, o));
       if (torch.greeting().rfind("blas ", 0) != 0)
         throw std::runtime_error("the PyTorch side said: " + torch.greeting());
-      K3Side ours(c, s);
+      k3::bench::TrainStep ours(c, s.B, s.T, "adamw");
       char name[64];
       std::snprintf(name, sizeof name, "L%ld d%ld H%ld V%ld B%ld T%ld", long(c.num_hidden_layers),
                     long(c.hidden_size), long(c.num_attention_heads), long(c.vocab_size), long(s.B),

@@ -17,6 +17,7 @@
 #include "k3/parallel/optim_adapters.h"
 #include "k3/parallel/parallel_step.h"
 #include "k3/train/preflight/preflight.h"
+#include "train_step.h"
 
 namespace k3::bench {
 
@@ -65,13 +66,8 @@ struct Trainee {
   Trainee(const model::ModelConfig& c, const dist::ProcessGrid& grid, const std::string& optimizer,
           parallel::ParallelStepOptions options, model::PipelineSplit split = {})
       : model(c, true, grid, std::move(split)),
-        dp(model, grid, plan(model, optimizer), {}, options) {
+        dp(model, grid, optimizer_plan(model, optimizer), {}, options) {
     model.initialize(7);
-  }
-  static std::vector<optim::Assignment> plan(const model::Model& m, const std::string& optimizer) {
-    train::TrainSection t;
-    t.optimizer = optimizer;
-    return train::optimizer_plan(parallel::param_set(m.params()).slots, m.config(), t);
   }
 };
 

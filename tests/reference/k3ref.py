@@ -146,6 +146,14 @@ class LanguageModel(nn.Module):
                                 ignore_index=IGNORE_INDEX, reduction="sum")
         return total, int((targets != IGNORE_INDEX).sum())
 
+    def init_normal(self, seed):
+        """Matrices N(0, initializer_range^2), the rest as built (for timing; tests load k3lab's)."""
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in self.parameters():
+                if p.dim() >= 2:
+                    p.copy_(torch.randn(p.shape, generator=gen) * self.config.initializer_range)
+
     def load_k3lab(self, path):
         """Loads a k3lab safetensors weight file; every name and shape must match both ways."""
         weights = st.load(path)
@@ -164,14 +172,6 @@ class LanguageModel(nn.Module):
 class K3Dense(LanguageModel):
     def __init__(self, c):
         super().__init__(c, Decoder(c))
-
-    def init_normal(self, seed):
-        """Matrices N(0, initializer_range^2), norm weights 1 (for timing; tests load k3lab's)."""
-        gen = torch.Generator().manual_seed(seed)
-        with torch.no_grad():
-            for p in self.parameters():
-                if p.dim() >= 2:
-                    p.copy_(torch.randn(p.shape, generator=gen) * self.config.initializer_range)
 
 
 def decay_groups(model, weight_decay):
