@@ -5,6 +5,7 @@
 
 #include "common/test_util.h"
 #include "k3/base/error.h"
+#include "k3/base/threads.h"
 #include "k3/kernels/reference.h"
 #include "k3/tensor/bf16.h"
 
@@ -29,10 +30,11 @@ void check_gemm(const Case& s, bool ta, bool tb, float alpha, float beta, uint64
   auto C = random_vec(s.M * ldc, seed + 2);
   if (beta == 0) C.assign(C.size(), std::numeric_limits<float>::quiet_NaN());  // must be ignored
   auto Cr = cast_vec<double>(C);
-  kernels::gemm(GemmArgs{ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta,
-                         C.data(), ldc, precision});
+  kernels::gemm(GemmArgs{ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(),
+                         ldc, precision});
   if (precision == kernels::Precision::BF16)
-    ref::gemm_bf16(ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta, Cr.data(), ldc);
+    ref::gemm_bf16(ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb, beta, Cr.data(),
+                   ldc);
   else
     ref::gemm<double>(ta, tb, s.M, s.N, s.K, alpha, cast_vec<double>(A).data(), lda,
                       cast_vec<double>(B).data(), ldb, beta, Cr.data(), ldc);
@@ -101,12 +103,13 @@ TEST(Gemm, Bf16OperandsGivenInBf16) {
   for (const int64_t M : {9, 2}) {  // on the matmul primitive, on the few-rows kernel
     const int64_t batch = 3, N = 5, K = 70, lda = 10, ldb = 73, ldc = 6;
     const int64_t sa = K * lda + 4, sb = N * ldb + 1, sc = M * ldc + 2;  // A: [K, M]ᵀ, B: [N, K]ᵀ
-    auto A = random_vec(batch * sa, 30), B = random_vec(batch * sb, 31), C0 = random_vec(batch * sc, 32);
+    auto A = random_vec(batch * sa, 30), B = random_vec(batch * sb, 31),
+         C0 = random_vec(batch * sc, 32);
     std::vector<uint16_t> Ab(A.size()), Bb(B.size());
     float_to_bf16(A.data(), Ab.data(), static_cast<int64_t>(A.size()));
     float_to_bf16(B.data(), Bb.data(), static_cast<int64_t>(B.size()));
-    const GemmArgs g{true, true, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, nullptr, ldc,
-                     kernels::Precision::BF16};
+    const GemmArgs g{true, true,     M,   N,    K,       0.5f, A.data(),
+                     lda,  B.data(), ldb, 1.0f, nullptr, ldc,  kernels::Precision::BF16};
     auto converted = C0, given = C0, given_a = C0;
     GemmArgs gc = g;
     gc.C = converted.data();
@@ -139,20 +142,73 @@ TEST(Gemm, ContiguousShorthand) {
   K3_EXPECT_CLOSE(C, Cr, 1e-5, 1e-5);
 }
 
+// Small fp32 products in a batch run as one batched matmul primitive (gemm.cpp), larger ones one
+// by one: both against the reference, every transpose, padded strides, alpha and beta (beta = 0:
+// C's NaNs ignored), at edge shapes and on each side of the size where the path changes.
 TEST(Gemm, StridedBatched) {
-  const int64_t batch = 3, M = 9, N = 5, K = 6, lda = 10, ldb = 7, ldc = 6;
-  const int64_t sa = K * lda + 4, sb = N * ldb + 1, sc = M * ldc + 2;  // A: [K, M]ᵀ, B: [N, K]ᵀ
-  auto A = random_vec(batch * sa, 20), B = random_vec(batch * sb, 21),
-       C = random_vec(batch * sc, 22);
-  auto Cr = cast_vec<double>(C);
-  const auto Ad = cast_vec<double>(A), Bd = cast_vec<double>(B);
-  kernels::gemm_batched(
-      GemmArgs{true, true, M, N, K, 0.5f, A.data(), lda, B.data(), ldb, 1.0f, C.data(), ldc}, batch,
-      sa, sb, sc);
-  for (int64_t b = 0; b < batch; ++b)
-    ref::gemm<double>(true, true, M, N, K, 0.5, Ad.data() + b * sa, lda, Bd.data() + b * sb, ldb,
-                      1.0, Cr.data() + b * sc, ldc);
-  K3_EXPECT_CLOSE(C, Cr, 1e-5, 1e-5);
+  const Case cases[] = {{9, 5, 6}, {1, 1, 1}, {1, 17, 3}, {64, 64, 128}, {64, 64, 129}};
+  uint64_t seed = 20;
+  for (const Case& s : cases)
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (const auto& [alpha, beta] : {std::pair{0.5f, 1.0f}, {1.0f, 0.0f}, {-1.5f, 0.25f}}) {
+          const int64_t batch = 3, lda = (ta ? s.M : s.K) + 1, ldb = (tb ? s.K : s.N) + 2,
+                        ldc = s.N + 1;
+          const int64_t sa = (ta ? s.K : s.M) * lda + 4, sb = (tb ? s.N : s.K) * ldb + 1,
+                        sc = s.M * ldc + 2;
+          auto A = random_vec(batch * sa, seed += 3), B = random_vec(batch * sb, seed + 1),
+               C = random_vec(batch * sc, seed + 2);
+          if (beta == 0) C.assign(C.size(), std::numeric_limits<float>::quiet_NaN());
+          auto Cr = cast_vec<double>(C);
+          const auto Ad = cast_vec<double>(A), Bd = cast_vec<double>(B);
+          kernels::gemm_batched(GemmArgs{ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb,
+                                         beta, C.data(), ldc},
+                                batch, sa, sb, sc);
+          for (int64_t b = 0; b < batch; ++b) {
+            ref::gemm<double>(ta, tb, s.M, s.N, s.K, alpha, Ad.data() + b * sa, lda,
+                              Bd.data() + b * sb, ldb, beta, Cr.data() + b * sc, ldc);
+            for (int64_t i = 0; i < s.M; ++i)
+              for (int64_t j = 0; j < s.N; ++j)
+                ASSERT_NEAR(C[b * sc + i * ldc + j], Cr[b * sc + i * ldc + j],
+                            1e-5 * (1 + std::sqrt(double(s.K))))
+                    << "M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << ta << " tb=" << tb
+                    << " alpha=" << alpha << " beta=" << beta << " item " << b;
+          }
+        }
+}
+
+// One product of a batch comes out bit for bit the same whatever the batch holds and however many
+// threads run it: every layout's optimizer (ZeRO owners orthogonalize their share of a shape
+// group, batched) then steps exactly as one process.
+TEST(Gemm, ABatchedProductDoesNotDependOnItsBatchOrThreads) {
+  const Case cases[] = {{9, 5, 6}, {64, 64, 64}, {32, 128, 32}, {1, 1, 1}};
+  for (const Case& s : cases) {
+    const int64_t most = 7;
+    auto A = random_vec(most * s.M * s.K, 40), B = random_vec(most * s.K * s.N, 41);
+    std::vector<float> first;
+    for (const int threads : {1, 2})
+      for (const int64_t batch : {int64_t{1}, int64_t{3}, most}) {
+        set_num_threads(threads);
+        std::vector<float> C(static_cast<size_t>(batch * s.M * s.N));
+        const int64_t skip = most - batch;  // the batch ends with the last product
+        kernels::gemm_batched({.trans_b = true,
+                               .M = s.M,
+                               .N = s.N,
+                               .K = s.K,
+                               .A = A.data() + skip * s.M * s.K,
+                               .lda = s.K,
+                               .B = B.data() + skip * s.K * s.N,
+                               .ldb = s.K,
+                               .C = C.data(),
+                               .ldc = s.N},
+                              batch, s.M * s.K, s.K * s.N, s.M * s.N);
+        const std::vector<float> last(C.end() - s.M * s.N, C.end());
+        if (first.empty()) first = last;
+        EXPECT_EQ(last, first) << "M=" << s.M << " N=" << s.N << " K=" << s.K << " batch " << batch
+                               << " on " << threads << " threads";
+      }
+    set_num_threads();
+  }
 }
 
 TEST(Gemm, EmptyInnerDimensionScalesC) {

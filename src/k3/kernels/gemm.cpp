@@ -1,10 +1,9 @@
 #include "k3/kernels/gemm.h"
 
+#include <dnnl.h>
 #include <omp.h>
 
 #include <algorithm>
-
-#include <dnnl.h>
 #include <dnnl.hpp>
 #include <unordered_map>
 #include <vector>
@@ -59,25 +58,34 @@ enum class Backend { Sgemm, Matmul };
 constexpr int64_t kTokenQuantum = 256;
 
 static Backend backend(const GemmArgs& g) {
-  const double flops = 2.0 * static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
+  const double flops =
+      2.0 * static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
   const bool wide_transposed_b = g.trans_b && !g.trans_a && g.M >= kTokenQuantum;
   const bool tall_transposed_a = g.trans_a && !g.trans_b && g.M >= 4 * g.N && g.K >= kTokenQuantum;
   return flops >= 64e6 && (wide_transposed_b || tall_transposed_a) ? Backend::Matmul
-                                                                    : Backend::Sgemm;
+                                                                   : Backend::Sgemm;
 }
 
 // The matmul primitive for one product's shape, strides, alpha and beta: built once per thread and
 // cached (building one takes far longer than running it).
+// BATCH products of one shape at once, the i-th's operands and result at i times the strides.
+struct MatmulBatch {
+  int64_t count = 1, a = 0, b = 0, c = 0;
+  bool operator==(const MatmulBatch&) const = default;
+};
+
 class MatmulCache {
  public:
   // g's A and B are read from a and b, fp32 or bf16 by g.precision.
-  void run(const GemmArgs& g, const void* a_data, const void* b_data) {
-    const Key key{g.trans_a, g.trans_b, g.precision, g.M, g.N, g.K, g.lda, g.ldb, g.ldc, g.alpha, g.beta};
+  void run(const GemmArgs& g, const void* a_data, const void* b_data,
+           const MatmulBatch& batch = {}) {
+    const Key key{g.trans_a, g.trans_b, g.precision, g.M,     g.N,    g.K,
+                  g.lda,     g.ldb,     g.ldc,       g.alpha, g.beta, batch};
     auto it = entries_.find(key);
-    if (it == entries_.end()) it = entries_.emplace(key, build(g)).first;
+    if (it == entries_.end()) it = entries_.emplace(key, build(g, batch)).first;
     Entry& e = it->second;
-    dnnl::memory a(e.a, engine_, const_cast<void*>(a_data)), b(e.b, engine_, const_cast<void*>(b_data)),
-        c(e.c, engine_, g.C);
+    dnnl::memory a(e.a, engine_, const_cast<void*>(a_data)),
+        b(e.b, engine_, const_cast<void*>(b_data)), c(e.c, engine_, g.C);
     e.matmul.execute(stream_, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
   }
 
@@ -87,13 +95,15 @@ class MatmulCache {
     Precision precision;
     int64_t M, N, K, lda, ldb, ldc;
     float alpha, beta;
+    MatmulBatch batch;
     bool operator==(const Key&) const = default;
   };
   struct KeyHash {
     size_t operator()(const Key& k) const {
       size_t h = std::hash<int64_t>()(k.M);
       for (int64_t v : {k.N, k.K, k.lda, k.ldb, k.ldc,
-                        int64_t(k.ta) * 4 + int64_t(k.tb) * 2 + int64_t(k.precision)})
+                        int64_t(k.ta) * 4 + int64_t(k.tb) * 2 + int64_t(k.precision), k.batch.count,
+                        k.batch.a, k.batch.b, k.batch.c})
         h = h * 1099511628211ull ^ std::hash<int64_t>()(v);
       return h ^ std::hash<float>()(k.alpha) ^ (std::hash<float>()(k.beta) << 1);
     }
@@ -103,14 +113,20 @@ class MatmulCache {
     dnnl::matmul matmul;
   };
 
-  Entry build(const GemmArgs& g) {
+  Entry build(const GemmArgs& g, const MatmulBatch& batch) {
     using dims = dnnl::memory::dims;
     const auto f32 = dnnl::memory::data_type::f32;
     const auto in = g.precision == Precision::BF16 ? dnnl::memory::data_type::bf16 : f32;
-    // A stored [K, M] (trans_a) is op(A) [M, K] with strides (1, lda); likewise B.
-    const dnnl::memory::desc a({g.M, g.K}, in, g.trans_a ? dims{1, g.lda} : dims{g.lda, 1});
-    const dnnl::memory::desc b({g.K, g.N}, in, g.trans_b ? dims{1, g.ldb} : dims{g.ldb, 1});
-    const dnnl::memory::desc c({g.M, g.N}, f32, dims{g.ldc, 1});
+    // A stored [K, M] (trans_a) is op(A) [M, K] with strides (1, lda); likewise B. Batched, each
+    // gains an outer dimension.
+    auto desc = [&](int64_t rows, int64_t cols, dims strides, int64_t stride,
+                    dnnl::memory::data_type type) {
+      if (batch.count <= 1) return dnnl::memory::desc({rows, cols}, type, strides);
+      return dnnl::memory::desc({batch.count, rows, cols}, type, {stride, strides[0], strides[1]});
+    };
+    const auto a = desc(g.M, g.K, g.trans_a ? dims{1, g.lda} : dims{g.lda, 1}, batch.a, in);
+    const auto b = desc(g.K, g.N, g.trans_b ? dims{1, g.ldb} : dims{g.ldb, 1}, batch.b, in);
+    const auto c = desc(g.M, g.N, dims{g.ldc, 1}, batch.c, f32);
     dnnl::primitive_attr attr;
     if (g.alpha != 1.0f) attr.set_output_scales(0, {g.alpha});
     if (g.beta != 0.0f) {
@@ -128,15 +144,16 @@ class MatmulCache {
 };
 
 static void run_sgemm(const GemmArgs& g) {
-  dnnl_status_t st = dnnl_sgemm(g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.M, g.N, g.K, g.alpha,
-                                g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
+  dnnl_status_t st = dnnl_sgemm(g.trans_a ? 'T' : 'N', g.trans_b ? 'T' : 'N', g.M, g.N, g.K,
+                                g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
   K3_CHECK(st == dnnl_success, "gemm: oneDNN sgemm failed with status ", static_cast<int>(st));
 }
 
-static void run_matmul(const GemmArgs& g, const void* a, const void* b) {
+static void run_matmul(const GemmArgs& g, const void* a, const void* b,
+                       const MatmulBatch& batch = {}) {
   thread_local MatmulCache cache;
   try {
-    cache.run(g, a, b);
+    cache.run(g, a, b, batch);
   } catch (const dnnl::error& e) {
     K3_CHECK(false, "gemm: oneDNN matmul failed: ", e.what());
   }
@@ -148,7 +165,8 @@ static void run_matmul(const GemmArgs& g, const void* a, const void* b) {
 static const uint16_t* to_bf16(const float* in, int64_t ld, int64_t rows, int64_t cols,
                                bool transpose, std::vector<uint16_t>& scratch) {
   K3_CHECK(in != nullptr, "gemm: a bf16 product needs an fp32 or a bf16 pointer for each operand");
-  if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(static_cast<size_t>(rows * cols));
+  if (scratch.size() < static_cast<size_t>(rows * cols))
+    scratch.resize(static_cast<size_t>(rows * cols));
   uint16_t* out = scratch.data();
   if (ld == cols && !transpose) {
     float_to_bf16(in, out, rows * cols);
@@ -198,13 +216,15 @@ static bool bf16_matmul_available() {
 // fp32 (a product of two bf16 values is exact in fp32), multiplied by the fp32 path.
 static void run_bf16_as_f32(const GemmArgs& g) {
   thread_local std::vector<float> scratch_a, scratch_b;
-  auto rounded = [](const float* x, const uint16_t* x_bf16, int64_t ld, int64_t rows,
-                    int64_t cols, std::vector<float>& scratch) {
+  auto rounded = [](const float* x, const uint16_t* x_bf16, int64_t ld, int64_t rows, int64_t cols,
+                    std::vector<float>& scratch) {
     K3_CHECK(x || x_bf16, "gemm: a bf16 product needs an fp32 or a bf16 pointer for each operand");
-    if (scratch.size() < static_cast<size_t>(rows * cols)) scratch.resize(static_cast<size_t>(rows * cols));
+    if (scratch.size() < static_cast<size_t>(rows * cols))
+      scratch.resize(static_cast<size_t>(rows * cols));
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < cols; ++c)
-        scratch[r * cols + c] = bf16_to_float(x_bf16 ? x_bf16[r * ld + c] : float_to_bf16(x[r * ld + c]));
+        scratch[r * cols + c] =
+            bf16_to_float(x_bf16 ? x_bf16[r * ld + c] : float_to_bf16(x[r * ld + c]));
     return scratch.data();
   };
   GemmArgs p = g;
@@ -295,7 +315,8 @@ static void run_one(const GemmArgs& g) {
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) {  // C = beta * C
     for (int64_t i = 0; i < g.M; ++i)
-      for (int64_t j = 0; j < g.N; ++j) g.C[i * g.ldc + j] = g.beta == 0 ? 0 : g.beta * g.C[i * g.ldc + j];
+      for (int64_t j = 0; j < g.N; ++j)
+        g.C[i * g.ldc + j] = g.beta == 0 ? 0 : g.beta * g.C[i * g.ldc + j];
     return;
   }
   if (g.precision == Precision::BF16) return run_bf16(g);
@@ -323,9 +344,20 @@ void gemm(const GemmArgs& g) {
   run_one(g);
 }
 
+// Products this small run faster as one batched matmul primitive than one sgemm call each: at
+// one thread 2.3x for 32³ and 1.5x for 64³ (fp32, hundreds of them); 128³ runs alike both ways.
+// A batch of one takes the primitive too: a product's bits must not depend on how many share its
+// batch (a ZeRO owner orthogonalizes its share of Muon's blocks as one process does all of them).
+constexpr int64_t kBatchedMatmulMax = 64 * 64 * 128;  // multiply-adds of one product
+
 void gemm_batched(const GemmArgs& g, int64_t batch, int64_t stride_a, int64_t stride_b,
                   int64_t stride_c) {
   check_args(g);
+  if (batch >= 1 && g.precision == Precision::F32 && g.M * g.N * g.K <= kBatchedMatmulMax &&
+      g.M > 0 && g.N > 0 && g.K > 0 && !omp_in_parallel()) {
+    ProfileScope time("gemm");
+    return run_matmul(g, g.A, g.B, {batch, stride_a, stride_b, stride_c});
+  }
   auto item = [&](int64_t i) {
     GemmArgs gi = g;
     if (g.A) gi.A = g.A + i * stride_a;
@@ -336,7 +368,8 @@ void gemm_batched(const GemmArgs& g, int64_t batch, int64_t stride_a, int64_t st
     run_one(gi);
   };
   // Many small products: one per thread. Few large ones: each uses every thread.
-  const double flops = 2.0 * static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
+  const double flops =
+      2.0 * static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
   if (batch >= omp_get_max_threads() && flops < 64e6 && !omp_in_parallel()) {
 #pragma omp parallel for schedule(dynamic, 1)
     for (int64_t i = 0; i < batch; ++i) item(i);
@@ -347,8 +380,8 @@ void gemm_batched(const GemmArgs& g, int64_t batch, int64_t stride_a, int64_t st
 
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
           const float* B, float beta, float* C, Precision precision) {
-  gemm(GemmArgs{trans_a, trans_b, M, N, K, alpha, A, trans_a ? M : K, B, trans_b ? K : N, beta, C, N,
-                precision});
+  gemm(GemmArgs{trans_a, trans_b, M, N, K, alpha, A, trans_a ? M : K, B, trans_b ? K : N, beta, C,
+                N, precision});
 }
 
 }  // namespace k3::kernels

@@ -63,18 +63,43 @@ void mirror_lower(float* C, int64_t m, int64_t batch) {
 // C = alpha·L·Rᵀ + beta·C for `batch` m×m results that are symmetric by construction; L and R are
 // [m, k] row-major, item i at offset i·stride.
 void symmetric_product(const float* L, const float* R, int64_t k, int64_t stride, float alpha,
-                       float beta, float* C, int64_t m, int64_t batch, kernels::Precision precision) {
+                       float beta, float* C, int64_t m, int64_t batch,
+                       kernels::Precision precision) {
   const int64_t p = tiles_per_side(m), per_item = p * (p + 1) / 2;
+  if (p == 1) {  // one tile: the whole product of every item, batched
+    kernels::gemm_batched({.trans_b = true,
+                           .M = m,
+                           .N = m,
+                           .K = k,
+                           .alpha = alpha,
+                           .A = L,
+                           .lda = k,
+                           .B = R,
+                           .ldb = k,
+                           .beta = beta,
+                           .C = C,
+                           .ldc = m,
+                           .precision = precision},
+                          batch, stride, stride, m * m);
+    return mirror_lower(C, m, batch);
+  }
   run_gemms(batch * per_item, [&](int64_t task) {
     const int64_t item = task / per_item, t = task % per_item;
     int64_t i = 0;  // tile row: t = i(i+1)/2 + j with j <= i
     while ((i + 1) * (i + 2) / 2 <= t) ++i;
     const int64_t j = t - i * (i + 1) / 2, r0 = i * kTile, c0 = j * kTile;
-    return kernels::GemmArgs{.trans_b = true, .M = std::min(m, r0 + kTile) - r0,
-                             .N = std::min(m, c0 + kTile) - c0, .K = k, .alpha = alpha,
-                             .A = L + item * stride + r0 * k, .lda = k,
-                             .B = R + item * stride + c0 * k, .ldb = k, .beta = beta,
-                             .C = C + item * m * m + r0 * m + c0, .ldc = m,
+    return kernels::GemmArgs{.trans_b = true,
+                             .M = std::min(m, r0 + kTile) - r0,
+                             .N = std::min(m, c0 + kTile) - c0,
+                             .K = k,
+                             .alpha = alpha,
+                             .A = L + item * stride + r0 * k,
+                             .lda = k,
+                             .B = R + item * stride + c0 * k,
+                             .ldb = k,
+                             .beta = beta,
+                             .C = C + item * m * m + r0 * m + c0,
+                             .ldc = m,
                              .precision = precision};
   });
   mirror_lower(C, m, batch);
@@ -83,11 +108,18 @@ void symmetric_product(const float* L, const float* R, int64_t k, int64_t stride
 // out = S·X + beta·out for `batch` items: S [m, m], X and out [m, n].
 void apply(const float* S, const float* X, float beta, float* out, int64_t batch, int64_t m,
            int64_t n, kernels::Precision precision) {
-  run_gemms(batch, [&](int64_t i) {
-    return kernels::GemmArgs{.M = m, .N = n, .K = m, .A = S + i * m * m, .lda = m,
-                             .B = X + i * m * n, .ldb = n, .beta = beta, .C = out + i * m * n,
-                             .ldc = n, .precision = precision};
-  });
+  kernels::gemm_batched({.M = m,
+                         .N = n,
+                         .K = m,
+                         .A = S,
+                         .lda = m,
+                         .B = X,
+                         .ldb = n,
+                         .beta = beta,
+                         .C = out,
+                         .ldc = n,
+                         .precision = precision},
+                        batch, m * m, m * n, m * n);
 }
 
 void copy(float* dst, const float* src, int64_t count) {
@@ -150,7 +182,8 @@ void NewtonSchulz::run_direct(float* x, float* out, int64_t batch, int64_t m, in
     symmetric_product(A, A, m, mm, static_cast<float>(coef_.c), static_cast<float>(coef_.b), B, m,
                       batch, precision_);
     copy(next, cur, batch * mn);
-    apply(B, cur, static_cast<float>(coef_.a), next, batch, m, n, precision_);  // X ← aX + (bA + cA²)X
+    apply(B, cur, static_cast<float>(coef_.a), next, batch, m, n,
+          precision_);  // X ← aX + (bA + cA²)X
     std::swap(cur, next);
   }
   if (cur != out) copy(out, cur, batch * mn);
