@@ -4,16 +4,20 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <thread>
 
 #include "k3/base/error.h"
 #include "k3/base/format.h"
 #include "k3/base/fs.h"
 #include "k3/base/stop_signals.h"
 #include "k3/base/threads.h"
+#include "k3/base/timer.h"
 #include "k3/sweep/process.h"
 #include "k3/sweep/runner.h"
+#include "k3/train/loop/trainer.h"
 #include "k3/train/observe/metrics.h"
 
 namespace k3::sweep {
@@ -22,8 +26,11 @@ namespace {
 namespace fs = std::filesystem;
 
 // Enough timed steps to span the probes' uneven starts; few enough that a candidate takes seconds.
+// On a loaded host a slow candidate's steps take seconds each: once every probe has a timed step
+// and kProbeSeconds have passed, the probes are stopped (SIGTERM: at their next step).
 constexpr int64_t kWarmupSteps = 1;
 constexpr int64_t kTimedSteps = 4;
+constexpr double kProbeSeconds = 5;
 
 // Tokens over seconds of the steps after the warm-up, as the run recorded them.
 double tokens_per_second(const std::string& run_dir) {
@@ -66,27 +73,42 @@ std::vector<double> probe(const Job& job, int64_t jobs, int64_t threads, const s
   c.sample.every = 0;
   c.sample.max_tokens = 1;  // a run samples once at its end
   std::vector<pid_t> pids;
+  auto run_dir = [&](int64_t i) { return dir + "/" + std::to_string(i); };
   for (int64_t i = 0; i < jobs; ++i) {
-    const std::string base = dir + "/" + std::to_string(i);
     c.run.name = "probe-" + std::to_string(i);
-    c.run.dir = base;
-    write_file_atomic(base + ".toml", train::to_toml(c));
-    pids.push_back(spawn({k3lab, "train", "--config", base + ".toml", "--quiet"}, base + ".log"));
+    c.run.dir = run_dir(i);
+    write_file_atomic(c.run.dir + ".toml", train::to_toml(c));
+    pids.push_back(
+        spawn({k3lab, "train", "--config", c.run.dir + ".toml", "--quiet"}, c.run.dir + ".log"));
   }
-  std::string failure;
-  for (int64_t i = 0; i < jobs; ++i) {
-    int status = 0;
-    waitpid(pids[i], &status, 0);
-    if (failure.empty() && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
-      const std::string log = dir + "/" + std::to_string(i) + ".log";
-      failure = (WIFEXITED(status) ? last_line(log) : std::string(signal_name(WTERMSIG(status)))) +
-                " (" + log + ")";
+  auto all_timed = [&] {
+    for (int64_t i = 0; i < jobs; ++i)
+      if (steps_recorded(run_dir(i)) <= kWarmupSteps) return false;
+    return true;
+  };
+  Timer since;
+  std::vector<std::optional<int>> status(pids.size());
+  bool stopping = false;
+  while (std::count(status.begin(), status.end(), std::nullopt) > 0) {
+    for (size_t i = 0; i < pids.size(); ++i)
+      if (int s = 0; !status[i] && waitpid(pids[i], &s, WNOHANG) == pids[i]) status[i] = s;
+    if (!stopping && since.seconds() > kProbeSeconds && all_timed()) {
+      for (size_t i = 0; i < pids.size(); ++i)
+        if (!status[i]) kill(pids[i], SIGTERM);
+      stopping = true;
     }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  K3_CHECK(failure.empty(), "the probe of ", jobs, " x ", threads, " failed: ", failure);
+  for (int64_t i = 0; i < jobs; ++i) {
+    const int s = *status[i];
+    const bool ok =
+        WIFEXITED(s) && (WEXITSTATUS(s) == 0 || WEXITSTATUS(s) == train::kStoppedExitStatus);
+    K3_CHECK(ok, "the probe of ", jobs, " x ", threads,
+             " failed: ", WIFEXITED(s) ? last_line(run_dir(i) + ".log") : signal_name(WTERMSIG(s)),
+             " (", run_dir(i), ".log)");
+  }
   std::vector<double> rates;
-  for (int64_t i = 0; i < jobs; ++i)
-    rates.push_back(tokens_per_second(dir + "/" + std::to_string(i)));
+  for (int64_t i = 0; i < jobs; ++i) rates.push_back(tokens_per_second(run_dir(i)));
   return rates;
 }
 

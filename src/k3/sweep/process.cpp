@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "k3/base/error.h"
 
@@ -49,6 +50,14 @@ std::string last_line(const std::string& path) {
   while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
   const size_t nl = tail.find_last_of("\n\r");
   return nl == std::string::npos ? tail : tail.substr(nl + 1);
+}
+
+int64_t steps_recorded(const std::string& run_dir) {
+  const std::string line = last_line(run_dir + "/metrics.jsonl");
+  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("step") && j.at("step").is_number()
+             ? j.at("step").get<int64_t>()
+             : 0;
 }
 
 }  // namespace k3::sweep

@@ -28,15 +28,6 @@ namespace fs = std::filesystem;
 volatile sig_atomic_t g_stop = 0;
 void on_stop(int) { g_stop = 1; }
 
-// The step of the run's newest metrics record, or 0.
-int64_t steps_recorded(const std::string& run_dir) {
-  const std::string line = last_line(run_dir + "/metrics.jsonl");
-  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  return j.is_object() && j.contains("step") && j.at("step").is_number()
-             ? j.at("step").get<int64_t>()
-             : 0;
-}
-
 bool has_checkpoint(const std::string& run_dir) {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(run_dir + "/checkpoints", ec))
