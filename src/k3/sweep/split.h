@@ -1,5 +1,5 @@
 // How a sweep shares the machine: jobs at once x train.threads of each. Small models do not
-// scale across threads (on 2 cores two 1-thread jobs of k3-micro make about 1.6x the tokens of one
+// scale across threads (on 2 cores two 1-thread jobs of k3-micro make more tokens in all than one
 // 2-thread job), so the right split depends on the model and the machine: for "auto" the sweep
 // measures each candidate with short probe trainings (probe.h) and keeps the fastest in all.
 #pragma once
