@@ -130,6 +130,16 @@ TEST(SweepSpec, ReadsTheFileAndRefusesMistakesNamingTheKey) {
   EXPECT_TRUE(fs::exists(s.arms[0].preset));
 
   const std::string ok = "[sweep]\nout = \"x\"\nsizes = [1e4]\ntokens_per_param = 20\nlr = 1e-3\n";
+  EXPECT_FALSE(s.parallel);  // "auto" unless given
+  EXPECT_FALSE(spec_of(ok + "threads = \"auto\"\n" + kArm).threads);
+  EXPECT_EQ(spec_of(ok + "parallel = 3\nthreads = 2\n" + kArm).parallel, 3);
+  for (const char* bad : {"0", "-1", "1.5", "\"fast\"", "[2]"})
+    for (const char* key : {"parallel", "threads"})
+      EXPECT_TRUE(error_of([&] { spec_of(ok + key + " = " + bad + "\n" + kArm); })
+                      .ends_with(std::string("test.toml, field sweep.") + key +
+                                 ": expected a positive integer or \"auto\", found " +
+                                 (bad[0] == '[' ? "array" : bad)))
+          << key << " = " << bad;
   EXPECT_NE(error_of([&] { spec_of(ok + "colour = 1\n" + kArm); }).find("sweep.colour"),
             std::string::npos);
   EXPECT_NE(error_of([&] { spec_of(ok); }).find("[[arm]]"), std::string::npos);

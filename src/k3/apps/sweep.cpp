@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "k3/apps/commands.h"
 #include "k3/apps/number_option.h"
@@ -14,6 +15,7 @@
 #include "k3/base/svg_plot.h"
 #include "k3/scaling/fit.h"
 #include "k3/sweep/compare.h"
+#include "k3/sweep/probe.h"
 #include "k3/sweep/runner.h"
 #include "k3/train/loop/trainer.h"
 #include "k3/train/observe/loss_plot.h"
@@ -67,8 +69,8 @@ void add_sweep(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "sweep", "Run a scaling sweep's training jobs (resumable), then compare its arms");
   cmd->add_option("sweep", a->file, "The sweep file (TOML)")->required();
-  add_number(cmd, "--parallel", a->parallel, "Jobs at once (0: sweep.parallel)",
-             Bounds<int64_t>{0, 1024});
+  add_number(cmd, "--parallel", a->parallel,
+             "Jobs at once (0: sweep.parallel, or the split chosen)", Bounds<int64_t>{0, 1024});
   cmd->add_flag("--list", a->list, "Print the jobs (shapes, tokens, status) and run nothing");
   cmd->add_flag("--no-run", a->no_run, "Compare the jobs that have ended; start none");
   cmd->add_flag("--retry-failed", a->retry_failed, "Run again the jobs that failed");
@@ -77,7 +79,7 @@ void add_sweep(CLI::App& app) {
   add_number(cmd, "--seed", a->seed, "Seed of the bootstrap");
   cmd->callback([a] {
     const sweep::SweepSpec spec = sweep::load_sweep_spec(a->file);
-    const std::vector<sweep::Job> jobs = sweep::plan_jobs(spec);
+    std::vector<sweep::Job> jobs = sweep::plan_jobs(spec);
     if (a->list) {
       list_jobs(jobs, sweep::read_results(spec.out, jobs));
       return;
@@ -86,7 +88,9 @@ void add_sweep(CLI::App& app) {
     if (!a->no_run) {
       sweep::RunnerOptions o;
       o.k3lab = std::filesystem::read_symlink("/proc/self/exe").string();
-      o.parallel = a->parallel > 0 ? a->parallel : spec.parallel;
+      const sweep::Split split = sweep::settle_split(spec, jobs, o.k3lab);
+      sweep::set_threads(jobs, split.threads);
+      o.parallel = a->parallel > 0 ? a->parallel : split.jobs;
       o.retry_failed = a->retry_failed;
       const sweep::SweepProgress p = sweep::run_jobs(spec, jobs, o);
       std::printf("%s: %lld jobs done, %lld failed, %lld left; %s\n", a->file.c_str(),
@@ -98,8 +102,13 @@ void add_sweep(CLI::App& app) {
       }
     }
     const std::string out = std::filesystem::absolute(spec.out).lexically_normal().string();
-    if (a->no_run)
-      for (const sweep::Job& j : jobs) sweep::write_job_files(j, out);
+    if (a->no_run) {
+      // Not before the split is chosen: the files would fix the jobs' threads.
+      if (const std::optional<sweep::Split> split = sweep::known_split(spec)) {
+        sweep::set_threads(jobs, split->threads);
+        for (const sweep::Job& j : jobs) sweep::write_job_files(j, out);
+      }
+    }
     const std::vector<sweep::JobResult> results = sweep::read_results(spec.out, jobs);
     compare(spec, jobs, results, "val_loss", *a);
     if (!spec.val_data.empty()) compare(spec, jobs, results, "ood_loss", *a);

@@ -104,7 +104,7 @@ std::vector<Job> plan_jobs(const SweepSpec& spec) {
               c.train.lr = lr;
               c.train.batch_size = batch;
               c.train.steps = j.steps;
-              c.train.threads = spec.threads;
+              c.train.threads = spec.threads.value_or(0);
               c.eval.every = std::max<int64_t>(1, (j.steps + spec.evals - 1) / spec.evals);
               c.checkpoint.every =
                   c.eval.every;  // a killed job loses at most one evaluation's work
@@ -119,7 +119,13 @@ std::vector<Job> plan_jobs(const SweepSpec& spec) {
   return jobs;
 }
 
+void set_threads(std::vector<Job>& jobs, int64_t threads) {
+  for (Job& j : jobs) j.config.train.threads = threads;
+}
+
 void write_job_files(const Job& job, const std::string& out) {
+  // 0 would run the job on every core, beside the others.
+  K3_CHECK(job.config.train.threads > 0, "job ", job.id, ": its threads are not chosen yet");
   const std::string dir = job.dir(out);
   fs::create_directories(dir);
   const std::string run_toml = dir + "/run.toml", model_json = dir + "/model.json";

@@ -31,8 +31,11 @@ struct Job {
 
 // Every job, in the order they run: arm by arm, smaller models first. Refuses in one line a
 // setting the sweep owns (model.config, train.lr, train.steps, run.dir, run.name) and a budget too
-// small for one step.
+// small for one step. train.threads is the sweep's `threads`; with "auto", 0 until the split is
+// chosen (set_threads).
 std::vector<Job> plan_jobs(const SweepSpec& spec);
+
+void set_threads(std::vector<Job>& jobs, int64_t threads);  // train.threads of every job
 
 // Writes the job's model.json and run.toml where missing. A job planned before with other
 // settings (the sweep file was edited since) is refused naming the job and the first key that

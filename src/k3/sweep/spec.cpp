@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include "k3/base/error.h"
 #include "k3/base/fs.h"
@@ -97,6 +98,21 @@ int64_t integer_at_least(const toml::table& t, const std::string& name, int64_t 
   return n->as_integer()->get();
 }
 
+// A positive integer, or "auto" (also when absent): none.
+std::optional<int64_t> positive_or_auto(const toml::table& t, const std::string& name,
+                                        const std::string& path) {
+  const std::string key = "sweep." + name;
+  const toml::node* n = t.get(name);
+  if (!n || n->value<std::string>() == "auto") return std::nullopt;
+  if (n->is_integer() && n->as_integer()->get() >= 1) return n->as_integer()->get();
+  std::ostringstream found;
+  if (n->is_string() || n->is_number() || n->is_boolean())
+    found << as_setting(*n, path, key);
+  else
+    found << n->type();
+  throw Error("expected a positive integer or \"auto\", found " + found.str(), at(path, key));
+}
+
 std::string string_at(const toml::table& t, const std::string& name, const std::string& path,
                       const std::string& key) {
   const toml::node* n = t.get(name);
@@ -144,8 +160,8 @@ SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path
   spec.name = fs::path(path).stem().string();
   spec.out = string_at(*s, "out", path, "sweep.out");
   K3_CHECK_CTX(!spec.out.empty(), at(path, "sweep.out"), "the sweep directory is required");
-  spec.parallel = integer_at_least(*s, "parallel", spec.parallel, 1, path);
-  spec.threads = integer_at_least(*s, "threads", spec.threads, 0, path);
+  spec.parallel = positive_or_auto(*s, "parallel", path);
+  spec.threads = positive_or_auto(*s, "threads", path);
   spec.evals = integer_at_least(*s, "evals", spec.evals, 1, path);
   spec.val_batches = integer_at_least(*s, "val_batches", spec.val_batches, 0, path);
   spec.sizes = list_of<double>(*s, "sizes", path, "sweep");

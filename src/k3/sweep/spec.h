@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,8 +23,8 @@ struct SweepSpec {
   std::string path;  // the sweep file, for messages
   std::string name;  // its stem: the results are OUT/NAME.csv, the comparisons OUT/NAME.*
   std::string out;   // the sweep directory: jobs/ (sweep files may share one), results
-  int64_t parallel = 2;
-  int64_t threads = 1;                   // train.threads of each job
+  // Jobs at once and train.threads of each; none: "auto", chosen for the machine (split.h).
+  std::optional<int64_t> parallel, threads;
   std::vector<double> sizes;             // target active matmul parameters
   std::vector<double> tokens_per_param;  // token budgets D = r·N (or, exclusively, flops)
   std::vector<double> flops;             // compute budgets C: D = C / (6 N)
