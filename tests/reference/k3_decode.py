@@ -52,7 +52,8 @@ def check(exe, work, name, model_class, config_class):
     if k3:
         config_path = scaled_config(config_path, work)
     config = config_class.load(config_path)
-    tokens, targets = harness.make_batch(config.vocab_size, SEED, B, T, IGNORE_INDEX, drop_fraction=0)
+    tokens, targets = harness.make_batch(config.vocab_size, SEED, B, T, IGNORE_INDEX,
+                                         drop_fraction=0)
     ours, weights = harness.run_model_driver(exe, work, config_path, SEED, tokens, targets,
                                              [",".join(map(str, PIECES))])
     model = model_class(config).double()

@@ -147,8 +147,8 @@ class GatedMLA(nn.Module):
     def make_cache(self, batch, max_len, dtype):
         """The normalized kv latents [B, max_len, r_kv] and k_r [B, max_len, d_r]."""
         c = self.c
-        return PositionCache([(batch, max_len, c.kv_lora_rank), (batch, max_len, c.qk_rope_head_dim)],
-                             1, dtype)
+        shapes = [(batch, max_len, c.kv_lora_rank), (batch, max_len, c.qk_rope_head_dim)]
+        return PositionCache(shapes, 1, dtype)
 
     def forward(self, x, cache=None):
         """x [B, T, d]; with a cache, the T tokens follow the positions it holds, and join them."""
