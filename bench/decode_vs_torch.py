@@ -1,53 +1,41 @@
-"""PyTorch's side of bench_decode_vs_torch: greedy generation with the k3ref dense model and a KV
-cache, timed like k3lab's: a prefill of the B prompts (one forward over [B, P], filling the
-cache), then one forward of a single token per sequence and step, reading the cache. With
---precision bf16 the model runs under CPU autocast to bfloat16 (the cache holds bfloat16).
+"""PyTorch's side of bench_decode_vs_torch: greedy generation with the reference model of a config
+(k3ref.py's dense model, or k3torch.py's K3 model when it has MLA) on k3lab's weights and prompts,
+through the reference's decoding caches (make_cache, decode), timed like k3lab's: a prefill of the
+B prompts (one forward over [B, P], filling the caches), then one forward of a single token per
+sequence and step. The dense model caches each layer's keys and values; the K3 model each KDA
+layer's convolution windows and recurrent state, and each MLA layer's normalized latents and k_r,
+over which it attends with kv_b_proj absorbed. With --precision bf16 the model runs under CPU
+autocast to bfloat16: the attention caches hold bfloat16, KDA's state stays float32.
 
 Served (--serve): prints `blas <library>` once ready, then answers each line with
 `<prefill seconds> <decode seconds>` of one generation. By hand it prints both rates.
 """
 import argparse
 import contextlib
-import math
+import json
 import sys
 import time
 
 import torch
 
-from train_vs_torch import blas_in_use, dense_model_and_batch
+from train_vs_torch import blas_in_use  # this folder; it puts tests/reference on the path
+
+import st  # noqa: E402
+from k3ref import Config, K3Dense  # noqa: E402
+from k3torch import Config as K3Config, K3Model  # noqa: E402
 
 
-class CachedDecoder:
-    """The k3ref dense model's forward over new tokens at positions pos.., keys and values
-    appended to per-layer caches [B, H, max_len, D]."""
-
-    def __init__(self, model, batch, max_len, dtype):
-        c = model.config
-        self.model, self.H, self.D = model, c.num_attention_heads, c.head_dim
-        shape = (batch, self.H, max_len, self.D)
-        self.k = [torch.zeros(shape, dtype=dtype) for _ in model.model.layers]
-        self.v = [torch.zeros(shape, dtype=dtype) for _ in model.model.layers]
-
-    def forward(self, tokens, pos):
-        """tokens [B, T] at positions pos..pos+T-1 -> the last position's logits [B, V]."""
-        B, T = tokens.shape
-        decoder = self.model.model
-        x = decoder.embed_tokens(tokens)
-        for i, layer in enumerate(decoder.layers):
-            a, h = layer.self_attn, layer.input_layernorm(x)
-            q, k, v = (f(h).view(B, T, self.H, self.D).transpose(1, 2)
-                       for f in (a.q_proj, a.k_proj, a.v_proj))
-            self.k[i][:, :, pos:pos + T] = k
-            self.v[i][:, :, pos:pos + T] = v
-            keys, values = self.k[i][:, :, :pos + T], self.v[i][:, :, :pos + T]
-            scores = (q @ keys.transpose(-1, -2)) * (1.0 / math.sqrt(self.D))
-            if T > 1:  # query t sees keys up to pos + t
-                future = torch.ones(T, pos + T, dtype=torch.bool).triu(pos + 1)
-                scores = scores.masked_fill(future, float("-inf"))
-            attn = (scores.softmax(-1) @ values).transpose(1, 2).reshape(B, T, self.H * self.D)
-            x = x + a.o_proj(attn * torch.sigmoid(a.g_proj(h)))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return self.model.lm_head(decoder.norm(x[:, -1]))
+def reference_model(config_path, weights):
+    """The reference model of a config (K3's when it has MLA, as k3lab decides) with k3lab's
+    weights."""
+    with open(config_path) as f:
+        j = json.load(f)
+    if j.get("text_config", j).get("q_lora_rank", 0) > 0:
+        model = K3Model(K3Config(j))
+    else:
+        model = K3Dense(Config(j))
+    model.load_k3lab(weights)
+    return model.eval()
 
 
 def generate(model, prompts, tokens, precision):
@@ -57,21 +45,21 @@ def generate(model, prompts, tokens, precision):
                 else contextlib.nullcontext())
     dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     with torch.inference_mode(), autocast:
-        cache = CachedDecoder(model, B, P + tokens, dtype)
+        cache = model.make_cache(B, P + tokens, dtype)
         start = time.perf_counter()
-        next_tokens = cache.forward(prompts, 0).argmax(-1)
+        next_tokens = model.decode(prompts, cache).argmax(-1)
         prefill = time.perf_counter() - start
         start = time.perf_counter()
-        for i in range(tokens - 1):
-            next_tokens = cache.forward(next_tokens[:, None], P + i).argmax(-1)
+        for _ in range(tokens - 1):
+            next_tokens = model.decode(next_tokens[:, None], cache).argmax(-1)
         return prefill, time.perf_counter() - start
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True)
-    ap.add_argument("--batch", type=int, required=True)
-    ap.add_argument("--prompt", type=int, required=True)
+    ap.add_argument("--weights", required=True, help="k3lab's weights (safetensors, K3 names)")
+    ap.add_argument("--prompts", required=True, help="safetensors: `prompts` [B, P], ids as floats")
     ap.add_argument("--tokens", type=int, required=True)
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32")
     ap.add_argument("--threads", type=int, default=2)
@@ -79,8 +67,8 @@ def main():
                     help="print 'blas ...' once ready, then time one generation per input line")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    model, prompts, _ = dense_model_and_batch(args.config, args.batch, args.prompt)
-    model.eval()
+    model = reference_model(args.config, args.weights)
+    prompts = torch.from_numpy(st.load(args.prompts)["prompts"]).long()
 
     if args.serve:
         print(f"blas {blas_in_use()}", flush=True)
@@ -90,8 +78,9 @@ def main():
         return
     generate(model, prompts, args.tokens, args.precision)  # warm-up
     prefill, decode = generate(model, prompts, args.tokens, args.precision)
-    print(f"prefill_tokens_per_s {args.batch * args.prompt / prefill:.1f}")
-    print(f"decode_tokens_per_s {args.batch * (args.tokens - 1) / decode:.1f}")
+    B, P = prompts.shape
+    print(f"prefill_tokens_per_s {B * P / prefill:.1f}")
+    print(f"decode_tokens_per_s {B * (args.tokens - 1) / decode:.1f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 // What the reference drivers share: the command-line frame (argument count, a usage line, errors
-// as one line), and for the model drivers the batch file, the saved weights, and the outputs
-// PyTorch is compared on (logits, mean loss, every parameter's gradient).
+// as one line), and for the model drivers the batch file, the weights moved off their identity
+// values and saved, and the outputs PyTorch is compared on (logits, mean loss, every parameter's
+// gradient).
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include "k3/activation/manager.h"
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
+#include "k3/base/philox.h"
 #include "k3/model/model.h"
 #include "k3/tensor/safetensors.h"
 
@@ -50,6 +52,36 @@ inline Tensor copy_of(const Tensor& t) {
   Tensor c = Tensor::empty(t.shape());
   c.copy_from(t);
   return c;
+}
+
+// Moves the parameters that start at an identity value, behind which a dropped term would hide,
+// away from it: the AttnRes pseudo-queries (*res_proj*, zero: a uniform mix) to N(0, 0.1²) so that
+// the mixing weights differ between rows; the router biases (zero) to N(0, 0.01²) so that the
+// biased selection differs from the unbiased one; every norm weight (*norm.weight: the RMSNorms,
+// KDA's output norm, MLA's q/kv norms, the latent expert norm, the AttnRes key norms; one) to
+// N(1, 0.25²); KDA's A_log (zero: a = 1) to N(0, 0.5²). Draws from seed + 1; `source` names the
+// config in the error when nothing moved.
+inline void move_off_identity(model::ParamRegistry& params, uint64_t seed,
+                              const std::string& source) {
+  struct Normal {
+    float mean, std;  // std 0: kept as initialized
+  };
+  auto normal_of = [](const std::string& name) -> Normal {
+    if (name.find("res_proj") != std::string::npos) return {0.f, 0.1f};
+    if (model::is_router_bias(name)) return {0.f, 0.01f};
+    if (name.ends_with("norm.weight")) return {1.f, 0.25f};
+    if (name.ends_with(".A_log")) return {0.f, 0.5f};
+    return {0.f, 0.f};
+  };
+  int moved = 0;
+  for (int i = 0; i < params.size(); ++i) {
+    const Normal n = normal_of(params.info(i).name);
+    if (n.std == 0.f) continue;
+    Tensor w = params.value(i);
+    fill_normal(w.f32(), w.numel(), seed + 1, static_cast<uint64_t>(i), 0, n.mean, n.std);
+    ++moved;
+  }
+  K3_CHECK(moved > 0, source, ": no parameter to move off its initial value");
 }
 
 inline void save_weights(const model::ParamRegistry& params, const std::string& path) {

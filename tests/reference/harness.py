@@ -46,12 +46,13 @@ def make_batch(vocab, seed, B, T, ignore_index, drop_fraction):
     return tokens, targets
 
 
-def run_model_driver(exe, work, config, seed, tokens, targets):
-    """Runs a model driver (driver.h) on a batch: returns its results and the path of the weights it
-    initialized from the seed and saved."""
+def run_model_driver(exe, work, config, seed, tokens, targets, extra=()):
+    """Runs a model driver (driver.h) on a batch, with the driver's own arguments `extra` last:
+    returns its results and the path of the weights it initialized from the seed and saved."""
     batch, weights, results = (work / f"{n}.safetensors" for n in ("batch", "weights", "results"))
     st.save(batch, {"tokens": tokens, "targets": targets})
-    subprocess.run([exe, str(config), str(seed), str(batch), str(weights), str(results)], check=True)
+    subprocess.run([exe, str(config), str(seed), str(batch), str(weights), str(results), *extra],
+                   check=True)
     return st.load(results), weights
 
 

@@ -4,6 +4,8 @@ embedding -> N x [RMSNorm -> gated attention -> RMSNorm -> GLU MLP] -> RMSNorm -
 Gated attention is causal softmax attention without positional encoding,
 out = o_proj(attn(q, k, v) * sigmoid(g_proj x)), heads innermost: column h*D+i of a projection's
 output is head h, dim i. The loss is a SUM of token cross-entropies, as k3lab returns it.
+Decoding feeds tokens a piece at a time (a prompt, then one token per step) through per-layer
+caches (make_cache, decode): here each attention layer's keys and values.
 k3torch.py builds the K3 model on the pieces here that both share.
 """
 import json
@@ -55,12 +57,33 @@ class RMSNorm(nn.Module):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
-def causal_attention(scores, v):
-    """softmax(scores) @ v over the keys s <= t: scores [B, H, T, T], v [B, H, T, D] -> [B, T, H*D]."""
-    B, H, T, D = v.shape
-    future = torch.ones(T, T, dtype=torch.bool, device=v.device).triu(1)
-    out = scores.masked_fill(future, float("-inf")).softmax(-1) @ v
-    return out.transpose(1, 2).reshape(B, T, H * D)
+def causal_attention(scores, v, start=0):
+    """softmax(scores) @ v, query t (at position start + t) over the keys s <= start + t:
+    scores [B, H, T, start + T], v [B, H or 1, start + T, D] -> [B, T, H*D]."""
+    B, H, T, _ = scores.shape
+    if T > 1:  # a single query sees every key
+        future = torch.ones(T, start + T, dtype=torch.bool, device=v.device).triu(start + 1)
+        scores = scores.masked_fill(future, float("-inf"))
+    out = scores.softmax(-1) @ v
+    return out.transpose(1, 2).reshape(B, T, H * v.shape[-1])
+
+
+class PositionCache:
+    """What an attention layer keeps of `batch` sequences while decoding: tensors that grow along
+    dimension `dim` (the position), allocated for max_len positions, and how many they hold."""
+
+    def __init__(self, shapes, dim, dtype):
+        self.tensors = [torch.zeros(shape, dtype=dtype) for shape in shapes]
+        self.dim, self.length = dim, 0
+
+    def append(self, *parts):
+        """Writes each part at the next positions; returns every position held so far of each
+        tensor, and the first new position."""
+        start, T = self.length, parts[0].shape[self.dim]
+        for t, part in zip(self.tensors, parts):
+            t.narrow(self.dim, start, T).copy_(part)
+        self.length += T
+        return [t.narrow(self.dim, 0, self.length) for t in self.tensors], start
 
 
 class GatedAttention(nn.Module):
@@ -72,13 +95,22 @@ class GatedAttention(nn.Module):
         self.v_proj, self.g_proj = linear(d, p), linear(d, p)
         self.o_proj = linear(p, d)
 
-    def forward(self, x):
+    def make_cache(self, batch, max_len, dtype):
+        """Keys and values [B, H, max_len, D]."""
+        shape = (batch, self.heads, max_len, self.head_dim)
+        return PositionCache([shape, shape], 2, dtype)
+
+    def forward(self, x, cache=None):
+        """x [B, T, d]; with a cache, the T tokens follow the positions it holds, and join them."""
         B, T, _ = x.shape
         # [B, T, H*D] -> [B, H, T, D]
         q, k, v = (f(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
                    for f in (self.q_proj, self.k_proj, self.v_proj))
-        attn = causal_attention((q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim)), v)
-        return self.o_proj(attn * torch.sigmoid(self.g_proj(x)))
+        start = 0
+        if cache is not None:
+            (k, v), start = cache.append(k, v)
+        scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
+        return self.o_proj(causal_attention(scores, v, start) * torch.sigmoid(self.g_proj(x)))
 
 
 def glu(c, g, u):
@@ -107,8 +139,8 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps)
         self.mlp = GluMlp(c, c.intermediate_size)
 
-    def forward(self, x):
-        x = x + self.self_attn(self.input_layernorm(x))
+    def forward(self, x, cache=None):
+        x = x + self.self_attn(self.input_layernorm(x), cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -119,10 +151,10 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(c) for _ in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
-    def forward(self, tokens):
+    def forward(self, tokens, cache=None):
         x = self.embed_tokens(tokens)
-        for layer in self.layers:
-            x = layer(x)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, None if cache is None else cache[i])
         return self.norm(x)
 
 
@@ -138,6 +170,17 @@ class LanguageModel(nn.Module):
 
     def forward(self, tokens):
         return self.lm_head(self.model(tokens))
+
+    def make_cache(self, batch, max_len, dtype=None):
+        """Empty decoding caches of `batch` sequences of up to max_len tokens, one per layer: its
+        sequence mixer's. dtype: of the attention caches (default: the parameters')."""
+        dtype = dtype or self.lm_head.weight.dtype
+        return [layer.self_attn.make_cache(batch, max_len, dtype) for layer in self.model.layers]
+
+    def decode(self, tokens, cache):
+        """Feeds tokens [B, T] at the positions after those the cache holds, adding them to it:
+        the logits of the last [B, V]."""
+        return self.lm_head(self.model(tokens, cache)[:, -1])
 
     def loss(self, tokens, targets):
         """(sum of token losses over targets != IGNORE_INDEX, count of those targets)."""

@@ -6,8 +6,11 @@ embedding -> N x [AttnRes mix -> RMSNorm -> KDA or gated MLA -> AttnRes mix -> R
 SiTU-GLU MLP (layer 0) or Stable LatentMoE] -> AttnRes mix -> RMSNorm -> untied lm_head.
 Layouts as in k3lab: a linear layer's weight is [out, in]; every per-head tensor has heads
 outermost (column h*D + i is head h, dim i); KDA's conv weights are [P, 1, K].
+Decoding (k3ref's make_cache and decode) keeps per KDA layer its convolution windows and
+recurrent state, per MLA layer the normalized kv latents and k_r, and attends over them with
+kv_b_proj absorbed into the query and output sides (math §4), a path apart from the forward's.
 What it shares with the dense model (config loading, RMSNorm, the GLU MLP, causal attention, the
-lm_head with its loss and k3lab weight loading) comes from k3ref.py.
+lm_head with its loss, decoding and k3lab weight loading) comes from k3ref.py.
 """
 import math
 
@@ -16,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import k3ref
-from k3ref import GluMlp, LanguageModel, RMSNorm, causal_attention, glu, linear
+from k3ref import GluMlp, LanguageModel, PositionCache, RMSNorm, causal_attention, glu, linear
 
 
 class Config(k3ref.Config):
@@ -141,18 +144,52 @@ class GatedMLA(nn.Module):
         self.g_proj = linear(d, H * dv)
         self.o_proj = linear(H * dv, d)
 
-    def forward(self, x):
+    def make_cache(self, batch, max_len, dtype):
+        """The normalized kv latents [B, max_len, r_kv] and k_r [B, max_len, d_r]."""
+        c = self.c
+        shapes = [(batch, max_len, c.kv_lora_rank), (batch, max_len, c.qk_rope_head_dim)]
+        return PositionCache(shapes, 1, dtype)
+
+    def forward(self, x, cache=None):
+        """x [B, T, d]; with a cache, the T tokens follow the positions it holds, and join them."""
         c = self.c
         B, T, _ = x.shape
         H, dn, dr, dv = c.num_attention_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
         q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))).view(B, T, H, dn + dr)
         ckv, k_r = self.kv_a_proj_with_mqa(x).split([c.kv_lora_rank, dr], dim=-1)
-        kv = self.kv_b_proj(self.kv_a_layernorm(ckv)).view(B, T, H, dn + dv)
-        k_n, v = kv.split([dn, dv], dim=-1)
-        k = torch.cat([k_n, k_r.unsqueeze(2).expand(B, T, H, dr)], dim=-1)
-        q, k, v = (t.transpose(1, 2) for t in (q, k, v))                    # [B, H, T, .]
-        o = causal_attention((q @ k.transpose(-1, -2)) / math.sqrt(dn + dr), v)
+        latent = self.kv_a_layernorm(ckv)
+        if cache is not None:
+            o = self.absorbed(q, *cache.append(latent, k_r))
+        else:
+            k_n, v = self.kv_b_proj(latent).view(B, T, H, dn + dv).split([dn, dv], dim=-1)
+            k = torch.cat([k_n, k_r.unsqueeze(2).expand(B, T, H, dr)], dim=-1)
+            q, k, v = (t.transpose(1, 2) for t in (q, k, v))                # [B, H, T, .]
+            o = causal_attention((q @ k.transpose(-1, -2)) / math.sqrt(dn + dr), v)
         return self.o_proj(o * torch.sigmoid(self.g_proj(x)))
+
+    def absorbed(self, q, held, start):
+        """Attention of queries q [B, T, H, d_n + d_r] at positions start.. over the cached
+        latents and k_r (`held`, [B, start + T, .]) without per-head keys or values:
+        q_n·k_n,s = (W_kb,hᵀ q_n)·c_s and Σ_s α_s v_s = W_vb,h Σ_s α_s c_s -> [B, T, H d_v]."""
+        c = self.c
+        B, T, H, _ = q.shape
+        dn, dv = c.qk_nope_head_dim, c.v_head_dim
+        latents, k_r = held
+        w = self.kv_b_proj.weight.view(H, dn + dv, c.kv_lora_rank)
+        q_c = torch.einsum("bthn,hnr->bhtr", q[..., :dn], w[:, :dn])      # [B, H, T, r_kv]
+        scores = (q_c @ latents.transpose(1, 2).unsqueeze(1)
+                  + q[..., dn:].transpose(1, 2) @ k_r.transpose(1, 2).unsqueeze(1))
+        scores = scores / math.sqrt(dn + c.qk_rope_head_dim)
+        mixed = causal_attention(scores, latents.unsqueeze(1), start).view(B, T, H, -1)
+        return torch.einsum("bthr,hvr->bthv", mixed, w[:, dn:]).reshape(B, T, H * dv)
+
+
+class KdaState:
+    """A KDA layer's decoding state: the last K_c - 1 inputs of each short conv (by name; zeros
+    before a sequence's first token) and the delta-rule state S [B, H, D, D] (zero at first)."""
+
+    def __init__(self):
+        self.windows, self.S = {}, None
 
 
 class KDA(nn.Module):
@@ -171,36 +208,48 @@ class KDA(nn.Module):
         self.g_proj = linear(d, P)
         self.o_proj = linear(P, d)
 
-    def conv(self, x, w):
-        """Causal depthwise conv + SiLU: y[t,c] = silu(Σ_j w[c,0,j] x[t-(K-1)+j, c]); x [B, T, P]."""
-        K = w.weight.shape[-1]
-        y = F.conv1d(F.pad(x.transpose(1, 2), (K - 1, 0)), w.weight, groups=x.shape[-1])
-        return F.silu(y.transpose(1, 2))
+    def make_cache(self, batch, max_len, dtype):
+        """A KdaState: its size does not grow with the context."""
+        return KdaState()
 
-    def forward(self, x):
+    @staticmethod
+    def conv(x, w, state, name):
+        """Causal depthwise conv + SiLU: y[t,c] = silu(Σ_j w[c,0,j] x[t-(K-1)+j, c]); x [B, T, P]
+        continues the window state.windows[name], which it then advances."""
+        B, T, P = x.shape
+        K = w.weight.shape[-1]
+        window = state.windows.get(name)
+        x = torch.cat([x.new_zeros(B, K - 1, P) if window is None else window, x], dim=1)
+        state.windows[name] = x[:, T:]
+        return F.silu(F.conv1d(x.transpose(1, 2), w.weight, groups=P).transpose(1, 2))
+
+    def forward(self, x, cache=None):
+        """x [B, T, d]; with a cache (a KdaState) the T tokens continue from it, and advance it."""
         c = self.c
         B, T, _ = x.shape
         H, D = c.kda_heads, c.kda_head_dim
+        state = KdaState() if cache is None else cache
 
         def heads(t):
             return t.view(B, T, H, D)
 
-        q = heads(self.conv(self.q_proj(x), self.q_conv1d))
-        k = heads(self.conv(self.k_proj(x), self.k_conv1d))
-        v = heads(self.conv(self.v_proj(x), self.v_conv1d))
+        q = heads(self.conv(self.q_proj(x), self.q_conv1d, state, "q"))
+        k = heads(self.conv(self.k_proj(x), self.k_conv1d, state, "k"))
+        v = heads(self.conv(self.v_proj(x), self.v_conv1d, state, "v"))
         q = q / torch.sqrt(q.pow(2).sum(-1, keepdim=True) + 1e-6) / math.sqrt(D)
         k = k / torch.sqrt(k.pow(2).sum(-1, keepdim=True) + 1e-6)
         f = heads(self.f_b_proj(self.f_a_proj(x)))
         g = c.gate_lower_bound * torch.sigmoid(
             torch.exp(self.A_log).view(H, 1) * (f + self.dt_bias.view(H, D)))   # [B, T, H, D]
         beta = torch.sigmoid(self.b_proj(x))                                     # [B, T, H]
-        S = x.new_zeros(B, H, D, D)
+        S = x.new_zeros(B, H, D, D) if state.S is None else state.S
         outs = []
         for t in range(T):
             S = S * torch.exp(g[:, t]).unsqueeze(-1)                            # Diag(e^g) S
             u = v[:, t] - (S * k[:, t].unsqueeze(-1)).sum(-2)                    # v - Sᵀk
             S = S + beta[:, t, :, None, None] * k[:, t].unsqueeze(-1) * u.unsqueeze(-2)
             outs.append((S * q[:, t].unsqueeze(-1)).sum(-2))                     # Sᵀq
+        state.S = S
         o = torch.stack(outs, dim=1)                                             # [B, T, H, D]
         y = self.o_norm(o) * torch.sigmoid(heads(self.g_proj(x)))
         return self.o_proj(y.reshape(B, T, H * D))
@@ -236,16 +285,17 @@ class Decoder(nn.Module):
             self.output_attn_res_proj, self.output_attn_res_norm = Weight(1, c.hidden_size), Weight(c.hidden_size)
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
-    def forward(self, tokens):
+    def forward(self, tokens, cache=None):
         c, eps = self.c, self.c.rms_norm_eps
         P = self.embed_tokens(tokens)
+        caches = [None] * len(self.layers) if cache is None else cache
         if c.attn_res_block_size <= 0:  # ordinary residual stream
-            for L in self.layers:
-                P = P + L.self_attn(L.input_layernorm(P))
+            for L, layer_cache in zip(self.layers, caches):
+                P = P + L.self_attn(L.input_layernorm(P), layer_cache)
                 P = P + L.ffn(L.post_attention_layernorm(P))
             return self.norm(P)
         bank = []
-        for L in self.layers:
+        for L, layer_cache in zip(self.layers, caches):
             if bank:
                 a_in = L.input_layernorm(attn_res(bank + [P], L.self_attention_res_proj,
                                                   L.self_attention_res_norm, eps))
@@ -254,7 +304,7 @@ class Decoder(nn.Module):
             starts_block = L.index % c.attn_res_block_size == 0
             if starts_block:
                 bank.append(P)
-            A = L.self_attn(a_in)
+            A = L.self_attn(a_in, layer_cache)
             P = A if starts_block else P + A
             m_in = L.post_attention_layernorm(attn_res(bank + [P], L.mlp_res_proj, L.mlp_res_norm, eps))
             P = P + L.ffn(m_in)

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "k3/base/error.h"
+#include "k3/base/profile.h"
 #include "k3/model/model.h"
 
 namespace k3::model {
@@ -60,6 +61,7 @@ void Model::run_decode(Arena& arena, const int32_t* tokens, int64_t n, float* lo
   for (const Layer& L : layers_)
     run_layer(s, L, x, n, [&](const float* a_in, float* A) { mix(s, L, a_in, A); });
   const float* h = head_input(s, x, n);
+  ProfileScope time("lm_head");
   if (every_row)
     head_.logits(s, h, n, logits);
   else

@@ -6,6 +6,7 @@
 
 #include "k3/base/error.h"
 #include "k3/base/philox.h"
+#include "k3/base/profile.h"
 #include "k3/base/timer.h"
 #include "k3/model/model.h"
 
@@ -102,6 +103,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Arena& arena,
   std::vector<ModelCache> caches;
   std::vector<float> logits(static_cast<size_t>(B * V));
   Timer prefill;
+  ProfileScope prefill_bucket("prefill");
   for (int64_t b = 0; b < B; ++b) {
     const std::vector<int32_t>& prompt = prompts[static_cast<size_t>(b)];
     const int64_t n = static_cast<int64_t>(prompt.size());
@@ -110,6 +112,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Arena& arena,
     t.prefill_tokens += n;
   }
   t.prefill_seconds = prefill.seconds();
+  prefill_bucket.stop();
 
   std::vector<std::vector<int32_t>> out(static_cast<size_t>(B));
   std::vector<int64_t> active(static_cast<size_t>(B));  // unfinished sequences, by index
@@ -117,6 +120,7 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Arena& arena,
   std::vector<ModelCache*> step_caches;
   std::vector<int32_t> step_tokens;
   Timer decode;
+  ProfileScope decode_bucket("decode");
   for (int64_t i = 0; !active.empty(); ++i) {
     // Row r of logits belongs to active[r].
     step_caches.clear();

@@ -36,7 +36,8 @@ void check_prompt_fits(int64_t prompt_len, int64_t max_new, int64_t context);
 int32_t sample_token(std::span<const float> logits, const SamplingParams& p, float u);
 
 // Where a generation's time went: the prompts' prefill, and the decode steps after it (each
-// feeding one token of every unfinished sequence).
+// feeding one token of every unfinished sequence). Under the profiler (k3/base/profile.h) the two
+// are the buckets "prefill" and "decode", each holding its layers' buckets.
 struct GenerationTimes {
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t prefill_tokens = 0, decode_tokens = 0;
