@@ -9,7 +9,7 @@
 //
 //   bench_small_models [--sizes 64,128,256,384] [--threads 1,2] [--warmup 2] [--steps 5]
 //                      [--batch 8] [--seq 128] [--preset PATH] [--torch-max-width 256]
-//                      [--profile-steps 3] [--bench-dir DIR]
+//                      [--profile-steps 3] [--optimizer muon|adamw] [--bench-dir DIR]
 #include <unistd.h>
 
 #include <cstdio>
@@ -37,6 +37,7 @@ struct Options {
   std::vector<int> threads{1, 2};
   int warmup = 2, steps = 5, profile_steps = 3;
   int64_t batch = 8, seq = 128, torch_max_width = 256;
+  std::string optimizer = "muon";  // as k3lab train's train.optimizer
   std::filesystem::path preset = std::filesystem::path(K3_BENCH_DIR) / "../configs/k3-micro.json";
   std::filesystem::path bench_dir = K3_BENCH_DIR;
 };
@@ -60,7 +61,7 @@ Options parse(int argc, char** argv) {
   for (const auto& [flag, value] : k3::bench::parse_flags(
            argc, argv,
            {"--sizes", "--threads", "--warmup", "--steps", "--batch", "--seq", "--preset",
-            "--torch-max-width", "--profile-steps", "--bench-dir"})) {
+            "--torch-max-width", "--profile-steps", "--bench-dir", "--optimizer"})) {
     if (flag == "--sizes") o.widths = parse_list<int64_t>(flag, value);
     if (flag == "--threads") o.threads = parse_list<int>(flag, value);
     if (flag == "--warmup") o.warmup = std::stoi(value);
@@ -71,7 +72,10 @@ Options parse(int argc, char** argv) {
     if (flag == "--torch-max-width") o.torch_max_width = std::stoll(value);
     if (flag == "--profile-steps") o.profile_steps = std::stoi(value);
     if (flag == "--bench-dir") o.bench_dir = value;
+    if (flag == "--optimizer") o.optimizer = value;
   }
+  if (o.optimizer != "muon" && o.optimizer != "adamw")
+    throw std::runtime_error("--optimizer: muon or adamw, got " + o.optimizer);
   if (o.warmup < 1 || o.steps < 1 || o.batch < 1 || o.seq < 1)
     throw std::runtime_error("--warmup, --steps, --batch and --seq must be >= 1");
   return o;
@@ -141,7 +145,7 @@ int main(int argc, char** argv) {
                     double(shape.params) / 1e3);
       for (const int t : o.threads) {
         k3::set_num_threads(t);
-        k3::bench::TrainStep ours(shape.config, o.batch, o.seq, "muon");
+        k3::bench::TrainStep ours(shape.config, o.batch, o.seq, o.optimizer);
         const auto k3_step = [&] { return ours.step(k3::kernels::Precision::F32); };
         std::vector<double> mine, ratios, theirs;
         if (width <= o.torch_max_width) {
@@ -160,7 +164,7 @@ int main(int argc, char** argv) {
         const double tps = tokens / k3::bench::spread(mine).median;
         const double gflops = tps * ours.model().train_flops_per_token(o.seq) / 1e9;
         const double ns_share =
-            ours.muon_flops("muon") / (ours.model().train_flops_per_token(o.seq) * tokens);
+            ours.muon_flops(o.optimizer) / (ours.model().train_flops_per_token(o.seq) * tokens);
         std::printf("%-22s %3d %11.0f %6.1f%% %6.1f%% %7.0f%% %11s %17s%s  %s\n", name, t, tps,
                     100 * gflops / peaks[t].first, 100 * gflops / peaks[t].second, 100 * ns_share,
                     theirs.empty()
