@@ -353,11 +353,10 @@ constexpr int64_t kBatchedMatmulMax = 64 * 64 * 128;  // multiply-adds of one pr
 void gemm_batched(const GemmArgs& g, int64_t batch, int64_t stride_a, int64_t stride_b,
                   int64_t stride_c) {
   check_args(g);
+  ProfileScope time(omp_in_parallel() ? nullptr : "gemm");
   if (batch >= 1 && g.precision == Precision::F32 && g.M * g.N * g.K <= kBatchedMatmulMax &&
-      g.M > 0 && g.N > 0 && g.K > 0 && !omp_in_parallel()) {
-    ProfileScope time("gemm");
+      g.M > 0 && g.N > 0 && g.K > 0 && !omp_in_parallel())
     return run_matmul(g, g.A, g.B, {batch, stride_a, stride_b, stride_c});
-  }
   auto item = [&](int64_t i) {
     GemmArgs gi = g;
     if (g.A) gi.A = g.A + i * stride_a;
