@@ -60,6 +60,26 @@ void mirror_lower(float* C, int64_t m, int64_t batch) {
     }
 }
 
+// Rows [r0, r0 + kTile) of L times rows [c0, c0 + kTile) of R, transposed, into that block of the
+// m×m C (clipped at m): alpha·L·Rᵀ + beta·C there.
+kernels::GemmArgs tile_product(const float* L, const float* R, int64_t k, float alpha, float beta,
+                               float* C, int64_t m, int64_t r0, int64_t c0,
+                               kernels::Precision precision) {
+  return {.trans_b = true,
+          .M = std::min(m, r0 + kTile) - r0,
+          .N = std::min(m, c0 + kTile) - c0,
+          .K = k,
+          .alpha = alpha,
+          .A = L + r0 * k,
+          .lda = k,
+          .B = R + c0 * k,
+          .ldb = k,
+          .beta = beta,
+          .C = C + r0 * m + c0,
+          .ldc = m,
+          .precision = precision};
+}
+
 // C = alpha·L·Rᵀ + beta·C for `batch` m×m results that are symmetric by construction; L and R are
 // [m, k] row-major, item i at offset i·stride.
 void symmetric_product(const float* L, const float* R, int64_t k, int64_t stride, float alpha,
@@ -67,40 +87,17 @@ void symmetric_product(const float* L, const float* R, int64_t k, int64_t stride
                        kernels::Precision precision) {
   const int64_t p = tiles_per_side(m), per_item = p * (p + 1) / 2;
   if (p == 1) {  // one tile: the whole product of every item, batched
-    kernels::gemm_batched({.trans_b = true,
-                           .M = m,
-                           .N = m,
-                           .K = k,
-                           .alpha = alpha,
-                           .A = L,
-                           .lda = k,
-                           .B = R,
-                           .ldb = k,
-                           .beta = beta,
-                           .C = C,
-                           .ldc = m,
-                           .precision = precision},
-                          batch, stride, stride, m * m);
+    kernels::gemm_batched(tile_product(L, R, k, alpha, beta, C, m, 0, 0, precision), batch, stride,
+                          stride, m * m);
     return mirror_lower(C, m, batch);
   }
   run_gemms(batch * per_item, [&](int64_t task) {
     const int64_t item = task / per_item, t = task % per_item;
     int64_t i = 0;  // tile row: t = i(i+1)/2 + j with j <= i
     while ((i + 1) * (i + 2) / 2 <= t) ++i;
-    const int64_t j = t - i * (i + 1) / 2, r0 = i * kTile, c0 = j * kTile;
-    return kernels::GemmArgs{.trans_b = true,
-                             .M = std::min(m, r0 + kTile) - r0,
-                             .N = std::min(m, c0 + kTile) - c0,
-                             .K = k,
-                             .alpha = alpha,
-                             .A = L + item * stride + r0 * k,
-                             .lda = k,
-                             .B = R + item * stride + c0 * k,
-                             .ldb = k,
-                             .beta = beta,
-                             .C = C + item * m * m + r0 * m + c0,
-                             .ldc = m,
-                             .precision = precision};
+    const int64_t j = t - i * (i + 1) / 2;
+    return tile_product(L + item * stride, R + item * stride, k, alpha, beta, C + item * m * m, m,
+                        i * kTile, j * kTile, precision);
   });
   mirror_lower(C, m, batch);
 }
