@@ -9,7 +9,8 @@
 //
 //   bench_small_models [--sizes 64,128,256,384] [--threads 1,2] [--warmup 2] [--steps 5]
 //                      [--batch 8] [--seq 128] [--preset PATH] [--torch-max-width 256]
-//                      [--profile-steps 3] [--optimizer muon|adamw] [--bench-dir DIR]
+//                      [--profile-steps 3] [--optimizer muon|adamw] [--ns-precision fp32|bf16]
+//                      [--bench-dir DIR]
 #include <unistd.h>
 
 #include <cstdio>
@@ -38,6 +39,7 @@ struct Options {
   int warmup = 2, steps = 5, profile_steps = 3;
   int64_t batch = 8, seq = 128, torch_max_width = 256;
   std::string optimizer = "muon";  // as k3lab train's train.optimizer
+  k3::kernels::Precision ns_precision = k3::kernels::Precision::F32;  // train.ns_precision
   std::filesystem::path preset = std::filesystem::path(K3_BENCH_DIR) / "../configs/k3-micro.json";
   std::filesystem::path bench_dir = K3_BENCH_DIR;
 };
@@ -58,10 +60,11 @@ std::vector<T> parse_list(const std::string& flag, const std::string& text) {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (const auto& [flag, value] : k3::bench::parse_flags(
-           argc, argv,
-           {"--sizes", "--threads", "--warmup", "--steps", "--batch", "--seq", "--preset",
-            "--torch-max-width", "--profile-steps", "--bench-dir", "--optimizer"})) {
+  for (const auto& [flag, value] :
+       k3::bench::parse_flags(argc, argv,
+                              {"--sizes", "--threads", "--warmup", "--steps", "--batch", "--seq",
+                               "--preset", "--torch-max-width", "--profile-steps", "--bench-dir",
+                               "--optimizer", "--ns-precision"})) {
     if (flag == "--sizes") o.widths = parse_list<int64_t>(flag, value);
     if (flag == "--threads") o.threads = parse_list<int>(flag, value);
     if (flag == "--warmup") o.warmup = std::stoi(value);
@@ -73,6 +76,11 @@ Options parse(int argc, char** argv) {
     if (flag == "--profile-steps") o.profile_steps = std::stoi(value);
     if (flag == "--bench-dir") o.bench_dir = value;
     if (flag == "--optimizer") o.optimizer = value;
+    if (flag == "--ns-precision") {
+      const auto p = k3::kernels::parse_precision(value);
+      if (!p) throw std::runtime_error("--ns-precision: fp32 or bf16, got " + value);
+      o.ns_precision = *p;
+    }
   }
   if (o.optimizer != "muon" && o.optimizer != "adamw")
     throw std::runtime_error("--optimizer: muon or adamw, got " + o.optimizer);
@@ -145,7 +153,7 @@ int main(int argc, char** argv) {
                     double(shape.params) / 1e3);
       for (const int t : o.threads) {
         k3::set_num_threads(t);
-        k3::bench::TrainStep ours(shape.config, o.batch, o.seq, o.optimizer);
+        k3::bench::TrainStep ours(shape.config, o.batch, o.seq, o.optimizer, o.ns_precision);
         const auto k3_step = [&] { return ours.step(k3::kernels::Precision::F32); };
         std::vector<double> mine, ratios, theirs;
         if (width <= o.torch_max_width) {

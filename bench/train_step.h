@@ -32,9 +32,12 @@ inline std::vector<optim::Assignment> optimizer_plan(const model::Model& m,
 
 class TrainStep {
  public:
-  TrainStep(const model::ModelConfig& c, int64_t B, int64_t T, const std::string& optimizer)
+  // ns: Muon's Newton-Schulz products' precision (train.ns_precision).
+  TrainStep(const model::ModelConfig& c, int64_t B, int64_t T, const std::string& optimizer,
+            kernels::Precision ns = kernels::Precision::F32)
       : model_(c),
-        opt_(parallel::param_set(model_.params()), optimizer_plan(model_, optimizer), {}) {
+        opt_(parallel::param_set(model_.params()), optimizer_plan(model_, optimizer),
+             {.ns_precision = ns}) {
     model_.initialize(1);
     std::mt19937 rng(2);
     std::uniform_int_distribution<int32_t> draw(0, static_cast<int32_t>(c.vocab_size - 1));

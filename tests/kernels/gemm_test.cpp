@@ -142,39 +142,50 @@ TEST(Gemm, ContiguousShorthand) {
   K3_EXPECT_CLOSE(C, Cr, 1e-5, 1e-5);
 }
 
-// Small fp32 products in a batch run as one batched matmul primitive (gemm.cpp), larger ones one
-// by one: both against the reference, every transpose, padded strides, alpha and beta (beta = 0:
-// C's NaNs ignored), at edge shapes and on each side of the size where the path changes.
+// Small products in a batch run as one batched matmul primitive (gemm.cpp), larger ones one by
+// one; in bf16 only a batch whose operands lie one after another (packed) is converted in one pass
+// and batched, padded ones go one by one. Each against the reference (in bf16, of the operands
+// rounded to bf16), every transpose, alpha and beta (beta = 0: C's NaNs ignored), at edge shapes
+// and on each side of the size where the path changes.
 TEST(Gemm, StridedBatched) {
   const Case cases[] = {{9, 5, 6}, {1, 1, 1}, {1, 17, 3}, {64, 64, 128}, {64, 64, 129}};
   uint64_t seed = 20;
-  for (const Case& s : cases)
-    for (bool ta : {false, true})
-      for (bool tb : {false, true})
-        for (const auto& [alpha, beta] : {std::pair{0.5f, 1.0f}, {1.0f, 0.0f}, {-1.5f, 0.25f}}) {
-          const int64_t batch = 3, lda = (ta ? s.M : s.K) + 1, ldb = (tb ? s.K : s.N) + 2,
-                        ldc = s.N + 1;
-          const int64_t sa = (ta ? s.K : s.M) * lda + 4, sb = (tb ? s.N : s.K) * ldb + 1,
-                        sc = s.M * ldc + 2;
-          auto A = random_vec(batch * sa, seed += 3), B = random_vec(batch * sb, seed + 1),
-               C = random_vec(batch * sc, seed + 2);
-          if (beta == 0) C.assign(C.size(), std::numeric_limits<float>::quiet_NaN());
-          auto Cr = cast_vec<double>(C);
-          const auto Ad = cast_vec<double>(A), Bd = cast_vec<double>(B);
-          kernels::gemm_batched(GemmArgs{ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(), ldb,
-                                         beta, C.data(), ldc},
-                                batch, sa, sb, sc);
-          for (int64_t b = 0; b < batch; ++b) {
-            ref::gemm<double>(ta, tb, s.M, s.N, s.K, alpha, Ad.data() + b * sa, lda,
-                              Bd.data() + b * sb, ldb, beta, Cr.data() + b * sc, ldc);
-            for (int64_t i = 0; i < s.M; ++i)
-              for (int64_t j = 0; j < s.N; ++j)
-                ASSERT_NEAR(C[b * sc + i * ldc + j], Cr[b * sc + i * ldc + j],
-                            1e-5 * (1 + std::sqrt(double(s.K))))
-                    << "M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << ta << " tb=" << tb
-                    << " alpha=" << alpha << " beta=" << beta << " item " << b;
-          }
-        }
+  for (const auto precision : {kernels::Precision::F32, kernels::Precision::BF16})
+    for (const bool packed : {false, true})
+      for (const Case& s : cases)
+        for (bool ta : {false, true})
+          for (bool tb : {false, true})
+            for (const auto& [alpha, beta] :
+                 {std::pair{0.5f, 1.0f}, {1.0f, 0.0f}, {-1.5f, 0.25f}}) {
+              const int64_t pad = packed ? 0 : 1, batch = 3, lda = (ta ? s.M : s.K) + pad,
+                            ldb = (tb ? s.K : s.N) + 2 * pad, ldc = s.N + pad;
+              const int64_t sa = (ta ? s.K : s.M) * lda + 4 * pad,
+                            sb = (tb ? s.N : s.K) * ldb + pad, sc = s.M * ldc + 2 * pad;
+              auto A = random_vec(batch * sa, seed += 3), B = random_vec(batch * sb, seed + 1),
+                   C = random_vec(batch * sc, seed + 2);
+              if (beta == 0) C.assign(C.size(), std::numeric_limits<float>::quiet_NaN());
+              auto Cr = cast_vec<double>(C);
+              const auto Ad = cast_vec<double>(A), Bd = cast_vec<double>(B);
+              kernels::gemm_batched(GemmArgs{ta, tb, s.M, s.N, s.K, alpha, A.data(), lda, B.data(),
+                                             ldb, beta, C.data(), ldc, precision},
+                                    batch, sa, sb, sc);
+              for (int64_t b = 0; b < batch; ++b) {
+                if (precision == kernels::Precision::BF16)
+                  ref::gemm_bf16(ta, tb, s.M, s.N, s.K, alpha, A.data() + b * sa, lda,
+                                 B.data() + b * sb, ldb, beta, Cr.data() + b * sc, ldc);
+                else
+                  ref::gemm<double>(ta, tb, s.M, s.N, s.K, alpha, Ad.data() + b * sa, lda,
+                                    Bd.data() + b * sb, ldb, beta, Cr.data() + b * sc, ldc);
+                for (int64_t i = 0; i < s.M; ++i)
+                  for (int64_t j = 0; j < s.N; ++j)
+                    ASSERT_NEAR(C[b * sc + i * ldc + j], Cr[b * sc + i * ldc + j],
+                                1e-5 * (1 + std::sqrt(double(s.K))))
+                        << "M=" << s.M << " N=" << s.N << " K=" << s.K << " ta=" << ta
+                        << " tb=" << tb << " alpha=" << alpha << " beta=" << beta << " item " << b
+                        << " " << kernels::precision_name(precision)
+                        << (packed ? " packed" : " padded");
+              }
+            }
 }
 
 // One product of a batch comes out bit for bit the same whatever else the batch holds, at a given
@@ -183,32 +194,35 @@ TEST(Gemm, StridedBatched) {
 // differently: the determinism contract holds a thread count fixed.)
 TEST(Gemm, ABatchedProductDoesNotDependOnItsBatch) {
   const Case cases[] = {{9, 5, 6}, {64, 64, 64}, {32, 128, 32}, {1, 1, 1}};
-  for (const Case& s : cases)
-    for (const int threads : {1, 2}) {
-      set_num_threads(threads);
-      const int64_t most = 7;
-      auto A = random_vec(most * s.M * s.K, 40), B = random_vec(most * s.K * s.N, 41);
-      std::vector<float> first;
-      for (const int64_t batch : {int64_t{1}, int64_t{3}, most}) {
-        std::vector<float> C(static_cast<size_t>(batch * s.M * s.N));
-        const int64_t skip = most - batch;  // the batch ends with the last product
-        kernels::gemm_batched({.trans_b = true,
-                               .M = s.M,
-                               .N = s.N,
-                               .K = s.K,
-                               .A = A.data() + skip * s.M * s.K,
-                               .lda = s.K,
-                               .B = B.data() + skip * s.K * s.N,
-                               .ldb = s.K,
-                               .C = C.data(),
-                               .ldc = s.N},
-                              batch, s.M * s.K, s.K * s.N, s.M * s.N);
-        const std::vector<float> last(C.end() - s.M * s.N, C.end());
-        if (first.empty()) first = last;
-        EXPECT_EQ(last, first) << "M=" << s.M << " N=" << s.N << " K=" << s.K << " batch " << batch
-                               << " on " << threads << " threads";
+  for (const auto precision : {kernels::Precision::F32, kernels::Precision::BF16})
+    for (const Case& s : cases)
+      for (const int threads : {1, 2}) {
+        set_num_threads(threads);
+        const int64_t most = 7;
+        auto A = random_vec(most * s.M * s.K, 40), B = random_vec(most * s.K * s.N, 41);
+        std::vector<float> first;
+        for (const int64_t batch : {int64_t{1}, int64_t{3}, most}) {
+          std::vector<float> C(static_cast<size_t>(batch * s.M * s.N));
+          const int64_t skip = most - batch;  // the batch ends with the last product
+          kernels::gemm_batched({.trans_b = true,
+                                 .M = s.M,
+                                 .N = s.N,
+                                 .K = s.K,
+                                 .A = A.data() + skip * s.M * s.K,
+                                 .lda = s.K,
+                                 .B = B.data() + skip * s.K * s.N,
+                                 .ldb = s.K,
+                                 .C = C.data(),
+                                 .ldc = s.N,
+                                 .precision = precision},
+                                batch, s.M * s.K, s.K * s.N, s.M * s.N);
+          const std::vector<float> last(C.end() - s.M * s.N, C.end());
+          if (first.empty()) first = last;
+          EXPECT_EQ(last, first) << "M=" << s.M << " N=" << s.N << " K=" << s.K << " batch "
+                                 << batch << " on " << threads << " threads, "
+                                 << kernels::precision_name(precision);
+        }
       }
-    }
   set_num_threads();
 }
 

@@ -350,13 +350,66 @@ void gemm(const GemmArgs& g) {
 // batch (a ZeRO owner orthogonalizes its share of Muon's blocks as one process does all of them).
 constexpr int64_t kBatchedMatmulMax = 64 * 64 * 128;  // multiply-adds of one product
 
+// A batch's operand, `rows` x `cols` per item at x + i·stride (leading dimension ld), in bf16 with
+// its items one after another: as given in bf16 when so stored, else converted from fp32 into
+// scratch (null where only a bf16 operand with gaps between its rows or items was given).
+static const uint16_t* packed_bf16(const float* x, const uint16_t* x_bf16, int64_t ld, int64_t rows,
+                                   int64_t cols, int64_t stride, int64_t batch,
+                                   std::vector<uint16_t>& scratch) {
+  if (x_bf16 && ld == cols && (batch == 1 || stride == rows * cols)) return x_bf16;
+  if (!x) return nullptr;
+  scratch.resize(static_cast<size_t>(batch * rows * cols));
+  for (int64_t i = 0; i < batch; ++i)
+    for (int64_t r = 0; r < rows; ++r)
+      float_to_bf16(x + i * stride + r * ld, scratch.data() + (i * rows + r) * cols, cols);
+  return scratch.data();
+}
+
+// Small bf16 products as one batched primitive, like fp32's (below), on operands packed in bf16;
+// without bf16 matmuls here, the packed operands widened back to fp32 (exactly) and one batched
+// fp32 primitive, as run_bf16_as_f32 does for one product. False where A is stored transposed or
+// given in bf16 with gaps: those run one by one.
+static bool run_bf16_batched(const GemmArgs& g, int64_t batch, int64_t stride_a, int64_t stride_b,
+                             int64_t stride_c) {
+  if (g.trans_a) return false;
+  thread_local std::vector<uint16_t> scratch_a, scratch_b;
+  thread_local std::vector<float> wide_a, wide_b;
+  GemmArgs p = g;
+  p.lda = g.K;
+  p.ldb = g.trans_b ? g.K : g.N;
+  const MatmulBatch items{batch, g.M * g.K, g.K * g.N, stride_c};
+  const uint16_t* a;
+  const uint16_t* b;
+  {
+    ProfileScope time("gemm: operands to bf16");
+    a = packed_bf16(g.A, g.A_bf16, g.lda, g.M, g.K, stride_a, batch, scratch_a);
+    b = packed_bf16(g.B, g.B_bf16, g.ldb, g.trans_b ? g.N : g.K, p.ldb, stride_b, batch, scratch_b);
+    if (!a || !b) return false;
+    if (!bf16_matmul_available()) {
+      wide_a.resize(static_cast<size_t>(batch * g.M * g.K));
+      wide_b.resize(static_cast<size_t>(batch * g.K * g.N));
+      bf16_to_float(a, wide_a.data(), batch * g.M * g.K);
+      bf16_to_float(b, wide_b.data(), batch * g.K * g.N);
+      p.precision = Precision::F32;
+    }
+  }
+  if (p.precision == Precision::F32)
+    run_matmul(p, wide_a.data(), wide_b.data(), items);
+  else
+    run_matmul(p, a, b, items);
+  return true;
+}
+
 void gemm_batched(const GemmArgs& g, int64_t batch, int64_t stride_a, int64_t stride_b,
                   int64_t stride_c) {
   check_args(g);
   ProfileScope time(omp_in_parallel() ? nullptr : "gemm");
-  if (batch >= 1 && g.precision == Precision::F32 && g.M * g.N * g.K <= kBatchedMatmulMax &&
-      g.M > 0 && g.N > 0 && g.K > 0 && !omp_in_parallel())
-    return run_matmul(g, g.A, g.B, {batch, stride_a, stride_b, stride_c});
+  if (batch >= 1 && g.M * g.N * g.K <= kBatchedMatmulMax && g.M > 0 && g.N > 0 && g.K > 0 &&
+      !omp_in_parallel()) {
+    if (g.precision == Precision::F32)
+      return run_matmul(g, g.A, g.B, {batch, stride_a, stride_b, stride_c});
+    if (run_bf16_batched(g, batch, stride_a, stride_b, stride_c)) return;
+  }
   auto item = [&](int64_t i) {
     GemmArgs gi = g;
     if (g.A) gi.A = g.A + i * stride_a;

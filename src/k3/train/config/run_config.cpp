@@ -100,6 +100,8 @@ const std::vector<RunField>& fields() {
     field("train.threads", &R::train, &T::threads, at_least<I>(0), "worker threads; 0: all cores"),
     field("train.precision", &R::train, &T::precision, one_of({"fp32", "bf16"}),
           "matrix products: fp32, or bf16 with fp32 accumulation and fp32 master weights"),
+    field("train.ns_precision", &R::train, &T::ns_precision, one_of({"auto", "fp32", "bf16"}),
+          "Muon's Newton-Schulz products; auto: as train.precision"),
     field("eval.every", &R::eval, &E::every, at_least<I>(0), "steps between evaluations; 0: off"),
     field("eval.batches", &R::eval, &E::batches, above<I>(0), "validation batches per evaluation"),
     field("checkpoint.every", &R::checkpoint, &C::every, at_least<I>(0),

@@ -57,9 +57,15 @@ struct TrainSection {
   // Matrix products: "fp32", or "bf16" (operands rounded to bf16, fp32 accumulation; fp32 master
   // weights, optimizer states, reductions and everything elementwise; docs/precision.md).
   std::string precision = "fp32";
+  // Muon's Newton–Schulz products: "auto" (as train.precision), "fp32" or "bf16".
+  std::string ns_precision = "auto";
 
   kernels::Precision gemm_precision() const {
     return precision == "bf16" ? kernels::Precision::BF16 : kernels::Precision::F32;
+  }
+  kernels::Precision newton_schulz_precision() const {
+    if (ns_precision == "auto") return gemm_precision();
+    return ns_precision == "bf16" ? kernels::Precision::BF16 : kernels::Precision::F32;
   }
   // Warmup length in steps: warmup_fraction * steps when set, else warmup_steps; at most steps.
   int64_t warmup() const;

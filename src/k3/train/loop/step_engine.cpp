@@ -22,7 +22,7 @@ parallel::ParallelStep make_parallel_step(model::Model& model, const RunConfig& 
                              .beta2 = static_cast<float>(t.beta2),
                              .eps = static_cast<float>(t.eps),
                              .weight_decay = static_cast<float>(t.weight_decay),
-                             .ns_precision = t.gemm_precision()},
+                             .ns_precision = t.newton_schulz_precision()},
       parallel::ParallelStepOptions{
           .zero = static_cast<int>(p.zero),
           .bucket_floats = static_cast<size_t>(p.bucket_mib * 1024 * 1024 / sizeof(float)),
