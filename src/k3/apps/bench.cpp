@@ -1,6 +1,6 @@
 // `k3lab bench decode --model CONFIG | --checkpoint DIR [--batch 1,8] [--prompt N] [--tokens N]`:
 // prompt processing (prefill) and per-token decoding speed, measured apart, for each batch size:
-// B prompts of random tokens are prefilled one by one, then decoded together greedily.
+// B prompts of random tokens are prefilled together, then decoded together greedily.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>

@@ -167,6 +167,12 @@ class Model {
   // Feeds n tokens of one sequence at positions cache.length..; writes the logits of the last one
   // [vocab]. Runs the same per-layer steps as the forward, with each mixer's decode.
   void decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n, float* logits);
+  // decode for several sequences at once (prompts of any lengths): sequence b's lengths[b] tokens
+  // follow sequence b-1's in tokens and go at positions caches[b]->length..; logits [B, vocab] of
+  // each one's last token. Each mixer runs sequence by sequence on its cache; the feed-forwards,
+  // norms and residuals run once over every row, their products B sequences tall.
+  void prefill(Arena& arena, std::span<ModelCache* const> caches, const int32_t* tokens,
+               std::span<const int64_t> lengths, float* logits);
   // One token of each of caches.size() sequences, each at its own position (its cache's length):
   // tokens [B], logits [B, vocab]. Every matrix product runs once for all B rows; each sequence's
   // attention and recurrence read only its own cache.
@@ -234,10 +240,10 @@ class Model {
   // Decoding: layer L's mixer on (normalized input, output) [rows, hidden] with its caches.
   using DecodeMixer =
       std::function<void(const Step& s, const Layer& L, const float* a_in, float* out)>;
-  // The decoding forward of n tokens with `mix` as every layer's mixer: the logits of every row
-  // (every_row: a batch of sequences, a token each) or of the last (one sequence's n tokens).
+  // The decoding forward of n tokens with `mix` as every layer's mixer: the logits of the rows
+  // listed in logit_rows (increasing), one after another.
   void run_decode(Arena& arena, const int32_t* tokens, int64_t n, float* logits,
-                  const DecodeMixer& mix, bool every_row = false);
+                  const DecodeMixer& mix, std::span<const int64_t> logit_rows);
   // One decoder layer on n tokens, advancing x; `mix` runs the layer's mixer (forward or decode).
   // Under the activation manager each layer is a segment, or each half of one (its granularity):
   // the layer's forward, and any re-run of it before its backward, is this code.

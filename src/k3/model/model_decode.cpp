@@ -1,5 +1,6 @@
 // Model, its decoding: every layer through the same per-layer steps as the training forward
 // (run_layer), each mixer by its decode call on its cache.
+#include <algorithm>
 #include <span>
 #include <vector>
 
@@ -18,14 +19,36 @@ ModelCache Model::make_cache(int64_t max_len) const {
 
 void Model::decode(Arena& arena, ModelCache& cache, const int32_t* tokens, int64_t n,
                    float* logits) {
-  K3_CHECK(n > 0, "decode needs at least one token");
-  K3_CHECK(cache.length + n <= cache.max_len, "generation exceeds the cache of ", cache.max_len,
-           " tokens");
-  run_decode(arena, tokens, n, logits,
-             [&](const Step& s, const Layer& L, const float* a_in, float* A) {
-               L.mixer->decode(s, a_in, n, *cache.layers[static_cast<size_t>(L.index)], A);
-             });
-  cache.length += n;
+  ModelCache* one[] = {&cache};
+  const int64_t lengths[] = {n};
+  prefill(arena, one, tokens, lengths, logits);
+}
+
+void Model::prefill(Arena& arena, std::span<ModelCache* const> caches, const int32_t* tokens,
+                    std::span<const int64_t> lengths, float* logits) {
+  K3_CHECK(!caches.empty() && caches.size() == lengths.size(),
+           "prefill needs one length for each of its sequences, got ", lengths.size(), " for ",
+           caches.size());
+  std::vector<int64_t> first, last;  // each sequence's first row, and the row of its logits
+  int64_t n = 0;
+  for (size_t b = 0; b < caches.size(); ++b) {
+    K3_CHECK(lengths[b] > 0, "decode needs at least one token");
+    K3_CHECK(caches[b]->length + lengths[b] <= caches[b]->max_len,
+             "generation exceeds the cache of ", caches[b]->max_len, " tokens");
+    first.push_back(n);
+    n += lengths[b];
+    last.push_back(n - 1);
+  }
+  const int64_t d = config_.hidden_size;
+  run_decode(
+      arena, tokens, n, logits,
+      [&](const Step& s, const Layer& L, const float* a_in, float* A) {
+        for (size_t b = 0; b < caches.size(); ++b)
+          L.mixer->decode(s, a_in + first[b] * d, lengths[b],
+                          *caches[b]->layers[static_cast<size_t>(L.index)], A + first[b] * d);
+      },
+      last);
+  for (size_t b = 0; b < caches.size(); ++b) caches[b]->length += lengths[b];
 }
 
 void Model::decode_batch(Arena& arena, std::span<ModelCache* const> caches, const int32_t* tokens,
@@ -36,6 +59,8 @@ void Model::decode_batch(Arena& arena, std::span<ModelCache* const> caches, cons
     K3_CHECK(c->length + 1 <= c->max_len, "generation exceeds the cache of ", c->max_len,
              " tokens");
   std::vector<DecodeCache*> layer_caches(static_cast<size_t>(B));
+  std::vector<int64_t> every_row(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) every_row[static_cast<size_t>(b)] = b;
   run_decode(
       arena, tokens, B, logits,
       [&](const Step& s, const Layer& L, const float* a_in, float* A) {
@@ -44,14 +69,14 @@ void Model::decode_batch(Arena& arena, std::span<ModelCache* const> caches, cons
               caches[static_cast<size_t>(b)]->layers[static_cast<size_t>(L.index)].get();
         L.mixer->decode_batch(s, a_in, layer_caches, A);
       },
-      true);
+      every_row);
   for (ModelCache* c : caches) c->length += 1;
 }
 
-// The per-layer steps of the forward on n rows with `mix` as each layer's mixer; the logits of the
-// last row (one sequence's n tokens) or of every row (a batch).
+// The per-layer steps of the forward on n rows with `mix` as each layer's mixer; the logits of
+// logit_rows, gathered into consecutive rows first unless they are every row.
 void Model::run_decode(Arena& arena, const int32_t* tokens, int64_t n, float* logits,
-                       const DecodeMixer& mix, bool every_row) {
+                       const DecodeMixer& mix, std::span<const int64_t> logit_rows) {
   K3_CHECK(split_.pp == 1, "decoding needs every layer on one rank (pp = ", split_.pp, ")");
   ArenaScope scope(arena);
   activation::ActivationManager unused;
@@ -62,10 +87,14 @@ void Model::run_decode(Arena& arena, const int32_t* tokens, int64_t n, float* lo
     run_layer(s, L, x, n, [&](const float* a_in, float* A) { mix(s, L, a_in, A); });
   const float* h = head_input(s, x, n);
   ProfileScope time("lm_head");
-  if (every_row)
-    head_.logits(s, h, n, logits);
-  else
-    head_.logits(s, h + (n - 1) * config_.hidden_size, 1, logits);
+  const int64_t rows = static_cast<int64_t>(logit_rows.size()), d = config_.hidden_size;
+  if (rows < n) {
+    float* picked = s.alloc(rows * d);
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy_n(h + logit_rows[static_cast<size_t>(r)] * d, d, picked + r * d);
+    h = picked;
+  }
+  head_.logits(s, h, rows, logits);
 }
 
 }  // namespace k3::model

@@ -104,13 +104,19 @@ std::vector<std::vector<int32_t>> generate_batch(Model& model, Arena& arena,
   std::vector<float> logits(static_cast<size_t>(B * V));
   Timer prefill;
   ProfileScope prefill_bucket("prefill");
-  for (int64_t b = 0; b < B; ++b) {
-    const std::vector<int32_t>& prompt = prompts[static_cast<size_t>(b)];
+  std::vector<int32_t> prompt_tokens;
+  std::vector<int64_t> lengths;
+  for (const std::vector<int32_t>& prompt : prompts) {
     const int64_t n = static_cast<int64_t>(prompt.size());
     caches.push_back(model.make_cache(n + max_new));
-    model.decode(arena, caches.back(), prompt.data(), n, logits.data() + b * V);
+    prompt_tokens.insert(prompt_tokens.end(), prompt.begin(), prompt.end());
+    lengths.push_back(n);
     t.prefill_tokens += n;
   }
+  std::vector<ModelCache*> cache_of(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b)
+    cache_of[static_cast<size_t>(b)] = &caches[static_cast<size_t>(b)];
+  model.prefill(arena, cache_of, prompt_tokens.data(), lengths, logits.data());
   t.prefill_seconds = prefill.seconds();
   prefill_bucket.stop();
 

@@ -52,10 +52,10 @@ std::vector<int32_t> generate(Model& model, Arena& arena, const std::vector<int3
                               int64_t max_new, const SamplingParams& p, int32_t stop_token = -1,
                               GenerationTimes* times = nullptr);
 
-// Continues several prompts (of any lengths) at once: each prompt is prefilled alone, then every
-// decode step feeds one token of each unfinished sequence through one batched decode. Sequence
-// b's token i is drawn with Philox counter b·max_new + i, so the first sequence's tokens are
-// generate()'s.
+// Continues several prompts (of any lengths) at once: one prefill of them all (Model::prefill),
+// then every decode step feeds one token of each unfinished sequence through one batched decode.
+// Sequence b's token i is drawn with Philox counter b·max_new + i, so the first sequence draws as
+// generate() does (its logits computed in products of another height: equal to rounding).
 std::vector<std::vector<int32_t>> generate_batch(Model& model, Arena& arena,
                                                  const std::vector<std::vector<int32_t>>& prompts,
                                                  int64_t max_new, const SamplingParams& p,
