@@ -58,9 +58,11 @@ TEST(Gemm, MatchesReferenceAllTransposes) {
 }
 
 // Products of at least 64 MFLOP in the A·Bᵀ and tall Aᵀ·B forms run on the matmul primitive
-// (gemm.cpp): the same contract, strides, alpha and beta included.
+// (gemm.cpp), and A·Bᵀ of 128-255 rows from 16 MFLOP: the same contract, strides, alpha and beta
+// included.
 TEST(Gemm, LargeProductsMatchReference) {
-  const Case cases[] = {{300, 170, 1000}, {1100, 60, 520}};  // bulk + rest: 256 + 44, 512 + 8
+  // bulk + rest: 256 + 44, 512 + 8; 128 and 255 rows whole
+  const Case cases[] = {{300, 170, 1000}, {1100, 60, 520}, {128, 200, 330}, {255, 97, 400}};
   uint64_t seed = 100;
   for (const Case& s : cases)
     for (bool ta : {false, true})

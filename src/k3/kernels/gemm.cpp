@@ -51,6 +51,9 @@ static void check_args(const GemmArgs& g) {
 // those at 0.81-0.90. Small products (the chunked KDA's per-chunk ones) stay on sgemm, whose
 // per-call cost is lower.
 //
+// A·Bᵀ of 128-255 rows (one prompt's prefill) runs whole on the primitive too: there sgemm, which
+// packs the weight again on every call, made the L6 d384 model's 128-token prefill 1.24x slower.
+//
 // The token count is the dimension that changes between calls (a MoE expert's rows, a last short
 // chunk): M of A·Bᵀ, K of Aᵀ·B. The primitive takes its largest multiple of kTokenQuantum and
 // sgemm the rest, so that the primitives built stay few and are reused from step to step.
@@ -62,8 +65,11 @@ static Backend backend(const GemmArgs& g) {
       2.0 * static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
   const bool wide_transposed_b = g.trans_b && !g.trans_a && g.M >= kTokenQuantum;
   const bool tall_transposed_a = g.trans_a && !g.trans_b && g.M >= 4 * g.N && g.K >= kTokenQuantum;
-  return flops >= 64e6 && (wide_transposed_b || tall_transposed_a) ? Backend::Matmul
-                                                                   : Backend::Sgemm;
+  const bool short_transposed_b = g.trans_b && !g.trans_a && g.M >= kTokenQuantum / 2 &&
+                                  g.M < kTokenQuantum && flops >= 16e6;
+  return (flops >= 64e6 && (wide_transposed_b || tall_transposed_a)) || short_transposed_b
+             ? Backend::Matmul
+             : Backend::Sgemm;
 }
 
 // The matmul primitive for one product's shape, strides, alpha and beta: built once per thread and
@@ -321,6 +327,7 @@ static void run_one(const GemmArgs& g) {
   }
   if (g.precision == Precision::BF16) return run_bf16(g);
   if (backend(g) == Backend::Sgemm) return run_sgemm(g);
+  if (g.M < kTokenQuantum) return run_matmul(g, g.A, g.B);  // a short A·Bᵀ, whole
   GemmArgs bulk = g, rest = g;
   if (g.trans_b) {  // A·Bᵀ: rows of A and C
     bulk.M = g.M / kTokenQuantum * kTokenQuantum;
