@@ -1,5 +1,5 @@
 // The timing loop shared by the benchmarks: runs the work and reports GFLOP/s and the fraction of
-// the measured fp32 FMA peak (plain numbers, from the wall time of the loop).
+// the measured fp32 FMA peak, or of another (plain numbers, from the wall time of the loop).
 #pragma once
 
 #include <benchmark/benchmark.h>
@@ -9,9 +9,10 @@
 
 namespace k3::bench {
 
-// `flops` is the work of one call of `body`.
+// `flops` is the work of one call of `body`; of_peak is over peak_gflops (0: the fp32 FMA peak).
 template <typename Body>
-void run_with_flop_counters(benchmark::State& state, double flops, Body&& body) {
+void run_with_flop_counters(benchmark::State& state, double flops, Body&& body,
+                            double peak_gflops = 0) {
   Timer timer;
   for (auto _ : state) {
     body();
@@ -19,7 +20,7 @@ void run_with_flop_counters(benchmark::State& state, double flops, Body&& body) 
   }
   const double gflops = flops * static_cast<double>(state.iterations()) / timer.seconds() / 1e9;
   state.counters["GFLOP/s"] = gflops;
-  state.counters["of_peak"] = gflops / fma_peak_gflops();
+  state.counters["of_peak"] = gflops / (peak_gflops > 0 ? peak_gflops : fma_peak_gflops());
 }
 
 }  // namespace k3::bench
