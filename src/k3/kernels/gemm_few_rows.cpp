@@ -64,36 +64,39 @@ struct Bf16 {
 };
 #endif
 
-// Rows [r0, r0 + R) of A against rows [n0, n0 + COLS) of B (COLS 4 or 1): R·COLS accumulators.
-// B's rows are read one after the other, each from start to end: the hardware prefetchers follow
-// one sequential stream at the memory's rate, where four rows read side by side (each chunk
-// loaded once for every column) ran at less than half of it. The last chunk of K is masked.
+// The R rows of A against rows [n0, n0 + COLS) of B (COLS 4 or 1): R accumulators in registers
+// while a row of B is read, R·COLS sums reduced at the end. B's rows are read one after the other,
+// each from start to end: the hardware prefetchers follow one sequential stream at the memory's
+// rate, where four rows read side by side (each chunk loaded once for every column) ran at less
+// than half of it. The last chunk of K is masked.
 template <typename E, int R, int COLS>
-void block(const GemmArgs& g, const typename E::T* a, const typename E::T* b, int64_t r0,
-           int64_t n0) {
+void block(const GemmArgs& g, const typename E::T* a, const typename E::T* b, int64_t n0) {
   static_assert(COLS == 4 || COLS == 1);
   // Locals and fully unrolled loops, so that the accumulators stay in registers.
   const int64_t K = g.K, lda = g.lda, ldb = g.ldb, tail = K % E::kChunk;
   const typename E::Mask all = static_cast<typename E::Mask>(~typename E::Mask{0}),
                          last =
                              tail ? static_cast<typename E::Mask>((uint64_t{1} << tail) - 1) : all;
-  const typename E::T* x_rows = a + r0 * lda;
   __m512 acc[R][COLS];
 #pragma GCC unroll 4
   for (int c = 0; c < COLS; ++c) {
     const typename E::T* w_row = b + (n0 + c) * ldb;
+    // This row's sums apart from acc, which the reduction below reads through a pointer: summed
+    // into acc itself, GCC stored every accumulator to memory at every step.
+    __m512 sum[R];
 #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) acc[r][c] = _mm512_setzero_ps();
+    for (int r = 0; r < R; ++r) sum[r] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k += E::kChunk) {
       const typename E::Mask mask = K - k >= E::kChunk ? all : last;
       const typename E::Vec w = E::load(w_row + k, mask);
 #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r)
-        acc[r][c] = E::madd(acc[r][c], E::load(x_rows + r * lda + k, mask), w);
+      for (int r = 0; r < R; ++r) sum[r] = E::madd(sum[r], E::load(a + r * lda + k, mask), w);
     }
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][c] = sum[r];
   }
   for (int r = 0; r < R; ++r) {
-    float* out = g.C + (r0 + r) * g.ldc + n0;
+    float* out = g.C + r * g.ldc + n0;
     const __m128 sums = COLS == 4 ? sums_of_four(acc[r]) : fold_lanes(acc[r][0]);
     // Within the first 128-bit lane, (x0 x1 x2 x3) + (x2 x3 x0 x1), then + (x1 x0 x3 x2).
     const __m128 one = COLS == 4 ? sums : [&] {
@@ -115,9 +118,8 @@ void block(const GemmArgs& g, const typename E::T* a, const typename E::T* b, in
 // 17-26 GB/s with every product of 64 K elements or more split over both threads.
 constexpr int64_t kMinBytesPerThread = int64_t{2} << 20;
 
-// Rows of B four at a time, then one at a time, against rows of A four at a time (at most 16
-// accumulators); over as many threads as B has kMinBytesPerThread shares, when called from serial
-// code.
+// Rows of B four at a time, then one at a time, against every row of A; over as many threads as B
+// has kMinBytesPerThread shares, when called from serial code.
 template <typename E, int R>
 void rows(const GemmArgs& g, const typename E::T* a, const typename E::T* b) {
   const int64_t blocks = g.N / 4, bytes = static_cast<int64_t>(sizeof(typename E::T)) * g.N * g.K;
@@ -126,14 +128,8 @@ void rows(const GemmArgs& g, const typename E::T* a, const typename E::T* b) {
                           : static_cast<int>(std::clamp<int64_t>(bytes / kMinBytesPerThread, 1,
                                                                  omp_get_max_threads()));
 #pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-  for (int64_t i = 0; i < blocks; ++i) {
-    block<E, std::min(R, 4), 4>(g, a, b, 0, 4 * i);
-    if constexpr (R > 4) block<E, R - 4, 4>(g, a, b, 4, 4 * i);
-  }
-  for (int64_t n = 4 * blocks; n < g.N; ++n) {
-    block<E, std::min(R, 4), 1>(g, a, b, 0, n);
-    if constexpr (R > 4) block<E, R - 4, 1>(g, a, b, 4, n);
-  }
+  for (int64_t i = 0; i < blocks; ++i) block<E, R, 4>(g, a, b, 4 * i);
+  for (int64_t n = 4 * blocks; n < g.N; ++n) block<E, R, 1>(g, a, b, n);
 }
 
 template <typename E>
