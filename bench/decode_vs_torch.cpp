@@ -11,7 +11,9 @@
 //
 // The ceiling of batch-1 decoding is the memory bandwidth: every step reads every weight a token
 // passes through once (embedding row aside; of the routed experts the k of E it visits), so those
-// bytes over the bandwidth bound the step time from below.
+// bytes over the bandwidth bound the step time from below. The bench measures the bandwidth first
+// (a streaming read, bench/peak.h) and gives, per batch-1 row, the GB/s k3lab's decode steps read
+// their weights at and that as a percentage of the bandwidth on the bench's threads.
 //
 //   bench_decode_vs_torch [--warmup N] [--reps N] [--prompt P] [--tokens N] [--model NAME]
 //                         [--bench-dir DIR]
@@ -38,6 +40,7 @@
 #include "k3/model/sampling.h"
 #include "k3/tensor/safetensors.h"
 #include "k3/train/session.h"
+#include "peak.h"
 #include "spread.h"
 #include "torch_child.h"
 
@@ -178,13 +181,14 @@ int main(int argc, char** argv) {
   try {
     const Options o = parse(argc, argv);
     k3::set_num_threads(kThreads);
+    const double bandwidth = k3::bench::read_bandwidth_gbs();
     std::printf(
         "greedy generation, prompt %ld, %ld tokens per sequence, %d threads, alternating "
         "runs, median of %d after %d warm-up; both sides at the row's precision\n",
         long(o.prompt), long(o.tokens), kThreads, o.reps, o.warmup);
-    std::printf("%-22s %5s %6s %14s %14s %20s %14s %14s %9s\n", "model", "batch", "dtype",
+    std::printf("%-22s %5s %6s %14s %14s %20s %14s %14s %9s %9s %6s\n", "model", "batch", "dtype",
                 "k3 decode t/s", "pt decode t/s", "decode ratio", "k3 prefill t/s",
-                "pt prefill t/s", "MB/token");
+                "pt prefill t/s", "MB/token", "k3 GB/s", "% bw");
     std::string blas, splits;
     const SharedFiles files;
     for (const char* name : kConfigs) {
@@ -232,11 +236,17 @@ int main(int argc, char** argv) {
           };
           const double decoded = static_cast<double>(B * (o.tokens - 1)),
                        prompted = static_cast<double>(B * o.prompt);
-          std::printf("%-22s %5ld %6s %14.1f %14.1f %19sx %14.0f %14.0f %9.1f\n", model_name,
-                      long(B), precision, decoded / k3::bench::spread(times.ours).median,
-                      decoded / k3::bench::spread(times.torch).median,
+          const double ours_tps = decoded / k3::bench::spread(times.ours).median;
+          // At batch 1 a token is a step, which reads every weight once.
+          char read[32] = "        -      -";
+          if (B == 1)
+            std::snprintf(read, sizeof read, "%9.1f %6.0f", weight_mb * ours_tps / 1e3,
+                          100 * weight_mb * ours_tps / 1e3 / bandwidth);
+          std::printf("%-22s %5ld %6s %14.1f %14.1f %19sx %14.0f %14.0f %9.1f %s\n", model_name,
+                      long(B), precision, ours_tps, decoded / k3::bench::spread(times.torch).median,
                       k3::bench::spread_text(k3::bench::spread(times.ratios), "%.2f").c_str(),
-                      prompted / timed(ours_prefill), prompted / timed(torch_prefill), weight_mb);
+                      prompted / timed(ours_prefill), prompted / timed(torch_prefill), weight_mb,
+                      read);
           std::fflush(stdout);
           blas = torch.greeting().substr(5);
           char row[128];
@@ -247,12 +257,14 @@ int main(int argc, char** argv) {
     std::printf(
         "decode ratio: PyTorch's decode time / k3lab's of the run before it, median [min-max] (> "
         "1: k3lab faster); MB/token: weights a batch-1 decode step reads at the row's precision "
-        "(of the routed experts the k of E a token visits)\n"
+        "(of the routed experts the k of E a token visits); k3 GB/s (batch 1): MB/token x k3 "
+        "decode t/s, the rate k3lab's steps read their weights at; %% bw: that over the memory "
+        "read bandwidth measured on %d threads\n"
         "torch BLAS: %s\n\n"
         "k3lab's decode step in ms, from one more generation per row, profiled: the whole step, "
         "then its buckets (mixers: kda, mla, attention; feed-forwards: moe, dense_mlp; attn_res; "
         "lm_head) and the rest\n%s",
-        blas.c_str(), splits.c_str());
+        kThreads, blas.c_str(), splits.c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 1;

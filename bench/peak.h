@@ -1,5 +1,6 @@
 // Benchmarks state every figure as a fraction of the FMA peak measured in the same run, or of a
-// multi-threaded 2048³ sgemm timed beside it.
+// multi-threaded 2048³ sgemm timed beside it; memory-bound ones as a fraction of the memory read
+// bandwidth measured in the same run.
 #pragma once
 
 #include <algorithm>
@@ -32,6 +33,19 @@ inline double bf16_peak_gflops() {
     return p;
   }();
   return peak;
+}
+
+// The memory read bandwidth in GB/s on the benchmark's threads, cached and printed once beside
+// the one-thread figure.
+inline double read_bandwidth_gbs() {
+  static const double bandwidth = [] {
+    const double one = k3::measure_read_bandwidth_gbs(1);
+    const double all = num_threads() == 1 ? one : k3::measure_read_bandwidth_gbs(num_threads());
+    std::printf("memory read bandwidth measured: %.1f GB/s on 1 thread, %.1f GB/s on %d threads\n",
+                one, all, num_threads());
+    return all;
+  }();
+  return bandwidth;
 }
 
 // A multi-threaded 2048³ sgemm (fixed inputs: its time does not depend on them). Vec holds the

@@ -3,6 +3,10 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdint>
+
+#include "k3/base/arena.h"
 #include "k3/base/threads.h"
 #include "k3/base/timer.h"
 
@@ -74,6 +78,21 @@ double measure(float (*loop)(int64_t, float), double flops_per_iter, int threads
   return best;
 }
 
+// The sum of n floats at p (64-byte aligned, n a multiple of 128): eight independent chains of
+// 512-bit loads and adds, enough to keep the loads in flight.
+__attribute__((noinline)) float sum_floats(const float* p, int64_t n) {
+  __m512 acc[8];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 128)
+    for (int j = 0; j < 8; ++j) acc[j] = _mm512_add_ps(acc[j], _mm512_load_ps(p + i + 16 * j));
+  for (int j = 1; j < 8; ++j) acc[0] = _mm512_add_ps(acc[0], acc[j]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, acc[0]);
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
+}
+
 }  // namespace
 
 double measure_fma_peak_gflops(int threads, double seconds) {
@@ -92,6 +111,29 @@ double measure_bf16_peak_gflops(int threads, double seconds) {
   (void)threads, (void)seconds;
   return 0;
 #endif
+}
+
+double measure_read_bandwidth_gbs(int threads, int reps) {
+  if (threads <= 0) threads = num_threads();
+  // 1 GiB, far larger than every cache (L3: tens of MiB), so that each pass streams from memory;
+  // mapped like the weights (huge pages where allowed: under a hypervisor 4 KiB pages' walks cost
+  // a third of the rate) and touched before the timed passes.
+  constexpr size_t kBytes = size_t{1} << 30;
+  const float* data = static_cast<const float*>(map_buffer(kBytes));
+  const int64_t share = static_cast<int64_t>(kBytes / sizeof(float)) / threads / 128 * 128;
+  double best = 0;
+  for (int rep = 0; rep < reps; ++rep) {
+    Timer t;
+    float sink = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    sink += sum_floats(data + share * omp_get_thread_num(), share);
+    const double s = t.seconds();
+    volatile float keep = sink;
+    (void)keep;
+    best = std::max(best, static_cast<double>(share * threads) * sizeof(float) / s / 1e9);
+  }
+  unmap_buffer(const_cast<float*>(data), kBytes);
+  return best;
 }
 
 }  // namespace k3

@@ -151,7 +151,7 @@ class ParamRegistry {
   size_t flat_size_ = 0;
   float* values_ = nullptr;
   float* grads_ = nullptr;
-  std::vector<uint16_t> values_bf16_;
+  uint16_t* values_bf16_ = nullptr;  // mapped like the values: huge pages where allowed
 };
 
 }  // namespace k3::model
