@@ -343,7 +343,7 @@ static void run_one(const GemmArgs& g) {
   if (!g.trans_a && g.trans_b && g.M <= 4 && few_rows_f32_built() && avx512_products())
     return gemm_few_rows_f32(g);
   if (backend(g) == Backend::Sgemm) return run_sgemm(g);
-  if (g.M < kTokenQuantum) return run_matmul(g, g.A, g.B);  // a short A·Bᵀ, whole
+  if (g.trans_b && g.M < kTokenQuantum) return run_matmul(g, g.A, g.B);  // a short A·Bᵀ, whole
   GemmArgs bulk = g, rest = g;
   if (g.trans_b) {  // A·Bᵀ: rows of A and C
     bulk.M = g.M / kTokenQuantum * kTokenQuantum;
