@@ -2,7 +2,8 @@
 // (d = 768), and a 4096³ square, as a fraction of the measured fp32 FMA peak; and in bf16 (fp32
 // operands converted per call, as a bf16 training step's activations are; the weight given in
 // bf16, as its copy is) the products of bench_train_vs_torch's two dense shapes, as a fraction of
-// the bf16 dot-product peak: what a bf16 step's products alone reach.
+// the bf16 dot-product peak: what a bf16 step's products alone reach. Last, the fp32 products of a
+// 128-token prefill.
 #include "k3/kernels/gemm.h"
 
 #include <benchmark/benchmark.h>
@@ -88,6 +89,13 @@ int main(int argc, char** argv) {
     add_linear(name + "/mlp_down_" + std::to_string(ffn), rows, ffn, dm, Precision::BF16);
     add_linear(name + "/lm_head_" + std::to_string(vocab), rows, dm, vocab, Precision::BF16);
   }
+  // One 128-token prompt's prefill of L6 d384 (bench_decode_vs_torch), fp32: each layer's forward
+  // products, x·Wᵀ of 128 rows.
+  for (const auto& [layer, in, out] : {std::tuple<std::string, int64_t, int64_t>{"attn", 384, 384},
+                                       {"mlp_up", 384, 1024},
+                                       {"mlp_down", 1024, 384}})
+    add("gemm/prefill_128/" + layer + "_" + std::to_string(in) + "x" + std::to_string(out),
+        {false, true, 128, out, in, 0.0f});
   benchmark::Initialize(&argc, argv);
   k3::bench::fma_peak_gflops();  // measured (and printed) before the runs
   k3::bench::bf16_peak_gflops();
