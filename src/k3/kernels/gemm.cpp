@@ -23,13 +23,15 @@ std::optional<Precision> parse_precision(std::string_view name) {
   return std::nullopt;
 }
 
+// Whether oneDNN's effective instruction set (which ONEDNN_MAX_CPU_ISA may hold down) includes isa.
+static bool onednn_isa_reaches(dnnl::cpu_isa isa) {
+  const auto effective = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
+  return (effective & static_cast<unsigned>(isa)) == static_cast<unsigned>(isa);
+}
+
 bool bf16_dot_products() {
 #ifdef __AVX512BF16__
-  static const bool available = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto bf16 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core_bf16);
-    return (isa & bf16) == bf16;
-  }();
+  static const bool available = onednn_isa_reaches(dnnl::cpu_isa::avx512_core_bf16);
   return available;
 #else
   return false;
@@ -39,11 +41,7 @@ bool bf16_dot_products() {
 // Whether oneDNN's instruction set reaches AVX-512 here: k3lab's own AVX-512 products follow it,
 // so that a run held below it (ONEDNN_MAX_CPU_ISA=AVX2) computes as on a CPU without AVX-512.
 static bool avx512_products() {
-  static const bool available = [] {
-    const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-    const auto avx512 = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-    return (isa & avx512) == avx512;
-  }();
+  static const bool available = onednn_isa_reaches(dnnl::cpu_isa::avx512_core);
   return available;
 }
 
@@ -76,8 +74,8 @@ static Backend backend(const GemmArgs& g) {
       2.0 * static_cast<double>(g.M) * static_cast<double>(g.N) * static_cast<double>(g.K);
   const bool wide_transposed_b = g.trans_b && !g.trans_a && g.M >= kTokenQuantum;
   const bool tall_transposed_a = g.trans_a && !g.trans_b && g.M >= 4 * g.N && g.K >= kTokenQuantum;
-  const bool short_transposed_b = g.trans_b && !g.trans_a && g.M >= kTokenQuantum / 2 &&
-                                  g.M < kTokenQuantum && flops >= 16e6;
+  const bool short_transposed_b =
+      g.trans_b && !g.trans_a && g.M >= kTokenQuantum / 2 && g.M < kTokenQuantum && flops >= 16e6;
   return (flops >= 64e6 && (wide_transposed_b || tall_transposed_a)) || short_transposed_b
              ? Backend::Matmul
              : Backend::Sgemm;

@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
+#include <utility>
 
 #include "k3/base/error.h"
 
@@ -132,28 +134,18 @@ void rows(const GemmArgs& g, const typename E::T* a, const typename E::T* b) {
   for (int64_t n = 4 * blocks; n < g.N; ++n) block<E, R, 1>(g, a, b, n);
 }
 
+// rows<E, R> for R = 1..kFewRows, indexed by R - 1.
+template <typename E, int... R>
+constexpr auto row_kernels(std::integer_sequence<int, R...>) {
+  return std::array{&rows<E, R + 1>...};
+}
+
 template <typename E>
 void few_rows(const GemmArgs& g, const typename E::T* a, const typename E::T* b) {
   K3_CHECK(!g.trans_a && g.trans_b && g.M >= 1 && g.M <= kFewRows,
            "gemm_few_rows: expects A·Bᵀ of 1 to ", kFewRows, " rows, got M=", g.M);
-  switch (g.M) {
-    case 1:
-      return rows<E, 1>(g, a, b);
-    case 2:
-      return rows<E, 2>(g, a, b);
-    case 3:
-      return rows<E, 3>(g, a, b);
-    case 4:
-      return rows<E, 4>(g, a, b);
-    case 5:
-      return rows<E, 5>(g, a, b);
-    case 6:
-      return rows<E, 6>(g, a, b);
-    case 7:
-      return rows<E, 7>(g, a, b);
-    default:
-      return rows<E, 8>(g, a, b);
-  }
+  static constexpr auto kernels = row_kernels<E>(std::make_integer_sequence<int, kFewRows>{});
+  kernels[static_cast<size_t>(g.M - 1)](g, a, b);
 }
 
 }  // namespace
