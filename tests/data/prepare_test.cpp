@@ -99,7 +99,7 @@ class PrepareMix : public ::testing::Test {
     }
     spec_.inputs = {tmp_.file("a.txt", a + "\n"), tmp_.file("b.txt", b + "\n")};
     spec_.weights = {2, 0.5};
-    spec_.val_fraction = 0;
+    spec_.val_fractions = {0};
     spec_.out = tmp_.path() + "/out";
   }
   TempDir tmp_{"k3_prepare"};
@@ -134,7 +134,7 @@ TEST_F(PrepareMix, WeightsAreRepeatCountsInterleavedEvenly) {
 }
 
 TEST_F(PrepareMix, SplitsAreDeterministicAndRepeatsStayInTheirSplit) {
-  spec_.val_fraction = 0.25;
+  spec_.val_fractions = {0.25};
   const PrepareSummary s = prepare_shards(spec_, tok_);
   EXPECT_EQ(s.inputs[0].validation.documents, 2 * 3);  // a0, a4, a8 in each pass
   EXPECT_EQ(s.inputs[1].validation.documents, 2);      // b0, b4
@@ -150,6 +150,26 @@ TEST_F(PrepareMix, SplitsAreDeterministicAndRepeatsStayInTheirSplit) {
   prepare_shards(spec_, tok_);
   for (const char* f : {"train-00000.k3shard", "validation-00000.k3shard"})
     EXPECT_EQ(read_file(first.out + "/" + f), read_file(spec_.out + "/" + f)) << f;
+}
+
+TEST_F(PrepareMix, AFractionPerInputKeepsASplitMadeBeforehand) {
+  spec_.weights = {1, 1};
+  spec_.val_fractions = {0, 1};  // a: all training; b: all validation
+  const PrepareSummary s = prepare_shards(spec_, tok_);
+  EXPECT_EQ(s.inputs[0].train.documents, 10);
+  EXPECT_EQ(s.inputs[0].validation.documents, 0);
+  EXPECT_EQ(s.inputs[1].train.documents, 0);
+  EXPECT_EQ(s.inputs[1].validation.documents, 10);
+  const ShardSet set(spec_.out, tok_);
+  for (const std::string& d : split_stream(set.train())) EXPECT_EQ(d[0], 'a') << d;
+  for (const std::string& d : split_stream(set.validation())) EXPECT_EQ(d[0], 'b') << d;
+  spec_.val_fractions = {0, 1, 0};
+  spec_.out = tmp_.path() + "/three";
+  const std::string e = error_of([&] { prepare_shards(spec_, tok_); });
+  EXPECT_NE(e.find("3 validation fractions for 2 inputs"), std::string::npos) << e;
+  spec_.val_fractions = {1.5};
+  EXPECT_NE(error_of([&] { prepare_shards(spec_, tok_); }).find("[0, 1], got 1.5"),
+            std::string::npos);
 }
 
 TEST_F(PrepareMix, AFailedPrepareLeavesNoDirectory) {

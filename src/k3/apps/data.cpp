@@ -66,8 +66,9 @@ void add_prepare(CLI::App* data) {
       ->required();
   cmd->add_option("--weights", a->spec.weights,
                   "Per input: how many times it is read (1.5: once, then its first half)");
-  cmd->add_option("--val-fraction", a->spec.val_fraction,
-                  "Share of each input's documents held out for validation")
+  cmd->add_option("--val-fraction", a->spec.val_fractions,
+                  "Share of each input's documents held out for validation: one for all, or one "
+                  "per input (1: the whole input is validation)")
       ->capture_default_str();
   cmd->add_option("--shard-tokens", a->spec.shard_tokens, "Tokens per shard file (about)")
       ->capture_default_str();

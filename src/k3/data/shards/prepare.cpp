@@ -18,7 +18,8 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // One input of the mix and how far it has got.
 struct MixInput {
   std::unique_ptr<InputDocuments> docs;
-  double goal = 0;        // bytes to consume: weight x size
+  double val_fraction = 0;  // of its documents, held out
+  double goal = 0;          // bytes to consume: weight x size
   uint64_t consumed = 0;  // bytes, over all passes
   int64_t index = 0;      // of the next document within the pass
   bool pass_had_documents = false;
@@ -36,9 +37,13 @@ void check_spec(const PrepareSpec& spec) {
   for (double w : spec.weights)
     K3_CHECK_CTX(std::isfinite(w) && w > 0, (ErrorContext{"", "weights", -1}),
                  "expected weights > 0, got ", w);
-  K3_CHECK_CTX(spec.val_fraction >= 0 && spec.val_fraction < 1,
-               (ErrorContext{"", "val_fraction", -1}), "expected a fraction in [0, 1), got ",
-               spec.val_fraction);
+  K3_CHECK_CTX(spec.val_fractions.size() == 1 || spec.val_fractions.size() == spec.inputs.size(),
+               (ErrorContext{"", "val_fraction", -1}), spec.val_fractions.size(),
+               " validation fractions for ", spec.inputs.size(),
+               " inputs: give one for all, or one per input");
+  for (double f : spec.val_fractions)
+    K3_CHECK_CTX(f >= 0 && f <= 1, (ErrorContext{"", "val_fraction", -1}),
+                 "expected a fraction in [0, 1], got ", f);
   K3_CHECK_CTX(spec.shard_tokens >= 1, (ErrorContext{"", "shard_tokens", -1}),
                "expected at least 1 token per shard, got ", spec.shard_tokens);
 }
@@ -62,6 +67,7 @@ PrepareSummary prepare_shards(const PrepareSpec& spec, const Tokenizer& tokenize
     in.summary.weight = spec.weights.empty() ? 1.0 : spec.weights[i];
     in.summary.bytes = in.docs->total_bytes();
     K3_CHECK_CTX(in.summary.bytes > 0, (ErrorContext{spec.inputs[i], "", -1}), "empty input");
+    in.val_fraction = spec.val_fractions[spec.val_fractions.size() == 1 ? 0 : i];
     in.goal = in.summary.weight * static_cast<double>(in.summary.bytes);
     p.bytes_total += static_cast<uint64_t>(in.goal);
   }
@@ -89,7 +95,7 @@ PrepareSummary prepare_shards(const PrepareSpec& spec, const Tokenizer& tokenize
     next->consumed += docs.bytes_read() - before;
     p.bytes_read += docs.bytes_read() - before;
     const Split split =
-        is_validation_document(next->index++, spec.val_fraction) ? Split::validation : Split::train;
+        is_validation_document(next->index++, next->val_fraction) ? Split::validation : Split::train;
     const std::vector<int32_t> ids = tokenizer.encode(text);
     writer.add(split, ids);
     SplitCounts& c = split == Split::train ? next->summary.train : next->summary.validation;
@@ -109,14 +115,13 @@ PrepareSummary prepare_shards(const PrepareSpec& spec, const Tokenizer& tokenize
     inputs.push_back(
         {{"path", s.path},
          {"weight", s.weight},
+         {"val_fraction", in.val_fraction},
          {"bytes", s.bytes},
          {"train", {{"tokens", s.train.tokens}, {"documents", s.train.documents}}},
          {"validation", {{"tokens", s.validation.tokens}, {"documents", s.validation.documents}}}});
     summary.inputs.push_back(s);
   }
-  writer.finish({{"inputs", inputs},
-                 {"val_fraction", spec.val_fraction},
-                 {"shard_tokens", spec.shard_tokens}});
+  writer.finish({{"inputs", inputs}, {"shard_tokens", spec.shard_tokens}});
   p.finished = true;
   if (progress) progress(p);
   return summary;

@@ -8,10 +8,12 @@
 // input on ties), so every input is spread evenly along the stream and all end together. Nothing
 // is random: the same inputs and weights give the same shards.
 //
-// The split. Per input, with F = val_fraction in millionths (rounded), document j (counted from
+// The split. Per input, with F = its val_fraction in millionths (rounded), document j (counted from
 // 0 within one pass over the input) goes to validation when ceil((j+1) F / 10^6) > ceil(j F /
 // 10^6): documents 0, 1/f, 2/f, ... so ceil(n f) of the first n. A repeated document lands in
 // the same split every time, so validation never holds a training document of the same input.
+// A fraction of 1 sends every document of its input to validation: a split made beforehand is
+// kept as is by giving the training documents 0 and the validation documents 1.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,7 @@ struct PrepareSpec {
   std::vector<std::string> inputs;  // .txt / .jsonl files or directories of them
   std::vector<double> weights;      // one per input, or empty for all 1
   std::string out;                  // the shard directory to create
-  double val_fraction = 0.05;       // in [0, 1)
+  std::vector<double> val_fractions{0.05};  // in [0, 1]: one per input, or one for all
   int64_t shard_tokens = kDefaultShardTokens;
 };
 
