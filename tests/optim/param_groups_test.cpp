@@ -129,6 +129,32 @@ TEST(ParamGroups, DenseModelUsesItsHeadDim) {
   EXPECT_EQ(plan[0].describe(), "muon per-head 4 x [16, 64], decay");
 }
 
+// train.muon_per_head = false (the K2-style optimizer): every tensor the defaults split into heads
+// is orthogonalized whole; everything else keeps its default group.
+TEST(ParamGroups, WholeMatrixRulesUndoEveryPerHeadSplit) {
+  std::vector<ParamSlot> params;
+  for (const char* p : {"q_proj", "k_proj", "v_proj", "g_proj", "f_b_proj", "o_proj", "b_proj"})
+    params.push_back({std::string("model.layers.1.self_attn.") + p + ".weight", {256, 64}, 0});
+  for (const char* p : {"q_b_proj", "kv_b_proj", "g_proj"})  // an MLA layer
+    params.push_back({std::string("model.layers.3.self_attn.") + p + ".weight", {256, 64}, 0});
+  params.push_back({"model.layers.1.block_sparse_moe.experts.0.w1.weight", {32, 64}, 0});
+  const HeadSizes sizes{16, 32, 64, 16, 16};
+  const auto per_head = assign_param_groups(params, sizes);
+  const auto whole = assign_param_groups(params, sizes, whole_matrix_muon_rules());
+  int split = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    split += per_head[i].grouping == MuonGrouping::per_head;
+    EXPECT_NE(whole[i].grouping, MuonGrouping::per_head) << params[i].name;
+    if (per_head[i].grouping == MuonGrouping::per_head) {
+      EXPECT_EQ(whole[i].optimizer, OptimizerKind::muon) << params[i].name;
+      EXPECT_EQ(whole[i].block_shape, params[i].shape) << params[i].name;
+    } else {
+      EXPECT_EQ(whole[i].describe(), per_head[i].describe()) << params[i].name;
+    }
+  }
+  EXPECT_EQ(split, 8);  // KDA's q, k, v, g, f_b; MLA's q_b, kv_b, g
+}
+
 void expect_error(const std::vector<ParamSlot>& params, const std::vector<std::string>& rules,
                   const std::string& mention) {
   try {

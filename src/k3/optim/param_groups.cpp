@@ -159,44 +159,57 @@ const std::vector<std::string>& default_param_group_rules() {
   static const std::vector<std::string> rules = [] {
     std::vector<std::string> r = kFrozenRules;
     r.insert(r.end(), {
-      // Per-Head Muon: rows are per-head blocks.
-      "*.self_attn.q_proj.weight=muon:per_head(attn)",
-      "*.self_attn.k_proj.weight=muon:per_head(attn)",
-      "*.self_attn.v_proj.weight=muon:per_head(attn)",
-      "*.self_attn.g_proj.weight=muon:per_head(attn)",
-      "*.self_attn.f_b_proj.weight=muon:per_head(kda)",
-      "*.self_attn.q_b_proj.weight=muon:per_head(mla_qk)",
-      "*.self_attn.kv_b_proj.weight=muon:per_head(mla_kv)",
-      "*.block_sparse_moe.experts.*=muon:per_expert",
-      // Whole-matrix Muon.
-      "*.self_attn.f_a_proj.weight=muon",
-      "*.self_attn.o_proj.weight=muon",
-      "*.self_attn.q_a_proj.weight=muon",
-      "*.self_attn.kv_a_proj_with_mqa.weight=muon",
-      "*.block_sparse_moe.gate.weight=muon",
-      "*.block_sparse_moe.shared_experts.*=muon",
-      "*.block_sparse_moe.routed_expert_down_proj.weight=muon",
-      "*.block_sparse_moe.routed_expert_up_proj.weight=muon",
-      "*.mlp.gate_proj.weight=muon",
-      "*.mlp.up_proj.weight=muon",
-      "*.mlp.down_proj.weight=muon",
-      // The vision tower's and projector's matrices.
-      "vision_tower.encoder.blocks.*.wqkv.weight=muon",
-      "vision_tower.encoder.blocks.*.wo.weight=muon",
-      "vision_tower.encoder.blocks.*.mlp.fc*.weight=muon",
-      "mm_projector.proj.*.weight=muon",
-      // AdamW: KDA's per-head and per-channel parameters, convolutions, norms, AttnRes vectors,
-      // embeddings (the vision tower's patch and position embeddings too) and the output head.
-      "*.self_attn.b_proj.weight=adamw",
-      "*.self_attn.A_log=adamw",
-      "*.self_attn.dt_bias=adamw",
-      "*_conv1d.weight=adamw",
-      "*norm*.weight=adamw",
-      "*_res_proj.weight=adamw",
-      "*embed_tokens.weight=adamw",
-      "*lm_head.weight=adamw",
-      "vision_tower.patch_embed.*=adamw",
-    });
+                          // Per-Head Muon: rows are per-head blocks.
+                          "*.self_attn.q_proj.weight=muon:per_head(attn)",
+                          "*.self_attn.k_proj.weight=muon:per_head(attn)",
+                          "*.self_attn.v_proj.weight=muon:per_head(attn)",
+                          "*.self_attn.g_proj.weight=muon:per_head(attn)",
+                          "*.self_attn.f_b_proj.weight=muon:per_head(kda)",
+                          "*.self_attn.q_b_proj.weight=muon:per_head(mla_qk)",
+                          "*.self_attn.kv_b_proj.weight=muon:per_head(mla_kv)",
+                          "*.block_sparse_moe.experts.*=muon:per_expert",
+                          // Whole-matrix Muon.
+                          "*.self_attn.f_a_proj.weight=muon",
+                          "*.self_attn.o_proj.weight=muon",
+                          "*.self_attn.q_a_proj.weight=muon",
+                          "*.self_attn.kv_a_proj_with_mqa.weight=muon",
+                          "*.block_sparse_moe.gate.weight=muon",
+                          "*.block_sparse_moe.shared_experts.*=muon",
+                          "*.block_sparse_moe.routed_expert_down_proj.weight=muon",
+                          "*.block_sparse_moe.routed_expert_up_proj.weight=muon",
+                          "*.mlp.gate_proj.weight=muon",
+                          "*.mlp.up_proj.weight=muon",
+                          "*.mlp.down_proj.weight=muon",
+                          // The vision tower's and projector's matrices.
+                          "vision_tower.encoder.blocks.*.wqkv.weight=muon",
+                          "vision_tower.encoder.blocks.*.wo.weight=muon",
+                          "vision_tower.encoder.blocks.*.mlp.fc*.weight=muon",
+                          "mm_projector.proj.*.weight=muon",
+                          // AdamW: KDA's per-head and per-channel parameters, convolutions, norms,
+                          // AttnRes vectors,
+                          // embeddings (the vision tower's patch and position embeddings too) and
+                          // the output head.
+                          "*.self_attn.b_proj.weight=adamw",
+                          "*.self_attn.A_log=adamw",
+                          "*.self_attn.dt_bias=adamw",
+                          "*_conv1d.weight=adamw",
+                          "*norm*.weight=adamw",
+                          "*_res_proj.weight=adamw",
+                          "*embed_tokens.weight=adamw",
+                          "*lm_head.weight=adamw",
+                          "vision_tower.patch_embed.*=adamw",
+                      });
+    return r;
+  }();
+  return rules;
+}
+
+const std::vector<std::string>& whole_matrix_muon_rules() {
+  static const std::vector<std::string> rules = [] {
+    std::vector<std::string> r;
+    for (const std::string& rule : default_param_group_rules())
+      if (const size_t at = rule.find("=muon:per_head("); at != std::string::npos)
+        r.push_back(rule.substr(0, at) + "=muon");
     return r;
   }();
   return rules;

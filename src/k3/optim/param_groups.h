@@ -55,6 +55,8 @@ struct Assignment {
 
 // The K3 grouping of math §7, in the order it is tried.
 const std::vector<std::string>& default_param_group_rules();
+// The default rules' Per-Head Muon tensors under whole-matrix Muon (tried before the defaults).
+const std::vector<std::string>& whole_matrix_muon_rules();
 // Every trainable tensor under AdamW; what the defaults freeze stays frozen.
 const std::vector<std::string>& adamw_only_rules();
 // "rule, rule, ..." as a list (spaces around each rule dropped, empty ones skipped).

@@ -20,8 +20,8 @@ struct MixInput {
   std::unique_ptr<InputDocuments> docs;
   double val_fraction = 0;  // of its documents, held out
   double goal = 0;          // bytes to consume: weight x size
-  uint64_t consumed = 0;  // bytes, over all passes
-  int64_t index = 0;      // of the next document within the pass
+  uint64_t consumed = 0;    // bytes, over all passes
+  int64_t index = 0;        // of the next document within the pass
   bool pass_had_documents = false;
   InputSummary summary;
 
@@ -94,8 +94,9 @@ PrepareSummary prepare_shards(const PrepareSpec& spec, const Tokenizer& tokenize
     next->pass_had_documents = true;
     next->consumed += docs.bytes_read() - before;
     p.bytes_read += docs.bytes_read() - before;
-    const Split split =
-        is_validation_document(next->index++, next->val_fraction) ? Split::validation : Split::train;
+    const Split split = is_validation_document(next->index++, next->val_fraction)
+                            ? Split::validation
+                            : Split::train;
     const std::vector<int32_t> ids = tokenizer.encode(text);
     writer.add(split, ids);
     SplitCounts& c = split == Split::train ? next->summary.train : next->summary.validation;

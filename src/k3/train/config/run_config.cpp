@@ -89,6 +89,9 @@ const std::vector<RunField>& fields() {
           "gradient-norm limit; 0: off"),
     field("train.optimizer", &R::train, &T::optimizer, one_of({"muon", "adamw"}),
           "muon: K3's groups (Muon matrices, AdamW the rest); adamw: AdamW everywhere"),
+    field("train.muon_per_head", &R::train, &T::muon_per_head, on_off(),
+          "muon: attention's projections orthogonalized head by head (Per-Head Muon); false: "
+          "whole matrices"),
     field("train.optim_rules", &R::train, &T::optim_rules, any_text(),
           "extra parameter-group rules before the defaults: \"pattern=spec, ...\""),
     field("train.schedule", &R::train, &T::schedule, one_of({"cosine", "wsd", "constant"}),

@@ -48,6 +48,7 @@ struct TrainSection {
   double eps = 1e-8;
   double grad_clip = 1.0;          // global gradient norm limit; 0 disables clipping
   std::string optimizer = "muon";  // "muon" (K3's parameter groups) or "adamw" (AdamW for all)
+  bool muon_per_head = true;  // false: the per-head rules orthogonalize whole matrices
   // Extra rules tried before the defaults: "pattern=spec, pattern=spec" (optim/param_groups.h).
   std::string optim_rules;
   std::string schedule = "cosine";     // cosine, wsd or constant

@@ -76,8 +76,10 @@ std::vector<optim::Assignment> optimizer_plan(const std::vector<optim::ParamSlot
                                               const model::ModelConfig& mc,
                                               const TrainSection& train) {
   std::vector<std::string> rules = optim::split_rules(train.optim_rules);
-  if (train.optimizer == "adamw")
-    rules.insert(rules.end(), optim::adamw_only_rules().begin(), optim::adamw_only_rules().end());
+  const std::vector<std::string>& extra = train.optimizer == "adamw" ? optim::adamw_only_rules()
+                                          : !train.muon_per_head ? optim::whole_matrix_muon_rules()
+                                                                 : std::vector<std::string>{};
+  rules.insert(rules.end(), extra.begin(), extra.end());
   return optim::assign_param_groups(slots, parallel::head_sizes(mc), rules);
 }
 
