@@ -111,7 +111,8 @@ void add_sweep(CLI::App& app) {
     }
     const std::vector<sweep::JobResult> results = sweep::read_results(spec.out, jobs);
     compare(spec, jobs, results, "val_loss", *a);
-    if (!spec.val_data.empty()) compare(spec, jobs, results, "ood_loss", *a);
+    for (const std::string& text : spec.val_data)
+      compare(spec, jobs, results, sweep::ood_column(text), *a);
   });
 }
 

@@ -20,8 +20,12 @@ using scaling::LawForm;
 double loss_of(const JobResult& r, const std::string& column) {
   if (column == "val_loss") return r.val_loss;
   if (column == "val_loss_smoothed") return r.val_loss_smoothed;
-  if (column == "ood_loss") return r.ood_loss;
-  throw Error("unknown loss column " + column + " (val_loss, val_loss_smoothed or ood_loss)",
+  if (column.starts_with("ood_")) {
+    const auto it = r.ood.find(column);
+    return it == r.ood.end() ? NAN : it->second;
+  }
+  throw Error("unknown loss column " + column +
+                  " (val_loss, val_loss_smoothed or ood_ and a val_data text's name)",
               {"", "--loss", -1});
 }
 
@@ -208,7 +212,7 @@ std::string describe(const Comparison& c, double entropy_floor) {
     term("alpha", scaling::kAlpha, a.law.alpha, false);
     term("B", scaling::kLogB, a.law.B, true);
     term("beta", scaling::kBeta, a.law.beta, false);
-    if (std::isfinite(entropy_floor) && c.loss_column != "ood_loss")
+    if (std::isfinite(entropy_floor) && !c.loss_column.starts_with("ood_"))
       s += strprintf("  E beside the corpus's entropy floor %.4f: %+.4f\n", entropy_floor,
                      a.law.E - entropy_floor);
   }

@@ -50,7 +50,7 @@ struct Reference {
 };
 
 struct Comparison {
-  std::string loss_column;  // val_loss, val_loss_smoothed or ood_loss
+  std::string loss_column;  // val_loss, val_loss_smoothed or an ood_ column
   std::vector<ArmFit> arms;
   std::vector<Reference> references;  // at each of the first arm's optima, smallest first
   int resamples = 0;

@@ -31,6 +31,31 @@ void refuse_owned_keys(const std::vector<std::pair<std::string, std::string>>& s
                    "set by the sweep for each job; remove it here");
 }
 
+// A job's run.toml as planned in a checkout that has moved since (a clone elsewhere of a sweep
+// directory kept in a repository): its paths hold the old location where the plan holds the new
+// one. The location is what precedes the job's own model.json path in both, and every path
+// under the old one is moved to the new one; text planned in place comes back unchanged.
+std::string relocated(const std::string& text, const std::string& path,
+                      const train::RunConfig& plan) {
+  const std::string was = train::parse_run_config(text, path).model.config;
+  const std::string is = plan.model.config;
+  size_t common = 0;  // the shared tail, cut at a '/'
+  while (common < was.size() && common < is.size() &&
+         was[was.size() - 1 - common] == is[is.size() - 1 - common])
+    ++common;
+  const size_t tail = is.find('/', is.size() - common);
+  if (was == is || tail == std::string::npos || tail == 0) return text;
+  const std::string from = was.substr(0, was.size() - (is.size() - tail)) + "/";
+  const std::string to = is.substr(0, tail) + "/";
+  std::string out;
+  for (size_t at = 0;;) {
+    const size_t hit = text.find("\"" + from, at);
+    if (hit == std::string::npos) return out + text.substr(at);
+    out += text.substr(at, hit - at) + "\"" + to;
+    at = hit + 1 + from.size();
+  }
+}
+
 }  // namespace
 
 std::vector<Job> plan_jobs(const SweepSpec& spec) {
@@ -72,6 +97,11 @@ std::vector<Job> plan_jobs(const SweepSpec& spec) {
         for (double lr : spec.lrs)
           for (int64_t batch : batches)
             for (int64_t seed : seeds) {
+              const bool every_seed =
+                  spec.seed_sizes.empty() || std::find(spec.seed_sizes.begin(),
+                                                       spec.seed_sizes.end(),
+                                                       target) != spec.seed_sizes.end();
+              if (seed != seeds.front() && !every_seed) continue;
               Job j;
               j.arm = arm.name;
               j.target = target;
@@ -142,7 +172,7 @@ void write_job_files(const Job& job, const std::string& out) {
           model_text)
     refuse(model_json, "another model: the preset changed");
   if (file_exists(run_toml)) {
-    const std::string before = read_file(run_toml);
+    const std::string before = relocated(read_file(run_toml), run_toml, job.config);
     if (before != run_text) {
       const auto changes =
           train::changed_fields(train::parse_run_config(before, run_toml), job.config);
@@ -150,6 +180,7 @@ void write_job_files(const Job& job, const std::string& out) {
                                        : changes.front().key + ": " + changes.front().from +
                                              " -> " + changes.front().to);
     }
+    if (before != read_file(run_toml)) write_file_atomic(run_toml, run_text);  // it moved
   }
   if (!file_exists(model_json)) write_file_atomic(model_json, model_text);
   if (!file_exists(run_toml)) write_file_atomic(run_toml, run_text);

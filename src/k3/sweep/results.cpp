@@ -37,7 +37,13 @@ JobResult read_job_result(const std::string& job_dir) {
   if (j.contains("reason") && j.at("reason").is_string()) r.reason = j.at("reason");
   r.val_loss = number_of(j, "val_loss");
   r.val_loss_smoothed = number_of(j, "val_loss_smoothed");
-  r.ood_loss = number_of(j, "ood_loss");
+  if (j.contains("val_curve") && j.at("val_curve").is_array())
+    for (const json& point : j.at("val_curve"))
+      if (point.is_array() && point.size() == 2 && point[0].is_number() && point[1].is_number())
+        r.val_curve.emplace_back(point[0].get<int64_t>(), point[1].get<double>());
+  if (j.contains("ood") && j.at("ood").is_object())
+    for (const auto& [column, loss] : j.at("ood").items())
+      if (loss.is_number()) r.ood[column] = loss.get<double>();
   r.seconds = number_of(j, "seconds");
   return r;
 }
@@ -46,7 +52,8 @@ void write_job_result(const std::string& job_dir, const JobResult& r) {
   json j = {{"status", r.status},
             {"val_loss", number_or_null(r.val_loss)},
             {"val_loss_smoothed", number_or_null(r.val_loss_smoothed)},
-            {"ood_loss", number_or_null(r.ood_loss)},
+            {"ood", r.ood},
+            {"val_curve", r.val_curve},
             {"seconds", number_or_null(r.seconds)}};
   if (!r.reason.empty()) j["reason"] = r.reason;
   write_file_atomic(job_dir + "/result.json", j.dump(2) + "\n");
@@ -71,11 +78,13 @@ double smoothed_final(const train::MetricSeries& c) {
   return mean_y + slope * (c.steps.back() - mean_x);
 }
 
-std::string results_csv(const std::vector<Job>& jobs, const std::vector<JobResult>& results) {
+std::string results_csv(const std::vector<Job>& jobs, const std::vector<JobResult>& results,
+                        const std::vector<std::string>& ood_columns) {
   std::string out =
       "job,arm,target_params,params,params_total,hidden,layers,tokens,tokens_per_param,lr,"
-      "batch_size,seed,steps,flops_6nd,flops_exact,val_loss,val_loss_smoothed,ood_loss,seconds,"
-      "status\n";
+      "batch_size,seed,steps,flops_6nd,flops_exact,val_loss,val_loss_smoothed,";
+  for (const std::string& c : ood_columns) out += c + ",";
+  out += "seconds,status\n";
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& j = jobs[i];
     const JobResult& r = results[i];
@@ -87,8 +96,12 @@ std::string results_csv(const std::vector<Job>& jobs, const std::vector<JobResul
                      static_cast<double>(j.tokens) / static_cast<double>(j.shape.params), j.lr,
                      static_cast<long long>(j.batch_size), static_cast<long long>(j.seed),
                      static_cast<long long>(j.steps), j.flops_6nd, j.flops_exact);
-    out += csv_number(r.val_loss) + "," + csv_number(r.val_loss_smoothed) + "," +
-           csv_number(r.ood_loss) + "," + csv_number(r.seconds) + "," +
+    out += csv_number(r.val_loss) + "," + csv_number(r.val_loss_smoothed) + ",";
+    for (const std::string& c : ood_columns) {
+      const auto it = r.ood.find(c);
+      out += csv_number(it == r.ood.end() ? NAN : it->second) + ",";
+    }
+    out += csv_number(r.seconds) + "," +
            (r.ended() ? r.status : std::string("pending")) + "\n";
   }
   return out;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,9 @@ struct JobResult {
   std::string reason;              // why it failed: the last line the job printed
   double val_loss = NAN;           // at the last step
   double val_loss_smoothed = NAN;  // see smoothed_final
-  double ood_loss = NAN;           // on sweep.val_data, when given
+  // Every evaluation of the run: (step, validation loss), the learning curve in brief.
+  std::vector<std::pair<int64_t, double>> val_curve;
+  std::map<std::string, double> ood;  // per sweep.val_data text: its column (ood_column) -> loss
   double seconds = NAN;            // wall time of its processes, summed over resumptions
   bool ended() const { return !status.empty(); }
 };
@@ -29,7 +32,9 @@ void write_job_result(const std::string& job_dir, const JobResult& result);
 // CURVE: the run's "val_loss" series (train::read_metrics).
 double smoothed_final(const train::MetricSeries& curve);
 
-// One row per job: its coordinates, N, D, FLOPs (6ND and the model's exact count), the losses.
-std::string results_csv(const std::vector<Job>& jobs, const std::vector<JobResult>& results);
+// One row per job: its coordinates, N, D, FLOPs (6ND and the model's exact count), the losses
+// (one column per OOD_COLUMNS entry, as ood_column names them).
+std::string results_csv(const std::vector<Job>& jobs, const std::vector<JobResult>& results,
+                        const std::vector<std::string>& ood_columns);
 
 }  // namespace k3::sweep

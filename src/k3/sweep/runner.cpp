@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
+#include <map>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -53,7 +54,7 @@ void add_seconds(const std::string& job_dir, double s) {
 struct Running {
   size_t job;
   pid_t pid;
-  bool evaluating = false;  // the eval on sweep.val_data, after training
+  int evaluating = -1;  // the sweep.val_data text it scores after training; -1: training
   Timer since;
 };
 
@@ -70,13 +71,22 @@ std::string results_path(const SweepSpec& spec) { return spec.out + "/" + spec.n
 SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
                        const RunnerOptions& options) {
   const std::string out = fs::absolute(spec.out).lexically_normal().string();
-  const std::string& val_data = spec.val_data;
-  const int64_t val_batches = spec.val_batches;
+  const std::vector<std::string>& val_data = spec.val_data;
+  std::vector<std::string> ood_columns;
+  for (const std::string& v : val_data) ood_columns.push_back(ood_column(v));
   std::vector<JobResult> results = read_results(out, jobs);
-  // A job that ended under a sweep file without val_data is scored on it now, not retrained.
-  auto scored_only = [&](size_t i) {
-    return results[i].status == "done" && !val_data.empty() && std::isnan(results[i].ood_loss);
+  // The first val_data text R has no loss on yet (val_data.size(): none).
+  auto unscored = [&](const JobResult& r) {
+    size_t k = 0;
+    while (k < val_data.size() && r.ood.count(ood_columns[k])) ++k;
+    return k;
   };
+  // A job that ended under a sweep file without some val_data text is scored on it now, not
+  // retrained (its final checkpoint is still in its run directory).
+  auto scored_only = [&](size_t i) {
+    return results[i].status == "done" && unscored(results[i]) < val_data.size();
+  };
+  std::map<size_t, JobResult> scoring;  // trained jobs whose texts are being scored
   std::deque<size_t> queue;
   for (size_t i = 0; i < jobs.size(); ++i)
     if (!results[i].ended() || (options.retry_failed && results[i].status == "failed") ||
@@ -84,7 +94,7 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
       queue.push_back(i);
   for (const Job& j : jobs) write_job_files(j, out);  // refuses jobs planned otherwise before
   const std::string csv = results_path(spec);
-  write_file_atomic(csv, results_csv(jobs, results));
+  write_file_atomic(csv, results_csv(jobs, results, ood_columns));
 
   g_stop = 0;
   struct sigaction sa {
@@ -107,7 +117,7 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
                               running.size(), queue.size());
     for (const Running& r : running) {
       const Job& j = jobs[r.job];
-      s += r.evaluating ? strprintf(" | %s eval", j.id.c_str())
+      s += r.evaluating >= 0 ? strprintf(" | %s eval", j.id.c_str())
                         : strprintf(" | %s %lld/%lld", j.id.c_str(),
                                     static_cast<long long>(steps_recorded(j.config.run.dir)),
                                     static_cast<long long>(j.steps));
@@ -117,22 +127,26 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
   auto say = [&](const std::string& line) {
     std::fprintf(stderr, live ? "\r\033[K%s\n" : "%s\n", line.c_str());
   };
-  auto start = [&](size_t i, bool evaluate) {
+  // EVALUATE: the index of the val_data text to score, or -1 to train.
+  auto start = [&](size_t i, int evaluate) {
     const Job& j = jobs[i];
     const std::string dir = j.dir(out), run = j.config.run.dir;
     std::vector<std::string> args = {options.k3lab};
-    if (evaluate) {
-      args.insert(args.end(), {"eval", "--checkpoint", run, "--data", val_data, "--batches",
-                               std::to_string(val_batches), "--json"});
+    const std::string log =
+        evaluate >= 0 ? dir + "/eval-" + ood_columns[static_cast<size_t>(evaluate)] + ".log"
+                      : dir + "/train.log";
+    if (evaluate >= 0) {
+      args.insert(args.end(), {"eval", "--checkpoint", run, "--data",
+                               val_data[static_cast<size_t>(evaluate)], "--batches",
+                               std::to_string(spec.val_batches), "--json"});
     } else if (has_checkpoint(run)) {
       args.insert(args.end(), {"train", "--resume", run, "--quiet"});
     } else {
       fs::remove_all(run);  // started, but killed before its first checkpoint: start again
       args.insert(args.end(), {"train", "--config", dir + "/run.toml", "--quiet"});
     }
-    running.push_back(
-        {i, spawn(args, dir + (evaluate ? "/eval.log" : "/train.log")), evaluate, {}});
-    if (!live && !evaluate) say("started  " + j.id);
+    running.push_back({i, spawn(args, log), evaluate, {}});
+    if (!live && evaluate < 0) say("started  " + j.id);
   };
   auto finish = [&](size_t i, JobResult r) {
     const std::string dir = jobs[i].dir(out);
@@ -140,24 +154,27 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
     write_job_result(dir, r);
     results[i] = r;
     (r.status == "done" ? p.done : p.failed) += 1;
-    write_file_atomic(csv, results_csv(jobs, results));
-    say(r.status == "done"
-            ? strprintf(
-                  "done     %s: val_loss %.4f%s (%s)", jobs[i].id.c_str(), r.val_loss,
-                  std::isfinite(r.ood_loss)
-                      ? strprintf(", on %s %.4f", fs::path(val_data).filename().c_str(), r.ood_loss)
-                            .c_str()
-                      : "",
-                  train::format_duration(r.seconds).c_str())
-            : strprintf("failed   %s: %s", jobs[i].id.c_str(), r.reason.c_str()));
+    write_file_atomic(csv, results_csv(jobs, results, ood_columns));
+    std::string scores;
+    for (const auto& [column, loss] : r.ood) scores += strprintf(", %s %.4f", column.c_str(), loss);
+    say(r.status == "done" ? strprintf("done     %s: val_loss %.4f%s (%s)", jobs[i].id.c_str(),
+                                       r.val_loss, scores.c_str(),
+                                       train::format_duration(r.seconds).c_str())
+                           : strprintf("failed   %s: %s", jobs[i].id.c_str(), r.reason.c_str()));
   };
 
   Timer since_draw;
   bool forwarded = false;
   while (!queue.empty() || !running.empty()) {
     while (!g_stop && !queue.empty() && static_cast<int64_t>(running.size()) < options.parallel) {
-      start(queue.front(), scored_only(queue.front()));
+      const size_t i = queue.front();
       queue.pop_front();
+      if (scored_only(i)) {
+        scoring[i] = results[i];
+        start(i, static_cast<int>(unscored(results[i])));
+      } else {
+        start(i, -1);
+      }
     }
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
@@ -194,18 +211,34 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
     if (code != 0) {
       JobResult f;
       f.status = "failed";
-      f.reason = last_line(dir + (r.evaluating ? "/eval.log" : "/train.log"));
+      f.reason = last_line(r.evaluating >= 0
+                               ? dir + "/eval-" + ood_columns[static_cast<size_t>(r.evaluating)] +
+                                     ".log"
+                               : dir + "/train.log");
+      scoring.erase(r.job);
       finish(r.job, f);
-    } else if (!r.evaluating && !val_data.empty()) {
-      start(r.job, true);
-    } else {
-      JobResult d;
+      continue;
+    }
+    if (r.evaluating < 0) {
+      JobResult& d = scoring[r.job];
+      d = {};
       d.status = "done";
       const train::MetricSeries curve =
           train::read_metrics(train::metrics_path(j.config.run.dir))["val_loss"];
       d.val_loss = curve.values.empty() ? NAN : curve.values.back();
       d.val_loss_smoothed = smoothed_final(curve);
-      if (r.evaluating) d.ood_loss = eval_loss_from_log(dir + "/eval.log");
+      for (size_t k = 0; k < curve.values.size(); ++k)
+        d.val_curve.emplace_back(std::llround(curve.steps[k]), curve.values[k]);
+    } else {
+      const size_t k = static_cast<size_t>(r.evaluating);
+      scoring[r.job].ood[ood_columns[k]] =
+          eval_loss_from_log(dir + "/eval-" + ood_columns[k] + ".log");
+    }
+    if (const size_t next = unscored(scoring[r.job]); next < val_data.size()) {
+      start(r.job, static_cast<int>(next));
+    } else {
+      const JobResult d = scoring[r.job];
+      scoring.erase(r.job);
       finish(r.job, d);
     }
   }

@@ -2,6 +2,7 @@
 
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <filesystem>
@@ -121,6 +122,23 @@ std::string string_at(const toml::table& t, const std::string& name, const std::
   return n->as_string()->get();
 }
 
+// A string or a list of strings.
+std::vector<std::string> strings_at(const toml::table& t, const std::string& name,
+                                    const std::string& path, const std::string& key) {
+  const toml::node* n = t.get(name);
+  if (!n) return {};
+  if (n->is_string()) return {n->as_string()->get()};
+  const toml::array* a = n->as_array();
+  K3_CHECK_CTX(a && !a->empty(), at(path, key), "expected a string or a list of strings, found ",
+               n->type());
+  std::vector<std::string> out;
+  for (const toml::node& v : *a) {
+    K3_CHECK_CTX(v.is_string(), at(path, key), "expected strings, found ", v.type());
+    out.push_back(v.as_string()->get());
+  }
+  return out;
+}
+
 // PATH as written, next to the sweep file, then in the working directory; must exist.
 std::string find_input(const std::string& name, const std::string& sweep_path,
                        const std::string& key) {
@@ -152,7 +170,7 @@ SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path
   K3_CHECK_CTX(s, at(path, "sweep"), "a [sweep] table is required");
   check_keys(*s,
              {"out", "parallel", "threads", "sizes", "tokens_per_param", "flops", "lr",
-              "batch_size", "seeds", "evals", "config", "val_data", "val_batches"},
+              "batch_size", "seeds", "seed_sizes", "evals", "config", "val_data", "val_batches"},
              path, "sweep.");
 
   SweepSpec spec;
@@ -179,8 +197,26 @@ SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path
   spec.seeds = list_of<int64_t>(*s, "seeds", path, "sweep");
   if (const std::string c = string_at(*s, "config", path, "sweep.config"); !c.empty())
     spec.base_config = find_input(c, path, "sweep.config");
-  if (const std::string v = string_at(*s, "val_data", path, "sweep.val_data"); !v.empty())
-    spec.val_data = find_input(v, path, "sweep.val_data");
+  spec.seed_sizes = list_of<double>(*s, "seed_sizes", path, "sweep");
+  for (double size : spec.seed_sizes)
+    K3_CHECK_CTX(std::find(spec.sizes.begin(), spec.sizes.end(), size) != spec.sizes.end(),
+                 at(path, "sweep.seed_sizes"), size, " is not one of sweep.sizes");
+  K3_CHECK_CTX(spec.seed_sizes.empty() || spec.seeds.size() >= 2, at(path, "sweep.seed_sizes"),
+               "names the sizes that run every seed: list two seeds or more in sweep.seeds");
+  spec.val_data = strings_at(*s, "val_data", path, "sweep.val_data");
+  std::set<std::string> columns;
+  for (std::string& v : spec.val_data) {
+    v = find_input(v, path, "sweep.val_data");
+    const std::string stem = fs::path(v).stem().string();
+    K3_CHECK_CTX(!stem.empty() && stem.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
+                                      std::string::npos,
+                 at(path, "sweep.val_data"), v,
+                 ": its name (before the extension) names its results column, so it may hold "
+                 "only letters, digits, _ and -");
+    K3_CHECK_CTX(columns.insert(stem).second, at(path, "sweep.val_data"),
+                 "two texts named ", stem, ": their results columns would clash");
+  }
   if (const toml::table* set = root["set"].as_table()) flatten(*set, "", path, spec.settings);
 
   const toml::array* arms = root["arm"].as_array();
@@ -206,6 +242,10 @@ SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path
     spec.arms.push_back(std::move(arm));
   }
   return spec;
+}
+
+std::string ood_column(const std::string& val_data_path) {
+  return "ood_" + fs::path(val_data_path).stem().string();
 }
 
 SweepSpec load_sweep_spec(const std::string& path) {

@@ -31,13 +31,18 @@ struct SweepSpec {
   std::vector<double> lrs;
   std::vector<int64_t> batch_sizes;  // empty: the run config's train.batch_size
   std::vector<int64_t> seeds;        // model.seed values; empty: the run config's
+  std::vector<double> seed_sizes;    // the sizes that run every seed; empty: all (others: the first)
   int64_t evals = 10;                // validation evaluations per job (the last at its end)
   std::string base_config;           // a run-config TOML every job starts from ("": defaults)
   std::vector<std::pair<std::string, std::string>> settings;  // every job's "section.key" -> value
-  std::string val_data;     // a text file every finished job is also scored on ("": none)
-  int64_t val_batches = 0;  // its validation batches (0: all)
+  // Texts every finished job is also scored on, each reported as the column "ood_" + its stem.
+  std::vector<std::string> val_data;
+  int64_t val_batches = 0;  // their validation batches (0: all)
   std::vector<Arm> arms;
 };
+
+// The results column of an out-of-distribution text: "ood_" + the file's stem.
+std::string ood_column(const std::string& val_data_path);
 
 // Parses the sweep file; every error names the file and the key.
 SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path);
