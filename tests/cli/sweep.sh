@@ -73,6 +73,19 @@ echo "ok: 16 jobs, optima, the law of k3lab fit, multiplier 1"
 ! grep -q '^started' "$WORK/again.err" || fail "a finished job ran again: $(cat "$WORK/again.err")"
 echo "ok: a finished sweep reruns nothing"
 
+# What a repository keeps of a sweep (every job's files but its run directory, where the
+# checkpoints are), cloned elsewhere: nothing runs again, the table is the same.
+mkdir "$WORK/clone"
+(cd "$WORK" && tar cf - --exclude=run ab) | (cd "$WORK/clone" && tar xf -)
+sed "s#^out = .*#out = \"$WORK/clone/ab\"#" "$WORK/ab.toml" > "$WORK/clone/ab.toml"
+"$K3LAB" sweep "$WORK/clone/ab.toml" > "$WORK/clone.out" 2> "$WORK/clone.err" ||
+  fail "sweep of the clone: $(cat "$WORK/clone.err")"
+! grep -q '^started' "$WORK/clone.err" || fail "the clone ran a finished job again: $(cat "$WORK/clone.err")"
+cmp "$WORK/ab/ab.csv" "$WORK/clone/ab/ab.csv" || fail "the clone's table differs"
+grep -q "\"$WORK/clone/ab/jobs/" "$WORK/clone/ab/jobs/a-n7000-tpp0.5-lr0.01-b8-s1234/run.toml" ||
+  fail "the clone's run.toml still points at the original"
+echo "ok: the kept files of a finished sweep, elsewhere, rerun nothing"
+
 # Killed: a small job finishes, the next is killed after its first checkpoint, with the sweep.
 sweep_file kill "7e3, 35e3" 4 "1e-2" 1 a > "$WORK/kill.toml"
 "$K3LAB" sweep "$WORK/kill.toml" > /dev/null 2>&1 &
