@@ -32,6 +32,8 @@ PACKAGES=(
   crun busybox-static
   # `k3lab report`'s page, rendered headless by its test
   chromium
+  # scripts/real-corpus.sh (and its test): man pages rendered as text, the King James Bible's reader
+  man-db groff-base bible-kjv
 )
 
 if [ $# -gt 0 ]; then PACKAGES=("$@"); fi
