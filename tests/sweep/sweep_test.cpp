@@ -7,6 +7,7 @@
 
 #include "common/test_util.h"
 #include "k3/base/error.h"
+#include "k3/base/fs.h"
 #include "k3/model/model.h"
 #include "k3/sweep/compare.h"
 #include "k3/sweep/jobs.h"
@@ -449,6 +450,146 @@ TEST(SweepJobs, TokensStepsAndFlops) {
   }
   EXPECT_LT(jobs[0].shape.params, jobs[2].shape.params);  // smaller models first
   EXPECT_EQ(jobs[0].id, "a-n20000-tpp10-lr0.001-b4-s1234");
+}
+
+// val_data: one text or a list, each its own results column "ood_" + its stem; two texts of one
+// stem, or a stem with other characters than letters, digits, _ and -, are refused.
+TEST(SweepSpec, ValDataIsATextOrAListOfThem) {
+  testing::TempDir dir("k3_sweep_val_data");
+  const std::string english = dir.file("english.txt", "a"),
+                    french = dir.file("french_1-b.txt", "b");
+  fs::create_directories(dir.path() + "/other");
+  const std::string english_too = dir.file("other/english.md", "c");
+  const std::string ok = "[sweep]\nout = \"x\"\nsizes = [1e4]\ntokens_per_param = 20\nlr = 1e-3\n";
+  auto with = [&](const std::string& val_data) {
+    return spec_of(ok + "val_data = " + val_data + "\n" + kArm);
+  };
+  const SweepSpec one = with("\"" + english + "\"");
+  ASSERT_EQ(one.val_data, std::vector<std::string>{english});
+  EXPECT_EQ(ood_column(one.val_data[0]), "ood_english");
+  const SweepSpec two = with("[\"" + english + "\", \"" + french + "\"]");
+  ASSERT_EQ(two.val_data, (std::vector<std::string>{english, french}));
+  EXPECT_EQ(ood_column(two.val_data[1]), "ood_french_1-b");
+  EXPECT_TRUE(spec_of(ok + kArm).val_data.empty());
+
+  EXPECT_NE(error_of([&] {
+              with("[\"" + english + "\", \"" + english_too + "\"]");
+            }).find("field sweep.val_data: two texts named english"),
+            std::string::npos);
+  for (const char* bad : {"two words.txt", "a.b.txt", "é.txt"}) {
+    const std::string path = dir.file(bad, "d");
+    EXPECT_NE(error_of([&] { with("\"" + path + "\""); }).find("may hold only letters, digits"),
+              std::string::npos)
+        << bad;
+  }
+  for (const std::string& bad : {std::string("[]"), std::string("3"), "[\"" + english + "\", 3]"})
+    EXPECT_NE(error_of([&] { with(bad); }).find("field sweep.val_data: expected"),
+              std::string::npos)
+        << bad;
+  EXPECT_NE(error_of([&] { with("\"" + dir.path() + "/nope.txt\""); }).find("no such file"),
+            std::string::npos);
+}
+
+// seed_sizes: the sizes that run every seed; the others run the first seed only. A size not in
+// sweep.sizes, or fewer than two seeds, is refused.
+TEST(SweepJobs, SeedSizesRunTheExtraSeedsThereOnly) {
+  const std::string grid =
+      "[sweep]\nout = \"/tmp/k3-sweep-test\"\nsizes = [2e4, 8e4]\ntokens_per_param = 10\n"
+      "lr = [1e-3, 3e-3]\n";
+  const std::string set = "[set]\ndata.seq_len = 32\ntrain.batch_size = 4\n";
+  const std::vector<Job> jobs =
+      plan_jobs(spec_of(grid + "seeds = [5, 6, 7]\nseed_sizes = [8e4]\n" + set + kArm));
+  std::map<double, std::multiset<int64_t>> seeds;  // target -> seeds over its jobs
+  for (const Job& j : jobs) seeds[j.target].insert(j.seed);
+  EXPECT_EQ(seeds[2e4], (std::multiset<int64_t>{5, 5}));
+  EXPECT_EQ(seeds[8e4], (std::multiset<int64_t>{5, 5, 6, 6, 7, 7}));
+  EXPECT_EQ(jobs.size(), 8u);
+  EXPECT_EQ(plan_jobs(spec_of(grid + "seeds = [5, 6]\n" + set + kArm)).size(), 8u);  // all sizes
+
+  EXPECT_NE(error_of([&] {
+              spec_of(grid + "seeds = [5, 6]\nseed_sizes = [5e4]\n" + kArm);
+            }).find("field sweep.seed_sizes: 50000 is not one of sweep.sizes"),
+            std::string::npos);
+  for (const char* seeds_line : {"seeds = [5]\n", ""})
+    EXPECT_NE(error_of([&] { spec_of(grid + seeds_line + "seed_sizes = [8e4]\n" + kArm); })
+                  .find("field sweep.seed_sizes: names the sizes that run every seed: list two "
+                        "seeds or more"),
+              std::string::npos)
+        << seeds_line;
+}
+
+// result.json keeps every loss, the learning curve and the out-of-distribution losses; a result
+// written before it had them reads with none.
+TEST(SweepResults, ResultJsonRoundTripsTheCurveAndTheOodLosses) {
+  testing::TempDir dir("k3_sweep_result");
+  JobResult r;
+  r.status = "done";
+  r.val_loss = 1.0 / 3;
+  r.val_loss_smoothed = 0.3;
+  r.val_curve = {{10, 4.5}, {20, 2.0 / 3}, {30, 1.0 / 3}};
+  r.ood = {{"ood_english", 4.25}, {"ood_french_1-b", 5.0 / 7}};
+  r.seconds = 12.5;
+  write_job_result(dir.path(), r);
+  const JobResult back = read_job_result(dir.path());
+  EXPECT_EQ(back.status, "done");
+  EXPECT_EQ(back.val_loss, r.val_loss);
+  EXPECT_EQ(back.val_loss_smoothed, r.val_loss_smoothed);
+  EXPECT_EQ(back.val_curve, r.val_curve);
+  EXPECT_EQ(back.ood, r.ood);
+  EXPECT_EQ(back.seconds, r.seconds);
+
+  JobResult failed;
+  failed.status = "failed";
+  failed.reason = "5 non-finite steps in a row";
+  write_job_result(dir.path(), failed);
+  const JobResult f = read_job_result(dir.path());
+  EXPECT_EQ(f.reason, failed.reason);
+  EXPECT_TRUE(std::isnan(f.val_loss));
+  EXPECT_TRUE(f.val_curve.empty());
+  EXPECT_TRUE(f.ood.empty());
+
+  dir.file("result.json", R"({"status": "done", "val_loss": 1.5, "val_loss_smoothed": 1.4,
+                              "ood_loss": 3.0, "seconds": 2})");
+  const JobResult old = read_job_result(dir.path());
+  EXPECT_EQ(old.val_loss, 1.5);
+  EXPECT_TRUE(old.val_curve.empty());
+  EXPECT_TRUE(old.ood.empty());
+}
+
+// A sweep directory that moved (a clone elsewhere): a job's run.toml planned under A/x/out is
+// accepted under B/out and rewritten with the new paths; a changed setting is still refused.
+TEST(SweepJobs, AMovedSweepDirectoryKeepsItsJobs) {
+  testing::TempDir dir("k3_sweep_moved");
+  auto plan = [&](const std::string& out, const std::string& warmup) {
+    return plan_jobs(spec_of("[sweep]\nout = \"" + out +
+                             "\"\nsizes = [2e4]\ntokens_per_param = 10\nlr = 1e-3\nthreads = 1\n"
+                             "[set]\ndata.seq_len = 32\ntrain.batch_size = 4\n"
+                             "train.warmup_fraction = " +
+                             warmup + "\n" + kArm))
+        .front();
+  };
+  const std::string was = dir.path() + "/a/x/out", is = dir.path() + "/b/out",
+                    edited = dir.path() + "/c/out";
+  write_job_files(plan(was, "0.05"), was);
+  for (const std::string& to : {is, edited}) {
+    fs::create_directories(fs::path(to).parent_path());
+    fs::copy(was, to, fs::copy_options::recursive);
+  }
+  const Job moved = plan(is, "0.05");
+  const std::string run_toml = moved.dir(is) + "/run.toml";
+  ASSERT_NE(read_file(run_toml).find(was + "/jobs/"), std::string::npos);
+  EXPECT_NO_THROW(write_job_files(moved, is));
+  EXPECT_EQ(read_file(run_toml), train::to_toml(moved.config));
+  EXPECT_EQ(read_file(run_toml).find(was), std::string::npos);
+  EXPECT_NO_THROW(write_job_files(moved, is));  // and again, now in place
+
+  const Job changed = plan(edited, "0.1");
+  const std::string before = read_file(changed.dir(edited) + "/run.toml");
+  EXPECT_NE(error_of([&] {
+              write_job_files(changed, edited);
+            }).find("was planned with other settings (train.warmup_fraction: 0.05 -> 0.1)"),
+            std::string::npos);
+  EXPECT_EQ(read_file(changed.dir(edited) + "/run.toml"), before);
 }
 
 }  // namespace
