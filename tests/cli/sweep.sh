@@ -3,7 +3,8 @@
 # learning rate per size, the same law `k3lab fit` finds on those optima, a compute multiplier of
 # exactly 1); a second invocation reruns nothing; a sweep killed with SIGKILL leaves no job
 # running and, run again, resumes its half-run job from its checkpoint to the loss of a sweep never
-# interrupted, without rerunning the finished one; mistakes are refused in one line.
+# interrupted, without rerunning the finished one; mistakes are refused in one line; the comparison
+# alone on results written by hand: an arm at two sizes compared point by point, with seed noise.
 source "$(dirname "$0")/common.sh"
 export OMP_NUM_THREADS=1
 PY=/usr/bin/python3
@@ -125,3 +126,39 @@ sweep_file x "7e3, 7.5e3" 1 "1e-2" 1 a > "$WORK/same.toml"
 expect_error "sizes 7000 and 7500 give the same model" "$K3LAB" sweep "$WORK/same.toml" --list
 sed 's/^evals = 4/evals = 4\ncolour = 1/' "$WORK/same.toml" > "$WORK/unknown.toml"
 expect_error "field sweep.colour: unknown key" "$K3LAB" sweep "$WORK/unknown.toml"
+
+# The comparison alone (--no-run) on results written by hand, no training: arm `ablated` has
+# finished at two sizes only, at half the compute efficiency of `base` (its loss at C is base's
+# at C / 2), with two seeds at the smallest size (0.01 apart: a pooled sd of 0.01 / sqrt 2).
+sweep_file handmade "7e3, 16e3, 35e3, 80e3" 2 "1e-2, 3e-2" 1 "base ablated" > "$WORK/handmade.toml"
+sed -i 's/^lr = .*/&\nseeds = [1, 2]\nseed_sizes = [7e3]/' "$WORK/handmade.toml"
+"$K3LAB" sweep "$WORK/handmade.toml" --list | $PY -c '
+import json, os, sys
+next(sys.stdin)
+for line in sys.stdin:
+    job, n, d = line.split()[0], int(line.split()[3]), int(line.split()[4])
+    ablated = job.startswith("ablated")
+    if ablated and n > 20000: continue
+    loss = 1 + 2000 / (6 * n * d / (2 if ablated else 1)) ** 0.3
+    loss += (0.05 if "-lr0.03-" in job else 0) + (0.01 if job.endswith("-s2") else 0)
+    os.makedirs(sys.argv[1] + "/" + job)
+    json.dump({"status": "done", "val_loss": loss}, open(sys.argv[1] + "/" + job + "/result.json", "w"))
+' "$WORK/handmade/jobs"
+"$K3LAB" sweep "$WORK/handmade.toml" --no-run > "$WORK/handmade.out" || fail "comparison: $(cat "$WORK/handmade.out")"
+grep -q "^seed spread: sd 0.007071 over 4 points with 2 seeds (pooled), added to every resample$" \
+  "$WORK/handmade.out" || fail "seed spread: $(cat "$WORK/handmade.out")"
+grep -q "^effective compute, point by point" "$WORK/handmade.out" || fail "no point-wise table"
+$PY - "$WORK/handmade/handmade.val_loss.json" <<'PY' || fail "point-wise ratios: $(cat "$WORK/handmade.out")"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert [a["pointwise"] for a in c["arms"]] == [False, True], c["arms"]
+rows = c["pointwise"]
+assert [r["target"] for r in rows] == [7000, 16000], rows
+for r in rows:
+    m = r["ratios"][0]
+    assert m["arm"] == "ablated" and abs(m["value"] / 2 - 1) < 0.01, r
+    assert m["interval"][0] < m["value"] < m["interval"][1], r
+    assert r["product"] is None, r
+PY
+grep -q "ablated best (no law)" "$WORK/handmade/handmade.val_loss.svg" || fail "the point-wise arm is not on the plot"
+echo "ok: an arm at two sizes compared point by point through the first arm's law, with the seed spread"

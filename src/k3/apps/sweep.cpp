@@ -1,6 +1,8 @@
 // `k3lab sweep SWEEP.toml`: the jobs of a scaling sweep (src/k3/sweep/, docs/scaling.md) run as
 // processes, several at once, resumable; then each arm's best learning rate per size, one law per
-// arm and the compute multiplier between arms: OUT/NAME.csv, OUT/NAME.<loss>.txt, .json and .svg.
+// arm and the compute multiplier between arms (an arm with too few sizes for a law: its effective
+// compute point by point), intervals with the seeds' spread: OUT/NAME.csv, OUT/NAME.<loss>.txt,
+// .json and .svg.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -74,9 +76,10 @@ void add_sweep(CLI::App& app) {
   cmd->add_flag("--list", a->list, "Print the jobs (shapes, tokens, status) and run nothing");
   cmd->add_flag("--no-run", a->no_run, "Compare the jobs that have ended; start none");
   cmd->add_flag("--retry-failed", a->retry_failed, "Run again the jobs that failed");
-  add_number(cmd, "--resamples", a->resamples, "Bootstrap resamples of each arm's fit (0: none)",
+  add_number(cmd, "--resamples", a->resamples,
+             "Bootstrap resamples of each arm's fit, with seed noise (0: none)",
              Bounds<int>{0, scaling::kMaxResamples});
-  add_number(cmd, "--seed", a->seed, "Seed of the bootstrap");
+  add_number(cmd, "--seed", a->seed, "Seed of the bootstrap and its seed noise");
   cmd->callback([a] {
     const sweep::SweepSpec spec = sweep::load_sweep_spec(a->file);
     std::vector<sweep::Job> jobs = sweep::plan_jobs(spec);

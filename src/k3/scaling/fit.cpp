@@ -163,14 +163,15 @@ FitResult fit_scaling_law(const FitPoints& points, const FitOptions& o) {
 }
 
 std::vector<Theta> bootstrap_fits(const FitPoints& points, const FitOptions& o,
-                                  const FitResult& full, int resamples, uint64_t seed) {
+                                  const FitResult& full, int resamples, uint64_t seed,
+                                  const std::function<FitPoints(int)>& points_of) {
   std::vector<Theta> fits(static_cast<size_t>(std::max(resamples, 0)));
 #pragma omp parallel for schedule(dynamic, 1)
   for (int r = 0; r < resamples; ++r) {
     std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(r));
     std::vector<size_t> drawn(points.size());
     for (size_t& i : drawn) i = static_cast<size_t>(rng() % points.size());
-    const FitPoints sample = subset(points, drawn);
+    const FitPoints sample = subset(points_of ? points_of(r) : points, drawn);
     StartOutcome best;
     for (const StartOutcome& start : full.best_minima) {
       StartOutcome s = minimize_from(sample, o, start.theta, o.polish);

@@ -5,6 +5,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -67,9 +68,13 @@ StartOutcome minimize_from(const FitPoints& points, const FitOptions& options, c
 // Bootstrap: RESAMPLES fits of points drawn with replacement (seeded, one stream per resample),
 // each started from the full fit's best few minima. Returns each resample's theta. The command
 // line takes at most kMaxResamples (a fit each; their thetas held together).
+// With POINTS_OF, resample r draws from points_of(r), as many points as POINTS, instead (points
+// moved by noise of their own in each resample: a sweep's seed noise); the draw is the same.
+// It is called from several threads at once.
 constexpr int kMaxResamples = 1000000;
 std::vector<Theta> bootstrap_fits(const FitPoints& points, const FitOptions& options,
-                                  const FitResult& full, int resamples, uint64_t seed);
+                                  const FitResult& full, int resamples, uint64_t seed,
+                                  const std::function<FitPoints(int)>& points_of = {});
 
 // The central 95% interval of each variable over bootstrap fits.
 struct Interval {
