@@ -74,7 +74,7 @@ std::vector<Job> plan_jobs(const SweepSpec& spec) {
       throw e.with_file(spec.path);
     }
     const model::ModelConfig preset = model::load_model_config(arm.preset);
-    std::vector<double> sizes = spec.sizes;
+    std::vector<double> sizes = arm.sizes.empty() ? spec.sizes : arm.sizes;
     std::sort(sizes.begin(), sizes.end());
     const bool by_flops = !spec.flops.empty();
     const auto& budgets = by_flops ? spec.flops : spec.tokens_per_param;

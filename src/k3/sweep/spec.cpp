@@ -198,9 +198,6 @@ SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path
   if (const std::string c = string_at(*s, "config", path, "sweep.config"); !c.empty())
     spec.base_config = find_input(c, path, "sweep.config");
   spec.seed_sizes = list_of<double>(*s, "seed_sizes", path, "sweep");
-  for (double size : spec.seed_sizes)
-    K3_CHECK_CTX(std::find(spec.sizes.begin(), spec.sizes.end(), size) != spec.sizes.end(),
-                 at(path, "sweep.seed_sizes"), size, " is not one of sweep.sizes");
   K3_CHECK_CTX(spec.seed_sizes.empty() || spec.seeds.size() >= 2, at(path, "sweep.seed_sizes"),
                "names the sizes that run every seed: list two seeds or more in sweep.seeds");
   spec.val_data = strings_at(*s, "val_data", path, "sweep.val_data");
@@ -227,7 +224,7 @@ SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path
     const std::string key = "arm[" + std::to_string(i) + "]";
     const toml::table* a = (*arms)[i].as_table();
     K3_CHECK_CTX(a, at(path, key), "expected a table");
-    check_keys(*a, {"name", "preset", "set"}, path, key + ".");
+    check_keys(*a, {"name", "preset", "sizes", "set"}, path, key + ".");
     Arm arm;
     arm.name = string_at(*a, "name", path, key + ".name");
     K3_CHECK_CTX(!arm.name.empty() && arm.name.find_first_of(" ,/\"") == std::string::npos,
@@ -238,8 +235,16 @@ SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path
     const std::string preset = string_at(*a, "preset", path, key + ".preset");
     K3_CHECK_CTX(!preset.empty(), at(path, key + ".preset"), "a preset model config is required");
     arm.preset = find_input(preset, path, key + ".preset");
+    arm.sizes = list_of<double>(*a, "sizes", path, key);
     if (const toml::table* set = (*a)["set"].as_table()) flatten(*set, "", path, arm.settings);
     spec.arms.push_back(std::move(arm));
+  }
+  for (double size : spec.seed_sizes) {
+    bool planned = std::find(spec.sizes.begin(), spec.sizes.end(), size) != spec.sizes.end();
+    for (const Arm& arm : spec.arms)
+      planned |= std::find(arm.sizes.begin(), arm.sizes.end(), size) != arm.sizes.end();
+    K3_CHECK_CTX(planned, at(path, "sweep.seed_sizes"), size,
+                 " is not one of sweep.sizes or an arm's sizes");
   }
   return spec;
 }

@@ -16,6 +16,7 @@ namespace k3::sweep {
 struct Arm {
   std::string name;
   std::string preset;
+  std::vector<double> sizes;  // its own target sizes; empty: the sweep's
   std::vector<std::pair<std::string, std::string>> settings;  // "section.key" -> TOML value
 };
 
