@@ -524,8 +524,11 @@ TEST(SweepJobs, AnArmsOwnSizesReplaceTheSweepsForItAlone) {
   const std::string text =
       "[sweep]\nout = \"/tmp/k3-sweep-test\"\nsizes = [2e4, 8e4]\ntokens_per_param = 10\n"
       "lr = [1e-3]\nseeds = [5, 6]\nseed_sizes = [4e4]\n[set]\ndata.seq_len = 32\n"
-      "train.batch_size = 4\n[[arm]]\nname = \"all\"\npreset = \"" + preset + "\"\n"
-      "[[arm]]\nname = \"some\"\npreset = \"" + preset + "\"\nsizes = [4e4]\n";
+      "train.batch_size = 4\n[[arm]]\nname = \"all\"\npreset = \"" +
+      preset +
+      "\"\n"
+      "[[arm]]\nname = \"some\"\npreset = \"" +
+      preset + "\"\nsizes = [4e4]\n";
   std::map<std::string, std::multiset<double>> targets;  // arm -> the targets of its jobs
   for (const Job& j : plan_jobs(spec_of(text))) targets[j.arm].insert(j.target);
   EXPECT_EQ(targets["all"], (std::multiset<double>{2e4, 8e4}));

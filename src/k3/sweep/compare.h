@@ -102,6 +102,12 @@ Comparison compare_arms(const std::vector<Job>& jobs, const std::vector<JobResul
 SeedSpread seed_spread(const std::vector<Job>& jobs, const std::vector<JobResult>& results,
                        const std::string& loss_column);
 
+// A job's loss in a results column: val_loss, val_loss_smoothed or an ood_ column (NaN when it
+// has none); an unknown column is an error naming it.
+double loss_of(const JobResult& r, const std::string& column);
+// The variables a law of FORM fits: 3 for L(C), 5 for L(N, D).
+int free_variables(scaling::LawForm form);
+
 // The compute at which a law (along its compute-optimal frontier for form nd) reaches LOSS;
 // infinite when it never does (LOSS at or below its E).
 double compute_for_loss(const scaling::ScalingLaw& law, double loss);

@@ -97,10 +97,9 @@ std::vector<Job> plan_jobs(const SweepSpec& spec) {
         for (double lr : spec.lrs)
           for (int64_t batch : batches)
             for (int64_t seed : seeds) {
-              const bool every_seed =
-                  spec.seed_sizes.empty() || std::find(spec.seed_sizes.begin(),
-                                                       spec.seed_sizes.end(),
-                                                       target) != spec.seed_sizes.end();
+              const bool every_seed = spec.seed_sizes.empty() ||
+                                      std::find(spec.seed_sizes.begin(), spec.seed_sizes.end(),
+                                                target) != spec.seed_sizes.end();
               if (seed != seeds.front() && !every_seed) continue;
               Job j;
               j.arm = arm.name;

@@ -101,8 +101,7 @@ std::string results_csv(const std::vector<Job>& jobs, const std::vector<JobResul
       const auto it = r.ood.find(c);
       out += csv_number(it == r.ood.end() ? NAN : it->second) + ",";
     }
-    out += csv_number(r.seconds) + "," +
-           (r.ended() ? r.status : std::string("pending")) + "\n";
+    out += csv_number(r.seconds) + "," + (r.ended() ? r.status : std::string("pending")) + "\n";
   }
   return out;
 }

@@ -20,7 +20,7 @@ struct JobResult {
   // Every evaluation of the run: (step, validation loss), the learning curve in brief.
   std::vector<std::pair<int64_t, double>> val_curve;
   std::map<std::string, double> ood;  // per sweep.val_data text: its column (ood_column) -> loss
-  double seconds = NAN;            // wall time of its processes, summed over resumptions
+  double seconds = NAN;               // wall time of its processes, summed over resumptions
   bool ended() const { return !status.empty(); }
 };
 

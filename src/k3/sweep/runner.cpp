@@ -7,8 +7,8 @@
 #include <chrono>
 #include <cstdio>
 #include <deque>
-#include <map>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -118,9 +118,9 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
     for (const Running& r : running) {
       const Job& j = jobs[r.job];
       s += r.evaluating >= 0 ? strprintf(" | %s eval", j.id.c_str())
-                        : strprintf(" | %s %lld/%lld", j.id.c_str(),
-                                    static_cast<long long>(steps_recorded(j.config.run.dir)),
-                                    static_cast<long long>(j.steps));
+                             : strprintf(" | %s %lld/%lld", j.id.c_str(),
+                                         static_cast<long long>(steps_recorded(j.config.run.dir)),
+                                         static_cast<long long>(j.steps));
     }
     return s;
   };
@@ -136,9 +136,9 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
         evaluate >= 0 ? dir + "/eval-" + ood_columns[static_cast<size_t>(evaluate)] + ".log"
                       : dir + "/train.log";
     if (evaluate >= 0) {
-      args.insert(args.end(), {"eval", "--checkpoint", run, "--data",
-                               val_data[static_cast<size_t>(evaluate)], "--batches",
-                               std::to_string(spec.val_batches), "--json"});
+      args.insert(args.end(),
+                  {"eval", "--checkpoint", run, "--data", val_data[static_cast<size_t>(evaluate)],
+                   "--batches", std::to_string(spec.val_batches), "--json"});
     } else if (has_checkpoint(run)) {
       args.insert(args.end(), {"train", "--resume", run, "--quiet"});
     } else {
@@ -157,10 +157,10 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
     write_file_atomic(csv, results_csv(jobs, results, ood_columns));
     std::string scores;
     for (const auto& [column, loss] : r.ood) scores += strprintf(", %s %.4f", column.c_str(), loss);
-    say(r.status == "done" ? strprintf("done     %s: val_loss %.4f%s (%s)", jobs[i].id.c_str(),
-                                       r.val_loss, scores.c_str(),
-                                       train::format_duration(r.seconds).c_str())
-                           : strprintf("failed   %s: %s", jobs[i].id.c_str(), r.reason.c_str()));
+    say(r.status == "done"
+            ? strprintf("done     %s: val_loss %.4f%s (%s)", jobs[i].id.c_str(), r.val_loss,
+                        scores.c_str(), train::format_duration(r.seconds).c_str())
+            : strprintf("failed   %s: %s", jobs[i].id.c_str(), r.reason.c_str()));
   };
 
   Timer since_draw;
@@ -211,10 +211,10 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
     if (code != 0) {
       JobResult f;
       f.status = "failed";
-      f.reason = last_line(r.evaluating >= 0
-                               ? dir + "/eval-" + ood_columns[static_cast<size_t>(r.evaluating)] +
-                                     ".log"
-                               : dir + "/train.log");
+      f.reason =
+          last_line(r.evaluating >= 0
+                        ? dir + "/eval-" + ood_columns[static_cast<size_t>(r.evaluating)] + ".log"
+                        : dir + "/train.log");
       scoring.erase(r.job);
       finish(r.job, f);
       continue;

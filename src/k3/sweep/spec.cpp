@@ -205,14 +205,15 @@ SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path
   for (std::string& v : spec.val_data) {
     v = find_input(v, path, "sweep.val_data");
     const std::string stem = fs::path(v).stem().string();
-    K3_CHECK_CTX(!stem.empty() && stem.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
-                                                         "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") ==
-                                      std::string::npos,
-                 at(path, "sweep.val_data"), v,
-                 ": its name (before the extension) names its results column, so it may hold "
-                 "only letters, digits, _ and -");
-    K3_CHECK_CTX(columns.insert(stem).second, at(path, "sweep.val_data"),
-                 "two texts named ", stem, ": their results columns would clash");
+    K3_CHECK_CTX(
+        !stem.empty() &&
+            stem.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") == std::string::npos,
+        at(path, "sweep.val_data"), v,
+        ": its name (before the extension) names its results column, so it may hold "
+        "only letters, digits, _ and -");
+    K3_CHECK_CTX(columns.insert(stem).second, at(path, "sweep.val_data"), "two texts named ", stem,
+                 ": their results columns would clash");
   }
   if (const toml::table* set = root["set"].as_table()) flatten(*set, "", path, spec.settings);
 

@@ -32,9 +32,9 @@ struct SweepSpec {
   std::vector<double> lrs;
   std::vector<int64_t> batch_sizes;  // empty: the run config's train.batch_size
   std::vector<int64_t> seeds;        // model.seed values; empty: the run config's
-  std::vector<double> seed_sizes;    // the sizes that run every seed; empty: all (others: the first)
-  int64_t evals = 10;                // validation evaluations per job (the last at its end)
-  std::string base_config;           // a run-config TOML every job starts from ("": defaults)
+  std::vector<double> seed_sizes;  // the sizes that run every seed; empty: all (others: the first)
+  int64_t evals = 10;              // validation evaluations per job (the last at its end)
+  std::string base_config;         // a run-config TOML every job starts from ("": defaults)
   std::vector<std::pair<std::string, std::string>> settings;  // every job's "section.key" -> value
   // Texts every finished job is also scored on, each reported as the column "ood_" + its stem.
   std::vector<std::string> val_data;
