@@ -1,6 +1,5 @@
 #include "inherited.h"
 
-#include <linux/ioprio.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
@@ -12,6 +11,10 @@
 
 namespace k3::sandbox::agent {
 namespace {
+
+// <linux/ioprio.h>'s kIoprioWhoProcess (the ABI value). The header itself is not C++ since
+// linux-libc-dev 6.1.192 (a function parameter named `class`), so it is not included.
+constexpr int kIoprioWhoProcess = 1;
 
 // The kernel's struct sched_attr (its first version), and the flag that sets its utilization hints;
 // <linux/sched/types.h> clashes with the C library's <sched.h>, which wraps neither call.
@@ -38,7 +41,7 @@ int set_sched_attr(sched_attr attr) {
   return int(syscall(SYS_sched_setattr, 0, &attr, 0));
 }
 
-int get_ioprio() { return int(syscall(SYS_ioprio_get, IOPRIO_WHO_PROCESS, 0)); }
+int get_ioprio() { return int(syscall(SYS_ioprio_get, kIoprioWhoProcess, 0)); }
 
 struct Settings {
   rlimit limits[RLIM_NLIMITS];
@@ -74,7 +77,7 @@ void apply_remembered_settings() {
   for (int r = 0; r < RLIM_NLIMITS; ++r) setrlimit(__rlimit_resource(r), &g_fresh.limits[r]);
   set_sched_attr(g_fresh.sched);
   sched_setaffinity(0, sizeof g_fresh.cpus, &g_fresh.cpus);
-  syscall(SYS_ioprio_set, IOPRIO_WHO_PROCESS, 0, g_fresh.ioprio);
+  syscall(SYS_ioprio_set, kIoprioWhoProcess, 0, g_fresh.ioprio);
 }
 
 std::string restore_inherited_settings() {
