@@ -12,7 +12,7 @@
 namespace k3::sandbox::agent {
 namespace {
 
-// <linux/ioprio.h>'s kIoprioWhoProcess (the ABI value). The header itself is not C++ since
+// <linux/ioprio.h>'s IOPRIO_WHO_PROCESS (the ABI value). The header itself is not C++ since
 // linux-libc-dev 6.1.192 (a function parameter named `class`), so it is not included.
 constexpr int kIoprioWhoProcess = 1;
 
