@@ -21,10 +21,12 @@
 #include <optional>
 #include <random>
 #include <regex>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "common/ablations.h"
 #include "common/model_util.h"
 #include "common/test_util.h"
 #include "k3/model/layers/latent_moe.h"
@@ -104,8 +106,10 @@ class GradientCheck {
       const ModelConfig& c = model_.config();
       const int64_t per = c.image_tokens();
       for (int64_t at : {int64_t{1}, T + 2})
-        for (int64_t j = 0; j < per; ++j) tokens_[static_cast<size_t>(at + j)] = c.media_placeholder_token_id;
-      images_ = testing::random_vec(static_cast<size_t>(2 * 3 * c.vt_image_size * c.vt_image_size), 3, 0, 1);
+        for (int64_t j = 0; j < per; ++j)
+          tokens_[static_cast<size_t>(at + j)] = c.media_placeholder_token_id;
+      images_ = testing::random_vec(static_cast<size_t>(2 * 3 * c.vt_image_size * c.vt_image_size),
+                                    3, 0, 1);
     }
   }
   Model& model() { return model_; }
@@ -322,6 +326,50 @@ TEST(GradientCheck, K2NanoEveryGroup) {
   const Skips s = check_every_group(gc);
   EXPECT_LE(s.skipped * 10, s.checked + s.skipped) << "more than 10% of the draws skipped";
 }
+
+// K3's one-at-a-time ablations (common/ablations.h): k3-nano with one component swapped for its
+// K2-style counterpart, in the combinations neither k3-nano nor k2-nano has: gated MLA in every
+// layer under Attention Residuals with LatentMoE; KDA under plain residuals; the standard MoE under
+// Quantile Balancing; LatentMoE under the bias balancer; KDA, MLA and LatentMoE with SwiGLU.
+class GradientCheckAblation : public ::testing::TestWithParam<testing::Ablation> {};
+
+// Each ablation changes its own fields of k3-nano and no other.
+TEST(GradientCheck, AblationsChangeTheirOwnFieldsOnly) {
+  const nlohmann::json k3 = model_config_to_json(config("k3-nano.json")).flatten();
+  for (const testing::Ablation& a : testing::ablations()) {
+    const nlohmann::json j = model_config_to_json(testing::k3_nano_ablation(a.name)).flatten();
+    std::set<std::string> changed;
+    for (const auto& [key, value] : j.items())
+      if (!k3.contains(key) || k3[key] != value) changed.insert(key.substr(1));  // "/a/b"
+    for (const auto& [key, value] : k3.items())
+      if (!j.contains(key)) changed.insert(key.substr(1));
+    for (const std::string& key : changed) {
+      const bool own = std::any_of(a.fields.begin(), a.fields.end(), [&](std::string f) {
+        std::replace(f.begin(), f.end(), '.', '/');
+        return f.ends_with('/') ? key.starts_with(f) : key == f;
+      });
+      EXPECT_TRUE(own) << a.name << " changes " << key;
+    }
+    std::string first = a.fields.front();
+    std::replace(first.begin(), first.end(), '.', '/');
+    EXPECT_TRUE(std::any_of(changed.begin(), changed.end(),
+                            [&](const std::string& k) { return k.starts_with(first); }))
+        << a.name << " leaves " << a.fields.front() << " as it was";
+  }
+}
+
+TEST_P(GradientCheckAblation, EveryGroup) {
+  GradientCheck gc(testing::k3_nano_ablation(GetParam().name));
+  widen_routing(gc.model(), gc.model().config().moe_latent ? R"(\.routed_expert_up_proj\.weight$)"
+                                                           : R"(\.experts\.\d+\.w2\.weight$)");
+  const Skips s = check_every_group(gc);
+  EXPECT_LE(s.skipped * 10, s.checked + s.skipped) << "more than 10% of the draws skipped";
+}
+
+INSTANTIATE_TEST_SUITE_P(K3Nano, GradientCheckAblation, ::testing::ValuesIn(testing::ablations()),
+                         [](const ::testing::TestParamInfo<testing::Ablation>& p) {
+                           return std::string(p.param.name);
+                         });
 
 }  // namespace
 }  // namespace k3::model::gradient_check_test

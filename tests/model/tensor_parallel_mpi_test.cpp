@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ablations.h"
 #include "common/test_util.h"
 #include "common/tp_util.h"
 #include "k3/dist/grid.h"
@@ -189,6 +190,24 @@ TEST_P(TensorParallelLayers, StandardMoeSplitsEveryExpert) {
       compare("standard moe", c.hidden_size,
               ffn<LatentMoE>([&](ParamRegistry& reg) { return LatentMoE(reg, "moe", c); })),
       1);
+}
+
+// The feed-forward blocks of k3-nano's ablations that change them (common/ablations.h): SwiGLU in
+// the dense MLP and in LatentMoE's experts, and the standard MoE (experts on x) with SiTU-GLU.
+TEST_P(TensorParallelLayers, AblatedFeedForwardsSplit) {
+  for (const char* name : {"swiglu", "standard_moe"}) {
+    const ModelConfig c = k3::testing::k3_nano_ablation(name);
+    SCOPED_TRACE(name);
+    if (c.hidden_act == "silu")
+      expect_region_calls(compare("mlp swiglu", c.hidden_size, ffn<GluMlp>([&](ParamRegistry& reg) {
+                                    return GluMlp(reg, "mlp", c, c.intermediate_size);
+                                  })),
+                          0);
+    expect_region_calls(
+        compare(c.moe_latent ? "moe swiglu" : "standard situ", c.hidden_size,
+                ffn<LatentMoE>([&](ParamRegistry& reg) { return LatentMoE(reg, "moe", c); })),
+        1);
+  }
 }
 
 // The vocabulary-parallel embedding: its "input gradient" is the table's, compared as a

@@ -1,7 +1,9 @@
 // The whole model under tensor parallelism against one process, under mpirun -np 2 and 4 (tp =
 // the whole job; skipped in one process), with and without sequence parallelism: k3-nano (KDA,
-// gated MLA, LatentMoE with a shared expert, Attention Residuals) and the dense model (gated
-// attention, GLU MLP). Each rank builds the one-process model itself.
+// gated MLA, LatentMoE with a shared expert, Attention Residuals), the dense model (gated
+// attention, GLU MLP), and the ablations of k3-nano whose switch changes what tp splits or sums
+// (common/ablations.h: MLA in every layer, plain residuals, the standard MoE, SwiGLU), one
+// sequence-parallel setting each. Each rank builds the one-process model itself.
 //
 // Compared: the loss of a training forward and every gradient (summed over tp where the registry
 // marks it so: here, without the optimizer's reduction), the evaluation loss, the whole logits,
@@ -20,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ablations.h"
 #include "common/model_util.h"
 #include "common/test_util.h"
 #include "common/tp_util.h"
@@ -41,14 +44,19 @@ ModelConfig config(const std::string& name) {
 struct Setup {
   const char* model;
   bool sp;
+  const char* ablation = nullptr;  // of k3-nano (common/ablations.h)
 };
+
+ModelConfig config(const Setup& s) {
+  return s.ablation ? k3::testing::k3_nano_ablation(s.ablation) : config(s.model);
+}
 
 class TensorParallelModel : public ::testing::TestWithParam<Setup> {
  protected:
   void SetUp() override {
     if (world.size() == 1) GTEST_SKIP() << "runs under mpirun -np 2 and 4";
-    whole = std::make_unique<Model>(config(GetParam().model));
-    split = std::make_unique<Model>(config(GetParam().model), true, grid);
+    whole = std::make_unique<Model>(config(GetParam()));
+    split = std::make_unique<Model>(config(GetParam()), true, grid);
     for (Model* m : {whole.get(), split.get()}) {
       m->initialize(7);
       k3::testing::perturb_attn_res(*m);
@@ -60,8 +68,9 @@ class TensorParallelModel : public ::testing::TestWithParam<Setup> {
   }
   TokenBatch batch() const { return {tokens.data(), targets.data(), kB, kT}; }
   std::string what() const {
-    return std::string(GetParam().model) + " tp" + std::to_string(world.size()) +
-           (GetParam().sp ? " sp" : "");
+    const char* ablation = GetParam().ablation;
+    return std::string(GetParam().model) + (ablation ? std::string(" ") + ablation : "") + " tp" +
+           std::to_string(world.size()) + (GetParam().sp ? " sp" : "");
   }
 
   dist::Comm world = dist::Comm::world();
@@ -153,15 +162,20 @@ TEST(TensorParallelModelMpi, RefusesSizesThatDoNotSplit) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Mpi, TensorParallelModel,
-                         ::testing::Values(Setup{"k3-nano", false}, Setup{"k3-nano", true},
-                                           Setup{"dense-tiny", false}, Setup{"dense-tiny", true}),
-                         [](const ::testing::TestParamInfo<Setup>& p) {
-                           std::string n = std::string(p.param.model) + (p.param.sp ? "_sp" : "");
-                           for (char& ch : n)
-                             if (ch == '-') ch = '_';
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Mpi, TensorParallelModel,
+    ::testing::Values(Setup{"k3-nano", false}, Setup{"k3-nano", true}, Setup{"dense-tiny", false},
+                      Setup{"dense-tiny", true}, Setup{"k3-nano", true, "mla_only"},
+                      Setup{"k3-nano", false, "plain_residuals"},
+                      Setup{"k3-nano", true, "standard_moe"}, Setup{"k3-nano", false, "swiglu"}),
+    [](const ::testing::TestParamInfo<Setup>& p) {
+      std::string n = std::string(p.param.model) +
+                      (p.param.ablation ? std::string("_") + p.param.ablation : "") +
+                      (p.param.sp ? "_sp" : "");
+      for (char& ch : n)
+        if (ch == '-') ch = '_';
+      return n;
+    });
 
 }  // namespace
 }  // namespace k3::model::tp_model_mpi_test

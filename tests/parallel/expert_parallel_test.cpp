@@ -1,8 +1,10 @@
 // Expert parallelism (baseline all-to-all and MoonEP), alone and with data and tensor parallelism,
 // against the single-process run of the same global batch, on k3-nano (8 routed experts, top 2,
 // a shared expert): ep2 under mpirun -np 2; ep4, ep2 × dp2 and ep2 × tp2 under -np 4. Some
-// layouts run k2-nano instead (the standard MoE, experts on x itself, with the bias balancer). Each
-// rank also runs the single-process model itself and compares what it holds.
+// layouts run k2-nano instead (the standard MoE, experts on x itself, with the bias balancer), and
+// some the MoE ablations of k3-nano (common/ablations.h): the standard MoE under Quantile
+// Balancing, and LatentMoE under the bias balancer. Each rank also runs the single-process model
+// itself and compares what it holds.
 //
 // Routings: the model's own (routers spread, tests/common/model_util.h), and forced ones (the
 // router bias, which only selects, set so that every token takes expert 0, or only the first
@@ -12,7 +14,7 @@
 //
 // Tolerances (fp32; a rank's rows of an expert, or a replica's, are summed in another order than
 // one process sums them): loss 1e-6 relative, gradient norm 1e-5, every gradient 1e-4 of its
-// tensor's largest entry, the Quantile Balancing bias after its update 1e-5 (the counts are
+// tensor's largest entry, the balancer's bias after its update 1e-5 (the counts are
 // integers summed exactly; a token whose score moved across a histogram bin by rounding would
 // show as one bin's width, 1e-3 of the range). Three steps from the one-process state: losses
 // 1e-6, updates within 3e-2 of their size (as in the tensor-parallel tests).
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/ablations.h"
 #include "common/tp_util.h"
 #include "parallel/trainee.h"
 
@@ -47,6 +50,7 @@ struct Layout {
   Routing routing;
   Setup setup;
   const char* config = "k3-nano.json";
+  const char* ablation = nullptr;  // of k3-nano (common/ablations.h)
 };
 
 const char* routing_name(Routing r) {
@@ -71,6 +75,7 @@ std::string name(const ::testing::TestParamInfo<Layout>& p) {
   s += l.moonep ? "_moonep" + std::to_string(l.slots) : "_alltoall";
   s += std::string("_") + routing_name(l.routing) + "_" + l.setup.optimizer + "_zero" +
        std::to_string(l.setup.zero);
+  if (l.ablation) return s + "_" + l.ablation;
   return std::string(l.config) == "k3-nano.json" ? s : s + "_k" + l.config[1];
 }
 
@@ -102,7 +107,8 @@ class ExpertParallelMatchesOneProcess : public ::testing::TestWithParam<Layout> 
             .tp = l.tp, .ep = l.ep, .dp = l.dp, .moonep = l.moonep, .moonep_slots = l.slots},
         world);
     const model::ModelConfig c =
-        model::load_model_config(k3::testing::source_dir() + "/configs/" + l.config);
+        l.ablation ? k3::testing::k3_nano_ablation(l.ablation)
+                   : model::load_model_config(k3::testing::source_dir() + "/configs/" + l.config);
     ref = std::make_unique<Trainee>(dist::single_process(), l.setup, c);
     run = std::make_unique<Trainee>(*grid, l.setup, c);
     force_routing(ref->model, l.routing, l.ep);
@@ -116,7 +122,7 @@ class ExpertParallelMatchesOneProcess : public ::testing::TestWithParam<Layout> 
 };
 
 // One step: the loss, the norm, every gradient this rank holds; how many rows each rank computed;
-// then the update and the Quantile Balancing bias after it.
+// then the update and the balancer's bias after it (which must have moved).
 TEST_P(ExpertParallelMatchesOneProcess, FirstStepEveryGradientAndTheBalancingBias) {
   const Layout& l = GetParam();
   const auto [loss, worst] =
@@ -153,16 +159,24 @@ TEST_P(ExpertParallelMatchesOneProcess, FirstStepEveryGradientAndTheBalancingBia
 
   ref->dp.apply(2e-3f, 1.0f);
   run->dp.apply(2e-3f, 1.0f);
+  std::vector<std::vector<float>> before(static_cast<size_t>(r.size()));  // the one-process bias
+  for (int i = 0; i < r.size(); ++i)
+    if (model::is_router_bias(r.info(i).name))
+      before[static_cast<size_t>(i)].assign(r.value(i).f32(), r.value(i).f32() + r.info(i).numel());
   ref->model.end_global_batch(ref->dp.count_reducer());
   run->model.end_global_batch(run->dp.count_reducer());
-  double bias = 0;
+  double bias = 0, moved = 0;
   for (int i = 0; i < p.size(); ++i)
     if (model::is_router_bias(p.info(i).name)) {
-      const float *a = p.value(i).f32(), *b = r.value(r.find(p.info(i).name)).f32();
-      for (int64_t e = 0; e < p.info(i).numel(); ++e)
+      const int w = r.find(p.info(i).name);
+      const float *a = p.value(i).f32(), *b = r.value(w).f32();
+      for (int64_t e = 0; e < p.info(i).numel(); ++e) {
         bias = std::max(bias, static_cast<double>(std::abs(a[e] - b[e])));
+        moved = std::max(moved, static_cast<double>(std::abs(b[e] - before[size_t(w)][size_t(e)])));
+      }
     }
   EXPECT_LT(bias, 1e-5) << "the balancer's bias";
+  EXPECT_GT(moved, 0) << "the balancer left the bias where it was";
   if (world.rank() == 0)
     std::printf(
         "%s: loss %.2g relative, max gradient error %.3g, bias %.2g; replicas %lld, overflow "
@@ -203,6 +217,13 @@ std::vector<Layout> layouts() {
       {4, 1, 1, true, 2, Routing::zipf, adamw0, "k2-nano.json"},
       {2, 2, 1, false, 0, nat, muon1, "k2-nano.json"},
       {2, 1, 2, false, 0, nat, adamw0, "k2-nano.json"},
+      // k3-nano's MoE ablations: 2 ranks, then ep2 × tp2 and ep2 × dp2, on the model's own
+      // routing (under a forced one the bias update can come out the same from each rank's own
+      // counts, without their sum over ranks, which is what these rows check of the balancers).
+      {2, 1, 1, true, 2, nat, muon1, "k3-nano.json", "standard_moe"},
+      {2, 1, 2, false, 0, nat, adamw0, "k3-nano.json", "standard_moe"},
+      {2, 1, 1, false, 0, nat, adamw0, "k3-nano.json", "bias_balancer"},
+      {2, 2, 1, true, 2, nat, muon1, "k3-nano.json", "bias_balancer"},
   };
   return out;
 }

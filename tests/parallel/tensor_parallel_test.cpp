@@ -1,7 +1,9 @@
 // Tensor parallelism (with and without sequence parallelism, alone and under data parallelism)
 // against the single-process run of the same global batch, on k3-nano (KDA, gated MLA, LatentMoE,
 // Attention Residuals): under mpirun -np 2 (tp2) and 4 (tp4, dp2 × tp2), ZeRO 0 and 1, AdamW and
-// Muon. Each rank also computes the single-process run itself and compares its own shards.
+// Muon, Per-Head Muon and (train.muon_per_head = false, the K2-style ablation) Muon on whole
+// matrices, whose blocks then span the tp ranks' head shards instead of lying inside one. Each rank
+// also computes the single-process run itself and compares its own shards.
 //
 // Tolerances (fp32, the ranks' partial sums added in another order than one process adds them):
 // first-step loss 1e-6 relative, the gradient norm 1e-5, every gradient 1e-4 of the tensor's
@@ -49,7 +51,8 @@ struct Layout {
 
 std::string name(const ::testing::TestParamInfo<Layout>& p) {
   return "tp" + std::to_string(p.param.tp) + (p.param.sp ? "_sp_" : "_") + p.param.setup.optimizer +
-         "_zero" + std::to_string(p.param.setup.zero);
+         (p.param.setup.muon_per_head ? "" : "_whole") + "_zero" +
+         std::to_string(p.param.setup.zero);
 }
 
 model::ModelConfig config() { return testing::nano(); }
@@ -68,7 +71,8 @@ class TensorParallelMatchesOneProcess : public ::testing::TestWithParam<Layout> 
     tp = std::make_unique<Trainee>(*grid, GetParam().setup, config());
   }
   std::string what() const {
-    return grid->dims().str() + " " + GetParam().setup.optimizer + " zero" +
+    return grid->dims().str() + " " + GetParam().setup.optimizer +
+           (GetParam().setup.muon_per_head ? "" : " whole") + " zero" +
            std::to_string(GetParam().setup.zero);
   }
 
@@ -97,6 +101,14 @@ TEST_P(TensorParallelMatchesOneProcess, FirstStepLossEveryGradientAndTheBytes) {
   EXPECT_EQ(moved.reduce_scatter, want_bytes.reduce_scatter);
   // Under ZeRO 0 distributed Muon runs over tp (over tp_dp under ZeRO 1).
   const DistributedMuon* muon = tp->dp.optimizer().distributed_muon();
+  // Per-Head Muon has blocks of a head's rows, and whole-matrix Muon none.
+  if (std::string(GetParam().setup.optimizer) == "muon") {
+    int per_head = 0;
+    for (const optim::Assignment& a :
+         Trainee::plan(tp->model, "muon", GetParam().setup.muon_per_head))
+      per_head += a.grouping == optim::MuonGrouping::per_head;
+    EXPECT_EQ(per_head > 0, GetParam().setup.muon_per_head) << per_head << " per-head tensors";
+  }
   const int64_t p2p = muon && GetParam().setup.zero == 0 ? muon->expected_p2p_bytes() : 0;
   EXPECT_EQ(after[dist::Op::send].bytes + after[dist::Op::recv].bytes -
                 before[dist::Op::send].bytes - before[dist::Op::recv].bytes,
@@ -142,12 +154,14 @@ TEST_P(TensorParallelMatchesOneProcess, TenStepsEachFromTheOneProcessState) {
 
 // Every layout takes a step under AdamW with a replicated optimizer, or Muon with ZeRO 0, and under
 // Muon with ZeRO 1; the ten steps run in enough of them to cover both optimizers and both stages
-// under every layout kind.
+// under every layout kind. Whole-matrix Muon (train.muon_per_head = false) with its ten steps:
+// over tp (tp2) and over tp_dp (dp2 × tp2), ZeRO 1.
 std::vector<Layout> layouts() {
   const Setup adamw0{0, "adamw"}, muon0{0, "muon"}, muon1{1, "muon"};
+  const Setup whole1{.zero = 1, .optimizer = "muon", .muon_per_head = false};
   return {{2, false, adamw0, true}, {2, false, muon1, true},   {2, true, adamw0, false},
           {2, true, muon1, true},   {4, false, adamw0, false}, {4, false, muon1, true},
-          {4, true, muon0, true},   {4, true, muon1, true}};
+          {4, true, muon0, true},   {4, true, muon1, true},    {2, false, whole1, true}};
 }
 
 INSTANTIATE_TEST_SUITE_P(TensorParallel, TensorParallelMatchesOneProcess,

@@ -21,6 +21,7 @@
 #include "k3/parallel/optim_adapters.h"
 #include "k3/parallel/parallel_step.h"
 #include "k3/train/loop/image_text_data.h"
+#include "k3/train/preflight/memory_estimate.h"
 
 namespace k3::parallel::testing {
 
@@ -99,6 +100,8 @@ struct Setup {
   pipeline::ScheduleKind schedule = pipeline::ScheduleKind::one_f_one_b;
   model::PipelineSplit split = {};
   pipeline::Fillers fillers = pipeline::Fillers::in_bubbles;  // with a vision tower
+  bool muon_per_head =
+      true;  // train.muon_per_head: false orthogonalizes the per-head tensors whole
 };
 
 // A model on `grid`, initialized, its routers spread (common/model_util.h: layouts that differ only
@@ -109,15 +112,18 @@ struct Trainee {
   activation::ActivationManager acts;
   ParallelStep dp;
   Trainee(const dist::ProcessGrid& grid, const Setup& s, const model::ModelConfig& c = nano())
-      : model(c, true, grid, s.split), dp(model, grid, plan(model, s.optimizer), {}, options(s)) {
+      : model(c, true, grid, s.split),
+        dp(model, grid, plan(model, s.optimizer, s.muon_per_head), {}, options(s)) {
     model.initialize(7);
     k3::testing::spread_routers(model);
   }
-  static std::vector<optim::Assignment> plan(const model::Model& m, const std::string& optimizer) {
-    const auto slots = param_set(m.params()).slots;
-    const std::vector<std::string> rules =
-        optimizer == "adamw" ? optim::adamw_only_rules() : std::vector<std::string>{};
-    return optim::assign_param_groups(slots, head_sizes(m.config()), rules);
+  // The parameter groups a run with train.optimizer and train.muon_per_head takes.
+  static std::vector<optim::Assignment> plan(const model::Model& m, const std::string& optimizer,
+                                             bool muon_per_head = true) {
+    train::TrainSection t;
+    t.optimizer = optimizer;
+    t.muon_per_head = muon_per_head;
+    return train::optimizer_plan(param_set(m.params()).slots, m.config(), t);
   }
   static ParallelStepOptions options(const Setup& s) {
     return {.zero = s.zero,
