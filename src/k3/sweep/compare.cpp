@@ -119,10 +119,9 @@ std::vector<ArmRuns> group_runs(const std::vector<Job>& jobs, const std::vector<
 }
 
 // Pooled: a point of two or three seeds has one or two degrees of freedom, too few for an sd of
-// its own, and the
-// spread between seeds is taken to be a property of the training rather than of one point, so
-// the squared deviations from each point's mean are summed over all points and divided by all
-// their degrees of freedom (n - 1 each): one estimate that uses every seed.
+// its own, and the spread between seeds is taken to be a property of the training rather than
+// of one point, so the squared deviations from each point's mean are summed over all points and
+// divided by all their degrees of freedom (n - 1 each): one estimate that uses every seed.
 SeedSpread spread_of(const std::vector<ArmRuns>& arms) {
   SeedSpread s;
   double squares = 0;
