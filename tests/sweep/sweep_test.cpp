@@ -518,8 +518,9 @@ TEST(SweepJobs, SeedSizesRunTheExtraSeedsThereOnly) {
         << seeds_line;
 }
 
-// An arm's own sizes replace the sweep's for it alone; seed_sizes may name them.
-TEST(SweepJobs, AnArmsOwnSizesReplaceTheSweepsForItAlone) {
+// An arm's own sizes and learning rates replace the sweep's for it alone; seed_sizes may name
+// its sizes.
+TEST(SweepJobs, AnArmsOwnSizesAndRatesReplaceTheSweepsForItAlone) {
   const std::string preset = testing::source_dir() + "/configs/k3-nano.json";
   const std::string text =
       "[sweep]\nout = \"/tmp/k3-sweep-test\"\nsizes = [2e4, 8e4]\ntokens_per_param = 10\n"
@@ -528,11 +529,16 @@ TEST(SweepJobs, AnArmsOwnSizesReplaceTheSweepsForItAlone) {
       preset +
       "\"\n"
       "[[arm]]\nname = \"some\"\npreset = \"" +
-      preset + "\"\nsizes = [4e4]\n";
-  std::map<std::string, std::multiset<double>> targets;  // arm -> the targets of its jobs
-  for (const Job& j : plan_jobs(spec_of(text))) targets[j.arm].insert(j.target);
+      preset + "\"\nsizes = [4e4]\nlr = [5e-4, 1e-3]\n";
+  std::map<std::string, std::multiset<double>> targets, lrs;  // arm -> those of its jobs
+  for (const Job& j : plan_jobs(spec_of(text))) {
+    targets[j.arm].insert(j.target);
+    lrs[j.arm].insert(j.lr);
+  }
   EXPECT_EQ(targets["all"], (std::multiset<double>{2e4, 8e4}));
-  EXPECT_EQ(targets["some"], (std::multiset<double>{4e4, 4e4}));  // both seeds there
+  EXPECT_EQ(lrs["all"], (std::multiset<double>{1e-3, 1e-3}));
+  EXPECT_EQ(targets["some"], (std::multiset<double>{4e4, 4e4, 4e4, 4e4}));  // both seeds there
+  EXPECT_EQ(lrs["some"], (std::multiset<double>{5e-4, 5e-4, 1e-3, 1e-3}));
 }
 
 // result.json keeps every loss, the learning curve and the out-of-distribution losses; a result

@@ -94,7 +94,7 @@ std::vector<Job> plan_jobs(const SweepSpec& spec) {
       const int64_t T = base.data.seq_len;
       const double flops_per_token = shape.flops_per_token(T);
       for (double budget : budgets)
-        for (double lr : spec.lrs)
+        for (double lr : arm.lrs.empty() ? spec.lrs : arm.lrs)
           for (int64_t batch : batches)
             for (int64_t seed : seeds) {
               const bool every_seed = spec.seed_sizes.empty() ||

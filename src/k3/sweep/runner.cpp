@@ -127,14 +127,16 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
   auto say = [&](const std::string& line) {
     std::fprintf(stderr, live ? "\r\033[K%s\n" : "%s\n", line.c_str());
   };
-  // EVALUATE: the index of the val_data text to score, or -1 to train.
+  // The log of job I's training (EVALUATE -1) or of its score on val_data text EVALUATE.
+  auto log_of = [&](size_t i, int evaluate) {
+    const std::string dir = jobs[i].dir(out);
+    return evaluate >= 0 ? dir + "/eval-" + ood_columns[static_cast<size_t>(evaluate)] + ".log"
+                         : dir + "/train.log";
+  };
   auto start = [&](size_t i, int evaluate) {
     const Job& j = jobs[i];
     const std::string dir = j.dir(out), run = j.config.run.dir;
     std::vector<std::string> args = {options.k3lab};
-    const std::string log =
-        evaluate >= 0 ? dir + "/eval-" + ood_columns[static_cast<size_t>(evaluate)] + ".log"
-                      : dir + "/train.log";
     if (evaluate >= 0) {
       args.insert(args.end(),
                   {"eval", "--checkpoint", run, "--data", val_data[static_cast<size_t>(evaluate)],
@@ -145,7 +147,7 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
       fs::remove_all(run);  // started, but killed before its first checkpoint: start again
       args.insert(args.end(), {"train", "--config", dir + "/run.toml", "--quiet"});
     }
-    running.push_back({i, spawn(args, log), evaluate, {}});
+    running.push_back({i, spawn(args, log_of(i, evaluate)), evaluate, {}});
     if (!live && evaluate < 0) say("started  " + j.id);
   };
   auto finish = [&](size_t i, JobResult r) {
@@ -211,10 +213,7 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
     if (code != 0) {
       JobResult f;
       f.status = "failed";
-      f.reason =
-          last_line(r.evaluating >= 0
-                        ? dir + "/eval-" + ood_columns[static_cast<size_t>(r.evaluating)] + ".log"
-                        : dir + "/train.log");
+      f.reason = last_line(log_of(r.job, r.evaluating));
       scoring.erase(r.job);
       finish(r.job, f);
       continue;
@@ -230,9 +229,8 @@ SweepProgress run_jobs(const SweepSpec& spec, const std::vector<Job>& jobs,
       for (size_t k = 0; k < curve.values.size(); ++k)
         d.val_curve.emplace_back(std::llround(curve.steps[k]), curve.values[k]);
     } else {
-      const size_t k = static_cast<size_t>(r.evaluating);
-      scoring[r.job].ood[ood_columns[k]] =
-          eval_loss_from_log(dir + "/eval-" + ood_columns[k] + ".log");
+      scoring[r.job].ood[ood_columns[static_cast<size_t>(r.evaluating)]] =
+          eval_loss_from_log(log_of(r.job, r.evaluating));
     }
     if (const size_t next = unscored(scoring[r.job]); next < val_data.size()) {
       start(r.job, static_cast<int>(next));

@@ -225,7 +225,7 @@ SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path
     const std::string key = "arm[" + std::to_string(i) + "]";
     const toml::table* a = (*arms)[i].as_table();
     K3_CHECK_CTX(a, at(path, key), "expected a table");
-    check_keys(*a, {"name", "preset", "sizes", "set"}, path, key + ".");
+    check_keys(*a, {"name", "preset", "sizes", "lr", "set"}, path, key + ".");
     Arm arm;
     arm.name = string_at(*a, "name", path, key + ".name");
     K3_CHECK_CTX(!arm.name.empty() && arm.name.find_first_of(" ,/\"") == std::string::npos,
@@ -237,6 +237,7 @@ SweepSpec parse_sweep_spec(const std::string& toml_text, const std::string& path
     K3_CHECK_CTX(!preset.empty(), at(path, key + ".preset"), "a preset model config is required");
     arm.preset = find_input(preset, path, key + ".preset");
     arm.sizes = list_of<double>(*a, "sizes", path, key);
+    arm.lrs = list_of<double>(*a, "lr", path, key);
     if (const toml::table* set = (*a)["set"].as_table()) flatten(*set, "", path, arm.settings);
     spec.arms.push_back(std::move(arm));
   }

@@ -17,6 +17,7 @@ struct Arm {
   std::string name;
   std::string preset;
   std::vector<double> sizes;  // its own target sizes; empty: the sweep's
+  std::vector<double> lrs;    // its own learning rates; empty: the sweep's
   std::vector<std::pair<std::string, std::string>> settings;  // "section.key" -> TOML value
 };
 
