@@ -249,8 +249,9 @@ TEST_P(Mla, BackwardMatchesFiniteDifferencesOfNaive) {
 
 // Documents packed in one row (starts inside the kernel's 128-query blocks and on one) equal
 // separate runs: outputs, input gradients and the summed parameter gradients. A token that saw
-// an earlier document's keys moves its output by their share of its attention; with rotary
-// embeddings, a document whose positions did not restart at 0 moves too.
+// an earlier document's keys moves its output by their share of its attention. (With rotary
+// embeddings a score depends on the two positions' difference only, so where a document's
+// positions start changes nothing but rounding.)
 TEST_P(Mla, PackedDocumentsEqualSeparateRuns) {
   Harness h(GetParam());
   const int64_t T = 300, d = h.cfg.hidden_size;
@@ -277,8 +278,10 @@ TEST_P(Mla, PackedDocumentsEqualSeparateRuns) {
                      sep_dx.data() + b * d, {1, len});
   }
   const std::vector<float> separate(h.reg.grads(), h.reg.grads() + np);
-  K3_EXPECT_CLOSE(out, sep_out, 1e-6, 1e-5);
-  K3_EXPECT_CLOSE(dx, sep_dx, 1e-6, 1e-5);
+  // fp32 products of other shapes in the packed row than in the separate runs: measured up to
+  // 1.4e-6 on outputs and 3e-6 on input gradients of up to 12 (AVX-512 and AVX2 oneDNN kernels).
+  K3_EXPECT_CLOSE(out, sep_out, 3e-6, 1e-5);
+  K3_EXPECT_CLOSE(dx, sep_dx, 6e-6, 1e-5);
   K3_EXPECT_CLOSE(packed, separate, 1e-5, 1e-4);
   EXPECT_THROW(
       h.layer.forward(h.step, x.data(), {1, T, std::vector<int64_t>{0, 50, 40}}, out.data()),
