@@ -35,7 +35,8 @@ struct ModelConfig {
   int64_t q_lora_rank = 0, kv_lora_rank = 0;
   int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   // Grouped-query attention (the plain attention only): heads share keys and values in groups of
-  // num_attention_heads / num_key_value_heads; 0 in the file means num_attention_heads.
+  // num_attention_heads / num_key_value_heads; 0 (in the file, or a config built in code) means
+  // num_attention_heads: kv_heads().
   int64_t num_key_value_heads = 0;
   // K3's attention is NoPE with a sigmoid output gate, in both attention layers (the names are
   // K3's). Without NoPE, rotary position embeddings (math §4.1) turn each head of q and k (MLA:
@@ -96,7 +97,10 @@ struct ModelConfig {
   std::string source;  // where it was read from, for error messages
 
   int64_t attn_dim() const { return num_attention_heads * head_dim; }
-  int64_t kv_dim() const { return num_key_value_heads * head_dim; }
+  int64_t kv_heads() const {
+    return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads;
+  }
+  int64_t kv_dim() const { return kv_heads() * head_dim; }
   bool rope() const { return !mla_use_nope; }
   int64_t kda_dim() const { return kda_num_heads * kda_head_dim; }
   // The routed experts' input and output width: L in the latent space, else hidden_size.

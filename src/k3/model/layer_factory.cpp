@@ -49,7 +49,7 @@ void check_tensor_parallel(const ModelConfig& c, int tp) {
     const char* what;
   } splits[] = {{true, "vocab_size", c.vocab_size, "vocabulary rows"},
                 {attention, "num_attention_heads", c.num_attention_heads, "heads"},
-                {grouped, "num_key_value_heads", c.num_key_value_heads, "key-value heads"},
+                {grouped, "num_key_value_heads", c.kv_heads(), "key-value heads"},
                 {kda, "linear_attn_config.num_heads", c.kda_num_heads, "KDA heads"},
                 {mlp, "intermediate_size", c.intermediate_size, "MLP features"},
                 {moe, "moe_intermediate_size", c.moe_intermediate_size, "expert features"}};

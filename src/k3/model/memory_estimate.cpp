@@ -21,10 +21,9 @@ PartFloats mixer_floats(const ModelConfig& c, MixerKind kind, double B, double T
   switch (kind) {
     case MixerKind::GatedAttention: {
       const double H = static_cast<double>(c.num_attention_heads),
-                   p = H * static_cast<double>(c.head_dim),
-                   pk = static_cast<double>(c.num_key_value_heads * c.head_dim),
+                   p = H * static_cast<double>(c.head_dim), pk = static_cast<double>(c.kv_dim()),
                    gates = c.mla_use_output_gate ? 2 : 0,
-                   expanded = c.num_key_value_heads < c.num_attention_heads ? 4 * n * p : 0,
+                   expanded = c.kv_heads() < c.num_attention_heads ? 4 * n * p : 0,
                    positions = c.rope() ? 2 * n : 0;
       return {(2 + gates) * n * p + 2 * n * pk + n * H, n * H,
               (2 + gates) * n * p + 2 * n * pk + expanded + positions};

@@ -14,7 +14,7 @@ namespace k3::model {
 GatedAttention::GatedAttention(ParamRegistry& reg, const std::string& prefix, const ModelConfig& c)
     : prefix_(prefix),
       heads_(c.num_attention_heads),
-      kv_heads_(c.num_key_value_heads),
+      kv_heads_(c.kv_heads()),
       head_dim_(c.head_dim),
       hidden_(c.hidden_size),
       gated_(c.mla_use_output_gate),
