@@ -84,8 +84,6 @@ const std::vector<Field>& fields() {
       field("rope_scaling.high_freq_factor", &ModelConfig::rope_high_freq_factor, false),
       field("rope_scaling.original_max_position_embeddings",
             &ModelConfig::rope_original_max_position_embeddings, false),
-      field("attention_bias", &ModelConfig::attention_bias, false),
-      field("mlp_bias", &ModelConfig::mlp_bias, false),
       field("num_experts", &ModelConfig::num_experts, false),
       field("num_experts_per_token", &ModelConfig::num_experts_per_token, false),
       field("moe_intermediate_size", &ModelConfig::moe_intermediate_size, false),
@@ -161,20 +159,22 @@ struct Family {
 };
 
 const std::vector<Family>& families() {
-  // Llama and DeepSeek-V3 attend with rotary embeddings and no output gate, through SwiGLU MLPs.
-  const json rotary = {
-      {"mla_use_nope", false}, {"mla_use_output_gate", false}, {"hidden_act", "silu"}};
-  json moe = rotary;  // the standard top-k MoE, its router bias moved by the sign update
-  moe.update({{"moe_latent", false}, {"moe_balancer", "bias"}});
-  static const std::vector<Family> kFamilies = {
-      {"llama", "LlamaForCausalLM", {}, rotary},
-      {"deepseek_v3",
-       "DeepseekV3ForCausalLM",
-       {{"n_routed_experts", "num_experts"},
-        {"num_experts_per_tok", "num_experts_per_token"},
-        {"n_shared_experts", "num_shared_experts"}},
-       moe},
-  };
+  static const std::vector<Family> kFamilies = [] {
+    // Both attend with rotary embeddings and no output gate, through SwiGLU MLPs.
+    const json rotary = {
+        {"mla_use_nope", false}, {"mla_use_output_gate", false}, {"hidden_act", "silu"}};
+    json moe = rotary;  // DeepSeek-V3's: the standard top-k MoE, its bias moved by the sign update
+    moe.update({{"moe_latent", false}, {"moe_balancer", "bias"}});
+    return std::vector<Family>{
+        {"llama", "LlamaForCausalLM", {}, rotary},
+        {"deepseek_v3",
+         "DeepseekV3ForCausalLM",
+         {{"n_routed_experts", "num_experts"},
+          {"num_experts_per_tok", "num_experts_per_token"},
+          {"n_shared_experts", "num_shared_experts"}},
+         moe},
+    };
+  }();
   return kFamilies;
 }
 

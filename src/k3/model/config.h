@@ -48,7 +48,6 @@ struct ModelConfig {
   std::string rope_scaling_type;
   double rope_scaling_factor = 0, rope_low_freq_factor = 0, rope_high_freq_factor = 0;
   int64_t rope_original_max_position_embeddings = 0;
-  bool attention_bias = false, mlp_bias = false;  // read to be refused: k3lab has no biases
 
   // Stable LatentMoE (math §5); num_experts == 0 means a dense MLP in every layer.
   int64_t num_experts = 0, num_experts_per_token = 0;

@@ -54,13 +54,15 @@ KVCache& kv_cache(DecodeCache* c, const std::string& prefix) {
 // Grouped-query attention runs the attention kernel on keys and values repeated for every query
 // head: [n, kv, d] -> [n, kv·g, d], key-value head j serving query heads j·g .. j·g + g − 1.
 void expand_heads(const float* src, int64_t n, int64_t kv, int64_t g, int64_t d, float* dst) {
-#pragma omp parallel for schedule(static) if (n * kv * g * d > (1 << 16))
+#pragma omp parallel if (n * kv * g * d > (1 << 16))
+#pragma omp for schedule(static)
   for (int64_t t = 0; t < n * kv; ++t)
     for (int64_t r = 0; r < g; ++r) std::copy_n(src + t * d, d, dst + (t * g + r) * d);
 }
 // Its gradient: each key-value head's is the sum of its group's, in head order.
 void sum_heads(const float* src, int64_t n, int64_t kv, int64_t g, int64_t d, float* dst) {
-#pragma omp parallel for schedule(static) if (n * kv * g * d > (1 << 16))
+#pragma omp parallel if (n * kv * g * d > (1 << 16))
+#pragma omp for schedule(static)
   for (int64_t t = 0; t < n * kv; ++t) {
     float* sum = dst + t * d;
     std::copy_n(src + t * g * d, d, sum);
