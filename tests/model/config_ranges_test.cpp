@@ -47,8 +47,12 @@ TEST(ModelConfigRanges, ValuesWithoutMeaningNameTheField) {
   };
   expect_refused(with("/moe_router_activation_func", "softmax"), "moe_router_activation_func");
   expect_refused(with("/moe_renormalize", false), "moe_renormalize");
-  expect_refused(with("/mla_use_nope", false), "mla_use_nope");
-  expect_refused(with("/num_key_value_heads", 2), "num_key_value_heads");
+  expect_refused(with("/num_key_value_heads", 2), "num_key_value_heads");  // MLA
+  expect_refused(with("/attention_bias", true), "attention_bias");
+  expect_refused(with("/rope_scaling", {{"rope_type", "linear"}, {"factor", 2}}),
+                 "rope_scaling.rope_type");
+  expect_refused(with("/n_group", 3), "n_group");  // 8 experts
+  expect_refused(with("/topk_group", 2), "topk_group");
   expect_refused(with("/hidden_act", "gelu"), "hidden_act");
   expect_refused(with("/attn_res_block_size", -1), "attn_res_block_size");
   expect_refused(with("/kv_lora_rank", -8), "kv_lora_rank");

@@ -1,5 +1,6 @@
-// The KDA and gated MLA layers under context parallelism (the whole job one cp group; skipped in
-// one process) against one process on the same sequences: each rank runs its tokens of every
+// The KDA and gated MLA layers (K3's, and DeepSeek-V3's with rotary embeddings) under context
+// parallelism (the whole job one cp group; skipped in one process) against one process on the
+// same sequences: each rank runs its tokens of every
 // sequence (two zig-zag chunks: chunks r and 2·cp − 1 − r of 2·cp) and
 // compares its rows of the output and of the input gradient, and every parameter gradient
 // summed over the ranks (each rank's is its tokens' part).
@@ -21,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "common/test_util.h"
@@ -70,12 +72,13 @@ Pieces zig_zag(int rank, int ranks) {
   return {{rank * C, C}, {(2 * ranks - 1 - rank) * C, C}};
 }
 
-// docs: packed documents of one row, or none (kB rows, each one sequence).
+// docs: packed documents of one row, or none (kB rows, each one sequence). config: in configs/.
 void compare(const char* what, const MakeMixer& make, const Pieces& pieces,
-             std::optional<float> dt_bias = std::nullopt, const std::vector<int64_t>& docs = {}) {
+             std::optional<float> dt_bias = std::nullopt, const std::vector<int64_t>& docs = {},
+             const std::string& config = "k3-nano.json") {
   const dist::Comm world = dist::Comm::world();
   const dist::ProcessGrid grid(dist::ParallelDims{.cp = world.size()}, world);
-  const ModelConfig c = load_model_config(k3::testing::source_dir() + "/configs/k3-nano.json");
+  const ModelConfig c = load_model_config(k3::testing::source_dir() + "/configs/" + config);
   const int64_t d = c.hidden_size, T = kT / world.size(), B = docs.empty() ? kB : 1;
   const std::vector<float> x = random_vec(B * kT * d, 11), dout = random_vec(B * kT * d, 12);
 
@@ -182,6 +185,16 @@ TEST_F(ContextParallelMpi, GatedMlaByRingAttention) {
 TEST_F(ContextParallelMpi, GatedMlaOnPackedDocuments) {
   compare("gated MLA (ring), packed documents", mla(), zig_zag(world.rank(), world.size()),
           std::nullopt, kDocs);
+}
+// DeepSeek-V3's MLA (rotary q_r and k_r, no gate): a rank turns its two chunks by their positions
+// in the whole sequence, or in their documents.
+TEST_F(ContextParallelMpi, RotaryMlaByRingAttention) {
+  compare("rotary MLA (ring)", mla(), zig_zag(world.rank(), world.size()), std::nullopt, {},
+          "deepseek-v3-nano.json");
+}
+TEST_F(ContextParallelMpi, RotaryMlaOnPackedDocuments) {
+  compare("rotary MLA (ring), packed documents", mla(), zig_zag(world.rank(), world.size()),
+          std::nullopt, kDocs, "deepseek-v3-nano.json");
 }
 
 }  // namespace

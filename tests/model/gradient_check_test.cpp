@@ -327,6 +327,22 @@ TEST(GradientCheck, K2NanoEveryGroup) {
   EXPECT_LE(s.skipped * 10, s.checked + s.skipped) << "more than 10% of the draws skipped";
 }
 
+// Llama as released: grouped-query attention with rotary embeddings (Llama 3's scaled
+// frequencies) and no gate, SwiGLU, plain residuals.
+TEST(GradientCheck, LlamaNanoEveryGroup) {
+  GradientCheck gc(config("llama-nano.json"));
+  EXPECT_EQ(check_every_group(gc).skipped, 0);
+}
+
+// DeepSeek-V3 as released: MLA with rotary q_r and k_r and no gate, the dense first layer, the
+// standard MoE with a shared expert, the bias balancer and routed_scaling_factor 2.5.
+TEST(GradientCheck, DeepSeekV3NanoEveryGroup) {
+  GradientCheck gc(config("deepseek-v3-nano.json"));
+  widen_routing(gc.model(), R"(\.experts\.\d+\.w2\.weight$)");
+  const Skips s = check_every_group(gc);
+  EXPECT_LE(s.skipped * 10, s.checked + s.skipped) << "more than 10% of the draws skipped";
+}
+
 // K3's one-at-a-time ablations (common/ablations.h): k3-nano with one component swapped for its
 // K2-style counterpart, in the combinations neither k3-nano nor k2-nano has: gated MLA in every
 // layer under Attention Residuals with LatentMoE; KDA under plain residuals; the standard MoE under

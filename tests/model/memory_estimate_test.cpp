@@ -55,6 +55,10 @@ TEST(MemoryEstimate, ActivationsBoundTheStepArenaPeakOfEveryLayerKind) {
   expect_close_bound(plain, 3, 64, "k3-micro, plain attention");
   // The K2-style baseline: MLA in every layer, the standard MoE (no latent space), SiLU.
   expect_close_bound(config("k2-nano.json"), 2, 64, "k2-nano");
+  // The families as released: grouped-query attention with rotary embeddings and no gate (its
+  // keys and values repeated over the groups in the backward); MLA without the gate.
+  expect_close_bound(config("llama-nano.json"), 2, 64, "llama-nano");
+  expect_close_bound(config("deepseek-v3-nano.json"), 2, 64, "deepseek-v3-nano");
   // Attention Residuals with a block per layer: the most mixing weights.
   ModelConfig blocks = config("dense-tiny.json");
   blocks.attn_res_block_size = 1;

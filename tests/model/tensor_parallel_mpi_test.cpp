@@ -43,6 +43,9 @@ ModelConfig nano() {
 ModelConfig dense() {
   return load_model_config(k3::testing::source_dir() + "/configs/dense-tiny.json");
 }
+ModelConfig config(const std::string& name) {
+  return load_model_config(k3::testing::source_dir() + "/configs/" + name);
+}
 
 class TensorParallelLayers : public ::testing::TestWithParam<bool> {
  protected:
@@ -145,6 +148,26 @@ TEST_P(TensorParallelLayers, GatedAttentionSplitsByHeads) {
                 return GatedAttention(reg, "attn", c);
               })),
       0);
+}
+
+// Llama's form: 8 query heads on 4 of keys and values, both split (rank r holds query heads
+// 8r/tp.. and the key-value heads they read), rotary embeddings, no gate.
+TEST_P(TensorParallelLayers, GroupedQueryAttentionSplitsBothHeadCounts) {
+  const ModelConfig c = config("llama-nano.json");
+  expect_region_calls(
+      compare("grouped attention", c.hidden_size, mixer<GatedAttention>([&](ParamRegistry& reg) {
+                return GatedAttention(reg, "attn", c);
+              })),
+      0);
+}
+
+// DeepSeek-V3's MLA: rotary q_r and k_r (k_r replicated, every rank turning it alike), no gate.
+TEST_P(TensorParallelLayers, RotaryMlaSplitsByHeads) {
+  const ModelConfig c = config("deepseek-v3-nano.json");
+  expect_region_calls(compare("rotary mla", c.hidden_size, mixer<GatedMLA>([&](ParamRegistry& reg) {
+                                return GatedMLA(reg, "mla", c);
+                              })),
+                      0);
 }
 
 TEST_P(TensorParallelLayers, GatedMlaSplitsByHeads) {

@@ -1,9 +1,11 @@
 // The whole model under tensor parallelism against one process, under mpirun -np 2 and 4 (tp =
 // the whole job; skipped in one process), with and without sequence parallelism: k3-nano (KDA,
 // gated MLA, LatentMoE with a shared expert, Attention Residuals), the dense model (gated
-// attention, GLU MLP), and the ablations of k3-nano whose switch changes what tp splits or sums
-// (common/ablations.h: MLA in every layer, plain residuals, the standard MoE, SwiGLU), one
-// sequence-parallel setting each. Each rank builds the one-process model itself.
+// attention, GLU MLP), the families as released (llama-nano: grouped-query attention, its query
+// and key-value heads both split, and rotary embeddings; deepseek-v3-nano: MLA with rotary q_r and
+// k_r and no gate, the standard MoE), and the ablations of k3-nano whose switch changes what tp
+// splits or sums (common/ablations.h: MLA in every layer, plain residuals, the standard MoE,
+// SwiGLU), one sequence-parallel setting each. Each rank builds the one-process model itself.
 //
 // Compared: the loss of a training forward and every gradient (summed over tp where the registry
 // marks it so: here, without the optimizer's reduction), the evaluation loss, the whole logits,
@@ -136,8 +138,8 @@ TEST_P(TensorParallelModel, PipelineStagesRunOneAfterTheOther) {
   k3::testing::compare_grads(split->params(), whole->params(), grid.tp(), kGradTol);
 }
 
-// A head count, a KDA head count or an intermediate size that does not split is refused in one
-// line naming the field and the group size.
+// A head count (of queries, or of keys and values), a KDA head count or an intermediate size that
+// does not split is refused in one line naming the field and the group size.
 TEST(TensorParallelModelMpi, RefusesSizesThatDoNotSplit) {
   const dist::Comm world = dist::Comm::world();
   if (world.size() == 1) GTEST_SKIP() << "runs under mpirun";
@@ -146,14 +148,17 @@ TEST(TensorParallelModelMpi, RefusesSizesThatDoNotSplit) {
   struct Case {
     const char* field;
     void (*spoil)(ModelConfig&);
+    const char* model = "k3-nano";
   };
   for (const Case& k :
        {Case{"vocab_size", [](ModelConfig& c) { c.vocab_size = 259; }},
         Case{"num_attention_heads", [](ModelConfig& c) { c.num_attention_heads = 3; }},
         Case{"linear_attn_config.num_heads", [](ModelConfig& c) { c.kda_num_heads = 3; }},
         Case{"intermediate_size", [](ModelConfig& c) { c.intermediate_size = 129; }},
-        Case{"moe_intermediate_size", [](ModelConfig& c) { c.moe_intermediate_size = 33; }}}) {
-    ModelConfig c = config("k3-nano");
+        Case{"moe_intermediate_size", [](ModelConfig& c) { c.moe_intermediate_size = 33; }},
+        Case{"num_key_value_heads", [](ModelConfig& c) { c.num_key_value_heads = 1; },
+             "llama-nano"}}) {
+    ModelConfig c = config(k.model);
     k.spoil(c);
     const std::string message = k3::testing::error_of([&] { Model m(c, false, grid); });
     EXPECT_NE(message.find(k.field), std::string::npos) << k.field << ": " << message;
@@ -165,7 +170,9 @@ TEST(TensorParallelModelMpi, RefusesSizesThatDoNotSplit) {
 INSTANTIATE_TEST_SUITE_P(
     Mpi, TensorParallelModel,
     ::testing::Values(Setup{"k3-nano", false}, Setup{"k3-nano", true}, Setup{"dense-tiny", false},
-                      Setup{"dense-tiny", true}, Setup{"k3-nano", true, "mla_only"},
+                      Setup{"dense-tiny", true}, Setup{"llama-nano", false},
+                      Setup{"llama-nano", true}, Setup{"deepseek-v3-nano", false},
+                      Setup{"deepseek-v3-nano", true}, Setup{"k3-nano", true, "mla_only"},
                       Setup{"k3-nano", false, "plain_residuals"},
                       Setup{"k3-nano", true, "standard_moe"}, Setup{"k3-nano", false, "swiglu"}),
     [](const ::testing::TestParamInfo<Setup>& p) {

@@ -3,7 +3,10 @@
 embedding -> N x [RMSNorm -> gated attention -> RMSNorm -> GLU MLP] -> RMSNorm -> untied lm_head.
 Gated attention is causal softmax attention without positional encoding,
 out = o_proj(attn(q, k, v) * sigmoid(g_proj x)), heads innermost: column h*D+i of a projection's
-output is head h, dim i. The loss is a SUM of token cross-entropies, as k3lab returns it.
+output is head h, dim i. Llama's form of it (model_type "llama") has no gate, turns q and k by
+rotary embeddings (Hugging Face's rotate_half pairing, Llama 3's scaled frequencies) and shares
+each head of keys and values among num_attention_heads / num_key_value_heads query heads.
+The loss is a SUM of token cross-entropies, as k3lab returns it.
 Decoding feeds tokens a piece at a time (a prompt, then one token per step) through per-layer
 caches (make_cache, decode): here each attention layer's keys and values.
 k3torch.py builds the K3 model on the pieces here that both share.
@@ -31,11 +34,18 @@ class Config:
         self.num_attention_heads = j["num_attention_heads"]
         self.head_dim = j.get("head_dim") or self.hidden_size // self.num_attention_heads
         self.intermediate_size = j["intermediate_size"]
-        self.hidden_act = j.get("hidden_act", "situ")
         self.situ_beta = j.get("activation_situ_beta", 4.0)
         self.situ_linear_beta = j.get("activation_situ_linear_beta", 25.0)
         self.rms_norm_eps = j.get("rms_norm_eps", 1e-5)
         self.initializer_range = j.get("initializer_range", 0.02)
+        self.num_key_value_heads = j.get("num_key_value_heads") or self.num_attention_heads
+        # Llama and DeepSeek-V3 attend with rotary embeddings and no output gate, through SiLU.
+        family = j.get("model_type") in ("llama", "deepseek_v3")
+        self.hidden_act = j.get("hidden_act", "silu" if family else "situ")
+        self.rope = not j.get("mla_use_nope", not family)
+        self.output_gate = j.get("mla_use_output_gate", not family)
+        self.rope_theta = j.get("rope_theta", 10000.0)
+        self.rope_scaling = j.get("rope_scaling") or {}
 
     @classmethod
     def load(cls, path):
@@ -68,6 +78,32 @@ def causal_attention(scores, v, start=0):
     return out.transpose(1, 2).reshape(B, T, H * v.shape[-1])
 
 
+def rope_frequencies(c, d):
+    """θ^(-2i/d) for i < d/2, in float64; with rope_scaling "llama3" those of wavelengths above
+    original / low_freq_factor divided by factor, below original / high_freq_factor kept, and
+    between them interpolated from one to the other."""
+    f = c.rope_theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    s = c.rope_scaling
+    if s.get("rope_type", s.get("type")) != "llama3":
+        return f
+    original, factor = s["original_max_position_embeddings"], s["factor"]
+    low, high = s["low_freq_factor"], s["high_freq_factor"]
+    wavelength = 2 * math.pi / f
+    smooth = (original / wavelength - low) / (high - low)
+    between = (1 - smooth) * f / factor + smooth * f
+    return torch.where(wavelength > original / low, f / factor,
+                       torch.where(wavelength < original / high, f, between))
+
+
+def rotate(x, freqs, start=0):
+    """x [..., T, d] at positions start..start+T-1 turned: x cos + rotate_half(x) sin, where
+    rotate_half(x) = [-x2, x1] for the halves x1, x2 of the last dimension."""
+    T, d = x.shape[-2], x.shape[-1]
+    angles = torch.arange(start, start + T, dtype=torch.float64)[:, None] * freqs[None, :]
+    cos, sin = (torch.cat([a, a], dim=-1).to(x.dtype) for a in (angles.cos(), angles.sin()))
+    return x * cos + torch.cat([-x[..., d // 2:], x[..., :d // 2]], dim=-1) * sin
+
+
 class PositionCache:
     """What an attention layer keeps of `batch` sequences while decoding: tensors that grow along
     dimension `dim` (the position), allocated for max_len positions, and how many they hold."""
@@ -90,27 +126,35 @@ class GatedAttention(nn.Module):
     def __init__(self, c):
         super().__init__()
         d, p = c.hidden_size, c.num_attention_heads * c.head_dim
-        self.heads, self.head_dim = c.num_attention_heads, c.head_dim
-        self.q_proj, self.k_proj = linear(d, p), linear(d, p)
-        self.v_proj, self.g_proj = linear(d, p), linear(d, p)
+        self.heads, self.kv_heads, self.head_dim = c.num_attention_heads, c.num_key_value_heads, c.head_dim
+        self.q_proj = linear(d, p)
+        self.k_proj, self.v_proj = linear(d, self.kv_heads * c.head_dim), linear(d, self.kv_heads * c.head_dim)
+        self.g_proj = linear(d, p) if c.output_gate else None
         self.o_proj = linear(p, d)
+        self.freqs = rope_frequencies(c, c.head_dim) if c.rope else None
 
     def make_cache(self, batch, max_len, dtype):
-        """Keys and values [B, H, max_len, D]."""
-        shape = (batch, self.heads, max_len, self.head_dim)
+        """Keys (turned) and values [B, kv heads, max_len, D]."""
+        shape = (batch, self.kv_heads, max_len, self.head_dim)
         return PositionCache([shape, shape], 2, dtype)
 
     def forward(self, x, cache=None):
         """x [B, T, d]; with a cache, the T tokens follow the positions it holds, and join them."""
         B, T, _ = x.shape
-        # [B, T, H*D] -> [B, H, T, D]
-        q, k, v = (f(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
-                   for f in (self.q_proj, self.k_proj, self.v_proj))
-        start = 0
+        # [B, T, heads*D] -> [B, heads, T, D]
+        q = self.q_proj(x).view(B, T, self.heads, self.head_dim).transpose(1, 2)
+        k, v = (f(x).view(B, T, self.kv_heads, self.head_dim).transpose(1, 2)
+                for f in (self.k_proj, self.v_proj))
+        start = 0 if cache is None else cache.length
+        if self.freqs is not None:
+            q, k = rotate(q, self.freqs, start), rotate(k, self.freqs, start)
         if cache is not None:
             (k, v), start = cache.append(k, v)
+        group = self.heads // self.kv_heads  # query heads h*group.. share key-value head h
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(self.head_dim))
-        return self.o_proj(causal_attention(scores, v, start) * torch.sigmoid(self.g_proj(x)))
+        o = causal_attention(scores, v, start)
+        return self.o_proj(o if self.g_proj is None else o * torch.sigmoid(self.g_proj(x)))
 
 
 def glu(c, g, u):

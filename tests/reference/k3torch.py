@@ -11,6 +11,10 @@ recurrent state, per MLA layer the normalized kv latents and k_r, and attends ov
 kv_b_proj absorbed into the query and output sides (math §4), a path apart from the forward's.
 What it shares with the dense model (config loading, RMSNorm, the GLU MLP, causal attention, the
 lm_head with its loss, decoding and k3lab weight loading) comes from k3ref.py.
+The same model builds the families k3lab reads as released: Llama (k3ref's attention in Llama's
+form, dense SwiGLU MLPs) and DeepSeek-V3 (its n_routed_experts.. names read; MLA without the gate,
+q_r and k_r turned by rotary embeddings; the standard MoE, the experts on x itself without the
+latent projections and norm, as with moe_latent false).
 """
 import math
 
@@ -19,7 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import k3ref
-from k3ref import GluMlp, LanguageModel, PositionCache, RMSNorm, causal_attention, glu, linear
+from k3ref import (GatedAttention, GluMlp, LanguageModel, PositionCache, RMSNorm, causal_attention, glu,
+                   linear, rope_frequencies, rotate)
 
 
 class Config(k3ref.Config):
@@ -29,22 +34,24 @@ class Config(k3ref.Config):
         super().__init__(j)
         j = j.get("text_config", j)
         g = j.get
-        self.q_lora_rank = j["q_lora_rank"]
-        self.kv_lora_rank = j["kv_lora_rank"]
-        self.qk_nope_head_dim = j["qk_nope_head_dim"]
-        self.qk_rope_head_dim = j["qk_rope_head_dim"]
-        self.v_head_dim = j["v_head_dim"]
+        self.q_lora_rank = g("q_lora_rank", 0)  # 0: the plain attention
+        self.kv_lora_rank = g("kv_lora_rank", 0)
+        self.qk_nope_head_dim = g("qk_nope_head_dim", 0)
+        self.qk_rope_head_dim = g("qk_rope_head_dim", 0)
+        self.v_head_dim = g("v_head_dim", 0)
         la = j.get("linear_attn_config") or {}
         self.kda_heads = la.get("num_heads", 0)
         self.kda_head_dim = la.get("head_dim", 0)
         self.conv_kernel = la.get("short_conv_kernel_size", 4)
         self.gate_lower_bound = la.get("gate_lower_bound", -5.0)
         self.kda_layers = list(la.get("kda_layers", []))  # 1-based
-        self.num_experts = g("num_experts", 0)
-        self.top_k = g("num_experts_per_token", 0)
+        deepseek = g("model_type") == "deepseek_v3"  # its names, its standard MoE
+        self.num_experts = g("n_routed_experts" if deepseek else "num_experts", 0)
+        self.top_k = g("num_experts_per_tok" if deepseek else "num_experts_per_token", 0)
         self.moe_intermediate_size = g("moe_intermediate_size", 0)
-        self.latent = g("routed_expert_hidden_size", 0)
-        self.num_shared_experts = g("num_shared_experts", 0)
+        self.moe_latent = g("moe_latent", not deepseek)
+        self.latent = g("routed_expert_hidden_size", 0) if self.moe_latent else self.hidden_size
+        self.num_shared_experts = g("n_shared_experts" if deepseek else "num_shared_experts", 0)
         self.first_k_dense_replace = g("first_k_dense_replace", 0)
         self.routed_scaling_factor = g("routed_scaling_factor", 1.0)
         self.attn_res_block_size = g("attn_res_block_size", 0)
@@ -95,14 +102,17 @@ def select_top_k(s, b, k):
 
 
 class LatentMoE(nn.Module):
+    """Stable LatentMoE, or with moe_latent false the standard MoE: z = x and out = r."""
+
     def __init__(self, c):
         super().__init__()
         self.c = c
         d = c.hidden_size
         self.gate = Router(c)
-        self.routed_expert_down_proj = linear(d, c.latent)
-        self.routed_expert_norm = RMSNorm(c.latent, c.rms_norm_eps)
-        self.routed_expert_up_proj = linear(c.latent, d)
+        if c.moe_latent:
+            self.routed_expert_down_proj = linear(d, c.latent)
+            self.routed_expert_norm = RMSNorm(c.latent, c.rms_norm_eps)
+            self.routed_expert_up_proj = linear(c.latent, d)
         self.experts = nn.ModuleList(Expert(c) for _ in range(c.num_experts))
         self.shared_experts = GluMlp(c, c.num_shared_experts * c.moe_intermediate_size) \
             if c.num_shared_experts > 0 else None
@@ -117,13 +127,13 @@ class LatentMoE(nn.Module):
         self.margins.append(margin)
         chosen = torch.gather(s, 1, ids)                                       # [n, k]
         p = chosen / (chosen.sum(-1, keepdim=True) + 1e-20) * c.routed_scaling_factor
-        z = self.routed_expert_down_proj(x)
+        z = self.routed_expert_down_proj(x) if c.moe_latent else x
         r = torch.zeros_like(z)
         for e, expert in enumerate(self.experts):
             tok, slot = (ids == e).nonzero(as_tuple=True)
             if tok.numel():
                 r = r.index_add(0, tok, p[tok, slot].unsqueeze(-1) * expert(z[tok]))
-        out = self.routed_expert_up_proj(self.routed_expert_norm(r))
+        out = self.routed_expert_up_proj(self.routed_expert_norm(r)) if c.moe_latent else r
         if self.shared_experts is not None:
             out = out + self.shared_experts(x)
         return out.reshape(shape)
@@ -141,8 +151,9 @@ class GatedMLA(nn.Module):
         self.kv_a_proj_with_mqa = linear(d, c.kv_lora_rank + dr)
         self.kv_a_layernorm = RMSNorm(c.kv_lora_rank, c.rms_norm_eps)
         self.kv_b_proj = linear(c.kv_lora_rank, H * (dn + dv))
-        self.g_proj = linear(d, H * dv)
+        self.g_proj = linear(d, H * dv) if c.output_gate else None
         self.o_proj = linear(H * dv, d)
+        self.freqs = rope_frequencies(c, dr) if c.rope else None
 
     def make_cache(self, batch, max_len, dtype):
         """The normalized kv latents [B, max_len, r_kv] and k_r [B, max_len, d_r]."""
@@ -158,6 +169,11 @@ class GatedMLA(nn.Module):
         q = self.q_b_proj(self.q_a_layernorm(self.q_a_proj(x))).view(B, T, H, dn + dr)
         ckv, k_r = self.kv_a_proj_with_mqa(x).split([c.kv_lora_rank, dr], dim=-1)
         latent = self.kv_a_layernorm(ckv)
+        if self.freqs is not None:  # q_r of every head and the shared k_r, at their positions
+            start = 0 if cache is None else cache.length
+            q_r = rotate(q[..., dn:].transpose(1, 2), self.freqs, start).transpose(1, 2)
+            q = torch.cat([q[..., :dn], q_r], dim=-1)
+            k_r = rotate(k_r, self.freqs, start)
         if cache is not None:
             o = self.absorbed(q, *cache.append(latent, k_r))
         else:
@@ -165,7 +181,7 @@ class GatedMLA(nn.Module):
             k = torch.cat([k_n, k_r.unsqueeze(2).expand(B, T, H, dr)], dim=-1)
             q, k, v = (t.transpose(1, 2) for t in (q, k, v))                # [B, H, T, .]
             o = causal_attention((q @ k.transpose(-1, -2)) / math.sqrt(dn + dr), v)
-        return self.o_proj(o * torch.sigmoid(self.g_proj(x)))
+        return self.o_proj(o if self.g_proj is None else o * torch.sigmoid(self.g_proj(x)))
 
     def absorbed(self, q, held, start):
         """Attention of queries q [B, T, H, d_n + d_r] at positions start.. over the cached
@@ -265,7 +281,10 @@ class DecoderLayer(nn.Module):
         if c.attn_res_block_size > 0:
             self.self_attention_res_proj, self.self_attention_res_norm = Weight(1, d), Weight(d)
             self.mlp_res_proj, self.mlp_res_norm = Weight(1, d), Weight(d)
-        self.self_attn = KDA(c) if index + 1 in c.kda_layers else GatedMLA(c)
+        if index + 1 in c.kda_layers:
+            self.self_attn = KDA(c)
+        else:
+            self.self_attn = GatedMLA(c) if c.q_lora_rank > 0 else GatedAttention(c)
         if c.num_experts > 0 and index >= c.first_k_dense_replace:
             self.block_sparse_moe = LatentMoE(c)
         else:

@@ -67,6 +67,24 @@ TEST(SweepShapes, DepthAndWidthsFollowTheRule) {
   }
 }
 
+// Scaled shapes read back as they were written (a job's model.json): MLA's heads keep their own
+// keys and values, Llama's keep their group of two query heads to a key-value head, and a head
+// count the group does not divide gives every head its own.
+TEST(SweepShapes, KeyValueHeadsFollowTheHeads) {
+  const model::ModelConfig llama =
+      model::load_model_config(testing::source_dir() + "/configs/llama-nano.json");  // 8 heads on 4
+  for (auto [preset, hidden, heads, kv] :
+       {std::tuple{nano(), 128, 8, 8}, {llama, 128, 16, 8}, {llama, 24, 3, 3}}) {
+    const ModelShape s = scale_preset(preset, hidden);
+    EXPECT_EQ(s.config.num_attention_heads, heads);
+    EXPECT_EQ(s.config.num_key_value_heads, kv);
+    EXPECT_EQ(error_of([&] {
+                model::parse_model_config(model::model_config_to_json(s.config), "model.json");
+              }),
+              "");
+  }
+}
+
 // The chosen shape is the nearest in log N of every width tried.
 TEST(SweepShapes, ShapeForSizeIsTheNearest) {
   const model::ModelConfig c = nano();

@@ -9,6 +9,7 @@
 #include "k3/kernels/adamw.h"
 #include "k3/kernels/attention.h"
 #include "k3/kernels/glu.h"
+#include "k3/kernels/rope.h"
 
 namespace k3::ref {
 
@@ -52,6 +53,15 @@ void attention_forward(const kernels::AttentionShape& s, const T* q, const T* k,
 template <typename T>
 void attention_backward(const kernels::AttentionShape& s, const T* q, const T* k, const T* kr,
                         const T* v, const T* dout, T* dq, T* dk, T* dkr, T* dv);
+
+// Rotary embeddings element by element (kernels/rope.h), in place; the backward is written as the
+// forward's transposed Jacobian.
+template <typename T>
+void rope_forward(const kernels::RopeLayout& l, const double* freqs, const int64_t* positions,
+                  T* x);
+template <typename T>
+void rope_backward(const kernels::RopeLayout& l, const double* freqs, const int64_t* positions,
+                   T* dy);
 
 // Logits materialized: loss sum over counted tokens, dh written, dw accumulated.
 template <typename T>

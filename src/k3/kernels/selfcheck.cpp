@@ -11,6 +11,7 @@
 #include "k3/kernels/glu.h"
 #include "k3/kernels/reference.h"
 #include "k3/kernels/rmsnorm.h"
+#include "k3/kernels/rope.h"
 
 namespace k3::kernels {
 namespace {
@@ -177,14 +178,30 @@ void check_attention(Checks& c) {
   c.add("attention dv", dv, dv_r, 1e-5);
 }
 
+// MLA's layout: the last 8 of each head's 24 values turned, at positions up to Llama 3's context,
+// with its scaled frequencies.
+void check_rope(Checks& c) {
+  const RopeLayout l{37, 3, 8, 3 * 24, 24};
+  const std::vector<double> f = rope_frequencies(l.d, 5e5, {8, 1, 4, 8192});
+  std::vector<int64_t> pos(static_cast<size_t>(l.rows));
+  for (int64_t r = 0; r < l.rows; ++r) pos[static_cast<size_t>(r)] = (r * 3571) % 131072;
+  Floats x = c.uniform(l.rows * l.ld_row), dy = c.uniform(l.rows * l.ld_row);
+  Doubles x_r = widen(x), dy_r = widen(dy);
+  rope_forward(l, f.data(), pos.data(), x.data());
+  rope_backward(l, f.data(), pos.data(), dy.data());
+  ref::rope_forward<double>(l, f.data(), pos.data(), x_r.data());
+  ref::rope_backward<double>(l, f.data(), pos.data(), dy_r.data());
+  c.add("rope forward", x, x_r, 1e-6);
+  c.add("rope backward", dy, dy_r, 1e-6);
+}
+
 }  // namespace
 
 std::vector<SelfcheckResult> run_selfchecks(uint64_t seed) {
   Checks checks(seed);
   // One entry per kernel; each adds one or more results.
-  for (auto* check :
-       {check_gemm, check_embedding, check_rmsnorm, check_glu, check_lm_head, check_adamw,
-        check_attention})
+  for (auto* check : {check_gemm, check_embedding, check_rmsnorm, check_glu, check_lm_head,
+                      check_adamw, check_attention, check_rope})
     check(checks);
   return checks.take();
 }

@@ -74,6 +74,16 @@ const std::vector<Field>& fields() {
       field("qk_nope_head_dim", &ModelConfig::qk_nope_head_dim, false),
       field("qk_rope_head_dim", &ModelConfig::qk_rope_head_dim, false),
       field("v_head_dim", &ModelConfig::v_head_dim, false),
+      field("num_key_value_heads", &ModelConfig::num_key_value_heads, false),
+      field("mla_use_nope", &ModelConfig::mla_use_nope, false),
+      field("mla_use_output_gate", &ModelConfig::mla_use_output_gate, false),
+      field("rope_theta", &ModelConfig::rope_theta, false),
+      field("rope_scaling.rope_type", &ModelConfig::rope_scaling_type, false),
+      field("rope_scaling.factor", &ModelConfig::rope_scaling_factor, false),
+      field("rope_scaling.low_freq_factor", &ModelConfig::rope_low_freq_factor, false),
+      field("rope_scaling.high_freq_factor", &ModelConfig::rope_high_freq_factor, false),
+      field("rope_scaling.original_max_position_embeddings",
+            &ModelConfig::rope_original_max_position_embeddings, false),
       field("num_experts", &ModelConfig::num_experts, false),
       field("num_experts_per_token", &ModelConfig::num_experts_per_token, false),
       field("moe_intermediate_size", &ModelConfig::moe_intermediate_size, false),
@@ -81,6 +91,9 @@ const std::vector<Field>& fields() {
       field("num_shared_experts", &ModelConfig::num_shared_experts, false),
       field("first_k_dense_replace", &ModelConfig::first_k_dense_replace, false),
       field("routed_scaling_factor", &ModelConfig::routed_scaling_factor, false),
+      field("n_group", &ModelConfig::n_group, false),
+      field("topk_group", &ModelConfig::topk_group, false),
+      field("num_nextn_predict_layers", &ModelConfig::num_nextn_predict_layers, false),
       field("moe_latent", &ModelConfig::moe_latent, false),
       field("moe_balancer", &ModelConfig::moe_balancer, false),
       field("moe_bias_update_rate", &ModelConfig::moe_bias_update_rate, false),
@@ -136,6 +149,73 @@ json::json_pointer pointer_of(std::string name) {
   return json::json_pointer("/" + name);
 }
 
+// A model family published with field names of its own (docs/families.md): they are renamed to
+// k3lab's, and what the family fixes fills the fields its files leave out.
+struct Family {
+  const char* model_type;
+  const char* architecture;
+  std::vector<std::pair<const char*, const char*>> renames;  // published name -> k3lab's
+  json implied;
+};
+
+const std::vector<Family>& families() {
+  static const std::vector<Family> kFamilies = [] {
+    // Both attend with rotary embeddings and no output gate, through SwiGLU MLPs.
+    const json rotary = {
+        {"mla_use_nope", false}, {"mla_use_output_gate", false}, {"hidden_act", "silu"}};
+    json moe = rotary;  // DeepSeek-V3's: the standard top-k MoE, its bias moved by the sign update
+    moe.update({{"moe_latent", false}, {"moe_balancer", "bias"}});
+    return std::vector<Family>{
+        {"llama", "LlamaForCausalLM", {}, rotary},
+        {"deepseek_v3",
+         "DeepseekV3ForCausalLM",
+         {{"n_routed_experts", "num_experts"},
+          {"num_experts_per_tok", "num_experts_per_token"},
+          {"n_shared_experts", "num_shared_experts"}},
+         moe},
+    };
+  }();
+  return kFamilies;
+}
+
+// The family whose model_type or architectures the file (or its text_config) names; null for
+// K3's own and k3lab's configs.
+const Family* family_of(const json& root, const json& j) {
+  for (const json* scope : {&root, &j})
+    for (const Family& f : families()) {
+      const auto type = scope->find("model_type");
+      if (type != scope->end() && *type == f.model_type) return &f;
+      const auto arch = scope->find("architectures");
+      if (arch != scope->end() && arch->is_array() &&
+          std::find(arch->begin(), arch->end(), f.architecture) != arch->end())
+        return &f;
+    }
+  return nullptr;
+}
+
+// The text scope with k3lab's names: the family's renames and implied fields, and rope_scaling's
+// older "type" (DeepSeek-V3's) as "rope_type".
+json in_k3lab_names(const json& j, const Family* family) {
+  json out = j;
+  std::vector<std::pair<const char*, const char*>> renames = {
+      {"rope_scaling.type", "rope_scaling.rope_type"}};
+  if (family) renames.insert(renames.end(), family->renames.begin(), family->renames.end());
+  for (auto [from, to] : renames) {
+    const json* v = find_field(out, from);
+    if (!v) continue;
+    K3_CHECK_CTX(!find_field(out, to), (ErrorContext{"", from, -1}), "the file also gives ", to,
+                 ", its other name: give one");
+    const json value = *v;
+    const json::json_pointer src = pointer_of(from);
+    out[src.parent_pointer()].erase(src.back());
+    out[pointer_of(to)] = value;
+  }
+  if (family)
+    for (const auto& [name, value] : family->implied.items())
+      if (!find_field(out, name)) out[name] = value;
+  return out;
+}
+
 // When the layer lists are given, every layer 1..N is in exactly one of them.
 void validate_layer_lists(const ModelConfig& c) {
   const char* kda_name = "linear_attn_config.kda_layers";
@@ -178,6 +258,51 @@ void validate_moe(const ModelConfig& c) {
                c.moe_bias_update_rate);
   K3_CHECK_CTX(c.first_k_dense_replace <= c.num_hidden_layers, ctx("first_k_dense_replace"),
                "expected 0..num_hidden_layers, found ", c.first_k_dense_replace);
+  K3_CHECK_CTX(c.num_experts % c.n_group == 0, ctx("n_group"), "the ", c.num_experts,
+               " experts do not split into ", c.n_group, " equal groups");
+  K3_CHECK_CTX(c.topk_group <= c.n_group, ctx("topk_group"), "expected 1..n_group (", c.n_group,
+               "), found ", c.topk_group);
+}
+
+// The attention's heads and positions: grouped keys and values (plain attention only), rotary
+// embeddings over pairs of dimensions, and the rope scalings k3lab knows.
+void validate_attention(const ModelConfig& c) {
+  auto ctx = [](const char* f) { return ErrorContext{"", f, -1}; };
+  const int64_t H = c.num_attention_heads, kv = c.num_key_value_heads;
+  if (c.q_lora_rank > 0)
+    K3_CHECK_CTX(kv == H, ctx("num_key_value_heads"), "expected num_attention_heads (", H,
+                 "): MLA's heads share one latent, each expanding its own keys and values, found ",
+                 kv);
+  else
+    K3_CHECK_CTX(H % kv == 0, ctx("num_key_value_heads"),
+                 "expected a divisor of num_attention_heads (", H,
+                 "): heads share keys and values in equal groups, found ", kv);
+  if (c.rope()) {
+    K3_CHECK_CTX(c.rope_theta > 1 && std::isfinite(c.rope_theta), ctx("rope_theta"),
+                 "expected a finite base above 1, found ", c.rope_theta);
+    const bool mla = c.q_lora_rank > 0;
+    const int64_t d = mla ? c.qk_rope_head_dim : c.head_dim;
+    K3_CHECK_CTX(d % 2 == 0, ctx(mla ? "qk_rope_head_dim" : "head_dim"),
+                 "rotary embeddings turn pairs of dimensions: expected an even size, found ", d);
+  }
+  const std::string& type = c.rope_scaling_type;
+  K3_CHECK_CTX(type.empty() || type == "default" || type == "llama3" || type == "yarn",
+               ctx("rope_scaling.rope_type"), "expected \"llama3\" or \"yarn\" (or none), found \"",
+               type, "\"");
+  if (type == "llama3" || type == "yarn") {
+    K3_CHECK_CTX(c.rope_scaling_factor >= 1 && std::isfinite(c.rope_scaling_factor),
+                 ctx("rope_scaling.factor"), "expected a finite factor of at least 1, found ",
+                 c.rope_scaling_factor);
+    K3_CHECK_CTX(c.rope_original_max_position_embeddings > 0,
+                 ctx("rope_scaling.original_max_position_embeddings"),
+                 "must be positive with rope_scaling ", type);
+  }
+  if (type == "llama3")
+    K3_CHECK_CTX(c.rope_low_freq_factor > 0 && c.rope_high_freq_factor > c.rope_low_freq_factor &&
+                     std::isfinite(c.rope_high_freq_factor),
+                 ctx("rope_scaling.high_freq_factor"),
+                 "expected 0 < low_freq_factor < high_freq_factor, found ", c.rope_low_freq_factor,
+                 " and ", c.rope_high_freq_factor);
 }
 
 // Bounds on the sizes, far above any real model (K3: 93 layers, 896 experts, 96 heads, widths up to
@@ -220,12 +345,18 @@ const std::vector<SizeRange>& size_ranges() {
       {"qk_nope_head_dim", &C::qk_nope_head_dim, 0, kMaxHeadDim},
       {"qk_rope_head_dim", &C::qk_rope_head_dim, 0, kMaxHeadDim},
       {"v_head_dim", &C::v_head_dim, 0, kMaxHeadDim},
+      {"num_key_value_heads", &C::num_key_value_heads, 0, kMaxHeads},
+      {"rope_scaling.original_max_position_embeddings", &C::rope_original_max_position_embeddings,
+       0, kMaxPositions},
       {"num_experts", &C::num_experts, 0, kMaxExperts},
       {"num_experts_per_token", &C::num_experts_per_token, 0, kMaxExperts},
       {"moe_intermediate_size", &C::moe_intermediate_size, 0, kMaxWidth},
       {"routed_expert_hidden_size", &C::routed_expert_hidden_size, 0, kMaxWidth},
       {"num_shared_experts", &C::num_shared_experts, 0, kMaxSharedExperts},
       {"first_k_dense_replace", &C::first_k_dense_replace, 0, kMaxLayers},
+      {"n_group", &C::n_group, 1, kMaxExperts},
+      {"topk_group", &C::topk_group, 1, kMaxExperts},
+      {"num_nextn_predict_layers", &C::num_nextn_predict_layers, 0, kMaxLayers},
       {"attn_res_block_size", &C::attn_res_block_size, 0, kMaxLayers},
       {"linear_attn_config.num_heads", &C::kda_num_heads, 0, kMaxHeads},
       {"linear_attn_config.head_dim", &C::kda_head_dim, 0, kMaxHeadDim},
@@ -257,25 +388,21 @@ const std::vector<FixedField>& fixed_fields() {
       {"moe_renormalize", true, "the routing weights are renormalized over the chosen experts"},
       {"moe_layer_freq", 1, "every layer from first_k_dense_replace on is a MoE layer"},
       {"latent_moe_use_norm", true, "the routed experts' latent output is RMS-normalized"},
-      {"mla_use_nope", true, "attention has no positional encoding"},
-      {"mla_use_output_gate", true, "attention outputs are gated"},
-      {"num_nextn_predict_layers", 0, "there are no multi-token prediction layers"},
+      {"scoring_func", "sigmoid", "the router scores are sigmoids"},
+      {"norm_topk_prob", true, "the routing weights are renormalized over the chosen experts"},
+      {"topk_method", "noaux_tc", "no auxiliary loss: a balancer moves the router bias"},
+      {"attention_bias", false, "the attention projections have no bias"},
+      {"mlp_bias", false, "the MLP projections have no bias"},
   };
   return kFixed;
 }
 
-void validate_fixed_fields(const json& root, const json& j, const ModelConfig& c) {
+void validate_fixed_fields(const json& root, const json& j) {
   for (const FixedField& f : fixed_fields()) {
     const json* v = find_field(scope_of(f.name, root, j), f.name);
     K3_CHECK_CTX(!v || *v == f.value, (ErrorContext{"", f.name, -1}), "expected ", f.value.dump(),
                  " (k3lab implements only that: ", f.why, "), found ", v->dump());
   }
-  // Grouped-query attention is not implemented: every head has its own keys and values.
-  const json* kv_heads = find_field(j, "num_key_value_heads");
-  K3_CHECK_CTX(!kv_heads || *kv_heads == c.num_attention_heads,
-               (ErrorContext{"", "num_key_value_heads", -1}), "expected num_attention_heads (",
-               c.num_attention_heads, "): k3lab gives every head its own keys and values, found ",
-               kv_heads->dump());
 }
 
 void validate_sizes(const ModelConfig& c) {
@@ -285,10 +412,10 @@ void validate_sizes(const ModelConfig& c) {
                  r.lo == 0 ? "0 (absent) or a size" : "a size", " in [", std::max<int64_t>(r.lo, 1),
                  ", ", r.hi, "], found ", v);
   }
-  K3_CHECK_CTX(c.num_experts * c.num_hidden_layers <= kMaxExpertBlocks,
-               (ErrorContext{"", "num_experts", -1}),
-               "num_experts x num_hidden_layers = ", c.num_experts, " x ", c.num_hidden_layers,
-               " exceeds the ", kMaxExpertBlocks, " expert blocks k3lab can describe");
+  const int64_t layers = c.num_hidden_layers + c.num_nextn_predict_layers;
+  K3_CHECK_CTX(c.num_experts * layers <= kMaxExpertBlocks, (ErrorContext{"", "num_experts", -1}),
+               "num_experts x layers (with multi-token prediction's) = ", c.num_experts, " x ",
+               layers, " exceeds the ", kMaxExpertBlocks, " expert blocks k3lab can describe");
 }
 
 void validate_vision(const ModelConfig& c) {
@@ -341,7 +468,7 @@ void validate(const ModelConfig& c) {
                (ErrorContext{"", "hidden_act", -1}), "expected \"situ\" or \"silu\", found \"",
                c.hidden_act, "\"");
   K3_CHECK_CTX(!c.tie_word_embeddings, (ErrorContext{"", "tie_word_embeddings", -1}),
-               "K3 has an untied LM head: expected false");
+               "k3lab's LM head is a matrix of its own: expected false");
   if (c.kda_num_heads > 0) {
     positive("linear_attn_config.head_dim", double(c.kda_head_dim));
     const double lb = c.kda_gate_lower_bound;
@@ -350,6 +477,7 @@ void validate(const ModelConfig& c) {
                  "expected a finite negative bound, found ", lb);
   }
   validate_layer_lists(c);
+  validate_attention(c);
   validate_moe(c);
   validate_vision(c);
   for (auto [name, id] : {std::pair{"bos_token_id", c.bos_token_id},
@@ -371,8 +499,15 @@ float ModelConfig::output_init_std() const {
 
 ModelConfig parse_model_config(const json& root, const std::string& origin) {
   K3_CHECK_CTX(root.is_object(), (ErrorContext{origin, "", -1}), "a model config must be a JSON object");
-  const json& j = root.contains("text_config") ? root.at("text_config") : root;
-  K3_CHECK_CTX(j.is_object(), (ErrorContext{origin, "text_config", -1}), "expected a JSON object");
+  const json& text = root.contains("text_config") ? root.at("text_config") : root;
+  K3_CHECK_CTX(text.is_object(), (ErrorContext{origin, "text_config", -1}),
+               "expected a JSON object");
+  json j;
+  try {
+    j = in_k3lab_names(text, family_of(root, text));
+  } catch (const Error& e) {
+    throw e.with_file(origin);
+  }
   ModelConfig c;
   c.source = origin;
   for (const Field& f : fields()) {
@@ -386,9 +521,10 @@ ModelConfig parse_model_config(const json& root, const std::string& origin) {
   }
   if (c.head_dim == 0 && c.num_attention_heads > 0 && c.hidden_size % c.num_attention_heads == 0)
     c.head_dim = c.hidden_size / c.num_attention_heads;
+  if (c.num_key_value_heads == 0) c.num_key_value_heads = c.num_attention_heads;
   try {
     validate(c);
-    validate_fixed_fields(root, j, c);
+    validate_fixed_fields(root, j);
   } catch (const Error& e) {
     throw e.with_file(origin);
   }
@@ -410,6 +546,19 @@ json model_config_to_json(const ModelConfig& c) {
   json j = json::object();
   for (const Field& f : fields()) j[pointer_of(f.name)] = f.write(c);
   return j;
+}
+
+void check_trainable(const ModelConfig& c) {
+  auto ctx = [&](const char* f) { return ErrorContext{c.source, f, -1}; };
+  K3_CHECK_CTX(c.num_nextn_predict_layers == 0, ctx("num_nextn_predict_layers"),
+               c.num_nextn_predict_layers,
+               " multi-token prediction layer(s) are counted "
+               "(parameters, FLOPs, memory) but not trained: set 0 to train without them");
+  K3_CHECK_CTX(c.rope_scaling_type != "yarn", ctx("rope_scaling.rope_type"),
+               "YaRN is read for planning but not trained (its frequencies and attention scale "
+               "are not implemented)");
+  K3_CHECK_CTX(c.n_group == 1, ctx("n_group"), "group-limited routing (", c.n_group,
+               " groups) is counted but not trained: set 1, every expert open to every token");
 }
 
 }  // namespace k3::model

@@ -1,6 +1,9 @@
 // The model configuration, read from HF-style JSON (a flat object, or K3's nesting under
 // "text_config"). Field names are Hugging Face's / Kimi K3's; fields of nested objects are named
-// with dots ("linear_attn_config.head_dim"). Validation names the field at fault.
+// with dots ("linear_attn_config.head_dim"). Validation names the field at fault. A config whose
+// `architectures` or `model_type` names Llama (LlamaForCausalLM, "llama") or DeepSeek-V3
+// (DeepseekV3ForCausalLM, "deepseek_v3") is read with that family's field names and meanings as
+// published (docs/families.md).
 #pragma once
 
 #include <cstdint>
@@ -31,6 +34,20 @@ struct ModelConfig {
   // Gated MLA (math §4); q_lora_rank == 0 means the plain gated multi-head attention.
   int64_t q_lora_rank = 0, kv_lora_rank = 0;
   int64_t qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  // Grouped-query attention (the plain attention only): heads share keys and values in groups of
+  // num_attention_heads / num_key_value_heads; 0 (in the file, or a config built in code) means
+  // num_attention_heads: kv_heads().
+  int64_t num_key_value_heads = 0;
+  // K3's attention is NoPE with a sigmoid output gate, in both attention layers (the names are
+  // K3's). Without NoPE, rotary position embeddings (math §4.1) turn each head of q and k (MLA:
+  // q_r and the shared k_r) by the token's position in its sequence or packed document.
+  bool mla_use_nope = true, mla_use_output_gate = true;
+  double rope_theta = 10000;
+  // rope_scaling: "" (none, also "default"), "llama3" (its frequencies are scaled) or "yarn"
+  // (read for the planner; training refuses it).
+  std::string rope_scaling_type;
+  double rope_scaling_factor = 0, rope_low_freq_factor = 0, rope_high_freq_factor = 0;
+  int64_t rope_original_max_position_embeddings = 0;
 
   // Stable LatentMoE (math §5); num_experts == 0 means a dense MLP in every layer.
   int64_t num_experts = 0, num_experts_per_token = 0;
@@ -39,6 +56,13 @@ struct ModelConfig {
   int64_t num_shared_experts = 0;
   int64_t first_k_dense_replace = 0;      // layers before this one use the dense MLP
   double routed_scaling_factor = 1.0;
+  // DeepSeek-V3's group-limited routing: the experts in n_group groups, a token's k chosen within
+  // its topk_group best groups. Counted by the planner; training refuses n_group > 1.
+  int64_t n_group = 1, topk_group = 1;
+  // DeepSeek-V3's multi-token prediction modules after the last layer (model.layers.N..): each an
+  // embedding copy, enorm, hnorm, eh_proj [d, 2d], one decoder layer and a head copy. Described
+  // (inventory, FLOPs, memory); training refuses them.
+  int64_t num_nextn_predict_layers = 0;
   // k3lab's own switches for a K2-style baseline. moe_latent = false: the standard top-k MoE, its
   // experts acting on x itself (no latent projections or norm; routed_expert_hidden_size absent
   // or equal to hidden_size). moe_balancer: "quantile" (math §6) or "bias", the sign update
@@ -72,6 +96,11 @@ struct ModelConfig {
   std::string source;  // where it was read from, for error messages
 
   int64_t attn_dim() const { return num_attention_heads * head_dim; }
+  int64_t kv_heads() const {
+    return num_key_value_heads > 0 ? num_key_value_heads : num_attention_heads;
+  }
+  int64_t kv_dim() const { return kv_heads() * head_dim; }
+  bool rope() const { return !mla_use_nope; }
   int64_t kda_dim() const { return kda_num_heads * kda_head_dim; }
   // The routed experts' input and output width: L in the latent space, else hidden_size.
   int64_t expert_dim() const { return moe_latent ? routed_expert_hidden_size : hidden_size; }
@@ -88,5 +117,9 @@ struct ModelConfig {
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& origin);
 ModelConfig load_model_config(const std::string& path);
 nlohmann::json model_config_to_json(const ModelConfig& c);
+
+// What k3lab reads and counts but does not train (multi-token prediction, YaRN, group-limited
+// routing): throws one k3::Error naming the field. The trainer's pre-flight calls it.
+void check_trainable(const ModelConfig& c);
 
 }  // namespace k3::model

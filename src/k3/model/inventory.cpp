@@ -13,7 +13,7 @@ int64_t layer_of(const std::string& name) {
   return std::stoll(name.substr(prefix.size()));
 }
 
-std::string component_of(const Model& m, const std::string& name) {
+std::string layer_component(const Model& m, const std::string& name) {
   if (has(name, "embed_tokens")) return "embedding";
   if (name.rfind("lm_head", 0) == 0) return "lm_head";
   if (has(name, "_res_")) return "attn_res";
@@ -24,6 +24,15 @@ std::string component_of(const Model& m, const std::string& name) {
   if (has(name, ".block_sparse_moe.")) return "moe.latent";
   if (has(name, ".mlp.")) return "dense_mlp";
   return "norms";
+}
+
+// A multi-token prediction module's tensors (layers after the last) count as "mtp." and the
+// component they are of in a layer, its copies of the embedding and the head included.
+std::string component_of(const Model& m, const std::string& name) {
+  if (layer_of(name) < m.config().num_hidden_layers) return layer_component(m, name);
+  if (has(name, ".shared_head.head.")) return "mtp.lm_head";
+  if (has(name, ".eh_proj.")) return "mtp.eh_proj";
+  return "mtp." + layer_component(m, name);
 }
 
 // K3 keeps the KDA convolutions, decay parameters, output norm and the router bias in fp32.
@@ -54,7 +63,9 @@ std::vector<ComponentCount> parameter_counts(const Model& model) {
     const int64_t n = shape_numel(t.shape);
     cc.total += n;
     // A token passes through k of the E routed experts.
-    cc.active += t.component == "moe.routed_experts" ? n * c.num_experts_per_token / c.num_experts : n;
+    cc.active += t.component.ends_with("moe.routed_experts")
+                     ? n * c.num_experts_per_token / c.num_experts
+                     : n;
   }
   std::vector<ComponentCount> out;
   ComponentCount total{"total", 0, 0};
@@ -71,7 +82,7 @@ int64_t Model::matmul_params() const {
   int64_t n = 0;
   for (int i = 0; i < params_.size(); ++i) {
     const ParamInfo& p = params_.info(i);
-    if (p.shape.size() != 2 || i == embedding_.weight()) continue;
+    if (p.shape.size() != 2 || p.name.ends_with("embed_tokens.weight")) continue;
     n += has(p.name, ".experts.") ? p.numel() * config_.num_experts_per_token / config_.num_experts
                                   : p.numel();
   }
@@ -80,9 +91,9 @@ int64_t Model::matmul_params() const {
 
 double mixing_flops_per_token(const ModelConfig& c, int64_t T) {
   double mixing = 0;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+  for (int64_t l = 0; l < c.num_hidden_layers + c.num_nextn_predict_layers; ++l) {
     switch (mixer_kind(c, l)) {
-      case MixerKind::GatedAttention:
+      case MixerKind::GatedAttention:  // grouped heads share keys, not the products
         mixing += 3.0 * T * static_cast<double>(c.num_attention_heads) * 2.0 *
                   static_cast<double>(c.head_dim);
         break;

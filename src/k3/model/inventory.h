@@ -18,6 +18,10 @@ struct TensorEntry {
   std::string component;
 };
 
+// Components: embedding, lm_head, norms, the mixers (attention, mla, kda), attn_res, dense_mlp,
+// moe.{router,latent,routed_experts,shared_experts}, and a multi-token prediction module's as
+// "mtp." and its component in a layer, or mtp.eh_proj and mtp.lm_head; mtp.embedding and
+// mtp.lm_head are the released checkpoint's copies of the model's.
 struct ComponentCount {
   std::string component;
   int64_t total = 0;
@@ -31,11 +35,13 @@ std::vector<ComponentCount> parameter_counts(const Model& model);  // last entry
 // Training FLOPs per token (math §10), forward and backward (twice the forward), at T tokens a
 // sequence: Model::train_flops_per_token, defined in inventory.cpp as
 //   6 · Model::matmul_params()  +  mixing_flops_per_token(config, T),
-// 2 FLOPs a matrix parameter forward and 4 backward, for every 2-D weight but the embedding table
-// (a lookup), the routed experts' counted for the k of E a token visits (so the LM head's, the
-// router's, and a vision tower's as if every token passed through them).
+// 2 FLOPs a matrix parameter forward and 4 backward, for every 2-D weight but the embedding tables
+// (lookups), the routed experts' counted for the k of E a token visits (so the LM head's, the
+// router's, and a vision tower's as if every token passed through them; a multi-token prediction
+// module's eh_proj, layer and head copy as if it ran for every token, as DeepSeek-V3's does).
 //
-// The sequence mixers' FLOPs per token beyond their weight products, summed over the layers:
+// The sequence mixers' FLOPs per token beyond their weight products, summed over the layers (the
+// multi-token prediction modules' included):
 //   gated attention and gated MLA: causal softmax attention, a query meeting T/2 keys on average
 //     in two products (q·k over d_qk, the weights times v over d_v): 3 · T · H · (d_qk + d_v)
 //     (gated attention d_qk = d_v = head_dim; MLA d_qk = qk_nope + qk_rope, d_v = v_head_dim);

@@ -36,9 +36,10 @@ const char* mixer_kind_name(MixerKind k) {
 
 void check_tensor_parallel(const ModelConfig& c, int tp) {
   if (tp == 1) return;
-  bool attention = false, kda = false, mlp = false, moe = false;
+  bool attention = false, grouped = false, kda = false, mlp = false, moe = false;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     (mixer_kind(c, l) == MixerKind::KDA ? kda : attention) = true;
+    grouped = grouped || mixer_kind(c, l) == MixerKind::GatedAttention;
     (ffn_kind(c, l) == FfnKind::LatentMoE ? moe : mlp) = true;
   }
   const struct {
@@ -48,6 +49,7 @@ void check_tensor_parallel(const ModelConfig& c, int tp) {
     const char* what;
   } splits[] = {{true, "vocab_size", c.vocab_size, "vocabulary rows"},
                 {attention, "num_attention_heads", c.num_attention_heads, "heads"},
+                {grouped, "num_key_value_heads", c.kv_heads(), "key-value heads"},
                 {kda, "linear_attn_config.num_heads", c.kda_num_heads, "KDA heads"},
                 {mlp, "intermediate_size", c.intermediate_size, "MLP features"},
                 {moe, "moe_intermediate_size", c.moe_intermediate_size, "expert features"}};

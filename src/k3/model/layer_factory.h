@@ -19,9 +19,9 @@ MixerKind mixer_kind(const ModelConfig& c, int64_t layer);  // 0-based layer
 FfnKind ffn_kind(const ModelConfig& c, int64_t layer);
 const char* mixer_kind_name(MixerKind k);
 
-// Tensor parallelism splits heads, KDA heads, the vocabulary and the MLP and expert intermediate
-// sizes evenly over tp: throws a k3::Error naming the first field of c (among the layers c has)
-// that does not divide by tp.
+// Tensor parallelism splits heads (and the plain attention's key-value heads), KDA heads, the
+// vocabulary and the MLP and expert intermediate sizes evenly over tp: throws a k3::Error naming
+// the first field of c (among the layers c has) that does not divide by tp.
 void check_tensor_parallel(const ModelConfig& c, int tp);
 
 // `prefix` is the layer's, e.g. "model.layers.3".

@@ -21,8 +21,12 @@ PartFloats mixer_floats(const ModelConfig& c, MixerKind kind, double B, double T
   switch (kind) {
     case MixerKind::GatedAttention: {
       const double H = static_cast<double>(c.num_attention_heads),
-                   p = H * static_cast<double>(c.head_dim);
-      return {6 * n * p + n * H, n * H, 6 * n * p};
+                   p = H * static_cast<double>(c.head_dim), pk = static_cast<double>(c.kv_dim()),
+                   gates = c.mla_use_output_gate ? 2 : 0,
+                   expanded = c.kv_heads() < c.num_attention_heads ? 4 * n * p : 0,
+                   positions = c.rope() ? 2 * n : 0;
+      return {(2 + gates) * n * p + 2 * n * pk + n * H, n * H,
+              (2 + gates) * n * p + 2 * n * pk + expanded + positions};
     }
     case MixerKind::GatedMLA: {
       const double H = static_cast<double>(c.num_attention_heads),
@@ -30,10 +34,12 @@ PartFloats mixer_floats(const ModelConfig& c, MixerKind kind, double B, double T
                    rkv = static_cast<double>(c.kv_lora_rank),
                    dn = static_cast<double>(c.qk_nope_head_dim),
                    dr = static_cast<double>(c.qk_rope_head_dim),
-                   dv = static_cast<double>(c.v_head_dim), p = H * dv;
-      PartFloats f{
-          n * (2 * rq + H * (dn + dr) + 2 * rkv + dr + H * dn + 4 * p + H + 2), n * (H + 2),
-          n * (4 * p + H * (dn + dr) + H * dn + 2 * dr + 2 * rq + H * (dn + dv) + 3 * rkv)};
+                   dv = static_cast<double>(c.v_head_dim), p = H * dv,
+                   gates = c.mla_use_output_gate ? 2 : 0, positions = c.rope() ? 2 : 0;
+      PartFloats f{n * (2 * rq + H * (dn + dr) + 2 * rkv + dr + H * dn + (2 + gates) * p + H + 2),
+                   n * (H + 2),
+                   n * ((2 + gates) * p + H * (dn + dr) + H * dn + 2 * dr + 2 * rq + H * (dn + dv) +
+                        3 * rkv + positions)};
       if (cp > 1) {  // ring attention saves the compressed cache instead of the expanded keys and
                      // values; its backward holds a block and its gradient, and the next of each
         f.forward += n * (rkv + dr) - n * (H * dn + p);
@@ -142,7 +148,9 @@ ChunkFloats chunk_floats(const ModelConfig& c, const ActivationLayout& l, int64_
   if (first == 0) f.referenced += ns * d;
   double widest_backward = ns * d;  // a norm's accumulating backward
   if (attn_res) widest_backward = std::max(widest_backward, ns * (blocks + 1));
-  for (int64_t layer = first; layer < end; ++layer) {
+  // The last chunk runs the multi-token prediction modules' decoder layers too.
+  const int64_t last = end == c.num_hidden_layers ? end + c.num_nextn_predict_layers : end;
+  for (int64_t layer = first; layer < last; ++layer) {
     // Each half saves its norm's input and rstd (with Attention Residuals also the mixed input
     // and its softmax weights) beside its part's tensors; its output is the stream.
     const double bank =
@@ -211,6 +219,7 @@ double held_bytes(const ChunkFloats& f, activation::Policy policy, int in_flight
 // the vocabulary.
 ModelConfig tp_shard(ModelConfig c, int tp) {
   c.num_attention_heads /= tp;
+  c.num_key_value_heads /= tp;
   c.kda_num_heads /= tp;
   c.intermediate_size /= tp;
   c.moe_intermediate_size /= tp;
@@ -239,16 +248,21 @@ ModelConfig tp_shard(ModelConfig c, int tp) {
 // the halves' outputs 2nd (one nd at layer granularity, the other saved by the layer); each half
 // saves its norm's input nd and rstd n (with Attention Residuals also the mixed input nd and its
 // softmax weights n·(blocks so far + 1)) and its part's tensors:
-//   gated attention (p = H·head_dim): q k v g o y = 6np, lse nH; backward 6np;
-//   gated MLA (p = H·d_v): 2n·r_q + nH(d_n + d_r) + n(2r_kv + d_r) + nH·d_n + 4np + nH + 2n;
-//     backward 4np + nH(d_n + d_r) + nH·d_n + 2n·d_r + 2n·r_q + nH(d_n + d_v) + 3n·r_kv; under
-//     ring attention the cache n(r_kv + d_r) instead of k_n and v, and 4 blocks in its backward;
+//   gated attention (p = H·head_dim, p_kv = kv heads·head_dim): q o (g y) = 2np (+2np with the
+//     gate), k v = 2n·p_kv, lse nH; backward the same without lse, plus 4np for the keys and
+//     values repeated over grouped heads and their gradients, and 2n for rotary positions;
+//   gated MLA (p = H·d_v): 2n·r_q + nH(d_n + d_r) + n(2r_kv + d_r) + nH·d_n + 2np (+2np with
+//     the gate) + nH + 2n; backward 2np (+2np) + nH(d_n + d_r) + nH·d_n + 2n·d_r + 2n·r_q +
+//     nH(d_n + d_v) + 3n·r_kv (+2n rotary positions); under ring attention the cache
+//     n(r_kv + d_r) instead of k_n and v, and 4 blocks in its backward;
 //   KDA (P = H·D): 11nP + 4nH + nD + its chunk records (kda::chunk_saved_floats; under KCP the
 //     two spans' records, the pairs of all spans, the incoming states and the halos);
 //     backward 9nP + nH + nD;
 //   dense GLU of width W: 3nW; backward 3nW;
 //   LatentMoE: LatentMoE::arena_use (its rows are S·K under MoonEP, plus the replica slots'
 //     weights; under plain ep every rank's rows at most).
+// Multi-token prediction modules count as decoder layers of the last chunk (their eh_proj input,
+// norms and second head are not counted).
 // Policies: keep holds every segment's tensors, fp8 the non-exact ones at 1.03 bytes a value and
 // one segment decoded; recompute one segment re-run, offload two neighbours (the one restored
 // and the next one fetched ahead). A budget holds what it allows, between recompute's and

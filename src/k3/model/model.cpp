@@ -64,36 +64,55 @@ Model::Model(ModelConfig c, bool allocate, const dist::ProcessGrid& grid, const 
   }
   for (int64_t l = 0; l < config_.num_hidden_layers; ++l) {
     params_.set_pp_owner(stage_owner(split_.stage_of_layer(l)));
-    const std::string p = "model.layers." + std::to_string(l);
-    Layer L{l,
-            attn_res() && l % config_.attn_res_block_size == 0,
-            params_.size(),
-            0,
-            RMSNorm(params_, p + ".input_layernorm", d, eps, stream),
-            RMSNorm(params_, p + ".post_attention_layernorm", d, eps, stream),
-            nullptr,
-            nullptr,
-            {},
-            {}};
-    if (attn_res()) {
-      // self_attention_res has no effect at layer 0
-      L.self_res = AttnResMix(params_, p + ".self_attention_res", d, eps, stream);
-      L.mlp_res = AttnResMix(params_, p + ".mlp_res", d, eps, stream);
-    }
-    L.mixer = make_mixer(params_, p, config_, l);
-    FfnBlock ffn = make_ffn(params_, p, config_, l);
-    L.ffn = std::move(ffn.ffn);
-    if (ffn.moe) moe_layers_.emplace_back(l, ffn.moe);
-    L.params_end = params_.size();
-    layers_.push_back(std::move(L));
+    layers_.push_back(make_layer(l, stream));
+    if (layers_.back().moe) moe_layers_.emplace_back(l, layers_.back().moe);
   }
   tail_first_ = params_.size();
   params_.set_pp_owner(stage_owner(split_.stages() - 1));
   if (attn_res()) output_res_ = AttnResMix(params_, "model.output_attn_res", d, eps, stream);
   final_norm_ = RMSNorm(params_, "model.norm", d, eps, stream);
   head_ = LmHead(params_, "lm_head.weight", V, d, std);
+  // The multi-token prediction modules, on the last stage as DeepSeek-V3 places them, in the
+  // released checkpoint's tensors (copies of the embedding and the head included).
+  for (int64_t i = 0; i < config_.num_nextn_predict_layers; ++i) {
+    const int64_t l = config_.num_hidden_layers + i;
+    const std::string p = "model.layers." + std::to_string(l);
+    mtp_.push_back({VocabEmbedding(params_, p + ".embed_tokens.weight", V, d, std),
+                    RMSNorm(params_, p + ".enorm", d, eps, stream),
+                    RMSNorm(params_, p + ".hnorm", d, eps, stream),
+                    Linear(params_, p + ".eh_proj", 2 * d, d, std), make_layer(l, stream),
+                    RMSNorm(params_, p + ".shared_head.norm", d, eps, stream),
+                    LmHead(params_, p + ".shared_head.head.weight", V, d, std)});
+  }
   params_.set_pp_owner(-1);
   if (allocate) params_.allocate();
+}
+
+Model::Layer Model::make_layer(int64_t l, const ShardSpec& stream) {
+  const int64_t d = config_.hidden_size;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const std::string p = "model.layers." + std::to_string(l);
+  Layer L{l,
+          attn_res() && l % config_.attn_res_block_size == 0,
+          params_.size(),
+          0,
+          RMSNorm(params_, p + ".input_layernorm", d, eps, stream),
+          RMSNorm(params_, p + ".post_attention_layernorm", d, eps, stream),
+          nullptr,
+          nullptr,
+          {},
+          {}};
+  if (attn_res()) {
+    // self_attention_res has no effect at layer 0
+    L.self_res = AttnResMix(params_, p + ".self_attention_res", d, eps, stream);
+    L.mlp_res = AttnResMix(params_, p + ".mlp_res", d, eps, stream);
+  }
+  L.mixer = make_mixer(params_, p, config_, l);
+  FfnBlock ffn = make_ffn(params_, p, config_, l);
+  L.ffn = std::move(ffn.ffn);
+  L.moe = ffn.moe;
+  L.params_end = params_.size();
+  return L;
 }
 
 int Model::stage_owner(int stage) const { return split_.pp > 1 ? split_.rank_of(stage) : -1; }

@@ -1,4 +1,5 @@
-// The decoder, with K3's tensor names: embedding → N layers → final RMSNorm → untied LM head.
+// The decoder, with K3's tensor names: embedding → N layers → final RMSNorm → untied LM head
+// (and DeepSeek-V3's multi-token prediction modules after it, registered but never run).
 // Layer l is [RMSNorm → sequence mixer (gated attention, gated MLA or KDA) → RMSNorm →
 // feed-forward (dense GLU MLP or Stable LatentMoE)], joined either by ordinary residual
 // connections or, when attn_res_block_size > 0, by Attention Residuals (math §2). The loss comes
@@ -200,7 +201,7 @@ class Model {
   // FLOPs (mixing_flops_per_token). Both are defined beside the parameter counts, in
   // inventory.cpp, whose header states the formula.
   double train_flops_per_token(int64_t T) const;
-  // The matrix parameters a token passes through: every 2-D weight but the embedding table, the
+  // The matrix parameters a token passes through: every 2-D weight but the embedding tables, the
   // routed experts' counted for the k of E a token visits.
   int64_t matmul_params() const;
 
@@ -226,6 +227,19 @@ class Model {
     // Only with Attention Residuals: the mixes of the bank and the stream that feed input_norm
     // (self_attention_res) and post_norm (mlp_res).
     AttnResMix self_res, mlp_res;
+    LatentMoE* moe = nullptr;  // ffn, when it is a LatentMoE
+  };
+  // Registers decoder layer l's parameters (the stream's norms and mixes sharded as `stream`).
+  Layer make_layer(int64_t l, const ShardSpec& stream);
+  // A multi-token prediction module of DeepSeek-V3 (model.layers.<N + i>.*), registered as the
+  // released checkpoint holds it: described (inventory, FLOPs, memory), never run.
+  struct MtpModule {
+    VocabEmbedding embedding;  // a copy of the model's
+    RMSNorm enorm, hnorm;      // of the embedding and of the last layer's output
+    Linear eh_proj;            // [d, 2d] over the two, concatenated
+    Layer layer;
+    RMSNorm head_norm;
+    LmHead head;  // a copy of lm_head
   };
   // The state between layers (math §2): the stream P (with Attention Residuals the current
   // block's partial sum) and the bank of snapshots taken at block starts.
@@ -298,6 +312,7 @@ class Model {
   LmHead head_;
   int tail_first_ = 0;  // the first parameter after the layers (output mixing, final norm, head)
   std::vector<Layer> layers_;
+  std::vector<MtpModule> mtp_;
   // (layer, the layer's MoE) for balancing
   std::vector<std::pair<int64_t, LatentMoE*>> moe_layers_;
   // Attention Residuals: the mix of the bank and the stream before the final norm

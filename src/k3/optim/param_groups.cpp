@@ -180,6 +180,8 @@ const std::vector<std::string>& default_param_group_rules() {
                           "*.mlp.gate_proj.weight=muon",
                           "*.mlp.up_proj.weight=muon",
                           "*.mlp.down_proj.weight=muon",
+                          // DeepSeek-V3's multi-token prediction: the projection of [h; e].
+                          "*.eh_proj.weight=muon",
                           // The vision tower's and projector's matrices.
                           "vision_tower.encoder.blocks.*.wqkv.weight=muon",
                           "vision_tower.encoder.blocks.*.wo.weight=muon",
@@ -197,6 +199,7 @@ const std::vector<std::string>& default_param_group_rules() {
                           "*_res_proj.weight=adamw",
                           "*embed_tokens.weight=adamw",
                           "*lm_head.weight=adamw",
+                          "*.shared_head.head.weight=adamw",  // an MTP module's copy of lm_head
                           "vision_tower.patch_embed.*=adamw",
                       });
     return r;

@@ -237,8 +237,8 @@ void step_without_traffic(Plan& plan, const std::vector<model::ComponentCount>& 
   const Layout& l = plan.request.layout;
   plan.params_total = counts.back().total;
   plan.params_active = counts.back().active;
-  for (const model::ComponentCount& cc : counts)
-    if (cc.component == "embedding") plan.params_embedding = cc.total;
+  for (const model::ComponentCount& cc : counts)  // the model's and an MTP module's copy
+    if (cc.component.ends_with("embedding")) plan.params_embedding += cc.total;
   plan.bubble = l.pp > 1 ? pipeline_bubble(l.pp, l.vp, plan.micro_batches) : 0;
 }
 

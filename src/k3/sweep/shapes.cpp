@@ -41,6 +41,11 @@ ModelShape scale_preset(const model::ModelConfig& preset, int64_t hidden) {
   for (int64_t* w : {&c.intermediate_size, &c.moe_intermediate_size, &c.routed_expert_hidden_size,
                      &c.q_lora_rank, &c.kv_lora_rank, &c.num_attention_heads, &c.kda_num_heads})
     *w = scaled(*w, hidden, d0);
+  // Grouped heads keep their group where the scaled heads allow it, else each head its own keys
+  // and values (MLA's and K3's always).
+  const int64_t group = preset.num_attention_heads / preset.kv_heads();
+  c.num_key_value_heads =
+      c.num_attention_heads % group == 0 ? c.num_attention_heads / group : c.num_attention_heads;
 
   const int64_t p = layer_period(preset);
   const double aspect = static_cast<double>(preset.hidden_size) / preset.num_hidden_layers;

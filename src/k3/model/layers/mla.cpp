@@ -91,7 +91,8 @@ GatedMLA::GatedMLA(ParamRegistry& reg, const std::string& prefix, const ModelCon
       d_n_(c.qk_nope_head_dim),
       d_r_(c.qk_rope_head_dim),
       d_v_(c.v_head_dim),
-      r_kv_(c.kv_lora_rank) {
+      r_kv_(c.kv_lora_rank),
+      gated_(c.mla_use_output_gate) {
   for (auto [field, value] : {std::pair{"hidden_size", c.hidden_size},
                               {"num_attention_heads", c.num_attention_heads},
                               {"q_lora_rank", c.q_lora_rank},
@@ -116,10 +117,19 @@ GatedMLA::GatedMLA(ParamRegistry& reg, const std::string& prefix, const ModelCon
   kv_norm_ = RMSNorm(reg, prefix + ".kv_a_layernorm", r_kv_, eps, shard_of(LinearMode::summed));
   kv_b_ =
       Linear(reg, prefix + ".kv_b_proj", r_kv_, heads_ * (d_n_ + d_v_), std, LinearMode::column);
-  g_ = Linear(reg, prefix + ".g_proj", hidden_, heads_ * d_v_, std, LinearMode::column);
+  if (gated_) g_ = Linear(reg, prefix + ".g_proj", hidden_, heads_ * d_v_, std, LinearMode::column);
   o_ =
       Linear(reg, prefix + ".o_proj", heads_ * d_v_, hidden_, c.output_init_std(), LinearMode::row);
-  heads_ = g_.out() / d_v_;  // this rank's
+  heads_ = o_.in() / d_v_;  // this rank's
+  rope_ = Rotary(c, d_r_);
+}
+
+void GatedMLA::rotate(const int64_t* positions, int64_t n, float* q, float* k_r,
+                      bool backward) const {
+  const int64_t dqk = d_n_ + d_r_;
+  for (auto [l, x] : {std::pair{kernels::RopeLayout{n, heads_, d_r_, heads_ * dqk, dqk}, q + d_n_},
+                      {kernels::RopeLayout{n, 1, d_r_, d_r_, d_r_}, k_r}})
+    backward ? rope_.backward(l, positions, x) : rope_.forward(l, positions, x);
 }
 
 void GatedMLA::forward(const Step& s, const float* x, const Sequences& seq, float* out) const {
@@ -142,8 +152,8 @@ void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
   const dist::Comm& cp = s.grid.cp();
   const bool ring = cp.size() > 1;
   float* k_n = ring ? nullptr : s.alloc(n * heads_ * d_n_);
-  float *v = ring ? nullptr : s.alloc(n * p), *g = s.alloc(n * p);
-  float *o = s.alloc(n * p), *lse = s.alloc(B * heads_ * T), *y = s.alloc(n * p);
+  float *v = ring ? nullptr : s.alloc(n * p), *g = gated_ ? s.alloc(n * p) : nullptr;
+  float *o = s.alloc(n * p), *lse = s.alloc(B * heads_ * T), *y = gated_ ? s.alloc(n * p) : o;
   {
     // The gathered input and the interleaved outputs are scratch above what backward reads.
     ArenaScope scratch(s.arena);
@@ -152,11 +162,15 @@ void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
     float* c = s.alloc(n * (r_kv_ + d_r_));
     kv_a_.forward(s, xa, n, c);
     split_columns(c, n, r_kv_, d_r_, c_kv, k_r);
-    g_.forward(s, xa, n, g);
+    if (gated_) g_.forward(s, xa, n, g);
   }
   q_norm_.forward(s, q_lat, n, q_lat_n);  // saves q_lat and its rstd
   q_b_.forward(s, q_lat_n, n, q);
   kv_norm_.forward(s, c_kv, n, c_kv_n);  // saves c_kv and its rstd
+  if (rope_.on()) {
+    ArenaScope scratch(s.arena);
+    rotate(rope_.positions(s, {B, T, doc_starts}), n, q, k_r, false);
+  }
   if (cache) {
     std::copy_n(c_kv_n, n * r_kv_, cache->c_kv.f32());
     std::copy_n(k_r, n * d_r_, cache->k_r.f32());
@@ -181,13 +195,14 @@ void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
     else
       attention_forward_documents(s, shape, doc_starts, q, k_n, k_r, v, o, lse);
   }
-  kernels::sigmoid_gate_forward(o, g, y, n * p);
+  if (gated_) kernels::sigmoid_gate_forward(o, g, y, n * p);
   {
     ArenaScope scratch(s.arena);
     float* partial = region.partial(out);
     o_.forward(s, y, n, partial);
     region.leave(partial, out);
   }
+  // Without the gate, y is o and g absent: saved empty.
   for (auto [name, ptr, size] : {std::tuple{".x", x, region.rows() * hidden_},
                                  {".q_lat_n", q_lat_n, n * r_q},
                                  {".q", q, n * heads_ * dqk},
@@ -195,9 +210,9 @@ void GatedMLA::run(const Step& s, const float* x, int64_t B, int64_t T,
                                  {".k_n", k_n, ring ? 0 : n * heads_ * d_n_},
                                  {".k_r", k_r, n * d_r_},
                                  {".v", v, ring ? 0 : n * p},
-                                 {".g", g, n * p},
+                                 {".g", g, gated_ ? n * p : 0},
                                  {".o", o, n * p},
-                                 {".y", y, n * p}})
+                                 {".y", y, gated_ ? n * p : 0}})
     s.save(prefix_ + name, ptr, size);
   s.save_exact(prefix_ + ".lse", lse, B * heads_ * T);  // a per-row statistic
 }
@@ -212,11 +227,12 @@ void GatedMLA::run_backward(const Step& s, const float* dout, int64_t B, int64_t
   auto load = [&](const char* name) { return s.load(prefix_ + name); };
   const float *q_lat_n = load(".q_lat_n"), *q = load(".q");
   const float *c_kv_n = load(".c_kv_n"), *k_n = load(".k_n"), *k_r = load(".k_r"), *v = load(".v");
-  const float *g = load(".g"), *o = load(".o"), *lse = load(".lse"), *y = load(".y");
+  const float *o = load(".o"), *lse = load(".lse"), *y = gated_ ? load(".y") : o;
 
-  float *dy = s.alloc(n * p), *d_o = s.alloc(n * p), *dg = s.alloc(n * p);
+  float* dy = s.alloc(n * p);
+  float *d_o = gated_ ? s.alloc(n * p) : dy, *dg = gated_ ? s.alloc(n * p) : nullptr;
   o_.backward(s, y, region.leave_backward(dout), n, dy, false);
-  kernels::sigmoid_gate_backward(o, g, dy, d_o, dg, n * p);
+  if (gated_) kernels::sigmoid_gate_backward(o, load(".g"), dy, d_o, dg, n * p);
   const dist::Comm& cp = s.grid.cp();
   const bool ring = cp.size() > 1;
   float *dq = s.alloc(n * heads_ * dqk), *dk_r = s.alloc(n * d_r_);
@@ -241,6 +257,10 @@ void GatedMLA::run_backward(const Step& s, const float* dout, int64_t B, int64_t
     join_columns(dk_n, dv, n * heads_, d_n_, d_v_, dkv);
     kv_b_.backward(s, c_kv_n, dkv, n, dc_kv_n, false);
   }
+  if (rope_.on()) {  // the gradients of q_r and k_r before their rotation
+    ArenaScope scratch(s.arena);
+    rotate(rope_.positions(s, {B, T, doc_starts}), n, dq, dk_r, true);
+  }
 
   const float* xa = region.enter(load(".x"));
   float* partial = region.partial(dx);
@@ -253,7 +273,7 @@ void GatedMLA::run_backward(const Step& s, const float* dout, int64_t B, int64_t
   kv_norm_.backward(s, dc_kv_n, n, dc_kv, false);
   join_columns(dc_kv, dk_r, n, r_kv_, d_r_, dc);
   kv_a_.backward(s, xa, dc, n, partial, true);
-  g_.backward(s, xa, dg, n, partial, true);
+  if (gated_) g_.backward(s, xa, dg, n, partial, true);
   region.enter_backward(partial, dx);
 }
 
@@ -347,6 +367,15 @@ void GatedMLA::decode_rows(const Step& s, const float* x, std::span<DecodeCache*
   kv_a_.forward(infer, x, rows, c);
   split_columns(c, rows, r_kv_, d_r_, c_kv, k_r);
   kv_norm_.forward(infer, c_kv, rows, c_kv_n);
+  float* q = s.alloc(rows * heads_ * dqk);
+  {
+    ArenaScope scratch(s.arena);
+    float *q_lat = s.alloc(rows * r_q), *q_lat_n = s.alloc(rows * r_q);
+    q_a_.forward(infer, x, rows, q_lat);
+    q_norm_.forward(infer, q_lat, rows, q_lat_n);
+    q_b_.forward(infer, q_lat_n, rows, q);
+  }
+  rotate(positions.data(), rows, q, k_r, false);
   int64_t max_ctx = 0;
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t at = positions[static_cast<size_t>(r)];
@@ -354,12 +383,6 @@ void GatedMLA::decode_rows(const Step& s, const float* x, std::span<DecodeCache*
     std::copy_n(k_r + r * d_r_, d_r_, cache_of(r).k_r.f32() + at * d_r_);
     max_ctx = std::max(max_ctx, at + 1);
   }
-
-  float *q_lat = s.alloc(rows * r_q), *q_lat_n = s.alloc(rows * r_q),
-        *q = s.alloc(rows * heads_ * dqk);
-  q_a_.forward(infer, x, rows, q_lat);
-  q_norm_.forward(infer, q_lat, rows, q_lat_n);
-  q_b_.forward(infer, q_lat_n, rows, q);
 
   // Per head: qc [rows, H, r_kv] = q_n W_kb,h. The absorbed products are the weights' products,
   // in the step's precision; those over the cache (their length grows every token) stay fp32.
@@ -386,13 +409,15 @@ void GatedMLA::decode_rows(const Step& s, const float* x, std::span<DecodeCache*
                    ctx_lat + r * heads_ * r_kv_, r_kv_});
   }
   // Per head: o [rows, H, d_v] = ctx_lat W_vb,hᵀ.
-  float *o = s.alloc(rows * p), *g = s.alloc(rows * p);
+  float *o = s.alloc(rows * p), *g = gated_ ? s.alloc(rows * p) : nullptr;
   kernels::gemm_batched({false, true, rows, d_v_, r_kv_, 1.f, ctx_lat, heads_ * r_kv_,
                          w_kvb + d_n_ * r_kv_, r_kv_, 0.f, o, p, s.precision, nullptr,
                          w_kvb_bf16 ? w_kvb_bf16 + d_n_ * r_kv_ : nullptr},
                         heads_, r_kv_, head_rows, d_v_);
-  g_.forward(infer, x, rows, g);
-  kernels::sigmoid_gate_forward(o, g, o, rows * p);
+  if (gated_) {
+    g_.forward(infer, x, rows, g);
+    kernels::sigmoid_gate_forward(o, g, o, rows * p);
+  }
   o_.forward(infer, o, rows, out);
   TpRegion(infer, rows, hidden_).leave(out, out);
 }

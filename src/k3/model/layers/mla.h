@@ -1,7 +1,10 @@
 // Gated multi-head latent attention, no positional encoding (math §4): the full-attention layer of
 // K3. Queries and keys/values come through low-rank bottlenecks; the keys share one d_r-wide part
 // k_r across heads, so a decode cache needs only the kv latent and k_r per token. The output is
-// gated like GatedAttention's: out = o_proj(attn ⊙ sigmoid(g_proj x)). Under tensor parallelism
+// gated like GatedAttention's: out = o_proj(attn ⊙ sigmoid(g_proj x)). DeepSeek-V3's MLA is the
+// same layer with the config's two switches off (mla_use_output_gate, mla_use_nope): no gate, and
+// rotary embeddings turn each head's q_r and the shared k_r by the token's position
+// (layers/rotary.h; the decode cache holds k_r turned). Under tensor parallelism
 // the heads are split over tp (q_b_proj, kv_b_proj and g_proj column-parallel, o_proj
 // row-parallel, one region: tp_region.h); the down-projections, their norms and k_r are
 // replicated, computed by every rank. Under context parallelism the attention runs as ring
@@ -18,6 +21,7 @@
 #include "k3/model/layers/linear.h"
 #include "k3/model/layers/mixer.h"
 #include "k3/model/layers/norm.h"
+#include "k3/model/layers/rotary.h"
 #include "k3/tensor/tensor.h"
 
 namespace k3::model {
@@ -67,11 +71,15 @@ class GatedMLA final : public Mixer {
                     std::span<const int64_t> doc_starts, float* dx) const;
   ExpandKv expand_kv(const Step& s) const;
   ExpandKvBackward expand_kv_backward(const Step& s) const;
+  // q_r of each head and k_r turned by their positions, or (backward) their gradients turned back.
+  void rotate(const int64_t* positions, int64_t n, float* q, float* k_r, bool backward) const;
 
   std::string prefix_;
   int64_t hidden_ = 0, heads_ = 0;  // heads_: this rank's (split over tp)
   int64_t d_n_ = 0, d_r_ = 0, d_v_ = 0, r_kv_ = 0;
-  Linear q_a_, q_b_, kv_a_, kv_b_, g_, o_;
+  bool gated_ = true;
+  Rotary rope_;
+  Linear q_a_, q_b_, kv_a_, kv_b_, g_, o_;  // g_ unset without the gate
   RMSNorm q_norm_, kv_norm_;
 };
 

@@ -183,6 +183,7 @@ void check_context(const RunConfig& config, const model::ModelConfig& mc) {
 
 PreflightResult preflight(const RunConfig& config, const model::ModelConfig& mc) {
   PreflightResult r;
+  model::check_trainable(mc);
   check_parallel(config.parallel, config.train, config.data.seq_len, dist::Runtime::world_size());
   check_image_text(config, mc);
   check_context(config, mc);
