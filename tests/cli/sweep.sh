@@ -145,7 +145,7 @@ for line in sys.stdin:
     json.dump({"status": "done", "val_loss": loss}, open(sys.argv[1] + "/" + job + "/result.json", "w"))
 ' "$WORK/handmade/jobs"
 "$K3LAB" sweep "$WORK/handmade.toml" --no-run > "$WORK/handmade.out" || fail "comparison: $(cat "$WORK/handmade.out")"
-grep -q "^seed spread: sd 0.007071 over 4 points with 2 seeds (pooled), added to every resample$" \
+grep -q "^seed spread: sd 0.007071 over 4 points with 2 seeds (pooled over each size.s best lr and its neighbours), added to every resample$" \
   "$WORK/handmade.out" || fail "seed spread: $(cat "$WORK/handmade.out")"
 grep -q "^effective compute, point by point" "$WORK/handmade.out" || fail "no point-wise table"
 $PY - "$WORK/handmade/handmade.val_loss.json" <<'PY' || fail "point-wise ratios: $(cat "$WORK/handmade.out")"

@@ -136,7 +136,8 @@ struct HandTable {
   std::vector<Job> jobs;
   std::vector<JobResult> results;
   // ARM at size N with D = 10 N tokens, learning rate LR and seed SEED.
-  void add(const std::string& arm, double n, double lr, int64_t seed, double loss) {
+  void add(const std::string& arm, double n, double lr, int64_t seed, double loss,
+           int64_t batch_size = 8) {
     Job j;
     j.arm = arm;
     j.target = n;
@@ -144,7 +145,7 @@ struct HandTable {
     j.shape.params = static_cast<int64_t>(n);
     j.tokens = static_cast<int64_t>(10 * n);
     j.lr = lr;
-    j.batch_size = 8;
+    j.batch_size = batch_size;
     j.seed = seed;
     jobs.push_back(j);
     JobResult r;
@@ -278,6 +279,36 @@ TEST(SweepCompare, SeedSpreadIsPooledOverThePointsWithSeveralSeeds) {
   EXPECT_EQ(seed_spread(single.jobs, single.results, "val_loss").points, 0);
 }
 
+// Only the points that compete for a size's pick are pooled: the best lr by seed mean and the
+// next lr on either side at its batch size. A rate two steps away that diverges (its seeds 2.0
+// apart) and a point at another batch size are left out.
+TEST(SweepCompare, SeedSpreadPoolsOnlyThePointsCompetingForThePick) {
+  HandTable t;
+  const double lrs[] = {1e-3, 2e-3, 4e-3, 8e-3, 1.6e-2};
+  const double means[] = {3.0, 2.6, 2.5, 2.7, 4.0};
+  for (size_t i = 0; i < 5; ++i)
+    for (int64_t seed : {1, 2}) {
+      const double apart = i == 0 ? 2.0 : i == 4 ? 1.0 : 0.02 * static_cast<double>(i);
+      t.add("a", 1e4, lrs[i], seed, means[i] + (seed == 1 ? -apart : apart) / 2);
+    }
+  t.add("a", 1e4, 4e-3, 1, 3.5, 64);  // another batch size, beside the best lr
+  t.add("a", 1e4, 4e-3, 2, 5.5, 64);
+  const SeedSpread s = seed_spread(t.jobs, t.results, "val_loss");
+  // lrs 2e-3, 4e-3 and 8e-3: seeds 0.02, 0.04 and 0.06 apart, squares d^2 / 2 each.
+  EXPECT_EQ(s.points, 3);
+  EXPECT_NEAR(s.sd, std::sqrt((0.02 * 0.02 + 0.04 * 0.04 + 0.06 * 0.06) / 2 / 3), 1e-12);
+  // At the grid's edge the best has one neighbour.
+  HandTable edge;
+  for (int64_t seed : {1, 2}) {
+    edge.add("a", 1e4, 1e-3, seed, 2.0 + (seed == 1 ? -0.01 : 0.01));
+    edge.add("a", 1e4, 2e-3, seed, 2.5 + (seed == 1 ? -0.03 : 0.03));
+    edge.add("a", 1e4, 4e-3, seed, 4.0 + (seed == 1 ? -1.0 : 1.0));
+  }
+  const SeedSpread e = seed_spread(edge.jobs, edge.results, "val_loss");
+  EXPECT_EQ(e.points, 2);
+  EXPECT_NEAR(e.sd, std::sqrt((2 * 0.01 * 0.01 + 2 * 0.03 * 0.03) / 2), 1e-12);
+}
+
 // Each arm's law and intervals as the bootstrap of its optima alone gives them (the comparison
 // before seed noise), resample by resample.
 void expect_resamples_without_noise(const Comparison& c, int resamples, uint64_t seed) {
@@ -328,7 +359,9 @@ TEST(SweepCompare, NoSeedSpreadGivesTheIntervalsOfTheOptimaAlone) {
   EXPECT_TRUE(nlohmann::json::parse(comparison_json(c))["seed_spread"].is_null());
   expect_resamples_without_noise(c, 40, 5);
   const Comparison same = compare_arms(same_seeds.jobs, same_seeds.results, "val_loss", 40, 5);
-  EXPECT_EQ(same.spread.points, 24);
+  // Per arm, the best of three lrs at the grid's edge at three sizes (two points) and inside it
+  // at the largest (three).
+  EXPECT_EQ(same.spread.points, 18);
   EXPECT_EQ(same.spread.sd, 0.0);
   expect_resamples_without_noise(same, 40, 5);
 }
@@ -352,9 +385,10 @@ TEST(SweepCompare, SeedNoiseMovesEveryPointBeforeTheBestLrIsPicked) {
   const int resamples = 400;
   const Comparison c = compare_arms(t.jobs, t.results, "val_loss", resamples, 3);
   EXPECT_NEAR(c.spread.sd, 0.01, 1e-12);
-  EXPECT_EQ(c.spread.points, 17);
-  EXPECT_NE(describe(c, NAN).find("seed spread: sd 0.01 over 17 points with 2 to 4 seeds (pooled), "
-                                  "added to every resample"),
+  EXPECT_EQ(c.spread.points, 9);  // per size of base, the first lr (the best) and the next
+  EXPECT_NE(describe(c, NAN).find("seed spread: sd 0.01 over 9 points with 2 to 4 seeds (pooled "
+                                  "over each size's best lr and its neighbours), added to every "
+                                  "resample"),
             std::string::npos)
       << describe(c, NAN);
   EXPECT_NEAR(nlohmann::json::parse(comparison_json(c))["seed_spread"]["sd"].get<double>(), 0.01,

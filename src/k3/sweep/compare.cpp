@@ -118,17 +118,36 @@ std::vector<ArmRuns> group_runs(const std::vector<Job>& jobs, const std::vector<
   return arms;
 }
 
+// The points of SIZE that compete for its pick: its best point by seed mean, and the next lr on
+// either side of it at the same batch size. A rate far from the optimum may diverge, and its
+// seeds then differ by many times what they do where the pick is decided; pooling it would widen
+// every interval by noise that never moves a pick.
+std::vector<const GridPoint*> competing(const SizeRuns& size) {
+  const auto best = std::min_element(
+      size.points.begin(), size.points.end(),
+      [](const GridPoint& x, const GridPoint& y) { return x.mean() < y.mean(); });
+  if (best == size.points.end()) return {};
+  std::vector<const GridPoint*> same_batch;  // in lr order, as the points are
+  for (const GridPoint& p : size.points)
+    if (p.job->batch_size == best->job->batch_size) same_batch.push_back(&p);
+  const auto at = std::find(same_batch.begin(), same_batch.end(), &*best) - same_batch.begin();
+  const auto from = std::max<ptrdiff_t>(at - 1, 0);
+  const auto to = std::min<ptrdiff_t>(at + 2, std::ssize(same_batch));
+  return {same_batch.begin() + from, same_batch.begin() + to};
+}
+
 // Pooled: a point of two or three seeds has one or two degrees of freedom, too few for an sd of
 // its own, and the spread between seeds is taken to be a property of the training rather than
-// of one point, so the squared deviations from each point's mean are summed over all points and
-// divided by all their degrees of freedom (n - 1 each): one estimate that uses every seed.
+// of one point, so the squared deviations from each point's mean are summed over the competing
+// points of every size and divided by all their degrees of freedom (n - 1 each).
 SeedSpread spread_of(const std::vector<ArmRuns>& arms) {
   SeedSpread s;
   double squares = 0;
   int64_t degrees = 0;
   for (const ArmRuns& a : arms)
     for (const SizeRuns& size : a.sizes)
-      for (const GridPoint& p : size.points) {
+      for (const GridPoint* point : competing(size)) {
+        const GridPoint& p = *point;
         const auto n = static_cast<int64_t>(p.losses.size());
         if (n < 2) continue;
         const double mean = p.mean();

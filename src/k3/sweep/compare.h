@@ -29,7 +29,8 @@ struct Optimum {
 };
 
 // The spread of the loss between seeds, measured at the points (arm, size, budget, lr, batch)
-// with two or more finished seeds.
+// with two or more finished seeds that compete for their size's pick: the best lr by seed mean
+// and the next lr on either side of it (a diverging rate far from the optimum is left out).
 struct SeedSpread {
   double sd = 0;                         // pooled over those points, n - 1 degrees of freedom each
   int64_t points = 0;                    // 0: no such point, and no seed noise in the intervals

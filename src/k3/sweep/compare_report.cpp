@@ -27,7 +27,8 @@ std::string describe_spread(const Comparison& c) {
                                 ? strprintf("%lld", static_cast<long long>(s.min_seeds))
                                 : strprintf("%lld to %lld", static_cast<long long>(s.min_seeds),
                                             static_cast<long long>(s.max_seeds));
-  return strprintf("seed spread: sd %.4g over %lld points with %s seeds (pooled), %s\n", s.sd,
+  return strprintf("seed spread: sd %.4g over %lld points with %s seeds (pooled over each size's best lr "
+                   "and its neighbours), %s\n", s.sd,
                    static_cast<long long>(s.points), seeds.c_str(),
                    c.resamples > 0 ? "added to every resample" : "unused without resamples");
 }
