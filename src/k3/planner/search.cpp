@@ -4,7 +4,8 @@
 // alone cannot fit (the dense parameters over tp·pp, the routed experts over tp·ep·pp) is passed
 // over unplanned; the others are screened with pipeline rank 0's memory, and the fastest 3·top
 // that fit completed with their other memory ranks. A layout whose compute and bubble alone take
-// longer than the 3·top fastest fitting steps screened so far is passed over undescribed.
+// longer than the 3·top fastest fitting steps screened so far, or whose rank 0 overflows the GPU
+// with its activations and buffers alone, is passed over undescribed.
 // Layouts that differ only in dp and cp share the description of their pipeline ranks (what a
 // rank holds), and the groups are planned side by side on the OpenMP threads.
 #include <algorithm>
@@ -110,7 +111,14 @@ std::vector<Plan> detail::search_layouts(const PlanRequest& r, int64_t gpus, siz
       }
       if (beyond) continue;
       try {
-        Plan p = detail::make_plan(q, counts, /*every_memory_rank=*/false, described);
+        Plan floor = detail::memory_floor(q);
+        if (bounded && !floor.fits()) {
+#pragma omp critical(search_fastest)
+          if (passed_over) ++*passed_over;
+          continue;
+        }
+        Plan p =
+            detail::make_plan(std::move(floor), counts, /*every_memory_rank=*/false, described);
         if (!p.fits()) continue;
 #pragma omp critical(search_fastest)
         {
