@@ -91,27 +91,53 @@ TEST(ShardedRegistry, RefusesUnevenSplits) {
   EXPECT_THROW(ParamRegistry(GroupPlaces{{"tp", {2, 2}}}), Error);
 }
 
-// The names index every tensor through the table's growth: each found at its index, an absent
-// name (also one a prefix or an extension of a registered one) not, a second registration refused,
+// The names index every tensor, those registered before the first lookup (indexed then, at
+// once) and those after it (through the table's growth): each found at its index, an absent name
+// (also one a prefix or an extension of a registered one) not, a second registration refused,
 // and a refused registration not found.
 TEST(ShardedRegistry, FindsEveryNameItRegistered) {
   ParamRegistry reg(GroupPlaces{{"tp", {2, 0}}});
-  const int n = 5000;  // grows the table from 64 slots seven times
+  const int n = 5000;  // indexed at 2500 in 8192 slots, which grow once
   auto name = [](int i) { return "model.layers." + std::to_string(i % 93) + ".experts." +
                                  std::to_string(i) + ".w1.weight"; };
-  for (int i = 0; i < n; ++i) ASSERT_EQ(reg.add(name(i), {2, 3}, ParamInit::zeros()), i);
+  for (int i = 0; i < n / 2; ++i) ASSERT_EQ(reg.add(name(i), {2, 3}, ParamInit::zeros()), i);
+  EXPECT_EQ(reg.find(name(0)), 0);
+  for (int i = n / 2; i < n; ++i) ASSERT_EQ(reg.add(name(i), {2, 3}, ParamInit::zeros()), i);
   for (int i = 0; i < n; ++i) ASSERT_EQ(reg.find(name(i)), i) << name(i);
   EXPECT_EQ(reg.find("model.layers.0.experts.0.w1"), -1);
   EXPECT_EQ(reg.find(name(0) + "x"), -1);
   EXPECT_EQ(reg.find(""), -1);
   EXPECT_EQ(ParamRegistry().find("w"), -1);
-  const std::string e = testing::error_of([&] { reg.add(name(4321), {1}, ParamInit::zeros()); });
-  EXPECT_NE(e.find("'" + name(4321) + "' registered twice"), std::string::npos) << e;
+  for (int twice : {1234, 4321}) {  // indexed at once, and through the growth
+    const std::string e = testing::error_of([&] { reg.add(name(twice), {1}, ParamInit::zeros()); });
+    EXPECT_NE(e.find("'" + name(twice) + "' registered twice"), std::string::npos) << e;
+  }
   EXPECT_THROW(reg.add("odd", {3}, ParamInit::zeros(), {0, "tp"}), Error);  // uneven over tp
   EXPECT_EQ(reg.find("odd"), -1);
   EXPECT_EQ(reg.size(), n);
   EXPECT_EQ(reg.add("odd", {4}, ParamInit::zeros(), {0, "tp"}), n);  // the refused left no trace
   EXPECT_EQ(reg.find("odd"), n);
+}
+
+// A registry that no one looks a name up in (a rank the planner describes) indexes no name: a
+// name registered twice before the index is refused when it is built, by the first lookup and
+// each one after, and by allocate().
+TEST(ShardedRegistry, RefusesANameRegisteredTwiceWhenItIndexesTheNames) {
+  auto register_twice = [](ParamRegistry& reg) {
+    for (const char* name : {"a.weight", "b.weight", "c.weight", "a.weight"})
+      reg.add(name, {2}, ParamInit::zeros());
+  };
+  ParamRegistry looked_up;
+  register_twice(looked_up);
+  for (int lookup = 0; lookup < 2; ++lookup) {
+    const std::string e = testing::error_of([&] { looked_up.find("b.weight"); });
+    EXPECT_NE(e.find("'a.weight' registered twice"), std::string::npos) << e;
+  }
+  ParamRegistry allocated;
+  register_twice(allocated);
+  const std::string e = testing::error_of([&] { allocated.allocate(); });
+  EXPECT_NE(e.find("'a.weight' registered twice"), std::string::npos) << e;
+  EXPECT_EQ(allocated.values(), nullptr);
 }
 
 // One registry per rank of tp = 2 and the unsplit one, all with the same global weights.

@@ -186,6 +186,25 @@ TEST(ParamGroups, RunRulesOverrideAndExtendTheDefaults) {
   EXPECT_EQ(plan[3].blocks(), 4);
 }
 
+// Names that differ only in their numbers (layers, experts) match the same patterns without
+// digits; patterns with digits tell them apart, unless an earlier rule matches them all.
+TEST(ParamGroups, RulesThatNameNumbersTellNamesApartByThem) {
+  std::vector<ParamSlot> params;
+  for (const char* layer : {"1", "12", "2", "21"})
+    params.push_back({std::string("model.layers.") + layer + ".mlp.up_proj.weight", {8, 8}, 0});
+  for (const Assignment& a : assign_param_groups(params, kK3Sizes))
+    EXPECT_EQ(a.optimizer, OptimizerKind::muon) << a.name;
+  const auto plan =
+      assign_param_groups(params, kK3Sizes, {"model.layers.1.*=adamw", "*2.mlp.*=frozen"});
+  EXPECT_EQ(plan[0].optimizer, OptimizerKind::adamw);   // layer 1
+  EXPECT_EQ(plan[1].optimizer, OptimizerKind::frozen);  // 12
+  EXPECT_EQ(plan[2].optimizer, OptimizerKind::frozen);  // 2
+  EXPECT_EQ(plan[3].optimizer, OptimizerKind::muon);    // 21
+  for (const Assignment& a :
+       assign_param_groups(params, kK3Sizes, {"*.up_proj.weight=frozen", "*2.mlp.*=adamw"}))
+    EXPECT_EQ(a.optimizer, OptimizerKind::frozen) << a.name;
+}
+
 TEST(ParamGroups, BadRulesAreErrorsNamingThem) {
   const std::vector<ParamSlot> norm = {{"model.norm.weight", {64}, 0}};
   expect_error(norm, {"model.norm.weight"}, "pattern=spec");

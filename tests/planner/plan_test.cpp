@@ -219,22 +219,58 @@ TEST(Planner, ScreenedPlanCompletedShowsTheWorstMemoryRank) {
   EXPECT_EQ(worst, (std::set<int>{0, 1}));  // the layouts tell the ranks apart
 }
 
-// The candidates passed over by their step bound change nothing: the same layouts, figures and
-// memory as when every candidate is screened.
+// Rank 0's memory floor (the parts no described rank is needed for) is its plan's activations and
+// buffers, with every other part 0: no part above the plan's, so a layout whose floor does not fit
+// does not.
+TEST(Planner, MemoryFloorIsThePlansPartsThatNeedNoDescribedRank) {
+  PlanRequest nano = cpu_request("k3-nano.json", "dp=1");
+  nano.global_batch_tokens = 64 * 64;
+  for (PlanRequest r : {small_h100_request(), nano}) {
+    const std::vector<model::ComponentCount> counts = parameter_counts(r.model);
+    for (const char* activation : {"keep", "recompute"})
+      for (const char* layout : {"dp=8,tp=2", "dp=2,tp=2,pp=4", "dp=2,pp=4,vp=2,ep=2",
+                                 "dp=4,pp=2,ep=2,cp=2", "dp=1,tp=2,pp=8,ep=2"}) {
+        r.activation = activation;
+        r.layout = parse_layout(layout);
+        r.layout.sequence_parallel = r.layout.tp > 1;
+        const std::string what = r.cluster.name + " " + layout + " " + activation;
+        const Plan floor = detail::memory_floor(r);
+        const Plan plan = make_plan(r, counts, /*every_memory_rank=*/false);
+        ASSERT_EQ(floor.memory.size(), plan.memory.size()) << what;
+        for (size_t i = 0; i < plan.memory.size(); ++i) {
+          const MemoryPart &f = floor.memory[i], &p = plan.memory[i];
+          EXPECT_EQ(f.name, p.name) << what;
+          EXPECT_EQ(f.host, p.host) << what;
+          if (p.name == "activations" || p.name == "communication buffers")
+            EXPECT_EQ(f.bytes, p.bytes) << what << ": " << p.name;
+          else
+            EXPECT_EQ(f.bytes, 0.0) << what << ": " << p.name;
+        }
+        EXPECT_GT(floor.hbm_bytes(), 0.0) << what;
+        EXPECT_LE(floor.hbm_bytes(), plan.hbm_bytes()) << what;
+        PlanRequest tight = r;
+        tight.cluster.hbm_bytes = std::nextafter(floor.hbm_bytes(), 0.0);
+        EXPECT_FALSE(detail::memory_floor(tight).fits()) << what;
+        EXPECT_FALSE(make_plan(tight, counts, /*every_memory_rank=*/false).fits()) << what;
+      }
+  }
+}
+
+// The candidates passed over by their step bound or their memory floor change nothing: the same
+// layouts, figures and memory (or the same refusal) as when every candidate is screened.
 TEST(Planner, SearchPassesOverOnlyLayoutsThatCannotRankAmongTheFastest) {
   PlanRequest r;
   r.model = model::load_model_config(testing::source_dir() + "/configs/k3-small.json");
   r.cluster = cluster_preset("H100");
   r.activation = "recompute";
-  size_t passed_over = 0;
-  for (const auto& [gpus, global_batch, top] :
-       {std::tuple{64, int64_t{0}, size_t{2}}, {64, int64_t{0}, size_t{10}},
-        {64, int64_t{2048 * 256}, size_t{3}}, {64, int64_t{2048 * 256}, size_t{10}},
-        {128, int64_t{0}, size_t{1}}}) {
-    r.global_batch_tokens = global_batch;
-    const std::vector<Plan> all = detail::search_layouts(r, gpus, top, /*bounded=*/false);
-    const std::vector<Plan> bounded =
-        detail::search_layouts(r, gpus, top, /*bounded=*/true, &passed_over);
+  auto same_search = [&r](int64_t gpus, size_t top, size_t& passed_over) {
+    std::vector<Plan> all, bounded;
+    const std::string refused =
+        testing::error_of([&] { all = detail::search_layouts(r, gpus, top, /*bounded=*/false); });
+    EXPECT_EQ(testing::error_of([&] {
+                bounded = detail::search_layouts(r, gpus, top, /*bounded=*/true, &passed_over);
+              }),
+              refused);
     ASSERT_EQ(bounded.size(), all.size()) << gpus;
     for (size_t i = 0; i < all.size(); ++i) {
       EXPECT_EQ(bounded[i].request.layout.str(), all[i].request.layout.str()) << gpus << " " << i;
@@ -242,8 +278,28 @@ TEST(Planner, SearchPassesOverOnlyLayoutsThatCannotRankAmongTheFastest) {
       EXPECT_EQ(bounded[i].hbm_bytes(), all[i].hbm_bytes()) << gpus << " " << i;
       EXPECT_EQ(bounded[i].worst_pp_rank, all[i].worst_pp_rank) << gpus << " " << i;
     }
+  };
+  size_t passed_over = 0;
+  for (const auto& [gpus, global_batch, top] : {std::tuple{64, int64_t{0}, size_t{2}},
+                                                {64, int64_t{0}, size_t{10}},
+                                                {64, int64_t{2048 * 256}, size_t{3}},
+                                                {64, int64_t{2048 * 256}, size_t{10}},
+                                                {128, int64_t{0}, size_t{1}}}) {
+    r.global_batch_tokens = global_batch;
+    same_search(gpus, top, passed_over);
   }
-  EXPECT_GT(passed_over, 0u);  // the bound spared some
+  EXPECT_GT(passed_over, 0u);  // the bounds spared some
+  // GPUs that some layouts' activations overflow alone, and so many layouts shown that no step
+  // bound passes any over: the memory floors pass those over.
+  r.activation = "keep";
+  r.global_batch_tokens = 2048 * 256;
+  PlanRequest middle = r;
+  middle.layout = parse_layout("dp=8,tp=2,pp=4");
+  middle.layout.sequence_parallel = true;
+  r.cluster.hbm_bytes = detail::memory_floor(middle).hbm_bytes();
+  passed_over = 0;
+  same_search(64, 1000, passed_over);
+  EXPECT_GT(passed_over, 0u);
 }
 
 TEST(Planner, RefusesWhatDoesNotSplit) {

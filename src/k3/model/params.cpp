@@ -1,6 +1,7 @@
 #include "k3/model/params.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <utility>
 
@@ -65,9 +66,12 @@ ParamRegistry::~ParamRegistry() {
 
 int ParamRegistry::add(std::string name, Shape shape, ParamInit init, ShardSpec shard) {
   K3_CHECK(!values_, "parameter '", name, "' registered after allocation");
-  if (2 * (infos_.size() + 1) > by_name_.size()) {  // grow: every name again, by its hash
-    const size_t slots = std::max<size_t>(64, 2 * by_name_.size());
-    const std::vector<NameSlot> old = std::exchange(by_name_, std::vector<NameSlot>(slots));
+  // Once indexed, each name goes into the table as it comes, which grows by placing every name
+  // again, by its hash.
+  const bool indexed = !by_name_.empty();
+  if (indexed && 2 * (infos_.size() + 1) > by_name_.size()) {
+    const std::vector<NameSlot> old =
+        std::exchange(by_name_, std::vector<NameSlot>(2 * by_name_.size()));
     const size_t mask = by_name_.size() - 1;
     for (const NameSlot& e : old)
       if (e.index >= 0) {
@@ -76,9 +80,9 @@ int ParamRegistry::add(std::string name, Shape shape, ParamInit init, ShardSpec 
         by_name_[i] = e;
       }
   }
-  const size_t h = std::hash<std::string>{}(name);
-  NameSlot& slot = by_name_[name_slot(name, h)];
-  K3_CHECK(slot.index < 0, "parameter '", name, "' registered twice");
+  const size_t h = indexed ? std::hash<std::string>{}(name) : 0;
+  NameSlot* slot = indexed ? &by_name_[name_slot(name, h)] : nullptr;
+  K3_CHECK(!slot || slot->index < 0, "parameter '", name, "' registered twice");
   ParamInfo p;
   p.name = std::move(name);
   p.shape = std::move(shape);
@@ -109,16 +113,19 @@ int ParamRegistry::add(std::string name, Shape shape, ParamInit init, ShardSpec 
              "' owned by pp rank ", p.shard.pp_owner, " of a group of size ", pp.size);
     if (pp.rank != p.shard.pp_owner) p.local_shape[0] = 0;
   }
+  p.numel_ = shape_numel(p.shape);
+  p.local_numel_ = shape_numel(p.local_shape);
   p.offset = flat_size_;
   flat_size_ +=
-      (static_cast<size_t>(p.local_numel()) + 15) / 16 * 16;  // keep every tensor 64-byte aligned
-  slot = {h, size()};
+      (static_cast<size_t>(p.local_numel_) + 15) / 16 * 16;  // keep every tensor 64-byte aligned
+  if (slot) *slot = {h, size()};
   infos_.push_back(std::move(p));
   return size() - 1;
 }
 
 void ParamRegistry::allocate() {
   K3_CHECK(!values_, "parameters allocated twice");
+  index();
   values_ = static_cast<float*>(map_buffer(flat_size_ * sizeof(float)));
   grads_ = static_cast<float*>(map_buffer(flat_size_ * sizeof(float)));
   std::memset(values_, 0, flat_size_ * sizeof(float));
@@ -165,8 +172,23 @@ size_t ParamRegistry::name_slot(const std::string& name, size_t h) const {
   return i;
 }
 
+void ParamRegistry::index() const {
+  std::call_once(indexed_, [this] {
+    by_name_.assign(std::max<size_t>(64, std::bit_ceil(2 * infos_.size())), NameSlot{});
+    for (size_t i = 0; i < infos_.size(); ++i) {
+      const std::string& name = infos_[i].name;
+      const size_t h = std::hash<std::string>{}(name);
+      NameSlot& slot = by_name_[name_slot(name, h)];
+      const bool twice = slot.index >= 0;
+      if (twice) by_name_.clear();  // not indexed: the next lookup refuses it again
+      K3_CHECK(!twice, "parameter '", name, "' registered twice");
+      slot = {h, static_cast<int>(i)};
+    }
+  });
+}
+
 int ParamRegistry::find(const std::string& name) const {
-  if (by_name_.empty()) return -1;
+  index();
   return by_name_[name_slot(name, std::hash<std::string>{}(name))].index;
 }
 

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -75,10 +76,16 @@ struct ParamInfo {
   ShardSpec shard;
   ParamInit init;
   size_t offset = 0;  // in floats, into the flat buffers; 64-byte aligned
-  int64_t numel() const { return shape_numel(shape); }  // of the global tensor
-  int64_t local_numel() const { return shape_numel(local_shape); }
+  int64_t numel() const { return numel_; }  // of the global tensor
+  int64_t local_numel() const { return local_numel_; }
   // False for an expert tensor another ep rank owns.
-  bool held() const { return local_numel() > 0 || numel() == 0; }
+  bool held() const { return local_numel_ > 0 || numel_ == 0; }
+
+ private:
+  friend class ParamRegistry;
+  // Of shape and local_shape, counted once at registration: the planner's loops over a K3 rank's
+  // quarter of a million tensors read them many times.
+  int64_t numel_ = 0, local_numel_ = 0;
 };
 
 // Where a parameter's shard lies in its global tensor (row-major): `runs` runs of `length`
@@ -104,12 +111,13 @@ class ParamRegistry {
   ParamRegistry& operator=(const ParamRegistry&) = delete;
 
   // Register before allocate(), with the global shape; returns the parameter's index. Throws when
-  // the split dimension does not divide evenly over its group.
+  // the split dimension does not divide evenly over its group. A name registered twice is refused
+  // once the names are indexed: by allocate() or the first find(), and from then on by add().
   int add(std::string name, Shape shape, ParamInit init, ShardSpec shard = {});
   // The parameters registered from now on are held only by rank `rank` of the "pp" group (-1:
   // by every pp rank): the model sets it before each pipeline stage's layers.
   void set_pp_owner(int rank) { pp_owner_ = rank; }
-  // One flat buffer for values and one for gradients (zeroed), pre-faulted.
+  // One flat buffer for values and one for gradients (zeroed), pre-faulted; indexes the names.
   void allocate();
   // Each local element from Philox(seed, stream_of(name), its global element index): identical
   // under any layout.
@@ -138,14 +146,19 @@ class ParamRegistry {
   int pp_owner_ = -1;
   std::vector<ParamInfo> infos_;
   // The parameters by name: an open-addressed table of (hash of the name, index into infos_),
-  // a power of two long and at most half full, -1 an empty slot. A K3 rank registers a quarter of
-  // a million tensors (every expert of every layer): one probe a registration and no node or copy
-  // of the name each.
+  // a power of two long and at most half full, -1 an empty slot; empty until indexed. A K3 rank
+  // registers a quarter of a million tensors (every expert of every layer): no node or copy of
+  // the name each. A rank the planner describes (never allocated) rarely looks a name up, so the
+  // table is built at the first lookup or at allocation, sized once for every name.
   struct NameSlot {
     size_t hash = 0;
     int index = -1;
   };
-  std::vector<NameSlot> by_name_;
+  mutable std::vector<NameSlot> by_name_;
+  mutable std::once_flag indexed_;
+  // Builds the table once (a lookup may come from several threads), refusing a name registered
+  // twice.
+  void index() const;
   // The slot holding NAME (of hash H), or the empty slot where it would go.
   size_t name_slot(const std::string& name, size_t h) const;
   size_t flat_size_ = 0;

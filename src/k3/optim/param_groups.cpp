@@ -18,6 +18,8 @@ struct Rule {
   std::string head_size;  // per_head: a HeadSizes name or a number
 };
 
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
 bool is_number(const std::string& s) {
   return !s.empty() && s.size() < 10 && s.find_first_not_of("0123456789") == std::string::npos;
 }
@@ -225,14 +227,35 @@ std::vector<Assignment> assign_param_groups(const std::vector<ParamSlot>& params
   for (const auto* list : {&rules, &default_param_group_rules()})
     for (const std::string& text : *list) parsed.push_back(parse_rule(text));
   const auto kinds = attention_kinds(params);
+  // A pattern without digits matches a digit only by a '*', and so a run of digits as well: names
+  // that differ only in their numbers (layers, experts) match the same such patterns. The first
+  // of them a name matches is found once for all names of its key (each run of digits as "0"; a
+  // K3 rank's quarter of a million tensors have a few dozen keys); the few patterns with digits
+  // ("*_conv1d.weight") are tried on each name, up to that one.
+  std::vector<bool> has_digit;
+  for (const Rule& r : parsed)
+    has_digit.push_back(r.pattern.find_first_of("0123456789") != std::string::npos);
+  std::unordered_map<std::string, size_t> first_plain;  // by key: an index into `parsed`
+  std::string key;
   std::vector<Assignment> out;
   for (const ParamSlot& p : params) {
-    const Rule* match = nullptr;
-    for (const Rule& r : parsed)
-      if (glob_match(r.pattern, p.name)) {
-        match = &r;
+    key.clear();
+    for (size_t i = 0; i < p.name.size(); ++i)
+      if (!is_digit(p.name[i]) || i == 0 || !is_digit(p.name[i - 1]))
+        key += is_digit(p.name[i]) ? '0' : p.name[i];
+    auto [plain, added] = first_plain.try_emplace(key, parsed.size());
+    for (size_t k = 0; added && k < parsed.size(); ++k)
+      if (!has_digit[k] && glob_match(parsed[k].pattern, p.name)) {
+        plain->second = k;
         break;
       }
+    size_t first = plain->second;
+    for (size_t k = 0; k < first; ++k)
+      if (has_digit[k] && glob_match(parsed[k].pattern, p.name)) {
+        first = k;
+        break;
+      }
+    const Rule* match = first < parsed.size() ? &parsed[first] : nullptr;
     K3_CHECK_CTX(match, (ErrorContext{"", p.name, -1}),
                  "no optimizer rule matches this parameter (shape ", shape_str(p.shape),
                  "): add a \"pattern=adamw|muon|frozen|...\" rule for it");

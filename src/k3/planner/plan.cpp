@@ -270,23 +270,36 @@ void detail::add_memory_ranks(Plan& plan, DescribedRanks& described) {
 
 Plan detail::make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
                        bool every_memory_rank, DescribedRanks& described) {
-  check_request(r);
-  Plan plan;
-  plan.request = r;
-  std::tie(plan.sequences, plan.micro_batches) = batch_shape(r);
-  const train::RunConfig c = detail::run_config(r, plan.micro_batches);
+  return detail::make_plan(detail::memory_floor(r), counts, every_memory_rank, described);
+}
+
+Plan detail::make_plan(Plan floor, const std::vector<model::ComponentCount>& counts,
+                       bool every_memory_rank, DescribedRanks& described) {
+  Plan plan = std::move(floor);
+  const train::RunConfig c = detail::run_config(plan.request, plan.micro_batches);
   // Memory: the pipeline rank needing the most of the first (the embedding, the most
   // micro-batches in flight), the second (the first given a remainder layer) and the last (the
   // head); traffic: the lead's (pp rank 0).
-  // The pipeline schedule first: a batch it does not admit (the interleaved schedule's fewer
-  // micro-batches than pp) is refused before any rank is described, which takes far longer.
-  train::activation_layout(c, r.model, 0);
-  weigh_memory_rank(plan, c, 0, described);
+  weigh_memory_rank(plan, c, 0, described);  // in place of the floor's parts
   if (every_memory_rank) detail::add_memory_ranks(plan, described);
-  plan.traffic = detail::step_traffic(r, *described.at(0), plan.micro_batches);
+  plan.traffic = detail::step_traffic(plan.request, *described.at(0), plan.micro_batches);
   step_without_traffic(plan, counts);
   detail::roofline(plan);
   return plan;
+}
+
+Plan detail::memory_floor(const PlanRequest& r) {
+  check_request(r);
+  Plan floor;
+  floor.request = r;
+  std::tie(floor.sequences, floor.micro_batches) = batch_shape(r);
+  // The pipeline schedule first: a batch it does not admit (the interleaved schedule's fewer
+  // micro-batches than pp) is refused before any rank is described, which takes far longer.
+  train::RunMemory m;  // as estimate_run_memory makes rank 0's, without its parameters
+  m.layout = train::activation_layout(detail::run_config(r, floor.micro_batches), r.model, 0);
+  m.model.activation_bytes = model::activation_bytes(r.model, m.layout);
+  floor.memory = detail::memory_parts(r, m);
+  return floor;
 }
 
 double detail::step_bound(const PlanRequest& r, const std::vector<model::ComponentCount>& counts) {

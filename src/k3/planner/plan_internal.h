@@ -30,14 +30,24 @@ std::unique_ptr<model::Model> describe_rank(const PlanRequest& r, const train::R
 using DescribedRanks = std::map<int, std::shared_ptr<const model::Model>>;
 Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
                bool every_memory_rank, DescribedRanks& described);
+// The same from the request's memory floor (memory_floor).
+Plan make_plan(Plan floor, const std::vector<model::ComponentCount>& counts, bool every_memory_rank,
+               DescribedRanks& described);
 
 // The step time of the request's compute and bubble alone, as the roofline adds them up before
 // the exposed transfers: no plan of the request takes less (a sum of more terms, none negative,
 // rounds to no less). Throws as make_plan does where the batch does not split.
 double step_bound(const PlanRequest& r, const std::vector<model::ComponentCount>& counts);
 
-// search_layouts; bounded false: every candidate screened, none passed over by its step bound.
-// passed_over: where to count those passed over.
+// The request's plan as far as it goes without a described rank: its batch, and as its memory
+// pipeline rank 0's parts that need none (its activations and the communication buffers, every
+// part that follows from the parameters 0: their values, gradients, optimizer states and scratch,
+// the balancing histograms). No part of the plan is smaller, so where these do not fit, the plan
+// does not. Throws as make_plan does where the request or its batch is refused.
+Plan memory_floor(const PlanRequest& r);
+
+// search_layouts; bounded false: every candidate screened, none passed over by its step bound or
+// its memory floor. passed_over: where to count those passed over.
 std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top, bool bounded,
                                  size_t* passed_over = nullptr);
 

@@ -4,7 +4,8 @@
 // alone cannot fit (the dense parameters over tp·pp, the routed experts over tp·ep·pp) is passed
 // over unplanned; the others are screened with pipeline rank 0's memory, and the fastest 3·top
 // that fit completed with their other memory ranks. A layout whose compute and bubble alone take
-// longer than the 3·top fastest fitting steps screened so far is passed over undescribed.
+// longer than the 3·top fastest fitting steps screened so far, or whose rank 0 overflows the GPU
+// with its activations and buffers alone, is passed over undescribed.
 // Layouts that differ only in dp and cp share the description of their pipeline ranks (what a
 // rank holds), and the groups are planned side by side on the OpenMP threads.
 #include <algorithm>
@@ -110,7 +111,14 @@ std::vector<Plan> detail::search_layouts(const PlanRequest& r, int64_t gpus, siz
       }
       if (beyond) continue;
       try {
-        Plan p = detail::make_plan(q, counts, /*every_memory_rank=*/false, described);
+        Plan floor = detail::memory_floor(q);
+        if (bounded && !floor.fits()) {
+#pragma omp critical(search_fastest)
+          if (passed_over) ++*passed_over;
+          continue;
+        }
+        Plan p =
+            detail::make_plan(std::move(floor), counts, /*every_memory_rank=*/false, described);
         if (!p.fits()) continue;
 #pragma omp critical(search_fastest)
         {
@@ -123,22 +131,44 @@ std::vector<Plan> detail::search_layouts(const PlanRequest& r, int64_t gpus, siz
       }
     }
   }
-  std::vector<std::pair<size_t, Plan>> fitting;  // with the order tried
-  for (auto& plans : screened)
-    for (auto& p : plans) fitting.push_back(std::move(p));
-  std::sort(fitting.begin(), fitting.end(), [](const auto& a, const auto& b) {
-    return std::pair{a.second.step_seconds, a.first} < std::pair{b.second.step_seconds, b.first};
+  struct Screened {
+    size_t tried, group;  // the order tried, the index into `work`
+    Plan plan;
+  };
+  std::vector<Screened> fitting;
+  for (size_t g = 0; g < screened.size(); ++g)
+    for (auto& [tried, p] : screened[g]) fitting.push_back({tried, g, std::move(p)});
+  std::sort(fitting.begin(), fitting.end(), [](const Screened& a, const Screened& b) {
+    return std::pair{a.plan.step_seconds, a.tried} < std::pair{b.plan.step_seconds, b.tried};
   });
   // The fastest 3·top planned in full: their other memory ranks (the second and the last) beside
-  // rank 0's, as make_plan with every memory rank.
+  // rank 0's, as make_plan with every memory rank. They go fastest first, and once `top` of them
+  // fit the slower ones cannot rank: those are left undescribed. A group's go one after another
+  // on one thread, sharing their described ranks.
   fitting.resize(std::min(fitting.size(), 3 * top));
+  std::vector<std::vector<size_t>> siblings;  // indices into `fitting` by group, fastest first
+  std::map<size_t, size_t> sibling_of;        // the group's place in `siblings`
+  for (size_t i = 0; i < fitting.size(); ++i) {
+    const auto [at, added] = sibling_of.try_emplace(fitting[i].group, siblings.size());
+    if (added) siblings.emplace_back();
+    siblings[at->second].push_back(i);
+  }
   std::vector<std::optional<Plan>> full(fitting.size());
 #pragma omp parallel for schedule(dynamic)
-  for (size_t i = 0; i < fitting.size(); ++i) {
-    Plan p = std::move(fitting[i].second);
+  for (size_t s = 0; s < siblings.size(); ++s) {
     detail::DescribedRanks described;
-    detail::add_memory_ranks(p, described);
-    if (p.fits()) full[i] = std::move(p);
+    for (size_t i : siblings[s]) {
+      size_t faster_fit = 0;
+#pragma omp critical(search_complete)
+      for (size_t j = 0; j < i; ++j) faster_fit += full[j].has_value();
+      if (faster_fit >= top) break;  // and the group's slower ones
+      Plan p = std::move(fitting[i].plan);
+      detail::add_memory_ranks(p, described);
+      if (p.fits()) {
+#pragma omp critical(search_complete)
+        full[i] = std::move(p);
+      }
+    }
   }
   std::vector<Plan> best;
   for (std::optional<Plan>& p : full)

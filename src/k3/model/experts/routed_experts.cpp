@@ -5,6 +5,7 @@
 
 #include "k3/base/arena.h"
 #include "k3/base/error.h"
+#include "k3/base/strings.h"
 #include "k3/base/threads.h"
 #include "k3/kernels/gemm.h"
 
@@ -96,11 +97,12 @@ RoutedExperts::RoutedExperts(ParamRegistry& reg, const std::string& prefix, cons
   const int64_t F = c.moe_intermediate_size, per_rank = experts_ / ep.size;
   const int owner_of_all = ep.size > 1 ? 0 : -1;  // with ep = 1 no tensor has an owner
   for (int64_t e = 0; e < experts_; ++e) {
-    const std::string name = prefix + ".experts." + std::to_string(e);
+    const std::string name = str_cat(prefix, ".experts.", std::to_string(e));
     const int owner = owner_of_all < 0 ? -1 : static_cast<int>(e / per_rank);
-    weights_.push_back({Linear(reg, name + ".w1", latent_, F, std, LinearMode::column, owner),
-                        Linear(reg, name + ".w3", latent_, F, std, LinearMode::column, owner),
-                        Linear(reg, name + ".w2", F, latent_, out_std, LinearMode::row, owner)});
+    weights_.push_back(
+        {Linear(reg, str_cat(name, ".w1"), latent_, F, std, LinearMode::column, owner),
+         Linear(reg, str_cat(name, ".w3"), latent_, F, std, LinearMode::column, owner),
+         Linear(reg, str_cat(name, ".w2"), F, latent_, out_std, LinearMode::row, owner)});
   }
   width_ = reg.info(weights_[static_cast<size_t>(ep.rank * per_rank)][2].weight()).local_shape[1];
 }

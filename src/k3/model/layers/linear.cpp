@@ -1,5 +1,6 @@
 #include "k3/model/layers/linear.h"
 
+#include "k3/base/strings.h"
 #include "k3/kernels/gemm.h"
 
 namespace k3::model {
@@ -23,7 +24,7 @@ Linear::Linear(ParamRegistry& reg, const std::string& name, int64_t in, int64_t 
     : mode_(mode) {
   ShardSpec shard = shard_of(mode);
   shard.ep_owner = ep_owner;
-  w_ = reg.add(name + ".weight", {out, in}, ParamInit::normal(std), shard);
+  w_ = reg.add(str_cat(name, ".weight"), {out, in}, ParamInit::normal(std), shard);
   in_ = reg.info(w_).local_shape[1];
   out_ = reg.info(w_).local_shape[0];
 }

@@ -5,6 +5,9 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
 
 #include "k3/base/format.h"
 #include "k3/parallel/optim_adapters.h"
@@ -57,6 +60,27 @@ double cgroup_room() {
   if (!(max_in >> max_text) || max_text == "max") return kUnlimited;
   current_in >> current;
   return std::max(0.0, std::stod(max_text) - current);
+}
+
+// The micro-batch chunks pipeline rank RANK holds at once under SHAPE (Timeline::peak_in_flight).
+// A planner's search estimates hundreds of layouts on a few dozen schedules: each is made and
+// run on paper once, for all its ranks.
+int peak_in_flight(const parallel::pipeline::ScheduleShape& shape, int rank) {
+  const auto key = std::make_tuple(shape.kind, shape.pp, shape.vp, shape.microbatches, shape.group,
+                                   shape.fillers, shape.costs.forward, shape.costs.backward_input,
+                                   shape.costs.backward_weight, shape.costs.filler);
+  static std::mutex mutex;
+  static std::map<std::remove_const_t<decltype(key)>, std::vector<int>> known;  // by rank
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = known.find(key); it != known.end()) return it->second[static_cast<size_t>(rank)];
+  }
+  const parallel::pipeline::Timeline t =
+      parallel::pipeline::simulate(parallel::pipeline::make_schedule(shape));
+  std::vector<int> peaks;
+  for (int r = 0; r < shape.pp; ++r) peaks.push_back(t.peak_in_flight(r));
+  const std::lock_guard<std::mutex> lock(mutex);
+  return known.emplace(key, std::move(peaks)).first->second[static_cast<size_t>(rank)];
 }
 
 int64_t layers_held(const model::ActivationLayout& l) {
@@ -118,9 +142,7 @@ model::ActivationLayout activation_layout(const RunConfig& config, const model::
       const int64_t first = split.first_layer(stage);
       l.chunks.push_back({first, first + split.layers[static_cast<size_t>(stage)]});
     }
-    l.in_flight =
-        parallel::pipeline::simulate(parallel::pipeline::make_schedule(schedule_shape(config, mc)))
-            .peak_in_flight(pp_rank);
+    l.in_flight = peak_in_flight(schedule_shape(config, mc), pp_rank);
   }
   // Rules may hold some tensors longer than the default policy: the estimate takes the most
   // holding of them all (keep, then bf16, fp8, then offload and recompute).
