@@ -22,6 +22,7 @@ struct Cluster {
   std::string description;
   int gpus_per_node = 8;
   double peak_flops = 0;        // dense BF16 per GPU, FLOP/s
+  double peak_fp8_flops = 0;    // dense FP8 per GPU, FLOP/s; 0: no FP8 tensor cores
   double hbm_bytes = 0;         // device memory per GPU
   double hbm_bandwidth = 0;     // bytes/s per GPU
   double nvlink_bandwidth = 0;  // bytes/s per GPU and direction, inside a node
@@ -31,7 +32,8 @@ struct Cluster {
   bool is_cpu = false;  // k3lab's own CPU processes: one node, fp32, counters' terms
 };
 
-// H100, H200, B200, H20 (HGX/DGX nodes of 8), and "cpu" (k3lab's MPI ranks on one machine).
+// H100, H800, H200, B200, H20, A100 (HGX/DGX nodes of 8), and "cpu" (k3lab's MPI ranks on one
+// machine).
 const std::vector<Cluster>& cluster_presets();
 // The preset of that name (case-insensitive); throws one line listing the presets.
 const Cluster& cluster_preset(const std::string& name);
