@@ -18,8 +18,17 @@
 namespace k3 {
 namespace {
 
+// Routed before the first test of this binary runs, as main() routes them before anything
+// starts a thread: a GEMM pool that an earlier test started would keep the signals unblocked and
+// could take one on a compute thread.
+class RouteStopSignals : public ::testing::Environment {
+ public:
+  void SetUp() override { route_stop_signals(); }
+};
+[[maybe_unused]] const ::testing::Environment* const kRouteStopSignals =
+    ::testing::AddGlobalTestEnvironment(new RouteStopSignals);
+
 TEST(StopSignalsDuringGemm, HeapAndResultsStayIntact) {
-  route_stop_signals();  // as main() does, before the GEMMs start their threads
   constexpr int64_t M = 256, N = 384, K = 192;
   const auto A = testing::random_vec(M * K, 1), B = testing::random_vec(N * K, 2);
   std::vector<float> want(M * N), C(M * N);
