@@ -5,6 +5,6 @@
 set -euo pipefail
 k3lab=${1:-build/release/k3lab}
 [ -d studies/real-text/corpus ] || scripts/real-corpus.sh --out studies/real-text/corpus --k3lab "$k3lab"
-for sweep in architectures ablations schedules; do
+for sweep in architectures ablations schedules ablations-rope; do
   "$k3lab" sweep "studies/real-text/$sweep.toml"
 done
