@@ -4,9 +4,25 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
+#include "k3/model/params.h"
+
 namespace k3::testing::naive {
+
+// A layer's weights PREFIX.NAME.weight by NAME, in double precision.
+using Weights = std::map<std::string, std::vector<double>>;
+inline Weights weights_of(const model::ParamRegistry& reg, const std::string& prefix,
+                          const std::vector<std::string>& names) {
+  Weights w;
+  for (const std::string& name : names) {
+    const Tensor t = reg.value(reg.find(prefix + "." + name + ".weight"));
+    w[name].assign(t.f32(), t.f32() + t.numel());
+  }
+  return w;
+}
 
 // y = W x with W [out, in].
 inline std::vector<double> matvec(const std::vector<double>& W, const double* x, size_t out,

@@ -59,15 +59,8 @@ struct Harness {
   int index(const std::string& name) const { return reg.find(kPrefix + "." + name + ".weight"); }
 };
 
-using Weights = std::map<std::string, std::vector<double>>;
-
 Weights weights_of(const Harness& h) {
-  Weights w;
-  for (const auto& name : params_of(h.cfg)) {
-    Tensor t = h.reg.value(h.index(name));
-    w[name].assign(t.f32(), t.f32() + t.numel());
-  }
-  return w;
+  return testing::naive::weights_of(h.reg, kPrefix, params_of(h.cfg));
 }
 
 // Query head h attends with key-value head h / (H / kv heads); positions restart with each row.

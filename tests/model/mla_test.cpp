@@ -69,15 +69,8 @@ struct Harness {
 
 // ---- The math §4 layer in double precision, one token and one head at a time. ----
 
-using Weights = std::map<std::string, std::vector<double>>;
-
 Weights weights_of(const Harness& h) {
-  Weights w;
-  for (const auto& name : params_of(h.cfg)) {
-    Tensor t = h.reg.value(h.index(name));
-    w[name].assign(t.f32(), t.f32() + t.numel());
-  }
-  return w;
+  return testing::naive::weights_of(h.reg, kPrefix, params_of(h.cfg));
 }
 
 std::vector<double> naive_mla(const ModelConfig& c, const Weights& W, const std::vector<double>& x,
