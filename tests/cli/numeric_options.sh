@@ -11,8 +11,8 @@ expect_error "--layout: dp=1024,tp=1024,pp=2,.* takes more than 1048576 GPUs" \
   "${PLAN[@]}" --layout dp=1024,tp=1024,pp=2
 expect_error "--layout: dp is given twice" "${PLAN[@]}" --layout dp=8,dp=8
 expect_error "--layout ',,,': an empty part" "${PLAN[@]}" --layout ,,,
-expect_error "--efficiency 0: must be in \(0, 1\]" "${PLAN[@]}" --layout dp=8 --efficiency 0
-expect_error "--efficiency 'nan' is not a finite number" "${PLAN[@]}" --layout dp=8 --efficiency nan
+expect_error "--gemm-ceiling 0: must be in \(0, 1\]" "${PLAN[@]}" --layout dp=8 --gemm-ceiling 0
+expect_error "--gemm-ceiling 'nan' is not a finite number" "${PLAN[@]}" --layout dp=8 --gemm-ceiling nan
 expect_error "--seq 1099511627776: must be in \[1, 16777216\] tokens" \
   "${PLAN[@]}" --layout dp=8 --seq 1099511627776
 expect_error "--seq '2\^40' is not a whole number" "${PLAN[@]}" --layout dp=8 --seq '2^40'
@@ -20,7 +20,7 @@ expect_error "--micro-batch '99999999999999999999' is not a whole number" \
   "${PLAN[@]}" --layout dp=8 --micro-batch 99999999999999999999
 expect_error "--top '-1' is not a whole number in \[1, 1000\]" "${PLAN[@]}" --search --top -1
 expect_error "--gpus 2000000: must be in \[0, 1048576\]" "${PLAN[@]}" --search --gpus 2000000
-expect_error "--efficiency 'inf' is not a finite number" "${PLAN[@]}" --search --gpus 64 --efficiency inf
+expect_error "--gemm-ceiling 'inf' is not a finite number" "${PLAN[@]}" --search --gpus 64 --gemm-ceiling inf
 
 FIT=("$K3LAB" fit "$WORK/runs.csv" --params n --tokens d --loss l)
 printf 'n,d,l\n1e6,1e9,3.1\n' > "$WORK/runs.csv"

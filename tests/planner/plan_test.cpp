@@ -49,7 +49,7 @@ TEST(Planner, BubbleIsTheSimulatedScheduleWithEqualStages) {
         shape.pp = pp, shape.vp = vp, shape.microbatches = m;
         const double simulated =
             parallel::pipeline::simulate(parallel::pipeline::make_schedule(shape)).bubble_ratio();
-        EXPECT_NEAR(pipeline_bubble(pp, vp, m), simulated, 1e-12)
+        EXPECT_NEAR(pipeline_bubble("1f1b", pp, vp, m), simulated, 1e-12)
             << "pp " << pp << " vp " << vp << " m " << m;
       }
 }
@@ -116,7 +116,7 @@ TEST(Planner, TensorParallelStaysInTheNodeDataParallelCrossesIt) {
   EXPECT_TRUE(saw_tp && saw_dp);
   EXPECT_EQ(p.micro_batches, 4);
   EXPECT_GT(p.mfu, 0);
-  EXPECT_LT(p.mfu, r.efficiency);
+  EXPECT_LT(p.mfu, r.gemm_ceiling);
 }
 
 // Measured routing (--routing): balanced loads give the balanced plan's bytes; under MoonEP a
@@ -175,7 +175,7 @@ TEST(Planner, SearchRanksFittingLayoutsOfTheGpuCount) {
 // last whose estimate is the largest (the first of equals), part by part.
 TEST(Planner, ScreenedPlanCompletedShowsTheWorstMemoryRank) {
   PlanRequest r = small_h100_request();
-  const std::vector<model::ComponentCount> counts = parameter_counts(r.model);
+  const ModelCounts counts = count_model(r.model);
   std::set<int> worst;
   for (const char* activation : {"keep", "recompute"})
     for (const char* layout : {"dp=8,tp=2", "dp=2,tp=2,pp=4", "dp=2,pp=4,vp=2,ep=2",
@@ -226,7 +226,7 @@ TEST(Planner, MemoryFloorIsThePlansPartsThatNeedNoDescribedRank) {
   PlanRequest nano = cpu_request("k3-nano.json", "dp=1");
   nano.global_batch_tokens = 64 * 64;
   for (PlanRequest r : {small_h100_request(), nano}) {
-    const std::vector<model::ComponentCount> counts = parameter_counts(r.model);
+    const ModelCounts counts = count_model(r.model);
     for (const char* activation : {"keep", "recompute"})
       for (const char* layout : {"dp=8,tp=2", "dp=2,tp=2,pp=4", "dp=2,pp=4,vp=2,ep=2",
                                  "dp=4,pp=2,ep=2,cp=2", "dp=1,tp=2,pp=8,ep=2"}) {
@@ -319,7 +319,10 @@ TEST(Planner, TheH800DiffersFromTheH100InNVLinkAlone) {
   EXPECT_NEAR(h800.nvlink_seconds / h100.nvlink_seconds, 450.0 / 200.0, 1e-9);
   r.cluster = cluster_preset("A100");
   const Plan a100 = make_plan(r);
-  EXPECT_NEAR(a100.compute_seconds / h100.compute_seconds, 989.0 / 312.0, 1e-9);
+  // Slower tensor cores (989 / 312), fewer SMs and less HBM bandwidth (3.35 / 2.039): no part of
+  // the compute is faster.
+  EXPECT_GE(a100.compute_seconds / h100.compute_seconds, 3.35 / 2.039);
+  EXPECT_GE(a100.micro_batch.gemm_seconds / h100.micro_batch.gemm_seconds, 3.35 / 2.039);
   EXPECT_GT(a100.ib_seconds, h100.ib_seconds);
 }
 
@@ -359,7 +362,7 @@ TEST(Planner, RefusesSizesAndSettingsOutOfBounds) {
     return testing::error_of([&] { make_plan(q); });
   };
   for (double e : {0.0, -0.5, 1.5, std::nan(""), HUGE_VAL})
-    EXPECT_NE(error_of_plan([&](PlanRequest& q) { q.efficiency = e; }).find(": must be in (0, 1]"),
+    EXPECT_NE(error_of_plan([&](PlanRequest& q) { q.gemm_ceiling = e; }).find(": must be in (0, 1]"),
               std::string::npos)
         << e;
   EXPECT_NE(error_of_plan([](PlanRequest& q) {
@@ -380,10 +383,10 @@ TEST(Planner, RefusesSizesAndSettingsOutOfBounds) {
             std::string::npos);
   // The search refuses them once instead of finding that no candidate plans.
   PlanRequest s = cpu_request("dense-tiny.json", "dp=1");
-  s.efficiency = 0;
-  EXPECT_NE(testing::error_of([&] { search_layouts(s, 4, 1); }).find("--efficiency 0"),
+  s.gemm_ceiling = 0;
+  EXPECT_NE(testing::error_of([&] { search_layouts(s, 4, 1); }).find("--gemm-ceiling 0"),
             std::string::npos);
-  s.efficiency = 0.5;
+  s.gemm_ceiling = kGemmCeiling;
   EXPECT_NE(testing::error_of([&] {
               search_layouts(s, int64_t{1} << 21, 1);
             }).find("--gpus 2097152: must be in [1, 1048576]"),

@@ -74,8 +74,16 @@ nlohmann::json plan_json(const Plan& p) {
           {"comm", comm},
           {"bubble", p.bubble},
           {"model_flops_per_step", p.model_flops},
+          {"schedule", r.schedule},
+          {"ep_overlap", r.ep_overlap || r.schedule == "dualpipe"},
+          {"gemm_precision", r.fp8 ? "fp8" : "bf16"},
+          {"micro_batch_gemm_seconds", p.micro_batch.gemm_seconds},
+          {"micro_batch_gemm_flops", p.micro_batch.gemm_flops},
+          {"micro_batch_attention_seconds", p.micro_batch.attention_seconds},
+          {"micro_batch_elementwise_seconds", p.micro_batch.elementwise_seconds},
           {"compute_seconds", p.compute_seconds},
           {"bubble_seconds", p.bubble_seconds},
+          {"optimizer_seconds", p.optimizer_seconds},
           {"nvlink_seconds", p.nvlink_seconds},
           {"infiniband_seconds", p.ib_seconds},
           {"exposed_comm_seconds", p.exposed_comm_seconds},
@@ -111,11 +119,20 @@ void print_plan(const Plan& p) {
                 format_bytes(t.bytes).c_str(), t.across_nodes ? "InfiniBand" : "NVLink",
                 t.what.c_str());
   std::printf("  %-24s %12s\n", "total", format_bytes(p.comm_bytes()).c_str());
-  std::printf("\npipeline bubble (p-1)/(v*m): %.4f\n", p.bubble);
+  std::printf("\npipeline bubble (%s): %.4f\n",
+              r.schedule == "dualpipe" ? "DualPipe, (p-2)/(3m)" : "(p-1)/(v*m)", p.bubble);
+  const planner::MicroBatchCompute& mb = p.micro_batch;
+  const double gemm_peak = r.fp8 ? r.cluster.peak_fp8_flops : r.cluster.peak_flops;
   std::printf(
-      "roofline: compute %.3f s (%.0f%% of peak), bubble %.3f s, NVLink %.3f s, InfiniBand "
+      "compute per micro-batch: GEMMs %.4f s (%s, %.0f%% of peak), attention cores %.4f s, "
+      "elementwise %.4f s\n",
+      mb.gemm_seconds, r.fp8 ? "fp8" : "bf16",
+      mb.gemm_seconds > 0 ? 100 * mb.gemm_flops / (mb.gemm_seconds * gemm_peak) : 0.0,
+      mb.attention_seconds, mb.elementwise_seconds);
+  std::printf(
+      "roofline: compute %.3f s, bubble %.3f s, optimizer %.3f s, NVLink %.3f s, InfiniBand "
       "%.3f s, exposed communication %.3f s\n",
-      p.compute_seconds, 100 * r.efficiency, p.bubble_seconds, p.nvlink_seconds, p.ib_seconds,
+      p.compute_seconds, p.bubble_seconds, p.optimizer_seconds, p.nvlink_seconds, p.ib_seconds,
       p.exposed_comm_seconds);
   std::printf("step %.3f s, %s tokens/s, MFU %.1f%%\n", p.step_seconds,
               count(p.tokens_per_second()).c_str(), 100 * p.mfu);
@@ -126,7 +143,7 @@ void print_plan(const Plan& p) {
 void add_plan(CLI::App& app) {
   struct Args {
     std::string model, cluster = "H200", layout, dispatch = "alltoall", optimizer_in = "gpu",
-                       routing;
+                       routing, gemm = "bf16";
     int64_t routing_step = -1;
     planner::PlanRequest r;
     bool json = false, search = false;
@@ -150,7 +167,15 @@ void add_plan(CLI::App& app) {
   add_number(cmd, "--micro-batch", a->r.micro_rows, "Sequences per reader and micro-batch");
   cmd->add_option("--moe-dispatch", a->dispatch, "alltoall or moonep")->capture_default_str();
   add_number(cmd, "--moonep-slots", a->r.layout.moonep_slots, "MoonEP replica slots per rank");
-  add_number(cmd, "--efficiency", a->r.efficiency, "Achieved share of peak compute, in (0, 1]");
+  add_number(cmd, "--gemm-ceiling", a->r.gemm_ceiling,
+             "Share of peak a large GEMM reaches, in (0, 1] (default: the calibrated one)");
+  cmd->add_option("--gemm", a->gemm, "The weight products' precision: bf16 or fp8")
+      ->capture_default_str();
+  cmd->add_flag("--ep-overlap", a->r.ep_overlap,
+                "The all-to-alls of expert parallelism overlap other micro-batches' compute "
+                "(always under dualpipe)");
+  cmd->add_option("--schedule", a->r.schedule, "Pipeline schedule: 1f1b (interleaved when vp > 1)"
+                  " or dualpipe")->capture_default_str();
   cmd->add_option("--optimizer-in", a->optimizer_in,
                   "Where master weights and optimizer states live: gpu or host")
       ->capture_default_str();
@@ -179,6 +204,8 @@ void add_plan(CLI::App& app) {
     K3_CHECK(a->optimizer_in == "gpu" || a->optimizer_in == "host", "--optimizer-in '",
              a->optimizer_in, "': one of gpu, host");
     r.optimizer_on_host = a->optimizer_in == "host";
+    K3_CHECK(a->gemm == "bf16" || a->gemm == "fp8", "--gemm '", a->gemm, "': one of bf16, fp8");
+    r.fp8 = a->gemm == "fp8";
     r.cluster = planner::cluster_preset(a->cluster);
     r.model = model::load_model_config(a->model);
     K3_CHECK(!a->search || a->routing.empty(), "--routing plans one layout, not a --search");

@@ -1,6 +1,7 @@
 #include "k3/model/inventory.h"
 
 #include <map>
+#include <tuple>
 
 namespace k3::model {
 namespace {
@@ -75,6 +76,23 @@ std::vector<ComponentCount> parameter_counts(const Model& model) {
     total.active += cc.active;
   }
   out.push_back(total);
+  return out;
+}
+
+std::vector<WeightProduct> weight_products(const Model& model) {
+  std::map<std::tuple<int64_t, int64_t, bool, int, bool>, int64_t> by;
+  const ParamRegistry& p = model.params();
+  for (int i = 0; i < p.size(); ++i) {
+    const ParamInfo& w = p.info(i);
+    if (w.shape.size() != 2 || w.name.ends_with("embed_tokens.weight")) continue;
+    const int tp_dim = w.shard.group == "tp" ? w.shard.dim : -1;
+    const bool head = w.name.rfind("lm_head", 0) == 0 || has(w.name, ".shared_head.head.");
+    ++by[{w.shape[0], w.shape[1], has(w.name, ".experts."), tp_dim, head}];
+  }
+  std::vector<WeightProduct> out;
+  for (const auto& [key, count] : by)
+    out.push_back({std::get<0>(key), std::get<1>(key), count, std::get<2>(key), std::get<3>(key),
+                   std::get<4>(key)});
   return out;
 }
 

@@ -32,6 +32,20 @@ struct ComponentCount {
 std::vector<TensorEntry> tensor_inventory(const Model& model);
 std::vector<ComponentCount> parameter_counts(const Model& model);  // last entry: "total"
 
+// The model's weight products as the planner's efficiency model reads them: its 2-D weights
+// (the embedding tables, lookups, left out) by global shape [out, in], how many of each the model
+// holds, whether they are routed experts (a token visits k of a layer's E), and the dimension
+// tensor parallelism splits (0: out, column-parallel; 1: in, row-parallel; -1: replicated), and
+// whether they are an LM head's (the model's or a multi-token prediction module's copy).
+struct WeightProduct {
+  int64_t out = 0, in = 0;
+  int64_t count = 0;
+  bool routed = false;
+  int tp_dim = -1;
+  bool head = false;
+};
+std::vector<WeightProduct> weight_products(const Model& model);
+
 // Training FLOPs per token (math §10), forward and backward (twice the forward), at T tokens a
 // sequence: Model::train_flops_per_token, defined in inventory.cpp as
 //   6 · Model::matmul_params()  +  mixing_flops_per_token(config, T),

@@ -30,6 +30,7 @@ struct Cluster {
   double host_bytes = 0;        // host memory per node
   Precision precision;
   bool is_cpu = false;  // k3lab's own CPU processes: one node, fp32, counters' terms
+  int sms = 1;          // streaming multiprocessors per GPU, among which a GEMM's tiles are dealt
 };
 
 // H100, H800, H200, B200, H20, A100 (HGX/DGX nodes of 8), and "cpu" (k3lab's MPI ranks on one

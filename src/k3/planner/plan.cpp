@@ -15,8 +15,11 @@
 
 namespace k3::planner {
 
-double pipeline_bubble(int64_t pp, int64_t vp, int64_t micro_batches) {
-  return static_cast<double>(pp - 1) / static_cast<double>(vp * micro_batches);
+double pipeline_bubble(const std::string& schedule, int64_t pp, int64_t vp,
+                       int64_t micro_batches) {
+  const double m = static_cast<double>(micro_batches), p = static_cast<double>(pp);
+  if (schedule == "dualpipe") return (p - 2) / (3 * m);
+  return (p - 1) / (static_cast<double>(vp) * m);
 }
 
 BytesPerParam bytes_per_param(const Precision& p, double state_bytes, int zero, int64_t dp) {
@@ -84,8 +87,12 @@ void detail::check_settings(const PlanRequest& r) {
            "': one of muon, adamw");
   K3_CHECK(r.layout.moonep_slots >= 0 && r.layout.moonep_slots <= kMaxGpus, "--moonep-slots ",
            r.layout.moonep_slots, ": must be in [0, ", kMaxGpus, "]");
-  K3_CHECK(std::isfinite(r.efficiency) && r.efficiency > 0 && r.efficiency <= 1, "--efficiency ",
-           r.efficiency, ": must be in (0, 1]");
+  K3_CHECK(std::isfinite(r.gemm_ceiling) && r.gemm_ceiling > 0 && r.gemm_ceiling <= 1,
+           "--gemm-ceiling ", r.gemm_ceiling, ": must be in (0, 1]");
+  K3_CHECK(r.schedule == "1f1b" || r.schedule == "dualpipe", "--schedule '", r.schedule,
+           "': one of 1f1b, dualpipe");
+  K3_CHECK(!r.fp8 || r.cluster.peak_fp8_flops > 0, "--gemm fp8: the ", r.cluster.name,
+           " has no FP8 tensor cores");
   K3_CHECK(r.seq >= 1 && r.seq <= kMaxMicroBatchTokens, "--seq ", r.seq, ": must be in [1, ",
            kMaxMicroBatchTokens, "] tokens");
   K3_CHECK(r.micro_rows >= 1 && r.micro_rows <= kMaxMicroBatchTokens / r.seq, "--micro-batch ",
@@ -109,13 +116,20 @@ void check_request(const PlanRequest& r) {
   K3_CHECK(l.pp * l.vp <= c.num_hidden_layers, "--layout: pp·vp = ", l.pp * l.vp, " stages for ",
            c.num_hidden_layers, " layers");
   K3_CHECK(!l.moonep || l.ep > 1, "--moe-dispatch moonep needs expert parallelism (ep > 1)");
+  K3_CHECK(r.schedule != "dualpipe" || (l.pp >= 2 && l.pp % 2 == 0 && l.vp == 1),
+           "--schedule dualpipe: needs an even pp of at least 2 and vp = 1 (the layout has pp=",
+           l.pp, ", vp=", l.vp, ")");
   model::check_tensor_parallel(c, static_cast<int>(l.tp));
 }
 
 // Sequences per step, and micro-batches per reader.
 std::pair<int64_t, int64_t> batch_shape(const PlanRequest& r) {
   const int64_t per_micro = r.layout.dp * r.layout.ep * r.micro_rows;
-  if (r.global_batch_tokens == 0) return {per_micro, 1};
+  if (r.global_batch_tokens == 0) {
+    K3_CHECK(r.schedule != "dualpipe", "--schedule dualpipe: give --global-batch (one micro-batch"
+             " a step leaves nothing to feed from the other end)");
+    return {per_micro, 1};
+  }
   K3_CHECK(r.global_batch_tokens % r.seq == 0, "--global-batch ", r.global_batch_tokens,
            " tokens is not a whole number of --seq ", r.seq, " sequences");
   const int64_t sequences = r.global_batch_tokens / r.seq;
@@ -125,6 +139,10 @@ std::pair<int64_t, int64_t> batch_shape(const PlanRequest& r) {
   K3_CHECK(sequences / per_micro <= kMaxMicroBatches, "--global-batch: ", sequences / per_micro,
            " micro-batches a step, more than ", kMaxMicroBatches,
            " (a larger --micro-batch takes fewer)");
+  const int64_t m = sequences / per_micro;
+  K3_CHECK(r.schedule != "dualpipe" || (m % 2 == 0 && m >= r.layout.pp), "--schedule dualpipe: ",
+           m, " micro-batches a step; it feeds half from each end, at least pp = ", r.layout.pp,
+           " and an even number");
   return {sequences, sequences / per_micro};
 }
 
@@ -213,19 +231,32 @@ std::vector<MemoryPart> memory_parts(const PlanRequest& r, const train::RunMemor
     parts.push_back({"communication buffers", 2 * r.bucket_mib * 1024 * 1024 + a2a, false,
                      "two gradient buckets in flight, one MoE layer's all-to-all send + receive"});
   }
+  if (r.schedule == "dualpipe") {  // two stages a GPU, one from each end; pp + 1 in flight
+    model::ActivationLayout dual = m.layout;
+    dual.in_flight = static_cast<int>(l.pp + 1);
+    for (MemoryPart& part : parts) {
+      if (part.name == "activations") {
+        part.bytes = model::activation_bytes(r.model, dual) * p.activation / 4;
+        part.detail += strprintf(", DualPipe: %d in flight", dual.in_flight);
+      } else if (part.name != "communication buffers" && part.name != "expert balancing") {
+        part.bytes *= 2;
+        part.detail += ", DualPipe: two stages";
+      }
+    }
+  }
   return parts;
 }
 
 }  // namespace detail
 
-std::vector<model::ComponentCount> parameter_counts(const model::ModelConfig& c) {
-  return model::parameter_counts(model::Model(c, /*allocate=*/false));
+ModelCounts count_model(const model::ModelConfig& c) {
+  const model::Model m(c, /*allocate=*/false);
+  return {model::parameter_counts(m), model::weight_products(m)};
 }
 
-Plan make_plan(const PlanRequest& r) { return make_plan(r, parameter_counts(r.model)); }
+Plan make_plan(const PlanRequest& r) { return make_plan(r, count_model(r.model)); }
 
-Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
-               bool every_memory_rank) {
+Plan make_plan(const PlanRequest& r, const ModelCounts& counts, bool every_memory_rank) {
   detail::DescribedRanks described;
   return detail::make_plan(r, counts, every_memory_rank, described);
 }
@@ -233,13 +264,14 @@ Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& c
 namespace {
 
 // What the roofline reads beside the transfers: the parameter counts and the bubble.
-void step_without_traffic(Plan& plan, const std::vector<model::ComponentCount>& counts) {
-  const Layout& l = plan.request.layout;
-  plan.params_total = counts.back().total;
-  plan.params_active = counts.back().active;
-  for (const model::ComponentCount& cc : counts)  // the model's and an MTP module's copy
+void step_without_traffic(Plan& plan, const ModelCounts& counts) {
+  const PlanRequest& r = plan.request;
+  const Layout& l = r.layout;
+  plan.params_total = counts.params.back().total;
+  plan.params_active = counts.params.back().active;
+  for (const model::ComponentCount& cc : counts.params)  // the model's and an MTP module's copy
     if (cc.component.ends_with("embedding")) plan.params_embedding += cc.total;
-  plan.bubble = l.pp > 1 ? pipeline_bubble(l.pp, l.vp, plan.micro_batches) : 0;
+  plan.bubble = l.pp > 1 ? pipeline_bubble(r.schedule, l.pp, l.vp, plan.micro_batches) : 0;
 }
 
 // Pipeline rank RANK's memory, the plan's when it is rank 0's or needs more than the plan's.
@@ -268,12 +300,12 @@ void detail::add_memory_ranks(Plan& plan, DescribedRanks& described) {
     if (rank > 0) weigh_memory_rank(plan, c, rank, described);
 }
 
-Plan detail::make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
+Plan detail::make_plan(const PlanRequest& r, const ModelCounts& counts,
                        bool every_memory_rank, DescribedRanks& described) {
   return detail::make_plan(detail::memory_floor(r), counts, every_memory_rank, described);
 }
 
-Plan detail::make_plan(Plan floor, const std::vector<model::ComponentCount>& counts,
+Plan detail::make_plan(Plan floor, const ModelCounts& counts,
                        bool every_memory_rank, DescribedRanks& described) {
   Plan plan = std::move(floor);
   const train::RunConfig c = detail::run_config(plan.request, plan.micro_batches);
@@ -284,7 +316,7 @@ Plan detail::make_plan(Plan floor, const std::vector<model::ComponentCount>& cou
   if (every_memory_rank) detail::add_memory_ranks(plan, described);
   plan.traffic = detail::step_traffic(plan.request, *described.at(0), plan.micro_batches);
   step_without_traffic(plan, counts);
-  detail::roofline(plan);
+  detail::roofline(plan, counts);
   return plan;
 }
 
@@ -302,12 +334,12 @@ Plan detail::memory_floor(const PlanRequest& r) {
   return floor;
 }
 
-double detail::step_bound(const PlanRequest& r, const std::vector<model::ComponentCount>& counts) {
+double detail::step_bound(const PlanRequest& r, const ModelCounts& counts) {
   Plan plan;
   plan.request = r;
   std::tie(plan.sequences, plan.micro_batches) = batch_shape(r);
   step_without_traffic(plan, counts);
-  detail::roofline(plan);  // no transfers: compute and bubble alone
+  detail::roofline(plan, counts);  // no transfers: compute and bubble alone
   return plan.step_seconds;
 }
 

@@ -19,6 +19,7 @@
 #include "k3/model/config.h"
 #include "k3/model/inventory.h"
 #include "k3/planner/cluster.h"
+#include "k3/planner/efficiency.h"
 #include "k3/planner/layout.h"
 
 namespace k3::planner {
@@ -48,7 +49,12 @@ struct PlanRequest {
   int64_t seq = 8192;               // tokens per sequence
   int64_t global_batch_tokens = 0;  // per step; 0: one micro-batch per reader (dp·ep)
   int64_t micro_rows = 1;           // sequences per reader in one micro-batch
-  double efficiency = 0.5;          // achieved over peak compute, for the roofline
+  double gemm_ceiling = kGemmCeiling;  // the share of peak a large GEMM reaches
+  bool fp8 = false;                    // the weight products' GEMMs in fp8 (fine-grained scaling)
+  std::string schedule = "1f1b";       // 1f1b (interleaved when vp > 1) or dualpipe
+  // The ep group's all-to-alls overlapped with compute (another micro-batch's, as DualPipe and
+  // Megatron's merged forward-backward 1F1B schedule them); DualPipe always overlaps them.
+  bool ep_overlap = false;
   double bucket_mib = 4;            // the gradient reduction's bucket
   bool optimizer_on_host = false;   // master weights and optimizer states in host memory
   // By decoder layer; empty: balanced routing (every ep rank computes its share of the rows,
@@ -86,9 +92,12 @@ struct Plan {
   int worst_pp_rank = 0;         // the pipeline rank whose memory is shown
   std::vector<MemoryPart> memory;
   std::vector<Transfer> traffic;  // the lead rank's, one step
-  double bubble = 0;              // idle over busy, (p − 1)/(v·m)
+  double bubble = 0;              // idle over busy: pipeline_bubble of the schedule
   double model_flops = 0;         // one step, all GPUs: 6·N_active·D plus attention
-  double compute_seconds = 0, bubble_seconds = 0, nvlink_seconds = 0, ib_seconds = 0;
+  MicroBatchCompute micro_batch;  // one GPU's, its stage's share of the layers
+  // compute: the m micro-batches' (the bubble idles its share of it); optimizer: the update's.
+  double compute_seconds = 0, bubble_seconds = 0, optimizer_seconds = 0;
+  double nvlink_seconds = 0, ib_seconds = 0;
   double exposed_comm_seconds = 0, step_seconds = 0, mfu = 0;
 
   double hbm_bytes() const;
@@ -102,19 +111,27 @@ struct Plan {
 // Checks the request (sizes and batch within bounds, sizes divide, the batch splits) and plans it;
 // throws one line naming what is wrong.
 Plan make_plan(const PlanRequest& r);
-// The same with the model's parameter counts known (model/inventory.h; the last is the total);
-// every_memory_rank false: the memory of pipeline rank 0 alone (a screening).
-Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
-               bool every_memory_rank = true);
-std::vector<model::ComponentCount> parameter_counts(const model::ModelConfig& c);
+// What the planner reads of a model beside its configuration (model/inventory.h): its parameter
+// counts by component (the last is the total) and its weight products.
+struct ModelCounts {
+  std::vector<model::ComponentCount> params;
+  std::vector<model::WeightProduct> products;
+};
+ModelCounts count_model(const model::ModelConfig& c);
+// make_plan with the model counted; every_memory_rank false: the memory of pipeline rank 0 alone
+// (a screening).
+Plan make_plan(const PlanRequest& r, const ModelCounts& counts, bool every_memory_rank = true);
 
 // Every layout of `gpus` GPUs the model admits (tp and cp within a node, ep dividing the
 // experts, pp·vp dividing into the layers), planned with the request's other settings; those that
 // fit memory, fastest first, at most `top`.
 std::vector<Plan> search_layouts(const PlanRequest& r, int64_t gpus, size_t top);
 
-// math §10. The pipeline bubble of the interleaved 1F1B schedule (v = 1: plain 1F1B).
-double pipeline_bubble(int64_t pp, int64_t vp, int64_t micro_batches);
+// math §10. The pipeline bubble, idle over busy, of the interleaved 1F1B schedule (v = 1: plain
+// 1F1B): (p − 1)/(v·m); of DualPipe, (p/2 − 1)(F&B + B − 3W)/(m(F + B)) with a backward B twice
+// the forward F, its weight part W equal to F, and an overlapped forward-and-backward chunk F&B
+// taking F + B: (p − 2)/(3m).
+double pipeline_bubble(const std::string& schedule, int64_t pp, int64_t vp, int64_t micro_batches);
 
 // Bytes each trained parameter takes per GPU under a ZeRO stage over dp ranks.
 struct BytesPerParam {

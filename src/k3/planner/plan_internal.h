@@ -28,16 +28,16 @@ std::unique_ptr<model::Model> describe_rank(const PlanRequest& r, const train::R
 // and sequence parallelism only, so a search shares them between layouts that differ in dp and
 // cp; a plan describes the ranks missing here and adds them.
 using DescribedRanks = std::map<int, std::shared_ptr<const model::Model>>;
-Plan make_plan(const PlanRequest& r, const std::vector<model::ComponentCount>& counts,
+Plan make_plan(const PlanRequest& r, const ModelCounts& counts,
                bool every_memory_rank, DescribedRanks& described);
 // The same from the request's memory floor (memory_floor).
-Plan make_plan(Plan floor, const std::vector<model::ComponentCount>& counts, bool every_memory_rank,
+Plan make_plan(Plan floor, const ModelCounts& counts, bool every_memory_rank,
                DescribedRanks& described);
 
-// The step time of the request's compute and bubble alone, as the roofline adds them up before
-// the exposed transfers: no plan of the request takes less (a sum of more terms, none negative,
-// rounds to no less). Throws as make_plan does where the batch does not split.
-double step_bound(const PlanRequest& r, const std::vector<model::ComponentCount>& counts);
+// The step time of the request's compute, bubble and optimizer alone, as the roofline adds them
+// up before the exposed transfers: no plan of the request takes less (a sum of more terms, none
+// negative, rounds to no less). Throws as make_plan does where the batch does not split.
+double step_bound(const PlanRequest& r, const ModelCounts& counts);
 
 // The request's plan as far as it goes without a described rank: its batch, and as its memory
 // pipeline rank 0's parts that need none (its activations and the communication buffers, every
@@ -61,7 +61,8 @@ std::vector<MemoryPart> memory_parts(const PlanRequest& r, const train::RunMemor
 // The lead rank's transfers in one step of m micro-batches.
 std::vector<Transfer> step_traffic(const PlanRequest& r, const model::Model& lead, int64_t m);
 
-// The roofline: compute, bubble, communication by link class, the exposed part, step and MFU.
-void roofline(Plan& p);
+// The roofline: compute, bubble, the optimizer, communication by link class, the exposed part,
+// step and MFU. Before the traffic is known (no transfers): the compute, bubble and optimizer.
+void roofline(Plan& p, const ModelCounts& counts);
 
 }  // namespace k3::planner::detail
