@@ -8,9 +8,9 @@
 #include "k3/base/error.h"
 #include "k3/model/config.h"
 #include "k3/model/inventory.h"
+#include "k3/model/memory_estimate.h"
 #include "k3/planner/plan.h"
 #include "k3/planner/plan_internal.h"
-#include "k3/model/memory_estimate.h"
 #include "k3/train/preflight/memory_estimate.h"
 
 namespace k3::planner {
@@ -123,11 +123,12 @@ TEST(Efficiency, DualPipeBubbleMemoryAndOverlap) {
   for (const char* name : {"weights", "master weights", "optimizer states"})
     EXPECT_DOUBLE_EQ(part(dual, name), 2 * part(one, name)) << name;
   // Rank 0 of 1F1B holds pp = 4 micro-batches in flight; the estimate asked for 5 instead.
-  model::ActivationLayout five =
-      train::activation_layout(detail::run_config(deepseek_request("1f1b"), 8), dual.request.model, 0);
+  model::ActivationLayout five = train::activation_layout(
+      detail::run_config(deepseek_request("1f1b"), 8), dual.request.model, 0);
   ASSERT_EQ(five.in_flight, 4);
   five.in_flight = 5;
-  EXPECT_DOUBLE_EQ(part(dual, "activations"), model::activation_bytes(dual.request.model, five) / 2);
+  EXPECT_DOUBLE_EQ(part(dual, "activations"),
+                   model::activation_bytes(dual.request.model, five) / 2);
   EXPECT_GT(part(dual, "activations"), part(one, "activations"));
   EXPECT_EQ(dual.comm_bytes(), one.comm_bytes());
   EXPECT_EQ(dual.compute_seconds, one.compute_seconds);

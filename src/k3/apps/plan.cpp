@@ -154,7 +154,8 @@ void add_plan(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "plan", "Memory, communication, bubble and step time of a model on a GPU cluster layout");
   cmd->add_option("--model", a->model, "Model configuration (HF-style JSON)")->required();
-  cmd->add_option("--cluster", a->cluster, "H100, H800, H200, B200, H20, A100 (8-GPU nodes), or cpu")
+  cmd->add_option("--cluster", a->cluster,
+                  "H100, H800, H200, B200, H20, A100 (8-GPU nodes), or cpu")
       ->capture_default_str();
   cmd->add_option("--layout", a->layout, "dp=..,tp=..,pp=..,vp=..,ep=..,cp=..[,sp=1]");
   add_number(cmd, "--zero", a->r.layout.zero, "ZeRO stage: 0, 1 or 2");
@@ -174,8 +175,10 @@ void add_plan(CLI::App& app) {
   cmd->add_flag("--ep-overlap", a->r.ep_overlap,
                 "The all-to-alls of expert parallelism overlap other micro-batches' compute "
                 "(always under dualpipe)");
-  cmd->add_option("--schedule", a->r.schedule, "Pipeline schedule: 1f1b (interleaved when vp > 1)"
-                  " or dualpipe")->capture_default_str();
+  cmd->add_option("--schedule", a->r.schedule,
+                  "Pipeline schedule: 1f1b (interleaved when vp > 1)"
+                  " or dualpipe")
+      ->capture_default_str();
   cmd->add_option("--optimizer-in", a->optimizer_in,
                   "Where master weights and optimizer states live: gpu or host")
       ->capture_default_str();

@@ -50,15 +50,19 @@ MicroBatchCompute micro_batch_compute(const model::ModelConfig& model,
     const double weight_grad = gemm_seconds({k, n, rows, batch}, c, s.ceiling, fp8);
     out.gemm_seconds += calls * (forwards * forward + input_grad + weight_grad);
     out.gemm_flops += calls * (2 + forwards) * 2 * batch * rows * n * k;
-    elementwise_bytes += calls * batch * rows * n * 2 * elementwise_passes;
+    // Under sequence parallelism a row-parallel output is reduce-scattered: each tp rank's ops
+    // see its share of the tokens.
+    const double op_rows =
+        w.tp_dim == 1 && s.sequence_parallel ? rows / static_cast<double>(s.tp) : rows;
+    elementwise_bytes += calls * batch * op_rows * n * 2 * elementwise_passes;
     // fp8 operands are cast from bf16, each with a transposed copy for the weight gradient's
     // product (read 2 bytes, write 1 + 1): the input forward, the output's gradient backward.
     if (fp8) elementwise_bytes += calls * batch * rows * (forwards * k + n) * 4;
   }
   out.elementwise_seconds = elementwise_bytes / c.hbm_bandwidth;
   // The mixers' cores: heads split over tp, queries over cp; a third of the count is the forward.
-  const double mixing = model::mixing_flops_per_token(model, s.seq) * tokens /
-                        static_cast<double>(s.tp) / pp;
+  const double mixing =
+      model::mixing_flops_per_token(model, s.seq) * tokens / static_cast<double>(s.tp) / pp;
   out.attention_seconds =
       mixing / 3 * (forwards / kAttentionForward + 2 / kAttentionBackward) / c.peak_flops;
   return out;

@@ -18,7 +18,7 @@ namespace k3::planner {
 
 // The share of the tensor cores' peak a large bf16 GEMM reaches inside a training step, calibrated
 // once, on Llama 3 405B on 8,192 H100s (docs/planner.md): the planner's one fitted number.
-inline constexpr double kGemmCeiling = 0.58;
+inline constexpr double kGemmCeiling = 0.567;
 // FlashAttention-3's share of the H100's bf16 peak, forward and backward (docs/planner.md).
 inline constexpr double kAttentionForward = 0.62, kAttentionBackward = 0.535;
 // Output tile of one SM's GEMM work (rows x columns): Hopper's common CTA tile.
@@ -32,7 +32,8 @@ struct Gemm {
 // Its seconds on one GPU of `c` at `ceiling`, operands in fp8 (peak_fp8_flops, one byte) or bf16.
 double gemm_seconds(const Gemm& g, const Cluster& c, double ceiling, bool fp8);
 
-// What one GPU computes in one micro-batch, its pipeline stage's share of the layers.
+// What one GPU computes in one micro-batch, an average pipeline stage's share of the layers (the
+// heads and multi-token prediction modules spread over the stages with them).
 struct MicroBatchCompute {
   double gemm_seconds = 0, gemm_flops = 0;
   double attention_seconds = 0;    // the sequence mixers' cores (softmax attention, KDA)
@@ -44,8 +45,9 @@ struct ComputeShape {
   int64_t tokens = 0;  // a reader's micro-batch on one GPU: sequences × seq / cp
   int64_t seq = 0;
   int64_t tp = 1, pp = 1, ep = 1, cp = 1;
-  bool recompute = false;  // the forward runs twice
-  bool fp8 = false;        // the weight products in fp8
+  bool sequence_parallel = false;  // row-parallel outputs reduce-scattered over tp's tokens
+  bool recompute = false;          // the forward runs twice
+  bool fp8 = false;                // the weight products in fp8
   double ceiling = kGemmCeiling;
 };
 
@@ -53,8 +55,8 @@ MicroBatchCompute micro_batch_compute(const model::ModelConfig& model,
                                       const std::vector<model::WeightProduct>& products,
                                       const ComputeShape& s, const Cluster& c);
 
-// Muon's Newton-Schulz FLOPs in one step over the whole model (five iterations on every matrix
-// but the head's), on one GPU's share: spread evenly over all GPUs.
+// Muon's Newton-Schulz FLOPs in one step over the whole model: five iterations on every matrix but
+// the heads'.
 double newton_schulz_flops(const std::vector<model::WeightProduct>& products);
 
 }  // namespace k3::planner

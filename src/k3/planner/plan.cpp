@@ -15,8 +15,7 @@
 
 namespace k3::planner {
 
-double pipeline_bubble(const std::string& schedule, int64_t pp, int64_t vp,
-                       int64_t micro_batches) {
+double pipeline_bubble(const std::string& schedule, int64_t pp, int64_t vp, int64_t micro_batches) {
   const double m = static_cast<double>(micro_batches), p = static_cast<double>(pp);
   if (schedule == "dualpipe") return (p - 2) / (3 * m);
   return (p - 1) / (static_cast<double>(vp) * m);
@@ -126,7 +125,8 @@ void check_request(const PlanRequest& r) {
 std::pair<int64_t, int64_t> batch_shape(const PlanRequest& r) {
   const int64_t per_micro = r.layout.dp * r.layout.ep * r.micro_rows;
   if (r.global_batch_tokens == 0) {
-    K3_CHECK(r.schedule != "dualpipe", "--schedule dualpipe: give --global-batch (one micro-batch"
+    K3_CHECK(r.schedule != "dualpipe",
+             "--schedule dualpipe: give --global-batch (one micro-batch"
              " a step leaves nothing to feed from the other end)");
     return {per_micro, 1};
   }
@@ -140,8 +140,8 @@ std::pair<int64_t, int64_t> batch_shape(const PlanRequest& r) {
            " micro-batches a step, more than ", kMaxMicroBatches,
            " (a larger --micro-batch takes fewer)");
   const int64_t m = sequences / per_micro;
-  K3_CHECK(r.schedule != "dualpipe" || (m % 2 == 0 && m >= r.layout.pp), "--schedule dualpipe: ",
-           m, " micro-batches a step; it feeds half from each end, at least pp = ", r.layout.pp,
+  K3_CHECK(r.schedule != "dualpipe" || (m % 2 == 0 && m >= r.layout.pp), "--schedule dualpipe: ", m,
+           " micro-batches a step; it feeds half from each end, at least pp = ", r.layout.pp,
            " and an even number");
   return {sequences, sequences / per_micro};
 }
@@ -300,13 +300,13 @@ void detail::add_memory_ranks(Plan& plan, DescribedRanks& described) {
     if (rank > 0) weigh_memory_rank(plan, c, rank, described);
 }
 
-Plan detail::make_plan(const PlanRequest& r, const ModelCounts& counts,
-                       bool every_memory_rank, DescribedRanks& described) {
+Plan detail::make_plan(const PlanRequest& r, const ModelCounts& counts, bool every_memory_rank,
+                       DescribedRanks& described) {
   return detail::make_plan(detail::memory_floor(r), counts, every_memory_rank, described);
 }
 
-Plan detail::make_plan(Plan floor, const ModelCounts& counts,
-                       bool every_memory_rank, DescribedRanks& described) {
+Plan detail::make_plan(Plan floor, const ModelCounts& counts, bool every_memory_rank,
+                       DescribedRanks& described) {
   Plan plan = std::move(floor);
   const train::RunConfig c = detail::run_config(plan.request, plan.micro_batches);
   // Memory: the pipeline rank needing the most of the first (the embedding, the most
@@ -339,7 +339,7 @@ double detail::step_bound(const PlanRequest& r, const ModelCounts& counts) {
   plan.request = r;
   std::tie(plan.sequences, plan.micro_batches) = batch_shape(r);
   step_without_traffic(plan, counts);
-  detail::roofline(plan, counts);  // no transfers: compute and bubble alone
+  detail::roofline(plan, counts);  // no transfers: compute, bubble and optimizer alone
   return plan.step_seconds;
 }
 

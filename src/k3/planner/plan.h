@@ -45,18 +45,18 @@ struct PlanRequest {
   Layout layout;
   std::string activation =
       "keep";  // the saved activations' policy: keep, recompute, fp8, offload, bf16
-  std::string optimizer = "muon";   // muon (K3's parameter groups) or adamw
-  int64_t seq = 8192;               // tokens per sequence
-  int64_t global_batch_tokens = 0;  // per step; 0: one micro-batch per reader (dp·ep)
-  int64_t micro_rows = 1;           // sequences per reader in one micro-batch
+  std::string optimizer = "muon";      // muon (K3's parameter groups) or adamw
+  int64_t seq = 8192;                  // tokens per sequence
+  int64_t global_batch_tokens = 0;     // per step; 0: one micro-batch per reader (dp·ep)
+  int64_t micro_rows = 1;              // sequences per reader in one micro-batch
   double gemm_ceiling = kGemmCeiling;  // the share of peak a large GEMM reaches
   bool fp8 = false;                    // the weight products' GEMMs in fp8 (fine-grained scaling)
   std::string schedule = "1f1b";       // 1f1b (interleaved when vp > 1) or dualpipe
   // The ep group's all-to-alls overlapped with compute (another micro-batch's, as DualPipe and
   // Megatron's merged forward-backward 1F1B schedule them); DualPipe always overlaps them.
   bool ep_overlap = false;
-  double bucket_mib = 4;            // the gradient reduction's bucket
-  bool optimizer_on_host = false;   // master weights and optimizer states in host memory
+  double bucket_mib = 4;           // the gradient reduction's bucket
+  bool optimizer_on_host = false;  // master weights and optimizer states in host memory
   // By decoder layer; empty: balanced routing (every ep rank computes its share of the rows,
   // and MoonEP fills every replica slot).
   std::map<int64_t, MoeRouting> routing;

@@ -28,8 +28,8 @@ std::unique_ptr<model::Model> describe_rank(const PlanRequest& r, const train::R
 // and sequence parallelism only, so a search shares them between layouts that differ in dp and
 // cp; a plan describes the ranks missing here and adds them.
 using DescribedRanks = std::map<int, std::shared_ptr<const model::Model>>;
-Plan make_plan(const PlanRequest& r, const ModelCounts& counts,
-               bool every_memory_rank, DescribedRanks& described);
+Plan make_plan(const PlanRequest& r, const ModelCounts& counts, bool every_memory_rank,
+               DescribedRanks& described);
 // The same from the request's memory floor (memory_floor).
 Plan make_plan(Plan floor, const ModelCounts& counts, bool every_memory_rank,
                DescribedRanks& described);

@@ -23,16 +23,19 @@ double optimizer_seconds(const PlanRequest& r, const ModelCounts& counts) {
   for (const model::ComponentCount& cc : counts.params)
     if (cc.component.ends_with("moe.routed_experts")) experts += static_cast<double>(cc.total);
   const double dense = static_cast<double>(counts.params.back().total) - experts;
-  const double values = (r.schedule == "dualpipe" ? 2 : 1) *
-                        (dense / static_cast<double>(l.tp * l.pp) +
-                         experts / static_cast<double>(l.tp * l.ep * l.pp));
-  const BytesPerParam b =
-      bytes_per_param(r.cluster.precision, r.optimizer == "adamw" ? 8 : 4, l.zero, l.dp);
+  const double values =
+      (r.schedule == "dualpipe" ? 2 : 1) * (dense / static_cast<double>(l.tp * l.pp) +
+                                            experts / static_cast<double>(l.tp * l.ep * l.pp));
+  // Under ZeRO a rank updates its shard of the values alone: it reads that shard's gradients and
+  // writes the whole bf16 working copy (the gather fills it).
+  const Precision& pr = r.cluster.precision;
+  const BytesPerParam b = bytes_per_param(pr, r.optimizer == "adamw" ? 8 : 4, l.zero, l.dp);
+  const double gradient = l.zero >= 1 ? pr.gradient / static_cast<double>(l.dp) : pr.gradient;
   const double on_gpu = r.optimizer_on_host ? 0 : 2 * (b.master + b.state);
-  double seconds = values * (b.weight + b.gradient + on_gpu) / r.cluster.hbm_bandwidth;
-  if (r.optimizer == "muon")
-    seconds += newton_schulz_flops(counts.products) / static_cast<double>(r.layout.gpus()) /
-               (r.cluster.peak_flops * r.gemm_ceiling);
+  double seconds = values * (b.weight + gradient + on_gpu) / r.cluster.hbm_bandwidth;
+  if (r.optimizer == "muon")  // every matrix of every stage a GPU holds, DualPipe's two included
+    seconds += (r.schedule == "dualpipe" ? 2 : 1) * newton_schulz_flops(counts.products) /
+               static_cast<double>(r.layout.gpus()) / (r.cluster.peak_flops * r.gemm_ceiling);
   return seconds;
 }
 
@@ -50,6 +53,7 @@ void roofline(Plan& p, const ModelCounts& counts) {
   shape.tokens = r.micro_rows * r.seq / l.cp;
   shape.seq = r.seq;
   shape.tp = l.tp, shape.pp = l.pp, shape.ep = l.ep, shape.cp = l.cp;
+  shape.sequence_parallel = l.sequence_parallel && l.tp > 1;
   shape.recompute = r.activation == "recompute";
   shape.fp8 = r.fp8;
   shape.ceiling = r.gemm_ceiling;
@@ -68,8 +72,8 @@ void roofline(Plan& p, const ModelCounts& counts) {
     (hides ? hidden : exposed) += s;
   }
   p.exposed_comm_seconds = exposed + std::max(0.0, hidden - p.compute_seconds);
-  p.step_seconds = p.compute_seconds + p.bubble_seconds + p.optimizer_seconds +
-                   p.exposed_comm_seconds;
+  p.step_seconds =
+      p.compute_seconds + p.bubble_seconds + p.optimizer_seconds + p.exposed_comm_seconds;
   p.mfu = p.model_flops / (p.step_seconds * gpus * r.cluster.peak_flops);
 }
 

@@ -3,17 +3,17 @@
 // the experts, pp up to 16 with 1 or 2 chunks a rank. A layout whose weights and optimizer share
 // alone cannot fit (the dense parameters over tp·pp, the routed experts over tp·ep·pp) is passed
 // over unplanned; the others are screened with pipeline rank 0's memory, and the fastest 3·top
-// that fit completed with their other memory ranks. A layout whose compute and bubble alone take
-// longer than the 3·top fastest fitting steps screened so far, or whose rank 0 overflows the GPU
-// with its activations and buffers alone, is passed over undescribed.
-// Layouts that differ only in dp and cp share the description of their pipeline ranks (what a
-// rank holds), and the groups are planned side by side on the OpenMP threads.
+// that fit completed with their other memory ranks. A layout whose compute, bubble and update alone
+// take longer than the 3·top fastest fitting steps screened so far, or whose rank 0 overflows the
+// GPU with its activations and buffers alone, is passed over undescribed. Layouts that differ only
+// in dp and cp share the description of their pipeline ranks (what a rank holds), and the groups
+// are planned side by side on the OpenMP threads.
 #include <malloc.h>
 
 #include <algorithm>
 #include <array>
-#include <map>
 #include <limits>
+#include <map>
 #include <optional>
 #include <queue>
 
@@ -51,7 +51,7 @@ std::vector<Plan> detail::search_layouts(const PlanRequest& r, int64_t gpus, siz
   const ModelCounts counts = count_model(c);
   double experts = 0;
   for (const model::ComponentCount& cc : counts.params)
-    if (cc.component == "moe.routed_experts") experts = static_cast<double>(cc.total);
+    if (cc.component.ends_with("moe.routed_experts")) experts += static_cast<double>(cc.total);
   const double dense = static_cast<double>(counts.params.back().total) - experts;
   // The candidates, grouped by what their ranks hold (tp, ep, pp, vp): a group's layouts differ
   // in cp and dp only and share one description of each pipeline rank.
@@ -84,9 +84,9 @@ std::vector<Plan> detail::search_layouts(const PlanRequest& r, int64_t gpus, siz
             q.layout.moonep = r.layout.moonep && ep > 1;
             groups[{tp, ep, pp, vp}].emplace_back(order++, q);
           }
-  // A bound below each candidate's step time, its compute and bubble: a candidate whose bound
-  // exceeds the slowest of the fastest 3·top fitting steps screened so far cannot be among the
-  // fastest 3·top, and is passed over undescribed. The groups go by their lowest bound, so that
+  // A bound below each candidate's step time, its compute, bubble and update: a candidate whose
+  // bound exceeds the slowest of the fastest 3·top fitting steps screened so far cannot be among
+  // the fastest 3·top, and is passed over undescribed. The groups go by their lowest bound, so that
   // the bar falls early; which candidates it spares depends on the threads' timing, the fastest
   // 3·top do not.
   struct Group {

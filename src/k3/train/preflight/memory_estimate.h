@@ -11,6 +11,7 @@
 #include "k3/model/memory_estimate.h"
 #include "k3/model/model.h"
 #include "k3/optim/param_groups.h"
+#include "k3/parallel/pipeline/schedule.h"
 #include "k3/train/config/run_config.h"
 
 namespace k3::train {
@@ -33,6 +34,10 @@ struct RunMemory {
 std::vector<optim::Assignment> optimizer_plan(const std::vector<optim::ParamSlot>& slots,
                                               const model::ModelConfig& mc,
                                               const TrainSection& train);
+
+// The pipeline schedule the run's layout and batch make (the kind, pp, vp, micro-batches).
+parallel::pipeline::ScheduleShape schedule_shape(const RunConfig& config,
+                                                 const model::ModelConfig& mc);
 
 // The place of pipeline rank PP_RANK in the run's layout, for the activation estimate: its
 // micro-batch (batch_size / (dp·ep) rows of seq_len / cp tokens), its pipeline chunks and the
