@@ -11,6 +11,8 @@ PACKAGES=(
   libdnnl-dev
   # collectives (the parallel layers)
   libopenmpi-dev openmpi-bin
+  # the multi-host tests' simulated hosts (tests/hosts/): network namespaces, processes by namespace
+  iproute2 procps
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # configs, safetensors headers, command line, run configs

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "k3/base/error.h"
+#include "k3/dist/peers.h"
 
 namespace k3::dist {
 namespace {
@@ -110,6 +111,7 @@ Runtime::Runtime(int* argc, char*** argv) {
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
   MPI_Comm_dup(MPI_COMM_WORLD, &g_fail_comm);
   learn_peers_here();
+  start_peer_listener();
   owns_ = true;
 }
 
@@ -137,6 +139,12 @@ int Runtime::world_size() {
 }
 
 int Runtime::ranks_on_this_machine() { return active() ? g_ranks_here : 1; }
+
+std::string host_name() {
+  char name[256] = {};
+  if (gethostname(name, sizeof(name) - 1) != 0) return "(unknown host)";
+  return name;
+}
 
 std::string rank_tag() {
   return Runtime::world_size() > 1 ? "[rank " + std::to_string(Runtime::world_rank()) + "] " : "";

@@ -46,6 +46,9 @@ std::vector<int> ended_ranks_here();
 // True when every lower world rank on this machine has ended: this rank speaks for the machine.
 bool first_live_rank_here();
 
+// This machine's name (gethostname), as a hostfile names it.
+std::string host_name();
+
 // "[rank R] " under a multi-rank job, "" otherwise: the tag every rank's diagnostics carry.
 std::string rank_tag();
 

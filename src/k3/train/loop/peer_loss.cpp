@@ -1,19 +1,33 @@
 #include "k3/train/loop/peer_loss.h"
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <map>
+#include <vector>
 
+#include "k3/dist/peers.h"
 #include "k3/dist/runtime.h"
 #include "k3/train/checkpoint/checkpoint.h"
 
 namespace k3::train {
+namespace {
 
-std::string peer_loss_line(const std::vector<int>& ended_ranks, const std::string& run_dir) {
-  std::string ranks;
-  for (int r : ended_ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-  const std::string stops = "k3lab: rank" + std::string(ended_ranks.size() > 1 ? "s " : " ") +
-                            ranks + " ended, so the run stops";
+// How long a probe waits for a host to answer: within the second the launcher allows a
+// survivor between its SIGTERM and its SIGKILL.
+constexpr std::chrono::milliseconds kProbeTimeout{400};
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string out = ranks.size() > 1 ? "ranks " : "rank ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+  return out;
+}
+
+}  // namespace
+
+std::string peer_loss_line(const std::string& what, const std::string& run_dir) {
+  const std::string stops = "k3lab: " + what + ", so the run stops";
   const std::string resume = "; k3lab train --resume " + run_dir + " continues from ";
   // The lead writes checkpoints: on another machine the run directory may not be visible.
   if (!std::filesystem::is_directory(run_dir)) return stops + resume + "its newest checkpoint";
@@ -26,13 +40,42 @@ PeerLossNote::PeerLossNote(std::string run_dir)
     : run_dir_(std::move(run_dir)), stop_note_([this] { note(); }) {}
 
 void PeerLossNote::note() const {
-  const std::vector<int> ended = dist::ended_ranks_here();
-  if (ended.empty() || !dist::first_live_rank_here()) return;
+  std::string what;
+  const std::vector<int> ended_here = dist::ended_ranks_here();
+  if (!ended_here.empty()) {
+    if (!dist::first_live_rank_here()) return;
+    what = rank_list(ended_here) + " ended";
+  } else {
+    // Elsewhere: ranks whose port refuses ended; hosts that do not answer are lost. The lowest
+    // rank still answering speaks (this one, unless a lower one answered).
+    std::vector<int> ended;
+    std::map<std::string, std::vector<int>> unreachable;
+    std::map<int, std::string> host_of;
+    const int me = dist::Runtime::world_rank();
+    for (const dist::PeerProbe& p : dist::probe_remote_peers(kProbeTimeout)) {
+      if (p.state == dist::PeerState::alive && p.rank < me) return;
+      if (p.state == dist::PeerState::ended) ended.push_back(p.rank);
+      if (p.state == dist::PeerState::unreachable) unreachable[p.host].push_back(p.rank);
+      host_of[p.rank] = p.host;
+    }
+    if (!dist::first_live_rank_here()) return;
+    for (const auto& [host, ranks] : unreachable)
+      what += (what.empty() ? "host " : "; host ") + host + " (" + rank_list(ranks) +
+              ") cannot be reached";
+    if (!ended.empty()) {
+      std::string hosts;
+      for (int r : ended)
+        if (hosts.find(host_of[r]) == std::string::npos)
+          hosts += (hosts.empty() ? "" : ", ") + host_of[r];
+      what += (what.empty() ? "" : "; ") + rank_list(ended) + " (host " + hosts + ") ended";
+    }
+    if (what.empty()) return;  // every rank answers: a stop request
+  }
   std::string line;
   try {
-    line = peer_loss_line(ended, run_dir_) + "\n";
+    line = peer_loss_line(what, run_dir_) + "\n";
   } catch (const std::exception& e) {  // the lead pruning checkpoints as they are listed
-    line = "k3lab: a rank ended, so the run stops (" + std::string(e.what()) + ")\n";
+    line = "k3lab: " + what + ", so the run stops (" + std::string(e.what()) + ")\n";
   }
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);

@@ -3,6 +3,7 @@
 #include <array>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "k3/base/checksum.h"
 #include "k3/base/dir_lock.h"
@@ -10,7 +11,9 @@
 #include "k3/base/log.h"
 #include "k3/base/threads.h"
 #include "k3/dist/grid.h"
+#include "k3/dist/runtime.h"
 #include "k3/train/checkpoint/checkpoint.h"
+#include "k3/train/checkpoint/share.h"
 #include "k3/train/config/curriculum.h"
 #include "k3/train/config/parallel.h"
 #include "k3/train/loop/train_loop.h"
@@ -34,6 +37,21 @@ void check_same_run(const dist::Comm& world, const RunConfig& config,
   K3_CHECK(std::memcmp(lead.data(), mine.data(), mine.size()) == 0, "rank ", world.rank(),
            " resolved another run configuration than rank 0 (different arguments, files or "
            "working directory on this rank?)");
+}
+
+// The resume point of a rank other than the lead, whose own is LEAD_POINT's (world rank 0's):
+// planned by PLAN from the run directory where this rank sees the lead's checkpoint, from a copy
+// the lead sends where it does not (another host, no shared filesystem). Collective over WORLD.
+ResumePoint plan_beside_lead(const dist::Comm& world, const std::string& run_dir,
+                             const ResumePoint& lead_point,
+                             const std::function<ResumePoint(const std::string&)>& plan) {
+  const bool lead = world.rank() == 0;
+  const CheckpointView view = share_checkpoint(world, run_dir, lead ? lead_point.found.dir : "");
+  if (lead) return {};
+  ResumePoint p = plan(view.run_dir());
+  p.config.run.dir = run_dir;          // where the lead writes, whatever this rank read
+  p.found.dir = view.lead_step_dir();  // what the lead resumed from, as every message names it
+  return p;
 }
 
 // The pre-flight checks of every phase from step FROM_STEP on, the same run on every rank: a phase
@@ -73,7 +91,11 @@ TrainSummary train_phases(const RunConfig& run_config, const model::ModelConfig&
     TrainSummary out = loop.run();
     if (out.stop_signal || out.steps >= run_config.train.steps) return out;
     world.barrier();  // the phase's last checkpoint is saved
-    next = plan_resume(run_config.run.dir, "", {}, {});
+    const auto plan = [](const std::string& dir) { return plan_resume(dir, "", {}, {}); };
+    const bool lead = world.rank() == 0;
+    if (lead) next = plan(run_config.run.dir);
+    ResumePoint beside = plan_beside_lead(world, run_config.run.dir, next, plan);
+    if (!lead) next = std::move(beside);
     from = &next;
     checked = preflight(phase_config(run_config, phase_at(run_config, out.steps)), model);
   }
@@ -90,7 +112,7 @@ TrainSummary train(const RunConfig& config, const TrainOptions& options) {
   std::unique_ptr<DirLock> lock;
   if (lead && std::filesystem::is_directory(dir))
     lock = std::make_unique<DirLock>(dir, "k3lab train");
-  K3_CHECK_CTX(list_checkpoints(dir).empty(), (ErrorContext{dir, "", -1}),
+  K3_CHECK_CTX(!lead || list_checkpoints(dir).empty(), (ErrorContext{dir, "", -1}),
                "the run directory already holds checkpoints: continue it with k3lab train "
                "--resume ",
                dir, ", or choose another run.dir");
@@ -106,12 +128,14 @@ TrainSummary train(const RunConfig& config, const TrainOptions& options) {
 TrainSummary resume(const ResumeRequest& request, const TrainOptions& options) {
   StopSignals stop;
   const std::string& dir = request.run_dir;
-  K3_CHECK_CTX(std::filesystem::is_directory(dir + "/checkpoints"), (ErrorContext{dir, "", -1}),
-               "not a run directory (it has no checkpoints/ folder)");
   const dist::Comm world = dist::Comm::world();
   const bool lead = world.rank() == 0;
-  auto plan = [&] {
-    return plan_resume(dir, request.config_path, request.overrides, request.allowed_changes);
+  // The lead's disk holds the run; the other ranks need not see it.
+  K3_CHECK_CTX(!lead || std::filesystem::is_directory(dir + "/checkpoints"),
+               (ErrorContext{dir, "", -1}), "not a run directory (it has no checkpoints/ folder)",
+               world.size() > 1 ? " on rank 0's host, " + dist::host_name() : "");
+  auto plan = [&](const std::string& from_dir) {
+    return plan_resume(from_dir, request.config_path, request.overrides, request.allowed_changes);
   };
   // The lead tidies the checkpoints (unfinished saves removed, unusable ones set aside) before
   // any other rank looks for the newest usable one.
@@ -121,14 +145,14 @@ TrainSummary resume(const ResumeRequest& request, const TrainOptions& options) {
     lock = std::make_unique<DirLock>(dir, "k3lab train");
     if (int n = remove_unfinished_saves(dir); n > 0)
       log_warn("removed ", n, " unfinished checkpoint save(s) in ", dir, "/checkpoints");
-    from = plan();
+    from = plan(dir);
     for (const SkippedCheckpoint& sk : from.found.skipped) {
       from.set_aside.push_back(set_aside_checkpoint(sk.dir));
       log_warn("skipped checkpoint ", sk.describe(), "; set aside as ", from.set_aside.back());
     }
   }
-  world.barrier();
-  if (!lead) from = plan();
+  ResumePoint beside = plan_beside_lead(world, dir, from, plan);
+  if (!lead) from = std::move(beside);
   TrainSummary done;
   if (from.state.step >= from.config.train.steps) {  // nothing to do: say so, change nothing
     done.run_dir = dir;
