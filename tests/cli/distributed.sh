@@ -46,9 +46,9 @@ awk -v a="$(loss_at "$WORK/one" 8)" -v b="$(loss_at "$WORK/moved" 8)" \
 echo "ok: deterministic; a layout change on resume ends at the one-process loss"
 
 # SIGTERM to mpirun stops the job gracefully: a checkpoint of the last step, the stop recorded.
-# (mpirun SIGKILLs the ranks odls_base_sigkill_timeout seconds after passing SIGTERM on, 1 by
-# default: on a busy host the last step and its checkpoint can take longer.)
-"${MPI[@]}" --mca odls_base_sigkill_timeout 30 -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set train.steps=100000 \
+# (mpirun sends the ranks SIGCONT, SIGTERM and SIGKILL odls_base_sigkill_timeout seconds apart,
+# 1 by default: on a busy host the last step and its checkpoint can take longer.)
+"${MPI[@]}" --mca odls_base_sigkill_timeout 8 -np 2 "$K3LAB" train "${TINY[@]}" "${ONE[@]}" --set parallel.dp=2 --set train.steps=100000 \
   --set checkpoint.every=0 --set run.dir="$WORK/stopped" > /dev/null 2>&1 &
 pid=$!
 wait_for_steps "$pid" "$WORK/stopped" 5

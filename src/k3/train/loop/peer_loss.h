@@ -1,6 +1,7 @@
 // When one rank of a job dies (SIGKILL, a crash, an abort) or a host drops out (its link cut, the
 // machine down), the launcher stops the others: SIGTERM, then SIGKILL a second later (Open MPI's
-// default; a lost host is noticed when its daemon stops answering, docs/distributed.md). A
+// default, after a SIGCONT; a lost host is noticed when its daemon stops answering,
+// docs/distributed.md). A
 // survivor is then most likely blocked for good in a collective, so the graceful stop that
 // SIGTERM asks for never comes, and without a word the user would not know what was lost nor
 // where the run can go on from. PeerLossNote says it, once, as soon as the SIGTERM arrives.
