@@ -110,6 +110,26 @@ same_checkpoint "$WORK/hosts/disk1/straight/checkpoints/step_00000024" \
   "$WORK/hosts/disk1/faults/checkpoints/step_00000024"
 echo "ok: resumed after both faults, bit-identical to the uninterrupted run"
 
+# Two ranks a host: rank 1 killed on h2 leaves rank 3 there and ranks 0 and 2 on h1; one line
+# still, from rank 0.
+kill_rank_1() {
+  local pid
+  for pid in $(ip netns pids "${HOSTS_TAG}h2"); do
+    tr '\0' '\n' < "/proc/$pid/environ" 2>/dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && kill -9 "$pid"
+  done
+  return 0
+}
+hosts_mpirun --host h1:2,h2:2 --map-by node -np 4 -- "$K3LAB" train "${NANO[@]}" --set parallel.dp=4 \
+  --set train.steps=100000 --set checkpoint.every=5 --set run.dir="$HOST_DISK/four" > /dev/null 2> "$WORK/four.err" &
+pid=$!
+wait_for_steps "$pid" "$WORK/hosts/disk1/four" 8
+kill_rank_1
+wait "$pid" && fail "the job of four ranks ended with status 0"
+lines=$(grep -v -e '^\[' -e '^--' "$WORK/four.err" || true)
+[ "$(grep -c . <<< "$lines")" -eq 1 ] && grep -q "^k3lab: rank 1 (host h2) ended, so the run stops" <<< "$lines" ||
+  fail "two ranks a host, rank 1 killed: $lines"
+echo "ok: two ranks a host, one killed: $lines"
+
 # Nothing left behind: no namespace, no process of the job.
 hosts_down
 [ -z "$(hosts_left)" ] || fail "namespaces left: $(hosts_left)"

@@ -17,12 +17,29 @@ HOST_DISK=$WORK/disk       # each host's own disk, at the same path on every hos
 HOST_SHARED=$WORK/shared   # a directory every host sees
 HOSTS_N=0
 
-hosts_down() {
+# The namespaces of the run whose tag is TAG (default: this one's).
+hosts_namespaces() {
+  ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${1:-$HOSTS_TAG}(sw|h[0-9]+)$" || true
+}
+
+hosts_remove() {  # NAMESPACE...: their processes killed, the namespaces deleted
   local ns
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^${HOSTS_TAG}" || true); do
+  for ns in "$@"; do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     ip netns del "$ns" 2>/dev/null || true
     rm -rf "/etc/netns/$ns"
+  done
+}
+
+hosts_down() { hosts_remove $(hosts_namespaces); }
+
+# What a run killed before its trap ran (a test timeout) left: namespaces of tags whose shell is gone.
+hosts_remove_stale() {
+  local ns pid
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^k3h[0-9]+(sw|h[0-9]+)$' || true); do
+    pid=${ns#k3h}
+    pid=${pid%%[sh]*}
+    kill -0 "$pid" 2>/dev/null || hosts_remove "$ns"
   done
 }
 
@@ -30,13 +47,19 @@ hosts_up() {
   local n=$1 i
   HOSTS_N=$n
   trap hosts_down EXIT
-  if ! ip netns add "${HOSTS_TAG}sw" 2>/dev/null; then
-    echo "skipped: cannot create network namespaces here (needs root and ip netns)"
+  hosts_remove_stale
+  mkdir -p "$HOST_DISK" "$HOST_SHARED" "$WORK/hosts/probe"
+  # Everything a host needs, tried once: a namespace, a bridge and a veth port in it, and a
+  # command there under its own hostname with a directory mounted over another.
+  if ! { ip netns add "${HOSTS_TAG}sw" && ip -n "${HOSTS_TAG}sw" link add br0 type bridge &&
+         ip -n "${HOSTS_TAG}sw" link set br0 up &&
+         ip -n "${HOSTS_TAG}sw" link add probe0 type veth peer name probe1 &&
+         ip -n "${HOSTS_TAG}sw" link del probe0 &&
+         ip netns exec "${HOSTS_TAG}sw" unshare --uts /bin/sh -c \
+           "hostname probe && mount --bind '$WORK/hosts/probe' '$HOST_DISK'"; } 2>/dev/null; then
+    echo "skipped: cannot simulate hosts here (network namespaces, veth, a bridge, unshare and mount, as root)"
     exit 77
   fi
-  ip -n "${HOSTS_TAG}sw" link add br0 type bridge
-  ip -n "${HOSTS_TAG}sw" link set br0 up
-  mkdir -p "$HOST_DISK" "$HOST_SHARED"
   for i in $(seq 1 "$n"); do
     ip netns add "${HOSTS_TAG}h$i"
     ip link add eth0 netns "${HOSTS_TAG}h$i" type veth peer name "p$i" netns "${HOSTS_TAG}sw"
@@ -75,5 +98,5 @@ hosts_mpirun() {
     "${opts[@]}" "$@"
 }
 
-# Fails unless the test left no namespace of its own behind (call after hosts_down).
-hosts_left() { ip netns list 2>/dev/null | awk '{print $1}' | grep "^${HOSTS_TAG}" || true; }
+# The namespaces of this run still there (none after hosts_down).
+hosts_left() { hosts_namespaces; }

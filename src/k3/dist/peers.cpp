@@ -89,6 +89,10 @@ void start_peer_listener() {
   }
 }
 
+bool lead_host_here() {
+  return g_remote.empty() || g_remote.front().rank != 0;  // listed in rank order
+}
+
 std::vector<PeerProbe> probe_remote_peers(std::chrono::milliseconds timeout) {
   std::vector<PeerProbe> out;
   std::vector<pollfd> waiting;

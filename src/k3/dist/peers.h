@@ -25,6 +25,9 @@ struct PeerProbe {
 // or to resolve a host leaves those ranks unprobed (never an error: the probe is a diagnosis).
 void start_peer_listener();
 
+// Whether world rank 0 runs on this machine (always, in a world of one or on one host).
+bool lead_host_here();
+
 // Every rank on another machine (by host name), probed side by side within TIMEOUT. Makes no MPI
 // call, so any thread may ask.
 std::vector<PeerProbe> probe_remote_peers(std::chrono::milliseconds timeout);

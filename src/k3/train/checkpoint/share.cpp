@@ -1,8 +1,11 @@
 #include "k3/train/checkpoint/share.h"
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -65,6 +68,20 @@ void send_file(const dist::Comm& comm, const fs::path& from, const fs::path& to)
   }
 }
 
+constexpr const char* kCopyPrefix = "k3lab-checkpoint.";  // then the pid and the world rank
+
+// The copies that processes no longer running left in the temporary directory (a job that ended
+// while it resumed, before its ranks deleted them).
+void remove_stale_copies() {
+  std::error_code ignored;
+  for (const fs::directory_entry& e : fs::directory_iterator(fs::temp_directory_path(), ignored)) {
+    const std::string name = e.path().filename().string();
+    if (!name.starts_with(kCopyPrefix)) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(name.c_str() + std::strlen(kCopyPrefix)));
+    if (pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) fs::remove_all(e.path(), ignored);
+  }
+}
+
 }  // namespace
 
 CheckpointView::CheckpointView(std::string run_dir, std::string lead_step_dir, bool copy)
@@ -96,16 +113,26 @@ CheckpointView share_checkpoint(const dist::Comm& world, const std::string& run_
   names = broadcast_text(copies, names);
   fs::path copy;
   if (!lead) {
+    remove_stale_copies();
     copy = fs::temp_directory_path() /
-           ("k3lab-checkpoint." + std::to_string(getpid()) + "." + std::to_string(world.rank()));
+           (std::string(kCopyPrefix) + std::to_string(getpid()) + "." + std::to_string(world.rank()));
     fs::remove_all(copy);
     fs::create_directories(copy / "checkpoints" / fs::path(step_dir).filename());
   }
+  // Removed if a file fails to arrive; a job aborted meanwhile leaves it to remove_stale_copies.
+  struct Guard {
+    fs::path path;
+    ~Guard() {
+      std::error_code ignored;
+      if (!path.empty()) fs::remove_all(path, ignored);
+    }
+  } guard{copy};
   const fs::path copy_step = copy / "checkpoints" / fs::path(step_dir).filename();
   for (size_t at = 0, end; (end = names.find('\n', at)) != std::string::npos; at = end + 1) {
     const std::string name = names.substr(at, end - at);
     send_file(copies, fs::path(step_dir) / name, copy_step / name);
   }
+  guard.path.clear();
   if (lead) return {run_dir, step_dir, false};
   return {copy.string(), step_dir, true};
 }

@@ -40,37 +40,24 @@ PeerLossNote::PeerLossNote(std::string run_dir)
     : run_dir_(std::move(run_dir)), stop_note_([this] { note(); }) {}
 
 void PeerLossNote::note() const {
+  // One line for the job, from the first live rank on the lead's host: where mpirun usually runs,
+  // and the one host whose line reaches the user whichever other host is lost.
+  if (!dist::lead_host_here() || !dist::first_live_rank_here()) return;
   std::string what;
-  const std::vector<int> ended_here = dist::ended_ranks_here();
-  if (!ended_here.empty()) {
-    if (!dist::first_live_rank_here()) return;
+  if (const std::vector<int> ended_here = dist::ended_ranks_here(); !ended_here.empty())
     what = rank_list(ended_here) + " ended";
-  } else {
-    // Elsewhere: ranks whose port refuses ended; hosts that do not answer are lost. The lowest
-    // rank still answering speaks (this one, unless a lower one answered).
-    std::vector<int> ended;
-    std::map<std::string, std::vector<int>> unreachable;
-    std::map<int, std::string> host_of;
-    const int me = dist::Runtime::world_rank();
-    for (const dist::PeerProbe& p : dist::probe_remote_peers(kProbeTimeout)) {
-      if (p.state == dist::PeerState::alive && p.rank < me) return;
-      if (p.state == dist::PeerState::ended) ended.push_back(p.rank);
-      if (p.state == dist::PeerState::unreachable) unreachable[p.host].push_back(p.rank);
-      host_of[p.rank] = p.host;
-    }
-    if (!dist::first_live_rank_here()) return;
-    for (const auto& [host, ranks] : unreachable)
-      what += (what.empty() ? "host " : "; host ") + host + " (" + rank_list(ranks) +
-              ") cannot be reached";
-    if (!ended.empty()) {
-      std::string hosts;
-      for (int r : ended)
-        if (hosts.find(host_of[r]) == std::string::npos)
-          hosts += (hosts.empty() ? "" : ", ") + host_of[r];
-      what += (what.empty() ? "" : "; ") + rank_list(ended) + " (host " + hosts + ") ended";
-    }
-    if (what.empty()) return;  // every rank answers: a stop request
+  // Elsewhere: ranks whose port refuses ended; hosts that do not answer are lost.
+  std::map<std::string, std::vector<int>> ended, unreachable;
+  for (const dist::PeerProbe& p : dist::probe_remote_peers(kProbeTimeout)) {
+    if (p.state == dist::PeerState::ended) ended[p.host].push_back(p.rank);
+    if (p.state == dist::PeerState::unreachable) unreachable[p.host].push_back(p.rank);
   }
+  for (const auto& [host, ranks] : ended)
+    what += (what.empty() ? "" : "; ") + rank_list(ranks) + " (host " + host + ") ended";
+  for (const auto& [host, ranks] : unreachable)
+    what += (what.empty() ? "host " : "; host ") + host + " (" + rank_list(ranks) +
+            ") cannot be reached";
+  if (what.empty()) return;  // every rank runs: a stop request
   std::string line;
   try {
     line = peer_loss_line(what, run_dir_) + "\n";

@@ -21,9 +21,9 @@ std::string peer_loss_line(const std::string& what, const std::string& run_dir);
 class PeerLossNote {
  public:
   // While alive, a stop signal that finds a rank ended (on this machine: its process gone; on
-  // another: its port refusing) or a host unreachable prints peer_loss_line on stderr from the
-  // lowest rank still running (on this machine, the first live one here); a stop signal that
-  // finds every rank running is a stop request, left to the trainer.
+  // another: its port refusing) or a host unreachable prints peer_loss_line on stderr, once for
+  // the job: from the first live rank on world rank 0's host. A stop signal that finds every rank
+  // running is a stop request, left to the trainer.
   explicit PeerLossNote(std::string run_dir);
 
  private:
