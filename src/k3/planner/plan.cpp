@@ -254,6 +254,15 @@ ModelCounts count_model(const model::ModelConfig& c) {
   return {model::parameter_counts(m), model::weight_products(m)};
 }
 
+double ModelCounts::values_per_gpu(const Layout& l) const {
+  double experts = 0;
+  for (const model::ComponentCount& cc : params)
+    if (cc.component.ends_with("moe.routed_experts")) experts += static_cast<double>(cc.total);
+  const double dense = static_cast<double>(params.back().total) - experts;
+  return dense / static_cast<double>(l.tp * l.pp) +
+         experts / static_cast<double>(l.tp * l.ep * l.pp);
+}
+
 Plan make_plan(const PlanRequest& r) { return make_plan(r, count_model(r.model)); }
 
 Plan make_plan(const PlanRequest& r, const ModelCounts& counts, bool every_memory_rank) {

@@ -116,6 +116,9 @@ Plan make_plan(const PlanRequest& r);
 struct ModelCounts {
   std::vector<model::ComponentCount> params;
   std::vector<model::WeightProduct> products;
+  // The values one GPU holds under L, balanced: the routed experts (a multi-token prediction
+  // module's too) over tp·ep·pp, every other parameter over tp·pp.
+  double values_per_gpu(const Layout& l) const;
 };
 ModelCounts count_model(const model::ModelConfig& c);
 // make_plan with the model counted; every_memory_rank false: the memory of pipeline rank 0 alone

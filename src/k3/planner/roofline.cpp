@@ -19,13 +19,7 @@ namespace {
 // products are spread over every GPU.
 double optimizer_seconds(const PlanRequest& r, const ModelCounts& counts) {
   const Layout& l = r.layout;
-  double experts = 0;
-  for (const model::ComponentCount& cc : counts.params)
-    if (cc.component.ends_with("moe.routed_experts")) experts += static_cast<double>(cc.total);
-  const double dense = static_cast<double>(counts.params.back().total) - experts;
-  const double values =
-      (r.schedule == "dualpipe" ? 2 : 1) * (dense / static_cast<double>(l.tp * l.pp) +
-                                            experts / static_cast<double>(l.tp * l.ep * l.pp));
+  const double values = (r.schedule == "dualpipe" ? 2 : 1) * counts.values_per_gpu(l);
   // Under ZeRO a rank updates its shard of the values alone: it reads that shard's gradients and
   // writes the whole bf16 working copy (the gather fills it).
   const Precision& pr = r.cluster.precision;

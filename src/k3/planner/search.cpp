@@ -49,10 +49,6 @@ std::vector<Plan> detail::search_layouts(const PlanRequest& r, int64_t gpus, siz
   const model::ModelConfig& c = r.model;
   const int64_t node = r.cluster.gpus_per_node;
   const ModelCounts counts = count_model(c);
-  double experts = 0;
-  for (const model::ComponentCount& cc : counts.params)
-    if (cc.component.ends_with("moe.routed_experts")) experts += static_cast<double>(cc.total);
-  const double dense = static_cast<double>(counts.params.back().total) - experts;
   // The candidates, grouped by what their ranks hold (tp, ep, pp, vp): a group's layouts differ
   // in cp and dp only and share one description of each pipeline rank.
   std::map<std::array<int64_t, 4>, std::vector<std::pair<size_t, PlanRequest>>> groups;
@@ -71,15 +67,14 @@ std::vector<Plan> detail::search_layouts(const PlanRequest& r, int64_t gpus, siz
             if (gpus % cell != 0 || pp * vp > c.num_hidden_layers ||
                 (ep > 1 && c.num_experts % ep != 0))
               continue;
-            const Precision& pr = r.cluster.precision;
-            const double shards = r.layout.zero >= 1 ? static_cast<double>(gpus / cell) : 1.0;
-            const double values =
-                dense / static_cast<double>(tp * pp) + experts / static_cast<double>(tp * ep * pp);
-            const double optimizer = r.optimizer_on_host ? 0 : (pr.master + 4) / shards;
-            if (values * (pr.weight + optimizer) > r.cluster.hbm_bytes) continue;
             PlanRequest q = r;
             q.layout.tp = tp, q.layout.cp = cp, q.layout.ep = ep, q.layout.pp = pp;
             q.layout.vp = vp, q.layout.dp = gpus / cell;
+            const Precision& pr = r.cluster.precision;
+            const double shards = r.layout.zero >= 1 ? static_cast<double>(gpus / cell) : 1.0;
+            const double optimizer = r.optimizer_on_host ? 0 : (pr.master + 4) / shards;
+            if (counts.values_per_gpu(q.layout) * (pr.weight + optimizer) > r.cluster.hbm_bytes)
+              continue;
             q.layout.sequence_parallel = tp > 1;
             q.layout.moonep = r.layout.moonep && ep > 1;
             groups[{tp, ep, pp, vp}].emplace_back(order++, q);

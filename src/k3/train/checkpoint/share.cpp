@@ -9,10 +9,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <vector>
 
 #include "k3/base/error.h"
+#include "k3/base/fs.h"
 
 namespace k3::train {
 namespace fs = std::filesystem;
@@ -35,8 +35,7 @@ std::string broadcast_text(const dist::Comm& comm, std::string text) {
 }
 
 std::string read_or_empty(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return in ? std::string(std::istreambuf_iterator<char>(in), {}) : std::string();
+  return file_exists(path.string()) ? read_file(path.string()) : std::string();
 }
 
 // The root's file FROM, written to TO by the other ranks of COMM, in chunks.

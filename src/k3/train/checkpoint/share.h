@@ -21,7 +21,6 @@ class CheckpointView {
   // one checkpoint alone.
   const std::string& run_dir() const { return run_dir_; }
   const std::string& lead_step_dir() const { return lead_step_dir_; }  // on the lead's disk
-  bool copy() const { return copy_; }
 
  private:
   std::string run_dir_, lead_step_dir_;
